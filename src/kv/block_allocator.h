@@ -160,6 +160,8 @@ class BlockAllocator {
   const BlockAllocatorStats& stats() const { return stats_; }
 
  private:
+  friend class BlockAllocatorTestPeer;  // corrupts state to prove verify_integrity catches it
+
   struct Block {
     int32_t ref = 0;
     BlockId prev = -1;  // free-queue links (-1 = none)

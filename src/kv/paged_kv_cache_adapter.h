@@ -103,7 +103,8 @@ class PagedKVCacheAdapter {
     return static_cast<int64_t>(block_table_.size()) * cache_->block_size();
   }
   std::span<const int32_t> tokens() const { return tokens_; }
-  // Keys of the first num_full_blocks() blocks.
+  // Keys of the published (or hit) full blocks, in order (num_full_blocks() of them
+  // after record_tokens).
   std::span<const BlockKey> block_keys() const { return keys_; }
   int32_t num_full_blocks() const {
     return static_cast<int32_t>(num_tokens() / cache_->block_size());
