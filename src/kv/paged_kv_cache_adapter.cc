@@ -92,9 +92,11 @@ StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_
       alloc.acquire(hit);
       block_table_.push_back(hit);
       keys_.push_back(*alloc.key_of(hit));
-      tokens_.insert(tokens_.end(), toks.begin(), toks.end());
       ++hit_blocks;
     }
+    const auto hit_toks =
+        prompt.subspan(static_cast<size_t>(own), static_cast<size_t>(hit_blocks * b));
+    tokens_.insert(tokens_.end(), hit_toks.begin(), hit_toks.end());
   }
   stats.hit_blocks += static_cast<uint64_t>(hit_blocks);
   stats.hit_tokens += static_cast<uint64_t>(hit_blocks * b);
