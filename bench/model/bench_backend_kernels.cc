@@ -26,12 +26,13 @@ void BM_Matmul(benchmark::State& st) {
   for (size_t i = 0; i < w.size(); ++i) wb[i] = pagedkv::f32_to_bf16(w[i]);
   ThreadPool pool(threads);
   for (auto _ : st) {
-    pagedkv::backend::cpu::matmul(x.data(), M, K, bf16 ? static_cast<const void*>(wb.data()) : w.data(),
-                                  bf16 ? WeightDType::kBF16 : WeightDType::kF32, N, y.data(), &pool);
+    pagedkv::backend::cpu::matmul(
+        x.data(), M, K, bf16 ? static_cast<const void*>(wb.data()) : w.data(),
+        bf16 ? WeightDType::kBF16 : WeightDType::kF32, N, y.data(), &pool);
     benchmark::DoNotOptimize(y.data());
   }
-  st.counters["GFLOPs"] = benchmark::Counter(2.0 * M * N * K * st.iterations(), benchmark::Counter::kIsRate,
-                                             benchmark::Counter::kIs1000);
+  st.counters["GFLOPs"] = benchmark::Counter(
+      2.0 * M * N * K * st.iterations(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 BENCHMARK(BM_Matmul)

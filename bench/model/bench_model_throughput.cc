@@ -27,8 +27,11 @@ double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::n
 
 std::string model_dir(const std::string& preset, model::DType dt) {
   const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
-  std::string base = env && *env ? env : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") + "/.cache/pagedkv/models";
-  std::string dir = base + "/qwen3-" + preset + (dt == model::DType::kBF16 ? "-bf16" : "-f32") + "-seed1";
+  std::string base = env && *env ? env
+                                 : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
+                                       "/.cache/pagedkv/models";
+  std::string dir =
+      base + "/qwen3-" + preset + (dt == model::DType::kBF16 ? "-bf16" : "-f32") + "-seed1";
   if (!std::filesystem::exists(dir + "/model.safetensors")) {
     model::MakeModelOptions o;
     o.preset = preset;
@@ -98,9 +101,12 @@ void throughput(const std::string& preset, model::DType dt, size_t prompt_len, i
   double serial_s = secs(t);
   s.end(false);
   double prefill_tps = prompt_len / prefill_s, serial_tps = serial_len / serial_s;
-  std::printf("%-18s %-5s prefill %5zu tok: %9.1f tok/s (%.2fx one-token-per-step %.1f tok/s) | decode: %8.1f tok/s (%.1f ms/token)\n",
-              preset.c_str(), dt == model::DType::kBF16 ? "bf16" : "f32", prompt_len, prefill_tps,
-              prefill_tps / serial_tps, serial_tps, decode_tokens / decode_s, 1000 * decode_s / decode_tokens);
+  std::printf(
+      "%-18s %-5s prefill %5zu tok: %9.1f tok/s (%.2fx one-token-per-step %.1f tok/s) | decode: "
+      "%8.1f tok/s (%.1f ms/token)\n",
+      preset.c_str(), dt == model::DType::kBF16 ? "bf16" : "f32", prompt_len, prefill_tps,
+      prefill_tps / serial_tps, serial_tps, decode_tokens / decode_s,
+      1000 * decode_s / decode_tokens);
 }
 
 void ttft(const std::string& preset, model::DType dt) {
@@ -131,9 +137,11 @@ void ttft(const std::string& preset, model::DType dt) {
   double hot_s = secs(t);
   hot.end(false);
   bool same = cold_logits == warm_logits;
-  std::printf("%-18s %-5s TTFT 2048-token prompt: cold %.1f ms, %lld tokens cached %.2f ms → %.0fx faster; logits bit-identical: %s\n",
-              preset.c_str(), dt == model::DType::kBF16 ? "bf16" : "f32", cold_s * 1000,
-              static_cast<long long>(*hit), hot_s * 1000, cold_s / hot_s, same ? "yes" : "NO");
+  std::printf(
+      "%-18s %-5s TTFT 2048-token prompt: cold %.1f ms, %lld tokens cached %.2f ms → %.0fx faster; "
+      "logits bit-identical: %s\n",
+      preset.c_str(), dt == model::DType::kBF16 ? "bf16" : "f32", cold_s * 1000,
+      static_cast<long long>(*hit), hot_s * 1000, cold_s / hot_s, same ? "yes" : "NO");
 }
 
 }  // namespace
