@@ -148,12 +148,17 @@ void ttft(const std::string& preset, model::DType dt) {
 
 int main(int argc, char** argv) {
   bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    char buf[128] = {0};
+    if (std::fgets(buf, sizeof(buf), f)) std::printf("load average at start: %s", buf);
+    std::fclose(f);
+  }
   std::printf("== model throughput (CPU backend, paged KV, f32 compute)\n");
-  throughput("tiny", model::DType::kF32, 512, 64, 128);
-  throughput("tiny", model::DType::kBF16, 512, 64, 128);
-  throughput("small", model::DType::kF32, 512, 64, 128);
-  throughput("small", model::DType::kBF16, 512, 64, 128);
-  if (!quick) throughput("qwen3-0.6b-shape", model::DType::kBF16, 128, 16, 16);
+  throughput("tiny", model::DType::kF32, 512, 64, 512);
+  throughput("tiny", model::DType::kBF16, 512, 64, 512);
+  throughput("small", model::DType::kF32, 512, 64, 512);
+  throughput("small", model::DType::kBF16, 512, 64, 512);
+  if (!quick) throughput("qwen3-0.6b-shape", model::DType::kBF16, 64, 16, 64);
   std::printf("== time to first token, cold vs prefix-cached\n");
   ttft("tiny", model::DType::kF32);
   ttft("small", model::DType::kF32);

@@ -100,22 +100,29 @@ template <WeightDType D, int MT, int NT>
 PKV_INLINE void tile_kernel(const float* x, int64_t ldx, int64_t k, const void* w, int64_t n0,
                             float* y, int64_t ldy) {
   v8f acc[MT][NT];
+#pragma GCC unroll 4
   for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) acc[i][j] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
   int64_t k8 = k & ~int64_t{7};
   for (int64_t kk = 0; kk < k8; kk += 8) {
     v8f xv[MT];
+#pragma GCC unroll 4
     for (int i = 0; i < MT; ++i) xv[i] = load8(x + i * ldx + kk);
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       v8f wv = load_w<D>(w, (n0 + j) * k + kk);
+#pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) acc[i][j] += xv[i] * wv;
     }
   }
   if (k8 < k) {
     v8f xv[MT];
     for (int i = 0; i < MT; ++i) xv[i] = load_partial(x + i * ldx + k8, k - k8);
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       v8f wv = load_w_partial<D>(w, (n0 + j) * k + k8, k - k8);
+#pragma GCC unroll 4
       for (int i = 0; i < MT; ++i) acc[i][j] += xv[i] * wv;
     }
   }
@@ -169,7 +176,9 @@ void matmul_t(const float* x, int64_t m, int64_t k, const void* w, int64_t n, fl
       }
     }
   };
-  if (pool != nullptr && m * n * k >= (int64_t{1} << 17)) {
+  // Hand work to the pool only when it outweighs a wake-up (~tens of µs, far more
+  // on a loaded machine): about half a million multiply-adds.
+  if (pool != nullptr && m * n * k >= (int64_t{1} << 19)) {
     pool->parallel_for(n, 16, run);
   } else {
     run(0, n);
@@ -345,7 +354,11 @@ void attention(const AttentionArgs& a, ThreadPool* pool) {
     }
   };
   int64_t tasks = static_cast<int64_t>(a.num_tokens) * a.num_heads;
-  if (pool != nullptr && tasks >= 2) {
+  // Same rule for attention: score + value work ≈ tasks × keys × head_dim × 2.
+  int64_t keys = 0;
+  for (int32_t i = 0; i < a.num_tokens; ++i) keys += a.positions[i] + 1;
+  const int64_t work_units = keys * a.num_heads * a.head_dim * 2;
+  if (pool != nullptr && tasks >= 2 && work_units >= (int64_t{1} << 19)) {
     pool->parallel_for(tasks, 1, work);
   } else {
     work(0, tasks);
