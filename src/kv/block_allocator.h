@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "kv/block_hasher.h"
+#include "kv/block_index.h"
 #include "pagedkv/status.h"
 
 namespace pagedkv::kv {
@@ -174,6 +175,7 @@ class BlockAllocator {
   struct Content {
     BlockKey parent{};
     Digest256 extras_digest{};
+    uint64_t hash = 0;  // content_hash of this block, kept for index_erase
   };
 
   void queue_push_tail(BlockId b);
@@ -184,6 +186,7 @@ class BlockAllocator {
                         std::span<const int32_t> tokens) const;
   bool content_equals(BlockId b, const BlockKey& parent, const Digest256& extras_digest,
                       std::span<const int32_t> tokens) const;
+  BlockId table_find(const BlockKey& key) const;
   void index_insert(BlockId b);
   void index_erase(BlockId b);
 
@@ -195,12 +198,14 @@ class BlockAllocator {
   BlockId tail_ = -1;
   int32_t num_free_ = 0;
   int32_t num_free_cached_ = 0;
-  std::unordered_map<BlockKey, BlockId, BlockKeyHash> prefix_table_;
+  // Key → canonical block: a flat table indexed by the key's first 8 bytes, the
+  // full 32-byte key compared against blocks_[b].key (no key copies, no nodes).
+  BlockIndex prefix_table_;
   // Keyed duplicates (rare): key → blocks holding it that are not canonical.
   std::unordered_multimap<BlockKey, BlockId, BlockKeyHash> duplicates_;
-  // Content hash → canonical block; collisions of the 64-bit hash chain in a
-  // multimap and are resolved by exact comparison.
-  std::unordered_multimap<uint64_t, BlockId> content_index_;
+  // Content hash → canonical block; colliding hashes are resolved by exact comparison.
+  BlockIndex content_index_;
+  uint64_t seed_;  // per-process random seed of content_hash
   BlockAllocatorStats stats_;
 };
 

@@ -3,8 +3,6 @@
 
 namespace pagedkv::model {
 
-size_t kv_dtype_size(KVDType t) { return t == KVDType::kF32 ? 4 : 2; }
-
 FlatKVCache::FlatKVCache(const KVGeometry& geometry) : geometry_(geometry) {
   token_bytes_ = static_cast<size_t>(geometry.num_kv_heads) * geometry.head_dim *
                  kv_dtype_size(geometry.dtype);

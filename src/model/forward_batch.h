@@ -38,13 +38,15 @@
 #include <span>
 #include <vector>
 
+#include "kv/layer_kv_pool.h"
+
 namespace pagedkv::model {
 
 class FlatKVCache;
 
-// Element type of stored K/V.
-enum class KVDType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
-size_t kv_dtype_size(KVDType t);
+// Element type of stored K/V: the KV cache's own enum (f32 | bf16 | f16).
+using KVDType = kv::KVDType;
+using kv::kv_dtype_size;
 
 // Which logits a row wants back.
 enum class LogitsRequest : uint8_t {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "util/check.h"
+#include "util/knobs.h"
 
 namespace pagedkv::model {
 namespace {
@@ -101,6 +102,41 @@ StatusOr<backend::RopeParams> parse_rope(const ConfigReader& cfg, int32_t head_d
   if (rot <= 0) return cfg.error("partial_rotary_factor", "leaves no rotary dimensions");
   p.rotary_dim = rot;
   return p;
+}
+
+StatusOr<CacheConfig> read_cache_config(const ConfigReader& c) {
+  CacheConfig out;
+  if (c.has("use_block_paged_cache")) {
+    PKV_ASSIGN_OR_RETURN(bool v, c.get_bool_or("use_block_paged_cache", true));
+    out.use_block_paged_cache = v;
+  }
+  for (const char* f : {"paged_cache_memory_mb", "paged_cache_initial_memory_mb"}) {
+    if (!c.has(f)) continue;
+    PKV_ASSIGN_OR_RETURN(int64_t v, c.get_int(f));
+    if (v < 0) return c.error(f, "must be >= 0");
+    (std::string(f) == "paged_cache_memory_mb" ? out.paged_cache_memory_mb
+                                               : out.paged_cache_initial_memory_mb) =
+        static_cast<uint64_t>(v);
+  }
+  if (c.has("paged_block_size")) {
+    PKV_ASSIGN_OR_RETURN(int64_t v, c.get_int("paged_block_size"));
+    if (v < 1 || v > 256) return c.error("paged_block_size", "must be in [1, 256]");
+    out.paged_block_size = v;
+  }
+  return out;
+}
+
+int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache) {
+  if (options.block_size > 0) return options.block_size;
+  std::optional<uint64_t> cfg;
+  if (cache.paged_block_size) cfg = static_cast<uint64_t>(*cache.paged_block_size);
+  uint64_t v = resolve_knob<uint64_t>("PAGEDKV_PAGED_BLOCK_SIZE", cfg, 16);
+  if (v < 1 || v > 256) v = 16;
+  return static_cast<int32_t>(v);
+}
+
+bool resolve_use_block_paged_cache(const CacheConfig& c) {
+  return resolve_knob<bool>("PAGEDKV_USE_BLOCK_PAGED_CACHE", c.use_block_paged_cache, true);
 }
 
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size) {

@@ -40,6 +40,13 @@ StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backen
 StatusOr<backend::RopeParams> parse_rope(const ConfigReader& cfg, int32_t head_dim,
                                          const std::string& layer_type);
 
+// Reads the optional paged-cache fields (CacheConfig) every family accepts.
+StatusOr<CacheConfig> read_cache_config(const ConfigReader& cfg);
+
+// The paged block size: options.block_size if set, else env PAGEDKV_PAGED_BLOCK_SIZE
+// (1..256), else config paged_block_size, else 16.
+int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache);
+
 // Checks a batch against the model before anything is written: spans inside the
 // token arrays and back to back, positions = context_len + i, ids < vocab, a KV
 // view of the right kind per row, block tables long enough.

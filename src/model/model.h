@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,18 @@ struct KVGeometry {
   }
 };
 
+// The paged-cache fields a checkpoint's config.json may carry (names as the
+// reference spells them); unset fields leave the decision to env/defaults.
+struct CacheConfig {
+  std::optional<bool> use_block_paged_cache;
+  std::optional<uint64_t> paged_cache_memory_mb;
+  std::optional<uint64_t> paged_cache_initial_memory_mb;
+  std::optional<int64_t> paged_block_size;
+};
+
+// use_block_paged_cache: env PAGEDKV_USE_BLOCK_PAGED_CACHE > config > true.
+bool resolve_use_block_paged_cache(const CacheConfig& c);
+
 // Fields every family has (parsed from config.json).
 struct ModelConfig {
   std::string model_type;
@@ -67,6 +80,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   std::vector<int32_t> eos_token_ids;  // from config.json / generation_config.json
   int32_t bos_token_id = -1;
+  CacheConfig cache;
 };
 
 class Model {
@@ -84,7 +98,9 @@ class Model {
 
 struct LoadOptions {
   KVDType kv_dtype = KVDType::kF32;
-  int32_t block_size = 16;
+  // Paged block size (= the attention tile of both paths). 0: env
+  // PAGEDKV_PAGED_BLOCK_SIZE > config.json paged_block_size > 16.
+  int32_t block_size = 0;
   // The backend to run on; nullptr = the process-wide CPU backend.
   backend::Backend* backend = nullptr;
 };

@@ -39,8 +39,8 @@ StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
   }
   if (options.kv_dtype != KVDType::kF32)
     return invalid_argument("KV dtype other than f32 is not supported by the CPU backend yet");
-  if (options.block_size < 1 || options.block_size > 256)
-    return invalid_argument("block_size must be in [1, 256], got " +
+  if (options.block_size < 0 || options.block_size > 256)
+    return invalid_argument("block_size must be in [0, 256] (0 = config/env/16), got " +
                             std::to_string(options.block_size));
   backend::Backend& be = options.backend != nullptr ? *options.backend : backend::cpu_backend();
   return f(std::move(ckpt), options, be);

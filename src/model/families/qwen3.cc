@@ -83,6 +83,7 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   for (int64_t e : eos) mc.eos_token_ids.push_back(static_cast<int32_t>(e));
   PKV_ASSIGN_OR_RETURN(v, c.get_int_or("bos_token_id", -1));
   mc.bos_token_id = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(c));
   double eps;
   PKV_ASSIGN_OR_RETURN(eps, c.get_double_or("rms_norm_eps", 1e-6));
   m->eps_ = static_cast<float>(eps);
@@ -145,7 +146,7 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   m->geom_.num_layers = mc.num_hidden_layers;
   m->geom_.num_kv_heads = mc.num_key_value_heads;
   m->geom_.head_dim = mc.head_dim;
-  m->geom_.block_size = options.block_size;
+  m->geom_.block_size = resolve_block_size(options, mc.cache);
   m->geom_.dtype = options.kv_dtype;
   m->geom_.groups = {CacheGroup{CacheGroupKind::kFullAttention, 0}};
   m->geom_.layer_group.assign(mc.num_hidden_layers, 0);
