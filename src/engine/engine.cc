@@ -30,13 +30,15 @@
 #include <thread>
 #include <unordered_map>
 
-#include "engine/pool_block_store.h"
 #include "engine/sampler.h"
 #include "kv/block_hasher.h"
+#include "kv/kv_storage.h"
 #include "kv/paged_kv_cache.h"
 #include "kv/paged_kv_cache_adapter.h"
 #include "kv/pool_budget.h"
 #include "model/model.h"
+#include "model/pool_kv_store.h"
+#include "model/request_runner.h"
 #include "pagedkv/engine.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -173,7 +175,6 @@ class Engine::Impl {
   int32_t vocab_size_ = 0;
 
   std::unique_ptr<kv::PagedKVCache> cache_;
-  std::unique_ptr<PoolBlockStore> store_;
 
   std::shared_ptr<Inbox> inbox_;
   std::vector<std::unique_ptr<Seq>> incoming_;                       // guarded by inbox_->mu
@@ -232,11 +233,16 @@ Status Engine::Impl::init() {
   const model::ModelConfig& mc = model_->config();
   vocab_size_ = mc.vocab_size;
   max_context_ = mc.max_position_embeddings;
-  PKV_ASSIGN_OR_RETURN(PoolLayout layout, pool_layout_for(model_->kv_geometry()));
-  kv::PoolBudget budget;
+  const model::KVGeometry& mg = model_->kv_geometry();
+  if (mg.groups.size() != 1 || mg.groups[0].kind != model::CacheGroupKind::kFullAttention)
+    return invalid_argument("engine: the model declares " + std::to_string(mg.groups.size()) +
+                            " cache groups; the engine pages exactly one full-attention group "
+                            "for now");
   if (options_.pool_max_blocks) {
-    budget.geometry = layout.geometry;
-    budget.bytes_per_block = layout.geometry.bytes_per_block();
+    kv::PoolBudget budget;
+    budget.geometry = model::pool_geometry(mg);
+    PKV_RETURN_IF_ERROR(budget.geometry.validate());
+    budget.bytes_per_block = budget.geometry.bytes_per_block();
     budget.max_blocks = *options_.pool_max_blocks;
     budget.initial_blocks = options_.pool_initial_blocks.value_or(budget.max_blocks);
     if (budget.max_blocks < 2 || budget.initial_blocks < 2 ||
@@ -247,15 +253,15 @@ Status Engine::Impl::init() {
     budget.initial_bytes = budget.bytes_per_block * static_cast<uint64_t>(budget.initial_blocks);
     budget.max_bytes = budget.bytes_per_block * static_cast<uint64_t>(budget.max_blocks);
     budget.effective_window_tokens =
-        static_cast<int64_t>(budget.max_blocks - 1) * layout.geometry.block_size;
+        static_cast<int64_t>(budget.max_blocks - 1) * budget.geometry.block_size;
+    PKV_ASSIGN_OR_RETURN(cache_, kv::PagedKVCache::create(budget, kv::host_kv_storage()));
   } else {
+    // The same sizing `pagedkv generate` uses: env > these options > config.json > default.
     kv::PoolBudgetConfig pc;
     pc.paged_cache_memory_mb = options_.paged_cache_memory_mb;
     pc.paged_cache_initial_memory_mb = options_.paged_cache_initial_memory_mb;
-    PKV_ASSIGN_OR_RETURN(budget, kv::PoolBudget::resolve(layout.geometry, max_context_, pc));
+    PKV_ASSIGN_OR_RETURN(cache_, model::make_paged_cache(*model_, pc));
   }
-  PKV_ASSIGN_OR_RETURN(cache_, kv::PagedKVCache::create(budget, kv::host_kv_storage()));
-  store_ = std::make_unique<PoolBlockStore>(cache_->pool(), layout.layer_map);
   watermark_blocks_ = std::max<int64_t>(
       1, static_cast<int64_t>(std::floor(wm * static_cast<double>(cache_->max_blocks() - 1))));
   if (wm == 0) watermark_blocks_ = 0;
@@ -742,7 +748,8 @@ StepReport Engine::Impl::step() {
   // 4. One forward over every scheduled row.
   model::ForwardBatch batch;
   batch.path = model::KVPath::kPaged;
-  batch.kv_store = store_.get();
+  model::PoolKVBlockStore store(cache_->pool());  // per step: the pool may have grown
+  batch.kv_store = &store;
   batch.rows.reserve(sched.size());
   for (const Sched& sc : sched) {
     Seq* s = sc.seq;
