@@ -113,7 +113,9 @@ Status FaultInjectionFileSystem::maybe_fail(Op op, const std::string& path) {
   }
   --it->second.count;
   ++fired_;
-  return errno_to_status("op#" + std::to_string(static_cast<int>(op)), path, it->second.err);
+  static const char* const kNames[] = {"create", "append", "sync",     "close",       "rename",
+                                       "remove", "read",   "sync_dir", "create_dirs", "touch"};
+  return errno_to_status(kNames[static_cast<int>(op)], path, it->second.err);
 }
 
 void FaultInjectionFileSystem::on_append(const std::string& path, uint64_t bytes) {
