@@ -175,8 +175,7 @@ int32_t PagedKVCacheAdapter::register_full_blocks_for_reuse() {
 
 StatusOr<int32_t> PagedKVCacheAdapter::install_restored_blocks(
     std::span<const int32_t> prompt, int32_t n_blocks,
-    const std::function<Status(int32_t block_index, BlockId block)>& fill,
-    int32_t* failed_block) {
+    const std::function<Status(int32_t block_index, BlockId block)>& fill, int32_t* failed_block) {
   if (failed_block) *failed_block = -1;
   const int64_t b = cache_->block_size();
   const int64_t own = num_tokens();
@@ -205,8 +204,8 @@ StatusOr<int32_t> PagedKVCacheAdapter::install_restored_blocks(
       return st;
     }
   }
-  PKV_RETURN_IF_ERROR(record_tokens(prompt.subspan(static_cast<size_t>(own),
-                                                   static_cast<size_t>(n * b))));
+  PKV_RETURN_IF_ERROR(
+      record_tokens(prompt.subspan(static_cast<size_t>(own), static_cast<size_t>(n * b))));
   return n;
 }
 

@@ -63,7 +63,9 @@ struct ModelFingerprint {
 };
 
 // A tagged extra key mixed into a block's key (tags keep sources apart).
-enum class ExtraKeyTag : uint32_t { kSaltDomain = 1, kMediaDigest = 2, kAdapter = 3 };
+// Same numbering as kv::ExtraKeyType (block_hasher.h), so a request's extra keys
+// convert one to one.
+enum class ExtraKeyTag : uint32_t { kSaltDomain = 1, kAdapter = 2, kMediaDigest = 3 };
 struct ExtraKey {
   ExtraKeyTag tag;
   std::vector<uint8_t> bytes;
