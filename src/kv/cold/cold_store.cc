@@ -168,7 +168,7 @@ void ColdStore::prune(const ColdKey& key, const std::string& why, bool unlink_fi
   }
 }
 
-StatusOr<ColdReadResult> ColdStore::read(const ColdExpectation& expect) {
+StatusOr<ColdReadResult> ColdStore::read(const ColdExpectation& expect, bool count_hit) {
   const std::string path = object_path(expect.key);
   auto miss = [&](Status st) -> Status {
     counters_.misses++;
@@ -211,8 +211,10 @@ StatusOr<ColdReadResult> ColdStore::read(const ColdExpectation& expect) {
     return miss(st);
   }
   result.object = std::move(decoded).value();
-  counters_.hits++;
-  counters_.bytes_restored += result.object.payload.size();
+  if (count_hit) {
+    counters_.hits++;
+    counters_.bytes_restored += result.object.payload.size();
+  }
   fs_.touch(path).ignore_error();  // last use for LRU; best effort
   {
     std::lock_guard<std::mutex> lock(mu_);

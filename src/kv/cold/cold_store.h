@@ -115,7 +115,9 @@ class ColdStore {
   //   NotFound    miss: absent, or open/read failed (misses counted)
   //   Corruption  miss: the file was read but failed verification or was hostile;
   //               it was pruned and one corruption counted (misses counted too)
-  StatusOr<ColdReadResult> read(const ColdExpectation& expect);
+  // `count_hit` false: a re-read of an object already counted as a hit (a restore
+  // retrying a shorter run) counts only `reads`.
+  StatusOr<ColdReadResult> read(const ColdExpectation& expect, bool count_hit = true);
 
   // Queues an encoded object. Returns false (queueDrops counted) when the queue
   // is full. A key already present or pending is accepted without a new write.

@@ -1,6 +1,7 @@
 // ColdTierWalk: capture_chain and restore_extend (see the header).
 #include "kv/cold/cold_tier_walk.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -166,6 +167,7 @@ RestoreResult ColdTierWalk::restore_extend(kv::PagedKVCacheAdapter& adapter,
   }
   int32_t n = r.candidates;
   const size_t per_layer = pool->block_bytes_per_layer();
+  int32_t counted_upto = r.hot_blocks;  // blocks [hot, counted_upto) already counted as hits
   while (n > 0) {
     int32_t failed = -1;
     auto fill = [&](int32_t index, kv::BlockId block) -> Status {
@@ -178,7 +180,8 @@ RestoreResult ColdTierWalk::restore_extend(kv::PagedKVCacheAdapter& adapter,
       const ColdKey parent_key =
           index == 0 ? root_parent_key() : keys[static_cast<size_t>(index) - 1];
       e.parent_key = &parent_key;
-      PKV_ASSIGN_OR_RETURN(ColdReadResult got, store_->read(e));
+      PKV_ASSIGN_OR_RETURN(ColdReadResult got, store_->read(e, index >= counted_upto));
+      counted_upto = std::max(counted_upto, index + 1);
       const uint8_t* src = got.object.payload.data();
       for (uint32_t l = 0; l < fingerprint_.num_layers; ++l) {
         std::memcpy(pool->k_block(static_cast<int32_t>(l), block), src + (2 * l) * per_layer,

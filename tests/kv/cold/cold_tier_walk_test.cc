@@ -247,6 +247,7 @@ TEST_F(ColdTierWalkTest, CorruptionMidChainRestoresOnlyTheVerifiedRun) {
   EXPECT_EQ(r.stop, "corrupt");
   auto s = store->stats();
   EXPECT_EQ(s.corruptions, 1u);
+  EXPECT_EQ(s.hits, 5u);  // the retry's re-reads of blocks 0-4 are not counted twice
   EXPECT_FALSE(store->contains(keys[5]));
   expect_kv_exact(a, prompt_);  // blocks 5.. were computed, not restored
   EXPECT_TRUE(cache->allocator().verify_integrity().ok());
