@@ -2,8 +2,9 @@
 #include "tokenizer/jinja_builtins.h"
 
 #include <algorithm>
-#include <cfenv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 #include <unicode/uchar.h>
@@ -255,12 +256,15 @@ Value map_filter(const Value& seq, const CallArgs& a) {
 }
 
 double py_round(double x, int64_t digits) {
-  double scale = std::pow(10.0, static_cast<double>(digits));
-  int old = std::fegetround();
-  std::fesetround(FE_TONEAREST);
-  double r = std::nearbyint(x * scale) / scale;
-  std::fesetround(old);
-  return r;
+  if (!std::isfinite(x)) return x;
+  if (digits >= 0 && digits <= 300) {
+    // Correctly rounded (ties to even on the exact binary value), like CPython's round().
+    char buf[512];
+    std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(digits), x);
+    return std::strtod(buf, nullptr);
+  }
+  double scale = std::pow(10.0, static_cast<double>(-digits));
+  return std::nearbyint(x / scale) * scale;
 }
 
 }  // namespace
@@ -610,10 +614,14 @@ void add_globals(std::vector<std::pair<std::string, Value>>& g) {
                    for (const auto& [k, v] : a.keyword) ns->set(k, v);
                    return Value::object(ns);
                  }));
-  g.emplace_back("raise_exception", Value::callable("raise_exception", [](CallArgs& a) -> Value {
-                   auto m = a.get(0, "message");
-                   throw JinjaError(JinjaError::Kind::kRaised, m ? py_str(*m) : "");
-                 }));
+  g.emplace_back(
+      "raise_exception", Value::callable("raise_exception", [](CallArgs& a) -> Value {
+        auto m = a.get(0, "message");
+        if (!m) {
+          throw_type_error("raise_exception() missing 1 required positional argument: 'message'");
+        }
+        throw JinjaError(JinjaError::Kind::kRaised, py_str(*m));
+      }));
   g.emplace_back("strftime_now", Value::callable("strftime_now", [](CallArgs& a) -> Value {
                    auto f = a.get(0, "format");
                    if (!f || !f->is_string())

@@ -639,7 +639,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       return Value::number(floordiv);
     }
     int64_t x = a.as_int(), y = b.as_int();
-    if (y == 0) throw JinjaError(JinjaError::Kind::kValue, "integer division or modulo by zero");
+    if (y == 0) {
+      throw JinjaError(JinjaError::Kind::kValue, op == "//" ? "integer division or modulo by zero"
+                                                            : "integer modulo by zero");
+    }
     if (x == INT64_MIN && y == -1) unsupported("integer overflow (Python big integers)");
     int64_t q = x / y, r = x % y;
     if (r != 0 && ((r < 0) != (y < 0))) {

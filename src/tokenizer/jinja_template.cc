@@ -15,6 +15,43 @@ using FramePtr = std::shared_ptr<Frame>;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// Whether `name` is read anywhere in a body (jinja2 lets a macro take extra
+// arguments only when it refers to varargs/kwargs).
+bool uses_name(const Expr* e, const std::string& name) {
+  if (e == nullptr) return false;
+  if (e->kind == ExprKind::kName && e->name == name) return true;
+  for (const ExprPtr& a : e->args) {
+    if (uses_name(a.get(), name)) return true;
+  }
+  for (const auto& kv : e->kwargs) {
+    if (uses_name(kv.second.get(), name)) return true;
+  }
+  return false;
+}
+
+bool uses_name(const Body& body, const std::string& name) {
+  for (const StmtPtr& s : body) {
+    if (uses_name(s->expr.get(), name) || uses_name(s->cond.get(), name)) return true;
+    for (const ExprPtr& c : s->conds) {
+      if (uses_name(c.get(), name)) return true;
+    }
+    for (const Body& b : s->bodies) {
+      if (uses_name(b, name)) return true;
+    }
+    if (uses_name(s->body, name) || uses_name(s->else_body, name)) return true;
+    for (const auto& p : s->params) {
+      if (uses_name(p.second.get(), name)) return true;
+    }
+    for (const ExprPtr& f : s->filters) {
+      if (uses_name(f.get(), name)) return true;
+    }
+    for (const auto& a : s->assignments) {
+      if (uses_name(a.second.get(), name)) return true;
+    }
+  }
+  return false;
+}
+
 // Recursion guard for macros calling themselves.
 constexpr int kMaxCallDepth = 200;
 
@@ -63,6 +100,9 @@ class Renderer {
     if (!s.target_is_tuple) {
       set_in(frame, s.targets[0], v);
       return;
+    }
+    if (!v.is_string() && !v.is_sequence_like() && !v.is_dict() && !v.is_undefined()) {
+      throw_type_error("cannot unpack non-iterable " + type_name(v) + " object");
     }
     std::vector<Value> items = iterate(v);
     if (items.size() < s.targets.size()) {
@@ -270,6 +310,11 @@ class Renderer {
         }
         set_in(*frame, pname, *v);
       }
+      if (a.positional.size() > np && !uses_name(def->body, "varargs")) {
+        throw JinjaError(JinjaError::Kind::kType, "macro " + py_repr_string(name) +
+                                                      " takes not more than " + std::to_string(np) +
+                                                      " argument(s)");
+      }
       List varargs;
       for (size_t i = np; i < a.positional.size(); ++i) varargs.push_back(a.positional[i]);
       Dict kwargs;
@@ -279,10 +324,15 @@ class Renderer {
         if (k == "caller") {
           set_in(*frame, "caller", kv);
         } else if (!is_param) {
+          if (!uses_name(def->body, "kwargs")) {
+            throw JinjaError(JinjaError::Kind::kType, "macro " + py_repr_string(name) +
+                                                          " takes no keyword argument " +
+                                                          py_repr_string(k));
+          }
           kwargs.set(Value::string(k), kv);
         }
       }
-      set_in(*frame, "varargs", Value::list(std::move(varargs)));
+      set_in(*frame, "varargs", Value::tuple(std::move(varargs)));
       set_in(*frame, "kwargs", Value::dict(std::move(kwargs)));
       std::string out;
       exec(def->body, out);

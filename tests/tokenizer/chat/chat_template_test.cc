@@ -2,7 +2,8 @@
 // against renders by jinja2 (chat-*-a.jsonl, from transformers' apply_chat_template)
 // and against hand-derived cases that cover the templates' other branches
 // (chat-*-extra.jsonl: tool calls with dict and string arguments, enable_thinking,
-// reasoning history, tool responses, content parts, alternation errors).
+// reasoning history, tool responses, content parts, alternation errors), and seeded
+// random conversations rendered by jinja2 (chat-*-random.jsonl).
 #include "tokenizer/chat_template.h"
 
 #include <gtest/gtest.h>
@@ -67,6 +68,13 @@ TEST(ChatTemplateFixtures, Qwen3ExtraBranches) {
 }
 TEST(ChatTemplateFixtures, Gemma3ExtraBranches) {
   check_cases("gemma3_tokenizer_config.json", "chat-gemma3-extra.jsonl", 8);
+}
+
+TEST(ChatTemplateFixtures, Qwen3RandomConversationsMatchJinja2) {
+  check_cases("qwen3_tokenizer_config.json", "chat-qwen3-random.jsonl", 60);
+}
+TEST(ChatTemplateFixtures, Gemma3RandomConversationsMatchJinja2) {
+  check_cases("gemma3_tokenizer_config.json", "chat-gemma3-random.jsonl", 60);
 }
 
 TEST(ChatTemplate, SpecialTokensComeFromTheConfig) {

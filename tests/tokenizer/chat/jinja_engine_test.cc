@@ -250,6 +250,25 @@ TEST(JinjaErrors, PythonMessages) {
   EXPECT_EQ(e.line, 3);
 }
 
+TEST(JinjaErrors, MoreJinja2Messages) {
+  EXPECT_EQ(render_error("{{ 1 % 0 }}").message, "integer modulo by zero");
+  EXPECT_EQ(render_error("{{ 1 // 0 }}").message, "integer division or modulo by zero");
+  EXPECT_EQ(render_error("{% for a, b in [1] %}{% endfor %}").message,
+            "cannot unpack non-iterable int object");
+  EXPECT_EQ(render_error("{% for a, b in [[1, 2, 3]] %}{% endfor %}").message,
+            "too many values to unpack (expected 2)");
+  EXPECT_EQ(render_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}").message,
+            "macro 'm' takes not more than 1 argument(s)");
+  EXPECT_EQ(render_error("{% macro m(a) %}{% endmacro %}{{ m(b=2) }}").message,
+            "macro 'm' takes no keyword argument 'b'");
+  EXPECT_EQ(render_error("{% set d.x = 1 %}", R"({"d": {}})").message,
+            "cannot assign attribute on non-namespace object");
+  EXPECT_EQ(render("{% macro m(a) %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, k=3) }}"),
+            "(2,){'k': 3}");
+  EXPECT_EQ(render("{{ 2.675|round(2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 7|round }}"),
+            "2.67 2.0 4.0 7");
+}
+
 TEST(JinjaErrors, CompileErrorsNameConstructAndLine) {
   TemplateError e = render_error("x\n{{ a | nofilter }}");
   EXPECT_EQ(e.message, "No filter named 'nofilter'.");
