@@ -43,6 +43,7 @@ struct Expr {
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;  // kCompare: "==", "!=", "<", "<=", ">", ">=", "in", "notin"
+  bool unknown_name = false;     // kFilter/kTest: no such filter/test (fails when evaluated)
 };
 
 struct Stmt;

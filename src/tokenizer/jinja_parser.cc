@@ -177,6 +177,22 @@ class Parser {
     return subparse(ends, found, inner);
   }
 
+  // jinja2 checks filter/test names at compile time except in an `if` ("soft")
+  // frame, where an unknown name fails only when evaluated; loops, macros and
+  // other blocks open a new (hard) frame.
+  struct SoftScope {
+    Parser* p;
+    bool saved;
+    SoftScope(Parser* p_, bool soft) : p(p_), saved(p_->soft_) { p->soft_ = soft; }
+    ~SoftScope() { p->soft_ = saved; }
+  };
+
+  Body parse_inner(const std::set<std::string>& ends, std::string* found,
+                   const std::string& inner) {
+    SoftScope hard(this, false);
+    return parse_statements(ends, found, inner);
+  }
+
   StmtPtr parse_statement(const std::set<std::string>& outer_ends, const std::string& outer) {
     std::string tag = cur().value;
     int line = cur().line;
@@ -186,6 +202,7 @@ class Parser {
     if (tag == "if") {
       next();
       s->kind = StmtKind::kIf;
+      SoftScope soft(this, true);
       while (true) {
         s->conds.push_back(parse_tuple(false, false, {}, false));
         s->bodies.push_back(parse_statements({"elif", "else", "endif"}, &found, "if"));
@@ -204,10 +221,10 @@ class Parser {
       s->expr = parse_tuple(false, false, {"recursive"}, false);
       if (skip_name("if")) s->cond = parse_expression(true);
       if (is_name("recursive")) fail_unsupported("recursive for loops are not supported");
-      s->body = parse_statements({"endfor", "else"}, &found, "for");
+      s->body = parse_inner({"endfor", "else"}, &found, "for");
       if (found == "else") {
         s->has_else = true;
-        s->else_body = parse_statements({"endfor"}, &found, "for");
+        s->else_body = parse_inner({"endfor"}, &found, "for");
       }
     } else if (tag == "set") {
       next();
@@ -225,27 +242,27 @@ class Parser {
         s->expr = parse_tuple(false, true, {}, false);
       } else {
         while (is_op("|")) s->filters.push_back(parse_filter(nullptr));
-        s->body = parse_statements({"endset"}, &found, "set");
+        s->body = parse_inner({"endset"}, &found, "set");
       }
     } else if (tag == "macro") {
       next();
       s->kind = StmtKind::kMacro;
       s->name = expect_name();
       parse_signature(s.get());
-      s->body = parse_statements({"endmacro"}, &found, "macro");
+      s->body = parse_inner({"endmacro"}, &found, "macro");
     } else if (tag == "call") {
       next();
       s->kind = StmtKind::kCallBlock;
       if (is_op("(")) parse_signature(s.get());
       s->expr = parse_expression(true);
       if (s->expr->kind != ExprKind::kCall) fail("expected call");
-      s->body = parse_statements({"endcall"}, &found, "call");
+      s->body = parse_inner({"endcall"}, &found, "call");
     } else if (tag == "filter") {
       next();
       s->kind = StmtKind::kFilterBlock;
       s->filters.push_back(parse_filter(nullptr, /*start_inline=*/true));
       while (is_op("|")) s->filters.push_back(parse_filter(nullptr));
-      s->body = parse_statements({"endfilter"}, &found, "filter");
+      s->body = parse_inner({"endfilter"}, &found, "filter");
     } else if (tag == "with") {
       next();
       s->kind = StmtKind::kWith;
@@ -255,7 +272,7 @@ class Parser {
         expect_op("=");
         s->assignments.emplace_back(n, parse_expression(true));
       }
-      s->body = parse_statements({"endwith"}, &found, "with");
+      s->body = parse_inner({"endwith"}, &found, "with");
     } else if (tag == "break" || tag == "continue") {
       next();
       s->kind = tag == "break" ? StmtKind::kBreak : StmtKind::kContinue;
@@ -729,10 +746,12 @@ class Parser {
       next();
       name += "." + expect_name();
     }
-    if (!is_known_filter(name)) {
+    bool unknown = !is_known_filter(name);
+    if (unknown && !soft_) {
       throw JinjaError(JinjaError::Kind::kSyntax, "No filter named '" + name + "'.", line);
     }
     auto e = make(ExprKind::kFilter, line);
+    e->unknown_name = unknown;
     e->name = name;
     e->args.push_back(std::move(node));
     if (is_op("(")) parse_call_args(e.get());
@@ -757,10 +776,12 @@ class Parser {
       next();
       name += "." + expect_name();
     }
-    if (!is_known_test(name)) {
+    bool unknown = !is_known_test(name);
+    if (unknown && !soft_) {
       throw JinjaError(JinjaError::Kind::kSyntax, "No test named '" + name + "'.", line);
     }
     auto e = make(ExprKind::kTest, line);
+    e->unknown_name = unknown;
     e->name = name;
     e->args.push_back(std::move(node));
     if (is_op("(")) {
@@ -783,6 +804,7 @@ class Parser {
 
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  bool soft_ = false;
 };
 
 }  // namespace

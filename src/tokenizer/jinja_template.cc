@@ -195,6 +195,9 @@ class Renderer {
   Value apply_filters(const std::vector<ExprPtr>& filters, Value v) {
     for (const ExprPtr& f : filters) {
       line_ = f->line;
+      if (f->unknown_name) {
+        throw JinjaError(JinjaError::Kind::kSyntax, "No filter named '" + f->name + "' found.");
+      }
       CallArgs args = eval_args(*f, 1);
       v = apply_filter(f->name, v, args);
     }
@@ -399,12 +402,18 @@ class Renderer {
         return invoke(callee, args);
       }
       case ExprKind::kFilter: {
+        if (e.unknown_name) {
+          throw JinjaError(JinjaError::Kind::kSyntax, "No filter named '" + e.name + "' found.");
+        }
         Value input = eval(*e.args[0]);
         CallArgs args = eval_args(e, 1);
         line_ = e.line;
         return apply_filter(e.name, input, args);
       }
       case ExprKind::kTest: {
+        if (e.unknown_name) {
+          throw JinjaError(JinjaError::Kind::kSyntax, "No test named '" + e.name + "' found.");
+        }
         Value input = eval(*e.args[0]);
         CallArgs args = eval_args(e, 1);
         line_ = e.line;

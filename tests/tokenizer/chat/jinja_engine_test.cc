@@ -283,6 +283,13 @@ TEST(JinjaErrors, CompileErrorsNameConstructAndLine) {
   e = render_error("{% include 'x' %}");
   EXPECT_EQ(e.kind, JinjaError::Kind::kUnsupported);
   EXPECT_NE(e.message.find("'include'"), std::string::npos);
+  // Inside an `if` (not inside a loop or macro) jinja2 only fails when it gets there.
+  EXPECT_EQ(render("{% if false %}{{ x|nofilter }}{{ x is notest }}{% endif %}ok"), "ok");
+  EXPECT_EQ(render_error("{% if true %}{{ 1|nofilter }}{% endif %}").message,
+            "No filter named 'nofilter' found.");
+  EXPECT_EQ(render_error("{% if false %}{% for i in [] %}{{ 1|nofilter }}{% endfor %}{% endif %}")
+                .message,
+            "No filter named 'nofilter'.");
   e = render_error("{{ x is frob }}");
   EXPECT_EQ(e.message, "No test named 'frob'.");
   auto t = Template::compile("{{ 'unterminated }}");
