@@ -499,7 +499,8 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     }
     return Value::list(std::move(out));
   }
-  unsupported("filter '" + name + "' is not supported");
+  unsupported("the jinja2 filter '" + name +
+              "' is not supported by pagedkv's chat-template engine");
 }
 
 bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {

@@ -290,6 +290,9 @@ TEST(JinjaErrors, CompileErrorsNameConstructAndLine) {
   EXPECT_EQ(render_error("{% if false %}{% for i in [] %}{{ 1|nofilter }}{% endfor %}{% endif %}")
                 .message,
             "No filter named 'nofilter'.");
+  e = render_error("{% if x %}{{ x|groupby('a') }}{% endif %}", R"({"x": [1]})");
+  EXPECT_EQ(e.kind, JinjaError::Kind::kUnsupported);
+  EXPECT_NE(e.message.find("'groupby' is not supported"), std::string::npos);
   e = render_error("{{ x is frob }}");
   EXPECT_EQ(e.message, "No test named 'frob'.");
   auto t = Template::compile("{{ 'unterminated }}");
