@@ -554,6 +554,10 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
       return v.kind() == o.kind() && (!v.is_bool() || v.as_bool() == o.as_bool());
     }
     if (v.is_object() || v.is_callable()) return py_equal(v, o);
+    if (v.is_sequence_like() || v.is_dict()) {  // identity: the same list/dict object
+      if (v.kind() != o.kind()) return false;
+      return v.is_dict() ? &v.as_dict() == &o.as_dict() : &v.as_list() == &o.as_list();
+    }
     return v.kind() == o.kind() && py_equal(v, o);
   }
   if (name == "filter") return v.is_string() && is_known_filter(v.as_string());
