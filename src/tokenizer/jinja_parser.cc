@@ -18,7 +18,7 @@ const std::set<std::string>& known_filters() {
       "wordcount", "batch",
       // jinja2 built-ins without an implementation here: accepted when parsing,
       // an "unsupported" error when a render reaches them.
-      "filesizeformat", "format", "groupby", "pprint", "random", "slice", "striptags", "truncate",
+      "format", "filesizeformat", "groupby", "pprint", "random", "slice", "striptags", "truncate",
       "urlencode", "urlize", "wordwrap", "xmlattr"};
   return k;
 }

@@ -269,6 +269,21 @@ TEST(JinjaErrors, MoreJinja2Messages) {
             "2.67 2.0 4.0 7");
 }
 
+TEST(JinjaExpr, PrintfStyleFormatting) {
+  EXPECT_EQ(
+      render(
+          "{{ \"%s-%d|%5.2f|%-4s|%x|%r|%%|%03d\" % (\"a\", 3.9, 2.345, \"b\", 255, \"q\", 7) }}"),
+      "a-3| 2.35|b   |ff|'q'|%|007");
+  EXPECT_EQ(render("{{ \"%s and %s\"|format(1, \"b\") }}|{{ '%s' % none }}|{{ '%s' % [1, 2] }}"),
+            "1 and b|None|[1, 2]");
+  EXPECT_EQ(render_error("{{ 'x' % 1 }}").message,
+            "not all arguments converted during string formatting");
+  EXPECT_EQ(render_error("{{ '%s %s' % (1,) }}").message, "not enough arguments for format string");
+  EXPECT_EQ(render_error("{{ 'a'.find(1) }}").message, "must be str, not int");
+  EXPECT_EQ(render_error("{{ 'x' is odd }}").message,
+            "not all arguments converted during string formatting");
+}
+
 TEST(JinjaErrors, CompileErrorsNameConstructAndLine) {
   TemplateError e = render_error("x\n{{ a | nofilter }}");
   EXPECT_EQ(e.message, "No filter named 'nofilter'.");
