@@ -502,6 +502,8 @@ std::string py_percent_format(const std::string& fmt, const Value& rhs) {
       while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision.push_back(fmt[i++]);
     }
     if (i < fmt.size() && fmt[i] == '*') unsupported("'*' width in printf-style formatting");
+    if (width.size() > 4) value_error("width too big");
+    if (precision.size() > 4) value_error("precision too big");
     while (i < fmt.size() && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;
     if (i >= fmt.size()) value_error("incomplete format");
     char conv = fmt[i];

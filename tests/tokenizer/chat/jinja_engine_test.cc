@@ -284,6 +284,21 @@ TEST(JinjaExpr, PrintfStyleFormatting) {
             "not all arguments converted during string formatting");
 }
 
+TEST(JinjaErrors, HostileInputsFailCleanly) {
+  std::string deep = "{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}";
+  EXPECT_NE(render_error(deep).message.find("nests deeper"), std::string::npos);
+  EXPECT_EQ(render_error("{% set ns = namespace(x=[]) %}{% for i in range(3000) %}"
+                         "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}")
+                .message,
+            "maximum recursion depth exceeded while getting the repr of an object");
+  EXPECT_EQ(render_error("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}").message,
+            "maximum recursion depth exceeded");
+  EXPECT_EQ(render_error("{{ '%99999999d' % 1 }}").message, "width too big");
+  EXPECT_EQ(render_error("{{ x.123456789012345678901234 }}").kind, JinjaError::Kind::kUnsupported);
+  std::string nested_json = std::string(600, '[') + std::string(600, ']');
+  EXPECT_THROW(from_json(nlohmann::ordered_json::parse(nested_json)), JinjaError);
+}
+
 TEST(JinjaErrors, CompileErrorsNameConstructAndLine) {
   TemplateError e = render_error("x\n{{ a | nofilter }}");
   EXPECT_EQ(e.message, "No filter named 'nofilter'.");
