@@ -347,6 +347,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     return get_attr(v, n->as_string());
   }
   if (name == "int") {
+    if (v.is_undefined()) fail_undefined(v);  // Undefined.__int__ raises
     Value def = arg_or(a, 0, "default", Value::integer(0));
     int64_t base = arg_or(a, 1, "base", Value::integer(10)).as_int();
     if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
@@ -363,6 +364,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     return def;
   }
   if (name == "float") {
+    if (v.is_undefined()) fail_undefined(v);  // Undefined.__float__ raises
     Value def = arg_or(a, 0, "default", Value::number(0.0));
     if (v.is_number()) return Value::number(v.as_double());
     if (v.is_string()) {

@@ -229,6 +229,8 @@ TEST(JinjaUndefined, PrintsEmptyButFailsOnUse) {
             "list object has no element 0");
   EXPECT_EQ(render_error("{{ d.missing + 1 }}", R"({"d": {}})").message,
             "'dict object' has no attribute 'missing'");
+  EXPECT_EQ(render_error("{{ d.nope|int }}", R"({"d": {}})").message,
+            "'dict object' has no attribute 'nope'");
   EXPECT_EQ(render_error("{{ n.startswith('x') }}", R"({"n": null})").message,
             "'None' has no attribute 'startswith'");
 }
