@@ -92,9 +92,11 @@ StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_
       alloc.acquire(hit);
       block_table_.push_back(hit);
       keys_.push_back(*alloc.key_of(hit));
-      tokens_.insert(tokens_.end(), toks.begin(), toks.end());
       ++hit_blocks;
     }
+    const auto hit_toks =
+        prompt.subspan(static_cast<size_t>(own), static_cast<size_t>(hit_blocks * b));
+    tokens_.insert(tokens_.end(), hit_toks.begin(), hit_toks.end());
   }
   stats.hit_blocks += static_cast<uint64_t>(hit_blocks);
   stats.hit_tokens += static_cast<uint64_t>(hit_blocks * b);
@@ -103,6 +105,7 @@ StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_
 }
 
 Status PagedKVCacheAdapter::allocate_suffix_blocks(int64_t total_tokens) {
+  if (total_tokens <= capacity_tokens()) return ok_status();  // the decode fast path
   const int64_t b = cache_->block_size();
   const int64_t need_blocks = (total_tokens + b - 1) / b;
   const int64_t have = static_cast<int64_t>(block_table_.size());
@@ -159,16 +162,22 @@ Status PagedKVCacheAdapter::record_tokens(std::span<const int32_t> tokens) {
         " are not covered by the block table (" + std::to_string(capacity_tokens()) +
         " tokens); call allocate_suffix_blocks first");
   }
-  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  if (tokens.size() == 1) {
+    tokens_.push_back(tokens[0]);
+  } else {
+    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  }
   register_full_blocks_for_reuse();
   return ok_status();
 }
 
 int32_t PagedKVCacheAdapter::register_full_blocks_for_reuse() {
-  const int32_t full = num_full_blocks();
+  // Multiplication, not division: this runs for every decode token of every row.
+  const size_t b = static_cast<size_t>(cache_->block_size());
   int32_t published = 0;
-  for (int32_t i = static_cast<int32_t>(keys_.size()); i < full; ++i, ++published) {
-    publish_block(i);
+  while ((keys_.size() + 1) * b <= tokens_.size()) {
+    publish_block(static_cast<int32_t>(keys_.size()));
+    ++published;
   }
   return published;
 }
