@@ -1,0 +1,105 @@
+// CpuBackend (see cpu_backend.h).
+#include "backend/cpu/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/kernels.h"
+#include "backend/half.h"
+#include "util/check.h"
+#include "util/knobs.h"
+
+namespace pagedkv::backend {
+
+Backend& cpu_backend() {
+  static cpu::CpuBackend* b = [] {
+    int threads = static_cast<int>(resolve_knob<uint64_t>("PAGEDKV_CPU_THREADS", std::nullopt, 2));
+    if (threads < 1) threads = 1;
+    if (threads > 256) threads = 256;
+    return new cpu::CpuBackend(threads);
+  }();
+  return *b;
+}
+
+namespace cpu {
+namespace {
+const CpuWeight& cw(const Weight& w) { return static_cast<const CpuWeight&>(w); }
+}  // namespace
+
+CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
+
+StatusOr<std::unique_ptr<Weight>> CpuBackend::upload(const HostTensorView& t) {
+  if (t.data == nullptr && t.rows * t.cols > 0) return invalid_argument("upload: null weight data");
+  return std::unique_ptr<Weight>(new CpuWeight(t));
+}
+
+void CpuBackend::matmul(const float* x, int64_t m, const Weight& w, float* y) {
+  cpu::matmul(x, m, w.cols(), cw(w).data(), w.dtype(), w.rows(), y, &pool_);
+}
+
+void CpuBackend::embedding(const int32_t* ids, int64_t m, const Weight& table, float* y) {
+  int64_t d = table.cols();
+  for (int64_t i = 0; i < m; ++i) {
+    PKV_CHECK(ids[i] >= 0 && ids[i] < table.rows());
+    const std::byte* row = static_cast<const std::byte*>(cw(table).data());
+    float* out = y + i * d;
+    switch (table.dtype()) {
+      case WeightDType::kF32:
+        std::memcpy(out, row + ids[i] * d * 4, d * 4);
+        break;
+      case WeightDType::kBF16:
+      case WeightDType::kF16: {
+        const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + ids[i] * d;
+        for (int64_t j = 0; j < d; ++j)
+          out[j] = table.dtype() == WeightDType::kBF16 ? bf16_to_f32(p[j]) : f16_to_f32(p[j]);
+        break;
+      }
+    }
+  }
+}
+
+void CpuBackend::rms_norm(const float* x, int64_t m, const Weight& w, float eps,
+                          bool one_plus_weight, float* y) {
+  cpu::rms_norm(x, m, w.cols(), cw(w).data(), w.dtype(), eps, one_plus_weight, y);
+}
+
+void CpuBackend::rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim,
+                      const int32_t* positions, const RopeParams& p) {
+  cpu::rope(x, m, num_heads, head_dim, positions, p);
+}
+
+void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    out[i] = (g / (1.0f + std::exp(-g))) * up[i];
+  }
+}
+
+void CpuBackend::gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const float k0 = 0.7978845608028654f;  // sqrt(2/pi)
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    float inner = k0 * (g + 0.044715f * (g * g * g));
+    out[i] = (0.5f * g * (1.0f + std::tanh(inner))) * up[i];
+  }
+}
+
+void CpuBackend::add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] + y[i];
+}
+
+void CpuBackend::softmax(float* x, int64_t m, int64_t n) { cpu::softmax_rows(x, m, n); }
+
+void CpuBackend::topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k,
+                            bool softmax_first, bool normalize, int32_t* ids, float* weights) {
+  cpu::topk_route(logits, m, num_experts, k, softmax_first, normalize, ids, weights);
+}
+
+void CpuBackend::attention(const AttentionArgs& a) {
+  PKV_CHECK(a.tile > 0 && a.tile <= 256);
+  PKV_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0);
+  cpu::attention(a, &pool_);
+}
+
+}  // namespace cpu
+}  // namespace pagedkv::backend

@@ -1,0 +1,52 @@
+// The CPU backend: Backend (backend.h) over the fixed-order kernels in kernels.h
+// and a small thread pool. Weights are zero-copy views of host memory (the
+// memory-mapped checkpoint), so the caller keeps that memory alive.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace pagedkv::backend::cpu {
+
+class CpuWeight : public Weight {
+ public:
+  CpuWeight(const HostTensorView& t) : data_(t.data) {
+    dtype_ = t.dtype;
+    rows_ = t.rows;
+    cols_ = t.cols;
+  }
+  const void* data() const { return data_; }
+
+ private:
+  const std::byte* data_;
+};
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(int num_threads);
+  std::string name() const override { return "cpu"; }
+  int num_threads() const { return pool_.num_threads(); }
+  ThreadPool* pool() { return &pool_; }
+
+  StatusOr<std::unique_ptr<Weight>> upload(const HostTensorView& t) override;
+  void matmul(const float* x, int64_t m, const Weight& w, float* y) override;
+  void embedding(const int32_t* ids, int64_t m, const Weight& table, float* y) override;
+  void rms_norm(const float* x, int64_t m, const Weight& w, float eps, bool one_plus_weight,
+                float* y) override;
+  void rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
+            const RopeParams& p) override;
+  void silu_mul(const float* gate, const float* up, int64_t n, float* out) override;
+  void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) override;
+  void add(float* x, const float* y, int64_t n) override;
+  void softmax(float* x, int64_t m, int64_t n) override;
+  void topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k,
+                  bool softmax_first, bool normalize, int32_t* ids, float* weights) override;
+  void attention(const AttentionArgs& a) override;
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace pagedkv::backend::cpu

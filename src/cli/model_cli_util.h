@@ -1,0 +1,36 @@
+// Helpers shared by the model-facing commands (generate, logits): parsing token id
+// lists, loading a model with the KV-path decision, and reading ids from a file.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "pagedkv/status.h"
+
+namespace pagedkv::cli {
+
+// "1 2 3" or "1,2,3" → ids; InvalidArgument naming `what` on a bad entry.
+StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& what);
+
+// Ids from FILE: a .safetensors file's "input_ids" tensor (I64/I32), or text of
+// whitespace/comma separated integers.
+StatusOr<std::vector<int32_t>> read_ids_file(const std::string& path);
+
+}  // namespace pagedkv::cli
+
+namespace pagedkv::cli {
+
+// The hook for text: once the tokenizer room lands, find_text_codec returns a codec
+// built from the model directory's tokenizer.json; until then it returns nullptr
+// and the commands accept token ids only.
+class TextCodec {
+ public:
+  virtual ~TextCodec() = default;
+  virtual StatusOr<std::vector<int32_t>> encode(const std::string& text) = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) = 0;
+};
+std::unique_ptr<TextCodec> find_text_codec(const std::string& model_dir);
+
+}  // namespace pagedkv::cli

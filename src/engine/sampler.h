@@ -1,0 +1,48 @@
+// Sampler: turns one logits row into one token, greedy or seeded.
+//
+// Determinism (DESIGN.md): a seeded draw uses a counter-based random number —
+// a hash of (request seed, absolute token position) — never a generator whose
+// state is shared with other requests or advanced by them. So a request samples
+// the same tokens alone or batched, resumed after preemption, or replayed.
+//
+// Pipeline for temperature > 0 (the order Hugging Face's generate uses):
+// logits / temperature → top-k (keep the k largest) → softmax → top-p (keep the
+// smallest prefix, by descending probability, whose mass reaches top_p) → min-p
+// (drop tokens with p < min_p · p_max) → renormalize → inverse-CDF draw in
+// descending-probability order. Ties in a logit order by token id. All sums run in
+// double in that fixed order. temperature <= 0 is greedy argmax (ties → lowest id).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "pagedkv/status.h"
+
+namespace pagedkv::engine {
+
+struct SamplingParams {
+  double temperature = 0.0;  // <= 0: greedy
+  int32_t top_k = 0;         // 0: off
+  double top_p = 1.0;        // 1: off
+  double min_p = 0.0;        // 0: off
+  uint64_t seed = 0;
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+
+  // InvalidArgument naming the bad field (NaN/negative temperature, top_p outside
+  // (0, 1], min_p outside [0, 1], negative top_k or max_tokens).
+  Status validate() const;
+  bool is_stop(int32_t token) const;
+};
+
+// Greedy argmax, lowest id on ties. NaN logits are never chosen (unless all are NaN).
+int32_t argmax(std::span<const float> logits);
+
+// The uniform number in [0, 1) for (seed, position): a pure function.
+double uniform_for(uint64_t seed, int64_t position);
+
+// Samples the token for absolute position `position` of a request.
+int32_t sample_token(std::span<const float> logits, const SamplingParams& params, int64_t position);
+
+}  // namespace pagedkv::engine

@@ -1,0 +1,57 @@
+// KVStorage: the seam between the paged pool and the memory that holds K/V bytes.
+//
+// LayerKVPool never calls malloc or cudaMalloc itself: it asks a KVStorage for
+// buffers and for copies between them (used when the pool grows). The host
+// implementation lives here; the CUDA backend implements the same interface in
+// src/backend/cuda (src/kv never includes backend headers). A buffer's bytes may be
+// device memory: only call data() for host access when host_accessible().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "pagedkv/status.h"
+
+namespace pagedkv::kv {
+
+// One contiguous allocation owned by a KVStorage. Freed by its destructor.
+class KVBuffer {
+ public:
+  virtual ~KVBuffer() = default;
+  // Base address (host or device address space, see KVStorage::host_accessible).
+  virtual uint8_t* data() = 0;
+  virtual const uint8_t* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
+class KVStorage {
+ public:
+  virtual ~KVStorage() = default;
+  // A short name for logs ("host", "cuda:0").
+  virtual std::string_view name() const = 0;
+  // True when data() pointers may be dereferenced on the host.
+  virtual bool host_accessible() const = 0;
+  // A zero-filled buffer of `bytes`; ResourceExhausted when it cannot be had.
+  virtual StatusOr<std::unique_ptr<KVBuffer>> allocate(size_t bytes) = 0;
+  // Copies `bytes` from src[src_offset] to dst[dst_offset] (same storage),
+  // complete when it returns.
+  virtual Status copy(KVBuffer& dst, size_t dst_offset, const KVBuffer& src, size_t src_offset,
+                      size_t bytes) = 0;
+};
+
+// Host memory: 64-byte aligned, zero-filled, plain memcpy.
+class HostKVStorage final : public KVStorage {
+ public:
+  std::string_view name() const override { return "host"; }
+  bool host_accessible() const override { return true; }
+  StatusOr<std::unique_ptr<KVBuffer>> allocate(size_t bytes) override;
+  Status copy(KVBuffer& dst, size_t dst_offset, const KVBuffer& src, size_t src_offset,
+              size_t bytes) override;
+};
+
+// A process-wide HostKVStorage (stateless, so sharing it is free).
+std::shared_ptr<KVStorage> host_kv_storage();
+
+}  // namespace pagedkv::kv

@@ -1,0 +1,276 @@
+// Qwen3 (dense) and Qwen3-MoE: pre-norm decoder layers with grouped-query
+// attention, per-head RMSNorm on q and k before RoPE, and either a gated SiLU MLP
+// or a sparse mixture of experts (qwen3_moe: every decoder_sparse_step-th layer not
+// listed in mlp_only_layers; softmax router, top num_experts_per_tok, optionally
+// renormalized by norm_topk_prob). Tensor names are Hugging Face's.
+#include <cmath>
+#include <cstring>
+
+#include "model/layers.h"
+#include "model/registry.h"
+
+namespace pagedkv::model {
+namespace {
+
+struct LayerWeights {
+  WeightPtr input_norm, post_norm;
+  AttentionWeights attn;
+  AttentionSpec spec;
+  bool is_moe = false;
+  MlpWeights mlp;
+  MoeWeights moe;
+};
+
+class Qwen3Model : public Model {
+ public:
+  const ModelConfig& config() const override { return cfg_; }
+  const KVGeometry& kv_geometry() const override { return geom_; }
+  Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
+
+  static StatusOr<std::unique_ptr<Model>> create(std::shared_ptr<const Checkpoint> ckpt,
+                                                 const LoadOptions& options, backend::Backend& be);
+
+ private:
+  std::shared_ptr<const Checkpoint> ckpt_;  // owns the mapped bytes the weights view
+  backend::Backend* be_ = nullptr;
+  ModelConfig cfg_;
+  KVGeometry geom_;
+  float eps_ = 1e-6f;
+  WeightPtr embed_, final_norm_, lm_head_owned_;
+  const backend::Weight* lm_head_ = nullptr;
+  std::vector<LayerWeights> layers_;
+};
+
+Status positive(const ConfigReader& c, const char* field, int64_t v) {
+  if (v <= 0 || v > (int64_t{1} << 30)) return c.error(field, "must be a positive integer");
+  return ok_status();
+}
+
+StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkpoint> ckpt,
+                                                    const LoadOptions& options,
+                                                    backend::Backend& be) {
+  std::unique_ptr<Qwen3Model> m(new Qwen3Model());
+  const ConfigReader& c = ckpt->config();
+  ModelConfig& mc = m->cfg_;
+  mc.source_path = ckpt->dir();
+  PKV_ASSIGN_OR_RETURN(mc.model_type, c.get_string("model_type"));
+  const bool moe_family = mc.model_type == "qwen3_moe";
+  int64_t v;
+  PKV_ASSIGN_OR_RETURN(v, c.get_int("vocab_size"));
+  PKV_RETURN_IF_ERROR(positive(c, "vocab_size", v));
+  mc.vocab_size = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(v, c.get_int("hidden_size"));
+  PKV_RETURN_IF_ERROR(positive(c, "hidden_size", v));
+  mc.hidden_size = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(v, c.get_int("num_hidden_layers"));
+  PKV_RETURN_IF_ERROR(positive(c, "num_hidden_layers", v));
+  mc.num_hidden_layers = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(v, c.get_int("num_attention_heads"));
+  PKV_RETURN_IF_ERROR(positive(c, "num_attention_heads", v));
+  mc.num_attention_heads = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(v, c.get_int_or("num_key_value_heads", mc.num_attention_heads));
+  PKV_RETURN_IF_ERROR(positive(c, "num_key_value_heads", v));
+  mc.num_key_value_heads = static_cast<int32_t>(v);
+  if (mc.num_attention_heads % mc.num_key_value_heads != 0)
+    return c.error("num_key_value_heads", "must divide num_attention_heads");
+  PKV_ASSIGN_OR_RETURN(v, c.get_int_or("head_dim", mc.hidden_size / mc.num_attention_heads));
+  PKV_RETURN_IF_ERROR(positive(c, "head_dim", v));
+  if (v > 1024) return c.error("head_dim", "must be at most 1024");
+  mc.head_dim = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(mc.max_position_embeddings, c.get_int_or("max_position_embeddings", 32768));
+  PKV_ASSIGN_OR_RETURN(mc.tie_word_embeddings, c.get_bool_or("tie_word_embeddings", false));
+  PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
+  for (int64_t e : eos) mc.eos_token_ids.push_back(static_cast<int32_t>(e));
+  PKV_ASSIGN_OR_RETURN(v, c.get_int_or("bos_token_id", -1));
+  mc.bos_token_id = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(c));
+  double eps;
+  PKV_ASSIGN_OR_RETURN(eps, c.get_double_or("rms_norm_eps", 1e-6));
+  m->eps_ = static_cast<float>(eps);
+  int64_t inter;
+  PKV_ASSIGN_OR_RETURN(inter, c.get_int("intermediate_size"));
+  PKV_RETURN_IF_ERROR(positive(c, "intermediate_size", inter));
+  bool attn_bias;
+  PKV_ASSIGN_OR_RETURN(attn_bias, c.get_bool_or("attention_bias", false));
+
+  // Layer types: explicit layer_types, else Qwen3's rule (sliding from
+  // max_window_layers on when use_sliding_window).
+  PKV_ASSIGN_OR_RETURN(auto layer_types, c.get_string_list_or_empty("layer_types"));
+  bool use_sw;
+  PKV_ASSIGN_OR_RETURN(use_sw, c.get_bool_or("use_sliding_window", false));
+  int64_t sw, max_window_layers;
+  PKV_ASSIGN_OR_RETURN(sw, c.get_int_or("sliding_window", 0));
+  PKV_ASSIGN_OR_RETURN(max_window_layers, c.get_int_or("max_window_layers", mc.num_hidden_layers));
+  if (layer_types.empty()) {
+    for (int32_t i = 0; i < mc.num_hidden_layers; ++i)
+      layer_types.push_back(use_sw && sw > 0 && i >= max_window_layers ? "sliding_attention"
+                                                                       : "full_attention");
+  }
+  if (static_cast<int32_t>(layer_types.size()) != mc.num_hidden_layers)
+    return c.error("layer_types", "must have num_hidden_layers entries");
+
+  // MoE fields.
+  int64_t num_experts = 0, top_k = 0, moe_inter = 0, sparse_step = 1;
+  bool norm_topk = false;
+  std::vector<int64_t> mlp_only;
+  if (moe_family) {
+    if (c.has("num_experts")) {
+      PKV_ASSIGN_OR_RETURN(num_experts, c.get_int("num_experts"));
+    } else {
+      PKV_ASSIGN_OR_RETURN(num_experts, c.get_int("num_local_experts"));
+    }
+    PKV_RETURN_IF_ERROR(positive(c, "num_experts", num_experts));
+    PKV_ASSIGN_OR_RETURN(top_k, c.get_int("num_experts_per_tok"));
+    PKV_RETURN_IF_ERROR(positive(c, "num_experts_per_tok", top_k));
+    if (top_k > num_experts) return c.error("num_experts_per_tok", "exceeds the number of experts");
+    PKV_ASSIGN_OR_RETURN(moe_inter, c.get_int("moe_intermediate_size"));
+    PKV_RETURN_IF_ERROR(positive(c, "moe_intermediate_size", moe_inter));
+    PKV_ASSIGN_OR_RETURN(sparse_step, c.get_int_or("decoder_sparse_step", 1));
+    PKV_ASSIGN_OR_RETURN(norm_topk, c.get_bool_or("norm_topk_prob", false));
+    PKV_ASSIGN_OR_RETURN(mlp_only, c.get_int_list_or_empty("mlp_only_layers"));
+  }
+
+  m->ckpt_ = ckpt;
+  m->be_ = &be;
+  const int64_t H = mc.hidden_size, V = mc.vocab_size, D = mc.head_dim;
+  const int64_t NH = mc.num_attention_heads, KVH = mc.num_key_value_heads;
+  PKV_ASSIGN_OR_RETURN(m->embed_, load_weight(*ckpt, be, "model.embed_tokens.weight", {V, H}));
+  PKV_ASSIGN_OR_RETURN(m->final_norm_, load_weight(*ckpt, be, "model.norm.weight", {H}));
+  if (mc.tie_word_embeddings && ckpt->find("lm_head.weight") == nullptr) {
+    m->lm_head_ = m->embed_.get();
+  } else {
+    PKV_ASSIGN_OR_RETURN(m->lm_head_owned_, load_weight(*ckpt, be, "lm_head.weight", {V, H}));
+    m->lm_head_ = m->lm_head_owned_.get();
+  }
+
+  m->geom_.num_layers = mc.num_hidden_layers;
+  m->geom_.num_kv_heads = mc.num_key_value_heads;
+  m->geom_.head_dim = mc.head_dim;
+  m->geom_.block_size = resolve_block_size(options, mc.cache);
+  m->geom_.dtype = options.kv_dtype;
+  m->geom_.groups = {CacheGroup{CacheGroupKind::kFullAttention, 0}};
+  m->geom_.layer_group.assign(mc.num_hidden_layers, 0);
+  m->geom_.layer_kv_source.assign(mc.num_hidden_layers, -1);
+
+  m->layers_.resize(mc.num_hidden_layers);
+  for (int32_t i = 0; i < mc.num_hidden_layers; ++i) {
+    LayerWeights& L = m->layers_[i];
+    std::string p = "model.layers." + std::to_string(i) + ".";
+    PKV_ASSIGN_OR_RETURN(L.input_norm, load_weight(*ckpt, be, p + "input_layernorm.weight", {H}));
+    PKV_ASSIGN_OR_RETURN(L.post_norm,
+                         load_weight(*ckpt, be, p + "post_attention_layernorm.weight", {H}));
+    std::string a = p + "self_attn.";
+    PKV_ASSIGN_OR_RETURN(L.attn.q, load_weight(*ckpt, be, a + "q_proj.weight", {NH * D, H}));
+    PKV_ASSIGN_OR_RETURN(L.attn.k, load_weight(*ckpt, be, a + "k_proj.weight", {KVH * D, H}));
+    PKV_ASSIGN_OR_RETURN(L.attn.v, load_weight(*ckpt, be, a + "v_proj.weight", {KVH * D, H}));
+    PKV_ASSIGN_OR_RETURN(L.attn.o, load_weight(*ckpt, be, a + "o_proj.weight", {H, NH * D}));
+    PKV_ASSIGN_OR_RETURN(L.attn.q_norm, load_weight(*ckpt, be, a + "q_norm.weight", {D}));
+    PKV_ASSIGN_OR_RETURN(L.attn.k_norm, load_weight(*ckpt, be, a + "k_norm.weight", {D}));
+    if (attn_bias) {
+      PKV_ASSIGN_OR_RETURN(L.attn.q_bias, load_weight(*ckpt, be, a + "q_proj.bias", {NH * D}));
+      PKV_ASSIGN_OR_RETURN(L.attn.k_bias, load_weight(*ckpt, be, a + "k_proj.bias", {KVH * D}));
+      PKV_ASSIGN_OR_RETURN(L.attn.v_bias, load_weight(*ckpt, be, a + "v_proj.bias", {KVH * D}));
+      PKV_ASSIGN_OR_RETURN(L.attn.o_bias, load_optional_weight(*ckpt, be, a + "o_proj.bias", {H}));
+    }
+    const std::string& lt = layer_types[i];
+    if (lt != "full_attention" && lt != "sliding_attention")
+      return c.error("layer_types", "entry " + std::to_string(i) + " '" + lt +
+                                        "' is not full_attention or sliding_attention");
+    L.spec.layer = i;
+    L.spec.kv_layer = i;
+    L.spec.num_heads = mc.num_attention_heads;
+    L.spec.num_kv_heads = mc.num_key_value_heads;
+    L.spec.head_dim = mc.head_dim;
+    L.spec.rms_eps = m->eps_;
+    L.spec.scale = 1.0f / std::sqrt(static_cast<float>(mc.head_dim));
+    L.spec.sliding_window = lt == "sliding_attention" ? static_cast<int32_t>(sw) : 0;
+    PKV_ASSIGN_OR_RETURN(L.spec.rope, parse_rope(c, mc.head_dim, lt));
+
+    bool in_mlp_only = false;
+    for (int64_t x : mlp_only) in_mlp_only |= x == i;
+    L.is_moe = moe_family && !in_mlp_only && num_experts > 0 && sparse_step > 0 &&
+               (i + 1) % sparse_step == 0;
+    std::string f = p + "mlp.";
+    if (L.is_moe) {
+      PKV_ASSIGN_OR_RETURN(L.moe.router,
+                           load_weight(*ckpt, be, f + "gate.weight", {num_experts, H}));
+      L.moe.top_k = static_cast<int32_t>(top_k);
+      L.moe.norm_topk_prob = norm_topk;
+      L.moe.experts.resize(static_cast<size_t>(num_experts));
+      for (int64_t e = 0; e < num_experts; ++e) {
+        std::string x = f + "experts." + std::to_string(e) + ".";
+        auto& ew = L.moe.experts[e];
+        PKV_ASSIGN_OR_RETURN(ew.gate,
+                             load_weight(*ckpt, be, x + "gate_proj.weight", {moe_inter, H}));
+        PKV_ASSIGN_OR_RETURN(ew.up, load_weight(*ckpt, be, x + "up_proj.weight", {moe_inter, H}));
+        PKV_ASSIGN_OR_RETURN(ew.down,
+                             load_weight(*ckpt, be, x + "down_proj.weight", {H, moe_inter}));
+      }
+    } else {
+      PKV_ASSIGN_OR_RETURN(L.mlp.gate, load_weight(*ckpt, be, f + "gate_proj.weight", {inter, H}));
+      PKV_ASSIGN_OR_RETURN(L.mlp.up, load_weight(*ckpt, be, f + "up_proj.weight", {inter, H}));
+      PKV_ASSIGN_OR_RETURN(L.mlp.down, load_weight(*ckpt, be, f + "down_proj.weight", {H, inter}));
+    }
+  }
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+Status Qwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
+  PKV_RETURN_IF_ERROR(validate_batch(batch, geom_, cfg_.vocab_size));
+  backend::Backend& be = *be_;
+  const int64_t T = batch.num_tokens();
+  const int64_t H = cfg_.hidden_size;
+  if (batch.path == KVPath::kFlat) {
+    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
+  }
+  KVAccess kv(batch, geom_);
+  std::vector<float> x(static_cast<size_t>(T * H)), h(x.size()), y(x.size());
+  be.embedding(batch.token_ids.data(), T, *embed_, x.data());
+  for (const LayerWeights& L : layers_) {
+    be.rms_norm(x.data(), T, *L.input_norm, eps_, false, h.data());
+    attention_block(be, L.spec, L.attn, batch, kv, h.data(), T, y.data());
+    be.add(x.data(), y.data(), T * H);
+    be.rms_norm(x.data(), T, *L.post_norm, eps_, false, h.data());
+    if (L.is_moe) {
+      moe_block(be, L.moe, h.data(), T, H, y.data());
+    } else {
+      gated_mlp(be, L.mlp, Activation::kSilu, h.data(), T, y.data());
+    }
+    be.add(x.data(), y.data(), T * H);
+  }
+  if (batch.path == KVPath::kFlat) {
+    for (const ForwardRow& row : batch.rows) row.flat->set_length(row.context_len + row.num_tokens);
+  }
+  // Logits for the requested positions only.
+  std::vector<int64_t> pick;
+  out->row_begin.clear();
+  out->row_count.clear();
+  for (const ForwardRow& row : batch.rows) {
+    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
+    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
+                : row.logits == LogitsRequest::kLast ? 1
+                                                     : 0;
+    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
+      pick.push_back(row.first_token + i);
+    out->row_count.push_back(n);
+  }
+  const int64_t P = static_cast<int64_t>(pick.size());
+  out->vocab_size = cfg_.vocab_size;
+  out->logits.assign(static_cast<size_t>(P * cfg_.vocab_size), 0.0f);
+  if (P == 0) return ok_status();
+  std::vector<float> sel(static_cast<size_t>(P * H));
+  for (int64_t i = 0; i < P; ++i)
+    std::memcpy(sel.data() + i * H, x.data() + pick[i] * H, H * sizeof(float));
+  be.rms_norm(sel.data(), P, *final_norm_, eps_, false, sel.data());
+  be.matmul(sel.data(), P, *lm_head_, out->logits.data());
+  return ok_status();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> create_qwen3(std::shared_ptr<const Checkpoint> ckpt,
+                                              const LoadOptions& options, backend::Backend& be) {
+  return Qwen3Model::create(std::move(ckpt), options, be);
+}
+
+}  // namespace pagedkv::model

@@ -1,0 +1,44 @@
+// FlatKVCache: the flat (non-paged) KV path — one request's K and V per layer in
+// one contiguous buffer each, laid out [capacity][num_kv_heads][head_dim], the same
+// per-token layout as a paged block. It is the rollback path behind
+// `use_block_paged_cache: false` / PAGEDKV_USE_BLOCK_PAGED_CACHE=0, and the
+// baseline the paged path is checked against bit for bit. Capacity grows in whole
+// tiles of `block_size` tokens, so attention walks the same 16-token tiles over it
+// as over a block table (forward_batch.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+
+namespace pagedkv::model {
+
+class FlatKVCache {
+ public:
+  explicit FlatKVCache(const KVGeometry& geometry);
+
+  // Makes room for at least `tokens` tokens (keeps existing contents).
+  void reserve(int32_t tokens);
+  int32_t capacity() const { return capacity_; }
+  // Tokens whose K/V have been written (maintained by the model).
+  int32_t length() const { return length_; }
+  void set_length(int32_t n) { length_ = n; }
+  // Drops everything (keeps the memory).
+  void clear() { length_ = 0; }
+
+  std::byte* k(int32_t layer) { return k_[layer].data(); }
+  std::byte* v(int32_t layer) { return v_[layer].data(); }
+  size_t token_bytes() const { return token_bytes_; }
+  size_t memory_bytes() const;
+
+ private:
+  KVGeometry geometry_;
+  size_t token_bytes_ = 0;  // one token's K (or V) in one layer
+  int32_t capacity_ = 0;
+  int32_t length_ = 0;
+  std::vector<std::vector<std::byte>> k_, v_;
+};
+
+}  // namespace pagedkv::model

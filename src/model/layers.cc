@@ -1,0 +1,343 @@
+// Shared layers (see layers.h).
+#include "model/layers.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "util/check.h"
+#include "util/knobs.h"
+
+namespace pagedkv::model {
+namespace {
+
+backend::WeightDType to_backend(DType d) {
+  switch (d) {
+    case DType::kBF16:
+      return backend::WeightDType::kBF16;
+    case DType::kF16:
+      return backend::WeightDType::kF16;
+    default:
+      return backend::WeightDType::kF32;
+  }
+}
+
+void add_bias(backend::Backend& be, float* y, int64_t T, const backend::Weight* bias, int64_t n,
+              std::vector<float>& tmp) {
+  if (bias == nullptr) return;
+  // Widen the bias once (an embedding lookup of row 0 of a [1][n] table).
+  tmp.resize(static_cast<size_t>(n));
+  int32_t zero = 0;
+  be.embedding(&zero, 1, *bias, tmp.data());
+  for (int64_t t = 0; t < T; ++t) be.add(y + t * n, tmp.data(), n);
+}
+
+}  // namespace
+
+StatusOr<WeightPtr> load_weight(const Checkpoint& ckpt, backend::Backend& be,
+                                const std::string& name, const std::vector<int64_t>& shape) {
+  PKV_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.require(name, shape));
+  backend::HostTensorView v;
+  v.dtype = to_backend(t->dtype);
+  v.rows = shape.size() == 2 ? shape[0] : 1;
+  v.cols = shape.size() == 2 ? shape[1] : shape[0];
+  v.data = t->data;
+  return be.upload(v);
+}
+
+StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backend& be,
+                                         const std::string& name,
+                                         const std::vector<int64_t>& shape) {
+  if (ckpt.find(name) == nullptr) return WeightPtr();
+  return load_weight(ckpt, be, name, shape);
+}
+
+StatusOr<backend::RopeParams> parse_rope(const ConfigReader& cfg, int32_t head_dim,
+                                         const std::string& layer_type) {
+  backend::RopeParams p;
+  double theta = 10000.0;
+  std::string type = "default";
+  double factor = 1.0;
+  double partial = 1.0;
+  PKV_ASSIGN_OR_RETURN(partial, cfg.get_double_or("partial_rotary_factor", 1.0));
+  auto read_params = [&](const ConfigReader& r) -> Status {
+    PKV_ASSIGN_OR_RETURN(theta, r.get_double_or("rope_theta", theta));
+    PKV_ASSIGN_OR_RETURN(type, r.get_string_or("rope_type", r.has("type") ? "" : "default"));
+    if (type.empty()) {
+      PKV_ASSIGN_OR_RETURN(type, r.get_string("type"));
+    }
+    PKV_ASSIGN_OR_RETURN(factor, r.get_double_or("factor", 1.0));
+    PKV_ASSIGN_OR_RETURN(partial, r.get_double_or("partial_rotary_factor", partial));
+    return ok_status();
+  };
+  if (cfg.has("rope_parameters")) {
+    PKV_ASSIGN_OR_RETURN(ConfigReader rp, cfg.sub("rope_parameters"));
+    if (rp.has(layer_type) && rp.json()[layer_type].is_object()) {
+      PKV_ASSIGN_OR_RETURN(ConfigReader per, rp.sub(layer_type));
+      PKV_RETURN_IF_ERROR(read_params(per));
+    } else {
+      PKV_RETURN_IF_ERROR(read_params(rp));
+    }
+  } else {
+    PKV_ASSIGN_OR_RETURN(theta, cfg.get_double_or("rope_theta", 10000.0));
+    if (cfg.has("rope_scaling")) {
+      PKV_ASSIGN_OR_RETURN(ConfigReader rs, cfg.sub("rope_scaling"));
+      double keep_theta = theta;
+      PKV_RETURN_IF_ERROR(read_params(rs));
+      theta = keep_theta;
+    }
+  }
+  if (!(theta > 0.0)) return cfg.error("rope_theta", "must be positive");
+  if (type == "linear") {
+    if (!(factor > 0.0)) return cfg.error("rope_parameters.factor", "must be positive");
+    p.position_scale = static_cast<float>(factor);
+  } else if (type != "default") {
+    return cfg.error("rope_parameters.rope_type",
+                     "'" + type + "' is not supported (supported: default, linear)");
+  }
+  if (!(partial > 0.0 && partial <= 1.0))
+    return cfg.error("partial_rotary_factor", "must be in (0, 1]");
+  p.theta = static_cast<float>(theta);
+  int32_t rot = static_cast<int32_t>(static_cast<double>(head_dim) * partial);
+  rot -= rot % 2;
+  if (rot <= 0) return cfg.error("partial_rotary_factor", "leaves no rotary dimensions");
+  p.rotary_dim = rot;
+  return p;
+}
+
+StatusOr<CacheConfig> read_cache_config(const ConfigReader& c) {
+  CacheConfig out;
+  if (c.has("use_block_paged_cache")) {
+    PKV_ASSIGN_OR_RETURN(bool v, c.get_bool_or("use_block_paged_cache", true));
+    out.use_block_paged_cache = v;
+  }
+  for (const char* f : {"paged_cache_memory_mb", "paged_cache_initial_memory_mb"}) {
+    if (!c.has(f)) continue;
+    PKV_ASSIGN_OR_RETURN(int64_t v, c.get_int(f));
+    if (v < 0) return c.error(f, "must be >= 0");
+    (std::string(f) == "paged_cache_memory_mb" ? out.paged_cache_memory_mb
+                                               : out.paged_cache_initial_memory_mb) =
+        static_cast<uint64_t>(v);
+  }
+  if (c.has("paged_block_size")) {
+    PKV_ASSIGN_OR_RETURN(int64_t v, c.get_int("paged_block_size"));
+    if (v < 1 || v > 256) return c.error("paged_block_size", "must be in [1, 256]");
+    out.paged_block_size = v;
+  }
+  return out;
+}
+
+int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache) {
+  if (options.block_size > 0) return options.block_size;
+  std::optional<uint64_t> cfg;
+  if (cache.paged_block_size) cfg = static_cast<uint64_t>(*cache.paged_block_size);
+  uint64_t v = resolve_knob<uint64_t>("PAGEDKV_PAGED_BLOCK_SIZE", cfg, 16);
+  if (v < 1 || v > 256) v = 16;
+  return static_cast<int32_t>(v);
+}
+
+bool resolve_use_block_paged_cache(const CacheConfig& c) {
+  return resolve_knob<bool>("PAGEDKV_USE_BLOCK_PAGED_CACHE", c.use_block_paged_cache, true);
+}
+
+Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size) {
+  if (batch.positions.size() != batch.token_ids.size())
+    return invalid_argument("forward batch: positions and token_ids differ in length");
+  int32_t next = 0;
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    const ForwardRow& row = batch.rows[r];
+    std::string where = "forward batch row " + std::to_string(r) + ": ";
+    if (row.num_tokens < 1) return invalid_argument(where + "num_tokens must be >= 1");
+    if (row.first_token != next)
+      return invalid_argument(where + "spans must be back to back (first_token " +
+                              std::to_string(row.first_token) + ", expected " +
+                              std::to_string(next) + ")");
+    if (row.context_len < 0) return invalid_argument(where + "negative context_len");
+    next = row.first_token + row.num_tokens;
+    if (next > batch.num_tokens()) return invalid_argument(where + "span runs past the tokens");
+    for (int32_t i = 0; i < row.num_tokens; ++i) {
+      int32_t id = batch.token_ids[row.first_token + i];
+      if (id < 0 || id >= vocab_size)
+        return invalid_argument(where + "token id " + std::to_string(id) +
+                                " is outside the vocabulary of " + std::to_string(vocab_size));
+      if (batch.positions[row.first_token + i] != row.context_len + i)
+        return invalid_argument(where + "position of token " + std::to_string(i) +
+                                " must be context_len + " + std::to_string(i));
+    }
+    int64_t total = static_cast<int64_t>(row.context_len) + row.num_tokens;
+    if (batch.path == KVPath::kPaged) {
+      if (batch.kv_store == nullptr)
+        return invalid_argument("forward batch: paged without kv_store");
+      if (row.block_tables.size() < geom.groups.size())
+        return invalid_argument(where + "needs one block table per cache group");
+      for (size_t g = 0; g < geom.groups.size(); ++g) {
+        if (static_cast<int64_t>(row.block_tables[g].size()) * geom.block_size < total)
+          return invalid_argument(where + "block table of group " + std::to_string(g) +
+                                  " covers fewer than " + std::to_string(total) + " tokens");
+      }
+    } else {
+      if (row.flat == nullptr) return invalid_argument(where + "flat path without a FlatKVCache");
+      if (row.flat->length() < row.context_len)
+        return invalid_argument(where + "flat cache holds " + std::to_string(row.flat->length()) +
+                                " tokens but context_len is " + std::to_string(row.context_len));
+    }
+  }
+  if (next != batch.num_tokens()) return invalid_argument("forward batch: tokens outside any row");
+  return ok_status();
+}
+
+KVAccess::KVAccess(const ForwardBatch& batch, const KVGeometry& geom) : batch_(batch), geom_(geom) {
+  token_bytes_ = static_cast<size_t>(geom.num_kv_heads) * geom.head_dim * kv_dtype_size(geom.dtype);
+}
+
+std::byte* KVAccess::k_base(size_t row, int32_t layer, int32_t tile) {
+  const ForwardRow& r = batch_.rows[row];
+  if (batch_.path == KVPath::kPaged) {
+    int32_t g = geom_.layer_group.empty() ? 0 : geom_.layer_group[layer];
+    return batch_.kv_store->k_block(layer, r.block_tables[g][tile]);
+  }
+  return r.flat->k(layer) + static_cast<size_t>(tile) * geom_.block_size * token_bytes_;
+}
+
+std::byte* KVAccess::v_base(size_t row, int32_t layer, int32_t tile) {
+  const ForwardRow& r = batch_.rows[row];
+  if (batch_.path == KVPath::kPaged) {
+    int32_t g = geom_.layer_group.empty() ? 0 : geom_.layer_group[layer];
+    return batch_.kv_store->v_block(layer, r.block_tables[g][tile]);
+  }
+  return r.flat->v(layer) + static_cast<size_t>(tile) * geom_.block_size * token_bytes_;
+}
+
+float* KVAccess::k_slot(size_t row, int32_t layer, int32_t pos) {
+  int32_t b = geom_.block_size;
+  return reinterpret_cast<float*>(k_base(row, layer, pos / b) + (pos % b) * token_bytes_);
+}
+
+float* KVAccess::v_slot(size_t row, int32_t layer, int32_t pos) {
+  int32_t b = geom_.block_size;
+  return reinterpret_cast<float*>(v_base(row, layer, pos / b) + (pos % b) * token_bytes_);
+}
+
+void KVAccess::tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
+                     std::vector<const float*>* v) {
+  k->resize(static_cast<size_t>(num_tiles));
+  v->resize(static_cast<size_t>(num_tiles));
+  for (int32_t t = 0; t < num_tiles; ++t) {
+    (*k)[t] = reinterpret_cast<const float*>(k_base(row, layer, t));
+    (*v)[t] = reinterpret_cast<const float*>(v_base(row, layer, t));
+  }
+}
+
+void attention_block(backend::Backend& be, const AttentionSpec& s, const AttentionWeights& w,
+                     const ForwardBatch& batch, KVAccess& kv, const float* h, int64_t T,
+                     float* out) {
+  const int64_t qd = static_cast<int64_t>(s.num_heads) * s.head_dim;
+  const int64_t kd = static_cast<int64_t>(s.num_kv_heads) * s.head_dim;
+  std::vector<float> q(static_cast<size_t>(T * qd)), k, v, attn(static_cast<size_t>(T * qd)), tmp;
+  be.matmul(h, T, *w.q, q.data());
+  add_bias(be, q.data(), T, w.q_bias.get(), qd, tmp);
+  if (w.q_norm)
+    be.rms_norm(q.data(), T * s.num_heads, *w.q_norm, s.rms_eps, s.qk_norm_one_plus, q.data());
+  be.rope(q.data(), T, s.num_heads, s.head_dim, batch.positions.data(), s.rope);
+  const bool writes_kv = s.kv_layer == s.layer;
+  if (writes_kv) {
+    k.resize(static_cast<size_t>(T * kd));
+    v.resize(static_cast<size_t>(T * kd));
+    be.matmul(h, T, *w.k, k.data());
+    add_bias(be, k.data(), T, w.k_bias.get(), kd, tmp);
+    be.matmul(h, T, *w.v, v.data());
+    add_bias(be, v.data(), T, w.v_bias.get(), kd, tmp);
+    if (w.k_norm)
+      be.rms_norm(k.data(), T * s.num_kv_heads, *w.k_norm, s.rms_eps, s.qk_norm_one_plus, k.data());
+    be.rope(k.data(), T, s.num_kv_heads, s.head_dim, batch.positions.data(), s.rope);
+    // Write this step's K/V into every row's KV view, before any row attends.
+    for (size_t r = 0; r < batch.rows.size(); ++r) {
+      const ForwardRow& row = batch.rows[r];
+      for (int32_t i = 0; i < row.num_tokens; ++i) {
+        int64_t t = row.first_token + i;
+        int32_t pos = batch.positions[t];
+        std::memcpy(kv.k_slot(r, s.layer, pos), k.data() + t * kd, kd * sizeof(float));
+        std::memcpy(kv.v_slot(r, s.layer, pos), v.data() + t * kd, kd * sizeof(float));
+      }
+    }
+  }
+  std::vector<const float*> kt, vt;
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    const ForwardRow& row = batch.rows[r];
+    int32_t last = row.context_len + row.num_tokens - 1;
+    int32_t ntiles = last / kv.block_size() + 1;
+    kv.tiles(r, s.kv_layer, ntiles, &kt, &vt);
+    backend::AttentionArgs a;
+    a.q = q.data() + row.first_token * qd;
+    a.out = attn.data() + row.first_token * qd;
+    a.num_tokens = row.num_tokens;
+    a.num_heads = s.num_heads;
+    a.num_kv_heads = s.num_kv_heads;
+    a.head_dim = s.head_dim;
+    a.positions = batch.positions.data() + row.first_token;
+    a.scale = s.scale;
+    a.tile = kv.block_size();
+    a.k_tiles = kt.data();
+    a.v_tiles = vt.data();
+    a.num_tiles = ntiles;
+    a.sliding_window = s.sliding_window;
+    be.attention(a);
+  }
+  be.matmul(attn.data(), T, *w.o, out);
+  add_bias(be, out, T, w.o_bias.get(), w.o->rows(), tmp);
+}
+
+void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
+               float* out) {
+  int64_t inter = w.gate->rows();
+  std::vector<float> g(static_cast<size_t>(T * inter)), u(static_cast<size_t>(T * inter));
+  be.matmul(h, T, *w.gate, g.data());
+  be.matmul(h, T, *w.up, u.data());
+  if (act == Activation::kSilu) {
+    be.silu_mul(g.data(), u.data(), T * inter, g.data());
+  } else {
+    be.gelu_tanh_mul(g.data(), u.data(), T * inter, g.data());
+  }
+  be.matmul(g.data(), T, *w.down, out);
+}
+
+void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
+               float* out) {
+  const int32_t E = static_cast<int32_t>(w.experts.size());
+  const int32_t K = w.top_k;
+  std::vector<float> logits(static_cast<size_t>(T * E));
+  be.matmul(h, T, *w.router, logits.data());
+  std::vector<int32_t> ids(static_cast<size_t>(T * K));
+  std::vector<float> wts(static_cast<size_t>(T * K));
+  be.topk_route(logits.data(), T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids.data(),
+                wts.data());
+  // results[t][rank][hidden]
+  std::vector<float> results(static_cast<size_t>(T * K * hidden));
+  std::vector<float> xin, yout;
+  std::vector<int64_t> slots;  // t * K + rank for each routed token
+  for (int32_t e = 0; e < E; ++e) {
+    slots.clear();
+    for (int64_t t = 0; t < T; ++t)
+      for (int32_t r = 0; r < K; ++r)
+        if (ids[t * K + r] == e) slots.push_back(t * K + r);
+    if (slots.empty()) continue;
+    int64_t M = static_cast<int64_t>(slots.size());
+    xin.resize(static_cast<size_t>(M * hidden));
+    yout.resize(static_cast<size_t>(M * hidden));
+    for (int64_t i = 0; i < M; ++i)
+      std::memcpy(xin.data() + i * hidden, h + (slots[i] / K) * hidden, hidden * sizeof(float));
+    gated_mlp(be, w.experts[e], w.act, xin.data(), M, yout.data());
+    for (int64_t i = 0; i < M; ++i) {
+      float wt = wts[slots[i]];
+      float* dst = results.data() + slots[i] * hidden;
+      const float* src = yout.data() + i * hidden;
+      for (int64_t d = 0; d < hidden; ++d) dst[d] = src[d] * wt;
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = out + t * hidden;
+    std::memcpy(o, results.data() + (t * K) * hidden, hidden * sizeof(float));
+    for (int32_t r = 1; r < K; ++r) be.add(o, results.data() + (t * K + r) * hidden, hidden);
+  }
+}
+
+}  // namespace pagedkv::model

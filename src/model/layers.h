@@ -1,0 +1,122 @@
+// Shared layers every family is assembled from: weight loading with shape checks,
+// RoPE parameters from config.json, the KV addressing of a forward batch (paged or
+// flat), the attention block (projections, q/k norm, RoPE, K/V write, attention,
+// output projection), the gated MLP and the top-k mixture of experts. A family
+// file (families/*.cc) only reads its config, names its tensors and strings these
+// together, so adding a family is one file plus, at most, a new layer here.
+//
+// All layers process the whole flattened batch (T tokens of every row) with one
+// matrix product per projection; per-row work (attention) loops over rows. Every
+// result is per token and M-invariant (backend.h), so batching never changes bits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/checkpoint.h"
+#include "model/flat_kv_cache.h"
+#include "model/forward_batch.h"
+#include "model/model.h"
+
+namespace pagedkv::model {
+
+using WeightPtr = std::unique_ptr<backend::Weight>;
+
+// Loads tensor `name` with exactly `shape` (1-D or 2-D) through the backend.
+StatusOr<WeightPtr> load_weight(const Checkpoint& ckpt, backend::Backend& be,
+                                const std::string& name, const std::vector<int64_t>& shape);
+// Same, or nullptr when the tensor is absent (optional biases).
+StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backend& be,
+                                         const std::string& name,
+                                         const std::vector<int64_t>& shape);
+
+// RoPE for a layer of type `layer_type` ("full_attention", "sliding_attention"):
+// rope_parameters[layer_type] when it is a per-layer-type map, else
+// rope_parameters, else the legacy rope_theta / rope_scaling / partial_rotary_factor.
+// rope_type "default" and "linear" are supported; others are InvalidArgument.
+StatusOr<backend::RopeParams> parse_rope(const ConfigReader& cfg, int32_t head_dim,
+                                         const std::string& layer_type);
+
+// Reads the optional paged-cache fields (CacheConfig) every family accepts.
+StatusOr<CacheConfig> read_cache_config(const ConfigReader& cfg);
+
+// The paged block size: options.block_size if set, else env PAGEDKV_PAGED_BLOCK_SIZE
+// (1..256), else config paged_block_size, else 16.
+int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache);
+
+// Checks a batch against the model before anything is written: spans inside the
+// token arrays and back to back, positions = context_len + i, ids < vocab, a KV
+// view of the right kind per row, block tables long enough.
+Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size);
+
+// Where each row's K/V live (f32 KV).
+class KVAccess {
+ public:
+  KVAccess(const ForwardBatch& batch, const KVGeometry& geom);
+  // Destination of position `pos` of batch row `row` in `layer`.
+  float* k_slot(size_t row, int32_t layer, int32_t pos);
+  float* v_slot(size_t row, int32_t layer, int32_t pos);
+  // Tile pointers covering positions [0, num_tiles * block_size).
+  void tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
+             std::vector<const float*>* v);
+  int32_t block_size() const { return geom_.block_size; }
+
+ private:
+  std::byte* k_base(size_t row, int32_t layer, int32_t tile);
+  std::byte* v_base(size_t row, int32_t layer, int32_t tile);
+  const ForwardBatch& batch_;
+  const KVGeometry& geom_;
+  size_t token_bytes_;
+};
+
+struct AttentionSpec {
+  int32_t layer = 0;     // this layer's index (its KV slot)
+  int32_t kv_layer = 0;  // the layer whose KV it reads (== layer unless KV-shared)
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  float rms_eps = 1e-6f;
+  bool qk_norm_one_plus = false;
+  backend::RopeParams rope;
+  int32_t sliding_window = 0;
+  float scale = 1.0f;
+};
+
+struct AttentionWeights {
+  WeightPtr q, k, v, o;
+  WeightPtr q_bias, k_bias, v_bias, o_bias;  // optional
+  WeightPtr q_norm, k_norm;                  // optional (qwen3: present)
+};
+
+// out[T][hidden] = o_proj(attention(h)); writes this step's K/V first.
+void attention_block(backend::Backend& be, const AttentionSpec& spec, const AttentionWeights& w,
+                     const ForwardBatch& batch, KVAccess& kv, const float* h, int64_t T,
+                     float* out);
+
+enum class Activation { kSilu, kGeluTanh };
+
+struct MlpWeights {
+  WeightPtr gate, up, down;
+};
+
+// out = down(act(gate(h)) * up(h)) for T rows.
+void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
+               float* out);
+
+struct MoeWeights {
+  WeightPtr router;  // [num_experts][hidden]
+  std::vector<MlpWeights> experts;
+  int32_t top_k = 1;
+  bool norm_topk_prob = false;
+  Activation act = Activation::kSilu;
+};
+
+// Sparse MoE: per token the top-k experts by softmax(router(h)); out = Σ_rank w·expert(h)
+// summed in rank order. Experts run on the tokens routed to them (M-invariant rows).
+void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
+               float* out);
+
+}  // namespace pagedkv::model

@@ -1,0 +1,114 @@
+// The abstract Model every family implements, the KV geometry it declares to the
+// engine, and load_model(): a Hugging Face checkpoint directory → a ready Model.
+//
+// A Model is stateless between forward() calls apart from its weights: every
+// request's state lives in the KV views (block tables + KVBlockStore, or a
+// FlatKVCache) that the engine passes in each ForwardBatch. One Model object is
+// driven by one thread (the engine's step loop); its kernels may fan out to the
+// backend's worker threads internally without changing any result.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/forward_batch.h"
+#include "pagedkv/status.h"
+
+namespace pagedkv::backend {
+class Backend;
+}
+
+namespace pagedkv::model {
+
+// What kind of KV a cache group holds.
+enum class CacheGroupKind : uint8_t {
+  kFullAttention = 0,  // every position kept
+  kSlidingWindow = 1,  // only the last `sliding_window` positions attended
+  kRecurrent = 2,      // fixed-size state per request (no per-token KV)
+};
+
+struct CacheGroup {
+  CacheGroupKind kind = CacheGroupKind::kFullAttention;
+  int32_t sliding_window = 0;  // kSlidingWindow only
+};
+
+// The shape of the KV the model needs. Attention layers store per token
+// num_kv_heads * head_dim elements of K and of V.
+struct KVGeometry {
+  int32_t num_layers = 0;  // all decoder layers
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 16;  // paged block size; the flat path uses it as its tile
+  KVDType dtype = KVDType::kF32;
+  std::vector<CacheGroup> groups;    // cache groups (qwen3: one full-attention group)
+  std::vector<int32_t> layer_group;  // per layer: its group, or -1 (no KV)
+  // Per layer: the layer whose KV it reads instead of its own (KV-shared layers),
+  // or -1. All -1 for qwen3.
+  std::vector<int32_t> layer_kv_source;
+
+  size_t bytes_per_token_per_layer() const {
+    return 2u * static_cast<size_t>(num_kv_heads) * head_dim * kv_dtype_size(dtype);
+  }
+};
+
+// The paged-cache fields a checkpoint's config.json may carry (names as the
+// reference spells them); unset fields leave the decision to env/defaults.
+struct CacheConfig {
+  std::optional<bool> use_block_paged_cache;
+  std::optional<uint64_t> paged_cache_memory_mb;
+  std::optional<uint64_t> paged_cache_initial_memory_mb;
+  std::optional<int64_t> paged_block_size;
+};
+
+// use_block_paged_cache: env PAGEDKV_USE_BLOCK_PAGED_CACHE > config > true.
+bool resolve_use_block_paged_cache(const CacheConfig& c);
+
+// Fields every family has (parsed from config.json).
+struct ModelConfig {
+  std::string model_type;
+  std::string source_path;  // the checkpoint directory
+  int32_t vocab_size = 0;
+  int32_t hidden_size = 0;
+  int32_t num_hidden_layers = 0;
+  int32_t num_attention_heads = 0;
+  int32_t num_key_value_heads = 0;
+  int32_t head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  std::vector<int32_t> eos_token_ids;  // from config.json / generation_config.json
+  int32_t bos_token_id = -1;
+  CacheConfig cache;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual const KVGeometry& kv_geometry() const = 0;
+
+  // Runs one step (forward_batch.h): writes the K/V of every token of every row
+  // into the row's KV view and fills `out` with the requested logits. Errors
+  // (a malformed batch: spans out of range, a block table too short, a token id
+  // outside the vocabulary) are InvalidArgument and leave `out` unspecified.
+  virtual Status forward(const ForwardBatch& batch, ForwardOutput* out) = 0;
+};
+
+struct LoadOptions {
+  KVDType kv_dtype = KVDType::kF32;
+  // Paged block size (= the attention tile of both paths). 0: env
+  // PAGEDKV_PAGED_BLOCK_SIZE > config.json paged_block_size > 16.
+  int32_t block_size = 0;
+  // The backend to run on; nullptr = the process-wide CPU backend.
+  backend::Backend* backend = nullptr;
+};
+
+// Loads `dir` (config.json + model.safetensors or model.safetensors.index.json).
+// Bad input (unknown model_type, missing/ill-typed field, a tensor missing or
+// shaped wrong for the config) is InvalidArgument naming the field/tensor and file.
+StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir,
+                                            const LoadOptions& options = {});
+
+}  // namespace pagedkv::model

@@ -1,0 +1,164 @@
+// LayerKVPool: layout, growth by generation swap (ids and bytes survive, a view
+// held across a grow stays readable), and the MemoryCoordinator following growth.
+#include "kv/layer_kv_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+
+#include "kv/paged_kv_cache.h"
+#include "kv/paged_kv_cache_adapter.h"
+#include "kv/pool_budget.h"
+#include "kv_test_util.h"
+
+namespace pagedkv::kv {
+namespace {
+
+KVGeometry small_geometry(KVDType dtype = KVDType::kF32) {
+  return KVGeometry{
+      .num_layers = 2, .num_kv_heads = 2, .head_dim = 4, .block_size = 4, .dtype = dtype};
+}
+
+uint8_t pattern(int layer, int kv, BlockId b, size_t i) {
+  return static_cast<uint8_t>(layer * 31 + kv * 17 + b * 7 + i);
+}
+
+void fill(LayerKVPool& pool, BlockId b) {
+  for (int l = 0; l < pool.geometry().num_layers; ++l) {
+    for (size_t i = 0; i < pool.block_bytes_per_layer(); ++i) {
+      pool.k_block(l, b)[i] = pattern(l, 0, b, i);
+      pool.v_block(l, b)[i] = pattern(l, 1, b, i);
+    }
+  }
+}
+
+bool holds_pattern(const PoolGeneration& gen, BlockId b) {
+  const size_t n = gen.geometry().block_bytes_per_layer();
+  for (int l = 0; l < gen.geometry().num_layers; ++l) {
+    for (size_t i = 0; i < n; ++i) {
+      if (gen.k_block(l, b)[i] != pattern(l, 0, b, i)) return false;
+      if (gen.v_block(l, b)[i] != pattern(l, 1, b, i)) return false;
+    }
+  }
+  return true;
+}
+
+TEST(LayerKVPoolTest, GeometryAndLayout) {
+  const KVGeometry g = small_geometry(KVDType::kBF16);
+  EXPECT_EQ(g.token_stride_bytes(), 2u * 4 * 2);
+  EXPECT_EQ(g.block_bytes_per_layer(), 4u * 16);
+  EXPECT_EQ(g.bytes_per_block(), 2u * 2 * 64);
+  auto pool = LayerKVPool::create(g, 5, host_kv_storage());
+  ASSERT_TRUE(pool.ok());
+  // Token-major: block b's row r starts at b * block_bytes + r * token_stride.
+  EXPECT_EQ((*pool)->k_block(1, 3) - (*pool)->k_block(1, 0), 3 * 64);
+  EXPECT_EQ((*pool)->total_bytes(), 5u * 256);
+  EXPECT_EQ(*parse_kv_dtype("BF16"), KVDType::kBF16);
+  EXPECT_EQ(*parse_kv_dtype("float16"), KVDType::kF16);
+  EXPECT_EQ(parse_kv_dtype("int8").status().code(), StatusCode::kInvalidArgument);
+  KVGeometry bad = g;
+  bad.head_dim = 0;
+  Status s = bad.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("head_dim"), std::string::npos);
+  EXPECT_FALSE(LayerKVPool::create(g, 1, host_kv_storage()).ok());
+}
+
+TEST(LayerKVPoolTest, GrowKeepsIdsAndBytesAndOldViewsStayReadable) {
+  auto created = LayerKVPool::create(small_geometry(), 4, host_kv_storage());
+  ASSERT_TRUE(created.ok());
+  LayerKVPool& pool = **created;
+  for (BlockId b = 1; b < 4; ++b) fill(pool, b);
+  std::shared_ptr<PoolGeneration> view = pool.generation();
+  const uint8_t* old_k = view->k_block(1, 2);
+  ASSERT_TRUE(pool.grow_to(9).ok());
+  EXPECT_EQ(pool.num_blocks(), 9);
+  EXPECT_EQ(pool.generation()->id(), 1u);
+  EXPECT_NE(pool.generation().get(), view.get());
+  // Ids keep their bytes in the new generation; new blocks are zero.
+  for (BlockId b = 1; b < 4; ++b) EXPECT_TRUE(holds_pattern(*pool.generation(), b)) << b;
+  for (BlockId b = 4; b < 9; ++b) {
+    for (size_t i = 0; i < pool.block_bytes_per_layer(); ++i) ASSERT_EQ(pool.k_block(0, b)[i], 0);
+  }
+  // The view taken before the grow still reads the old generation (ASan would flag
+  // a use-after-free here).
+  EXPECT_EQ(view->num_blocks(), 4);
+  EXPECT_EQ(view->id(), 0u);
+  EXPECT_TRUE(holds_pattern(*view, 2));
+  EXPECT_EQ(old_k[5], pattern(1, 0, 2, 5));
+  // Writes after the grow go to the new generation only.
+  pool.k_block(1, 2)[5] ^= 0xff;
+  EXPECT_EQ(old_k[5], pattern(1, 0, 2, 5));
+  view.reset();                       // dropping the last holder frees the old generation
+  EXPECT_TRUE(pool.grow_to(9).ok());  // no-op
+  EXPECT_EQ(pool.generation()->id(), 1u);
+}
+
+TEST(LayerKVPoolTest, MemoryCoordinatorFollowsGrowth) {
+  const KVGeometry g = small_geometry();
+  const uint64_t bpb = g.bytes_per_block();
+  MemoryCoordinator coord(bpb * 12);
+  ASSERT_TRUE(coord.update_pool("other", bpb * 2).ok());
+  {
+    PoolBudget budget;
+    budget.geometry = g;
+    budget.bytes_per_block = bpb;
+    budget.initial_blocks = 4;
+    budget.max_blocks = 40;
+    auto cache = PagedKVCache::create(budget, host_kv_storage(), &coord);
+    ASSERT_TRUE(cache.ok());
+    EXPECT_EQ(coord.owner_bytes("kv_pool"), 4 * bpb);
+    EXPECT_EQ(coord.used_bytes(), 6 * bpb);
+    auto grew = (*cache)->try_grow_pool(1);  // 4 → 8
+    ASSERT_TRUE(grew.ok());
+    EXPECT_TRUE(*grew);
+    EXPECT_EQ((*cache)->num_blocks(), 8);
+    EXPECT_EQ((*cache)->pool()->num_blocks(), 8);
+    EXPECT_EQ(coord.owner_bytes("kv_pool"), 8 * bpb);  // re-debited with the grown total
+    EXPECT_EQ(coord.used_bytes(), 10 * bpb);
+    // 8 → 16 would break the 12-block cap: refused, nothing changes.
+    auto refused = (*cache)->try_grow_pool(1);
+    EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ((*cache)->num_blocks(), 8);
+    EXPECT_EQ((*cache)->allocator().num_blocks(), 8);
+    EXPECT_EQ(coord.owner_bytes("kv_pool"), 8 * bpb);
+    // A refused grow falls through to eviction/ResourceExhausted in the adapter.
+    PagedKVCacheAdapter a((*cache).get());
+    a.reset_for_new_request();
+    ASSERT_TRUE(a.find_cached_prefix(testing::tokens(40, 1)).ok());
+    EXPECT_EQ(a.allocate_suffix_blocks(40).code(), StatusCode::kResourceExhausted);
+    ASSERT_TRUE(a.allocate_suffix_blocks(28).ok());  // 7 blocks fit
+    ASSERT_TRUE((*cache)->allocator().verify_integrity().ok());
+  }
+  EXPECT_EQ(coord.owner_bytes("kv_pool"), 0u);  // the pool's debit leaves with it
+  EXPECT_EQ(coord.used_bytes(), 2 * bpb);
+}
+
+TEST(LayerKVPoolTest, AdapterGrowthKeepsBytesOfLiveBlocks) {
+  PoolBudget budget;
+  budget.geometry = small_geometry();
+  budget.bytes_per_block = budget.geometry.bytes_per_block();
+  budget.initial_blocks = 3;
+  budget.max_blocks = 32;
+  auto cache = PagedKVCache::create(budget, host_kv_storage());
+  ASSERT_TRUE(cache.ok());
+  PagedKVCacheAdapter a((*cache).get());
+  a.reset_for_new_request();
+  const auto p = testing::tokens(8, 3);
+  ASSERT_TRUE(a.find_cached_prefix(p).ok());
+  ASSERT_TRUE(a.allocate_suffix_blocks(8).ok());
+  for (BlockId b : a.block_table()) fill(*(*cache)->pool(), b);
+  ASSERT_TRUE(a.record_tokens(p).ok());
+  const std::vector<BlockId> before(a.block_table().begin(), a.block_table().end());
+  PagedKVCacheAdapter b((*cache).get());
+  b.reset_for_new_request();
+  ASSERT_TRUE(b.find_cached_prefix(testing::tokens(20, 4)).ok());
+  ASSERT_TRUE(b.allocate_suffix_blocks(20).ok());  // forces a grow
+  EXPECT_GT((*cache)->num_blocks(), 3);
+  EXPECT_EQ(std::vector<BlockId>(a.block_table().begin(), a.block_table().end()), before);
+  for (BlockId blk : before) EXPECT_TRUE(holds_pattern(*(*cache)->pool()->generation(), blk));
+}
+
+}  // namespace
+}  // namespace pagedkv::kv

@@ -1,0 +1,300 @@
+// Loader tests: safetensors round trip and validation, config.json errors, shape
+// checks against the config, sharded and tied checkpoints, bf16 weights, and the
+// optional real-checkpoint gate (PAGEDKV_TEST_MODEL_PATH). Every bad input is a
+// tiny crafted file and must produce a Status that names what is wrong.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "model/checkpoint.h"
+#include "model/flat_kv_cache.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "test_util.h"
+
+namespace pagedkv::model {
+namespace {
+
+using namespace testing_util;
+
+std::string write_raw(const std::string& header, size_t data_bytes, const std::string& tag) {
+  std::string dir = temp_dir(tag);
+  std::string path = dir + "/x.safetensors";
+  std::string h = header;
+  std::string bytes(8, '\0');
+  uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(n >> (8 * i));
+  bytes += h;
+  bytes += std::string(data_bytes, '\x01');
+  write_text(path, bytes);
+  return path;
+}
+
+::testing::AssertionResult fails_with(const std::string& path, const std::string& needle) {
+  auto f = SafetensorsFile::open(path);
+  if (f.ok()) return ::testing::AssertionFailure() << "opened " << path;
+  if (f.status().code() != StatusCode::kInvalidArgument)
+    return ::testing::AssertionFailure() << "code " << f.status().to_string();
+  if (f.status().message().find(needle) == std::string::npos)
+    return ::testing::AssertionFailure()
+           << "message lacks '" << needle << "': " << f.status().message();
+  if (f.status().message().find(path) == std::string::npos)
+    return ::testing::AssertionFailure()
+           << "message does not name the file: " << f.status().message();
+  return ::testing::AssertionSuccess();
+}
+
+TEST(SafetensorsTest, RoundTripKeepsNamesShapesAndBytes) {
+  std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  std::vector<uint16_t> b = {7, 8};
+  std::vector<TensorToWrite> w = {
+      {"zeta", DType::kF32, {2, 3}, std::as_bytes(std::span(a))},
+      {"alpha", DType::kBF16, {2}, std::as_bytes(std::span(b))},
+      {"empty", DType::kF32, {0, 4}, {}},
+  };
+  std::string path = temp_dir("rt") + "/t.safetensors";
+  ASSERT_TRUE(write_safetensors(path, w, {{"format", "pt"}}).ok());
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ((*f)->tensors().size(), 3u);
+  EXPECT_EQ((*f)->metadata().at("format"), "pt");
+  const TensorInfo* z = (*f)->find("zeta");
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(z->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::memcmp(z->data, a.data(), 24), 0);
+  EXPECT_EQ((*f)->find("alpha")->dtype, DType::kBF16);
+  EXPECT_EQ((*f)->find("empty")->nbytes, 0u);
+  EXPECT_EQ((reinterpret_cast<uintptr_t>(z->data) -
+             reinterpret_cast<uintptr_t>((*f)->find("alpha")->data)),
+            4u);
+}
+
+TEST(SafetensorsTest, TruncatedFiles) {
+  std::string dir = temp_dir("trunc");
+  write_text(dir + "/a.safetensors", "abc");
+  EXPECT_TRUE(fails_with(dir + "/a.safetensors", "truncated"));
+  // Header length says 1000 but the file ends sooner.
+  std::string p = write_raw("{}", 0, "trunc2");
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(0xe8);
+  bytes[1] = 0x03;
+  write_text(p, bytes + "{}");
+  EXPECT_TRUE(fails_with(p, "runs past the end"));
+  // A valid file cut short inside the data section.
+  std::string ok =
+      write_raw(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 16, "trunc3");
+  ASSERT_TRUE(SafetensorsFile::open(ok).ok());
+  std::filesystem::resize_file(ok, std::filesystem::file_size(ok) - 4);
+  EXPECT_TRUE(fails_with(ok, "past the end of the data section"));
+}
+
+TEST(SafetensorsTest, OffsetPastTheEnd) {
+  EXPECT_TRUE(fails_with(
+      write_raw(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}})", 16, "past"),
+      "past the end"));
+}
+
+TEST(SafetensorsTest, OverlappingRanges) {
+  EXPECT_TRUE(fails_with(write_raw(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                                   R"("b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                                   16, "overlap"),
+                         "overlapping"));
+}
+
+TEST(SafetensorsTest, DtypeShapeMismatchUnknownDtypeDuplicatesAndBadJson) {
+  EXPECT_TRUE(
+      fails_with(write_raw(R"({"t":{"dtype":"F32","shape":[2,2],"data_offsets":[0,8]}})", 8, "mm"),
+                 "needs 16 bytes"));
+  EXPECT_TRUE(
+      fails_with(write_raw(R"({"t":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8, "dt"),
+                 "unsupported dtype"));
+  EXPECT_TRUE(fails_with(write_raw(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                   R"("t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                   8, "dup"),
+                         "appears twice"));
+  EXPECT_TRUE(fails_with(write_raw(R"({"t":)", 0, "json"), "not valid JSON"));
+  EXPECT_TRUE(
+      fails_with(write_raw(R"({"t":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, "neg"),
+                 "non-negative"));
+}
+
+::testing::AssertionResult load_fails_with(const std::string& dir, const std::string& needle) {
+  auto m = load_model(dir);
+  if (m.ok()) return ::testing::AssertionFailure() << "loaded " << dir;
+  if (m.status().message().find(needle) == std::string::npos)
+    return ::testing::AssertionFailure()
+           << "message lacks '" << needle << "': " << m.status().to_string();
+  if (m.status().code() != StatusCode::kInvalidArgument &&
+      m.status().code() != StatusCode::kNotFound)
+    return ::testing::AssertionFailure() << m.status().to_string();
+  return ::testing::AssertionSuccess();
+}
+
+TEST(LoaderTest, MissingTensorIsNamed) {
+  std::string d = make_tiny("qwen3", 1, "missing");
+  rewrite_tensors(d, [](std::vector<OwnedTensor>& ts) {
+    std::erase_if(
+        ts, [](const OwnedTensor& t) { return t.name == "model.layers.1.mlp.up_proj.weight"; });
+  });
+  EXPECT_TRUE(load_fails_with(d, "model.layers.1.mlp.up_proj.weight' is missing"));
+}
+
+TEST(LoaderTest, TensorShapedWrongForTheConfig) {
+  std::string d = make_tiny("qwen3", 1, "shape");
+  rewrite_tensors(d, [](std::vector<OwnedTensor>& ts) {
+    for (auto& t : ts)
+      if (t.name == "model.layers.0.self_attn.k_proj.weight") t.shape = {16, 128};
+  });
+  EXPECT_TRUE(load_fails_with(d, "model.layers.0.self_attn.k_proj.weight' in "));
+  EXPECT_TRUE(load_fails_with(d, "has shape [16, 128] but the config needs [32, 64]"));
+}
+
+TEST(LoaderTest, ConfigErrorsNameTheFieldAndFile) {
+  std::string d = make_tiny("qwen3", 1, "cfg");
+  auto cfg = read_json(d + "/config.json");
+  auto no_hidden = cfg;
+  no_hidden.erase("hidden_size");
+  write_text(d + "/config.json", no_hidden.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'hidden_size' is missing"));
+  EXPECT_TRUE(load_fails_with(d, d + "/config.json"));
+  auto typed = cfg;
+  typed["num_attention_heads"] = "4";
+  write_text(d + "/config.json", typed.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'num_attention_heads' must be an integer"));
+  auto unknown = cfg;
+  unknown["model_type"] = "llama9";
+  write_text(d + "/config.json", unknown.dump());
+  EXPECT_TRUE(load_fails_with(d, "'llama9' is not supported"));
+  auto rope = cfg;
+  rope["rope_parameters"]["rope_type"] = "yarn";
+  write_text(d + "/config.json", rope.dump());
+  EXPECT_TRUE(load_fails_with(d, "rope_type"));
+  write_text(d + "/config.json", "{not json");
+  EXPECT_TRUE(load_fails_with(d, "not valid JSON"));
+  EXPECT_TRUE(load_fails_with(d + "/nope", "does not exist"));
+}
+
+std::vector<float> all_logits(Model& m, const std::vector<int32_t>& ids) {
+  FlatKVCache flat(m.kv_geometry());
+  ForwardBatch b;
+  b.path = KVPath::kFlat;
+  b.add_row(ids, 0, LogitsRequest::kAll).flat = &flat;
+  ForwardOutput out;
+  EXPECT_TRUE(m.forward(b, &out).ok());
+  return out.logits;
+}
+
+TEST(LoaderTest, ShardedCheckpointEqualsSingleFile) {
+  std::string d = make_tiny("qwen3_moe", 3, "shard");
+  std::vector<int32_t> ids = {1, 5, 9, 200, 511, 0, 42};
+  auto single = load_model(d);
+  ASSERT_TRUE(single.ok()) << single.status().to_string();
+  auto want = all_logits(**single, ids);
+  // Split into two shards + index.
+  std::vector<OwnedTensor> ts;
+  rewrite_tensors(d, [&](std::vector<OwnedTensor>& t) { ts = t; });
+  std::string s = temp_dir("shard2");
+  std::filesystem::copy(d + "/config.json", s + "/config.json");
+  nlohmann::json index;
+  std::vector<TensorToWrite> a, b;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    auto& dst = i % 2 ? a : b;
+    dst.push_back({ts[i].name, ts[i].dtype, ts[i].shape, ts[i].bytes});
+    index["weight_map"][ts[i].name] =
+        i % 2 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  ASSERT_TRUE(write_safetensors(s + "/model-00001-of-00002.safetensors", a).ok());
+  ASSERT_TRUE(write_safetensors(s + "/model-00002-of-00002.safetensors", b).ok());
+  write_text(s + "/model.safetensors.index.json", index.dump());
+  auto sharded = load_model(s);
+  ASSERT_TRUE(sharded.ok()) << sharded.status().to_string();
+  auto got = all_logits(**sharded, ids);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
+  // An index naming a tensor its file lacks.
+  index["weight_map"]["model.extra.weight"] = "model-00001-of-00002.safetensors";
+  write_text(s + "/model.safetensors.index.json", index.dump());
+  EXPECT_TRUE(load_fails_with(s, "model.extra.weight"));
+}
+
+TEST(LoaderTest, TiedEmbeddingsUseTheEmbeddingAsLmHead) {
+  std::string d = make_tiny("qwen3", 4, "tied");
+  std::vector<int32_t> ids = {3, 1, 4, 1, 5};
+  // Untied model whose lm_head equals embed_tokens ...
+  std::vector<std::byte> embed;
+  rewrite_tensors(d, [&](std::vector<OwnedTensor>& ts) {
+    for (auto& t : ts)
+      if (t.name == "model.embed_tokens.weight") embed = t.bytes;
+    for (auto& t : ts)
+      if (t.name == "lm_head.weight") t.bytes = embed;
+  });
+  auto untied = load_model(d);
+  ASSERT_TRUE(untied.ok());
+  auto want = all_logits(**untied, ids);
+  // ... equals the tied model without lm_head.
+  rewrite_tensors(d, [&](std::vector<OwnedTensor>& ts) {
+    std::erase_if(ts, [](const OwnedTensor& t) { return t.name == "lm_head.weight"; });
+  });
+  EXPECT_TRUE(load_fails_with(d, "lm_head.weight"));  // untied config needs it
+  auto cfg = read_json(d + "/config.json");
+  cfg["tie_word_embeddings"] = true;
+  write_text(d + "/config.json", cfg.dump());
+  auto tied = load_model(d);
+  ASSERT_TRUE(tied.ok()) << tied.status().to_string();
+  EXPECT_TRUE((*tied)->config().tie_word_embeddings);
+  auto got = all_logits(**tied, ids);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
+}
+
+TEST(LoaderTest, Bf16CheckpointLoadsAndIsDeterministic) {
+  std::string d1 = make_tiny("qwen3", 5, "bf16a", DType::kBF16);
+  std::string d2 = make_tiny("qwen3", 5, "bf16b", DType::kBF16);
+  auto a = load_model(d1), b = load_model(d2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<int32_t> ids = {7, 8, 9};
+  auto la = all_logits(**a, ids), lb = all_logits(**b, ids);
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4));
+  std::string d3 = make_tiny("qwen3", 6, "bf16c", DType::kBF16);
+  auto c = load_model(d3);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(0, std::memcmp(la.data(), all_logits(**c, ids).data(), la.size() * 4));
+}
+
+TEST(LoaderTest, MalformedBatchIsRejected) {
+  std::string d = make_tiny("qwen3", 1, "batch");
+  auto m = load_model(d);
+  ASSERT_TRUE(m.ok());
+  FlatKVCache flat((*m)->kv_geometry());
+  ForwardBatch b;
+  b.path = KVPath::kFlat;
+  std::vector<int32_t> bad = {1, 512};
+  b.add_row(bad, 0, LogitsRequest::kLast).flat = &flat;
+  ForwardOutput out;
+  Status s = (*m)->forward(b, &out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos);
+  ForwardBatch p;
+  p.path = KVPath::kPaged;
+  std::vector<int32_t> ok = {1, 2};
+  p.add_row(ok, 0, LogitsRequest::kLast);
+  EXPECT_FALSE((*m)->forward(p, &out).ok());
+}
+
+// Optional: a real checkpoint. Unset or empty skips; set to a non-directory fails.
+TEST(RealCheckpointTest, LoadsAndRunsWhenConfigured) {
+  const char* env = std::getenv("PAGEDKV_TEST_MODEL_PATH");
+  if (env == nullptr || env[0] == '\0') GTEST_SKIP() << "PAGEDKV_TEST_MODEL_PATH not set";
+  std::string path = env;
+  ASSERT_TRUE(std::filesystem::is_directory(path))
+      << "PAGEDKV_TEST_MODEL_PATH=" << path << " is not a directory";
+  auto m = load_model(path);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  std::vector<int32_t> ids = {1, 2, 3, 4};
+  auto logits = all_logits(**m, ids);
+  ASSERT_EQ(logits.size(), 4u * (*m)->config().vocab_size);
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace pagedkv::model
