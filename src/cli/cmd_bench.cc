@@ -355,6 +355,8 @@ int bench_main(int argc, char** argv) {
                "checkpoint directory (default: a random `make-model --preset small` qwen3 made "
                "in a temp directory)");
   p.add_option("preset", "NAME", "make-model preset when --model is not given", "small");
+  p.add_option("layers", "N", "make-model: override the preset's layer count (0 = preset)", "0");
+  p.add_option("vocab", "N", "make-model: override the preset's vocabulary size (0 = preset)", "0");
   p.add_option("workload", "NAME", "chat | agent | nosharing", "chat");
   p.add_option("concurrency", "N[,N...]",
                "closed-loop clients; a comma list runs a sweep (e.g. 1,2,4,8,16)", "4");
@@ -428,6 +430,14 @@ int bench_main(int argc, char** argv) {
     model::MakeModelOptions mo;
     mo.preset = p.get("preset");
     mo.seed = 1;
+    auto layers = p.get_int("layers");
+    auto vocab = p.get_int("vocab");
+    if (!layers.ok() || !vocab.ok() || *layers < 0 || *vocab < 0 || *layers > 1024 ||
+        *vocab > (1 << 24))
+      return report_error("bench", invalid_argument("--layers and --vocab must be small "
+                                                    "non-negative integers"));
+    mo.num_layers = static_cast<int32_t>(*layers);
+    mo.vocab_size = static_cast<int32_t>(*vocab);
     mo.out_dir = temp;
     std::filesystem::create_directories(temp);
     Status ms = model::make_random_model(mo);
@@ -472,6 +482,9 @@ int bench_main(int argc, char** argv) {
   if (json) {
     nlohmann::ordered_json doc;
     doc["model"] = temp.empty() ? dir : "make-model --preset " + p.get("preset");
+    doc["hidden_size"] = model->config().hidden_size;
+    doc["num_layers"] = model->config().num_hidden_layers;
+    doc["vocab_size"] = model->config().vocab_size;
     doc["model_type"] = model->config().model_type;
     doc["runs"] = runs;
     std::cout << doc.dump(2) << "\n";
