@@ -38,9 +38,10 @@ BlockAllocator::BlockAllocator(int32_t num_blocks, int32_t block_size)
     : block_size_(block_size), seed_(process_seed()) {
   PKV_CHECK(num_blocks >= 1);
   PKV_CHECK(block_size >= 1);
+  record_lines_ = (32 + 4 * static_cast<size_t>(block_size_) + 63) / 64;
   blocks_.resize(1);  // the null block
-  content_.resize(1);
-  tokens_.resize(static_cast<size_t>(block_size_));
+  records_.resize(record_lines_);
+  content_hash_.resize(1);
   grow_to(num_blocks);
   stats_.grows = 0;  // the initial blocks are not a grow
 }
@@ -126,42 +127,50 @@ void BlockAllocator::queue_unlink(BlockId b) {
   num_free_cached_ -= blk.keyed;
 }
 
-uint64_t BlockAllocator::content_hash(const BlockKey& parent, const Digest256& extras_digest,
-                                      std::span<const int32_t> tokens) const {
-  uint64_t h = seed_;
-  h = mix(h, load_u64(parent.data()));
-  h = mix(h, load_u64(extras_digest.data()));
-  const size_t n = tokens.size();
-  size_t i = 0;
-  for (; i + 2 <= n; i += 2) {
-    uint64_t w;
-    std::memcpy(&w, tokens.data() + i, sizeof(w));
-    h = mix(h, w);
-  }
-  if (i < n) h = mix(h, static_cast<uint32_t>(tokens[i]));
-  return mix(h, n);
+BlockKey BlockAllocator::effective_parent(const BlockKey& parent, const Digest256& extras_digest) {
+  static const Digest256 kZero{};
+  if (extras_digest == kZero) return parent;
+  Sha256 h;
+  h.update(parent.data(), parent.size());
+  h.update(extras_digest.data(), extras_digest.size());
+  return h.finish();
 }
 
-bool BlockAllocator::content_equals(BlockId b, const BlockKey& parent,
-                                    const Digest256& extras_digest,
+uint64_t BlockAllocator::content_hash(const BlockKey& eff_parent, const int32_t* tokens) const {
+  // Two independent lanes halve the dependency chain of the multiply-xor mixer.
+  uint64_t a = mix(seed_, load_u64(eff_parent.data()));
+  uint64_t b = mix(~seed_, load_u64(eff_parent.data() + 8));
+  const size_t n = static_cast<size_t>(block_size_);
+  const auto* p = reinterpret_cast<const uint8_t*>(tokens);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a = mix(a, load_u64(p + 4 * i));
+    b = mix(b, load_u64(p + 4 * i + 8));
+  }
+  for (; i < n; ++i) a = mix(a, static_cast<uint32_t>(tokens[i]));
+  return mix(a, b);
+}
+
+uint64_t BlockAllocator::record_hash(BlockId b) const {
+  BlockKey ep;
+  std::memcpy(ep.data(), record(b), 32);
+  return content_hash(ep, reinterpret_cast<const int32_t*>(record(b) + 32));
+}
+
+bool BlockAllocator::content_equals(BlockId b, const BlockKey& eff_parent,
                                     std::span<const int32_t> tokens) const {
-  if (tokens.size() != static_cast<size_t>(block_size_)) return false;
-  const Content& c = content_[b];
-  return c.parent == parent && c.extras_digest == extras_digest &&
-         std::memcmp(tokens_.data() + static_cast<size_t>(b) * block_size_, tokens.data(),
-                     tokens.size() * sizeof(int32_t)) == 0;
+  const uint8_t* r = record(b);
+  return std::memcmp(r, eff_parent.data(), 32) == 0 &&
+         std::memcmp(r + 32, tokens.data(), tokens.size() * sizeof(int32_t)) == 0;
 }
 
 void BlockAllocator::index_insert(BlockId b) {
-  content_[b].hash =
-      content_hash(content_[b].parent, content_[b].extras_digest,
-                   std::span<const int32_t>(tokens_.data() + static_cast<size_t>(b) * block_size_,
-                                            static_cast<size_t>(block_size_)));
-  content_index_.insert(content_[b].hash, b);
+  content_hash_[b] = record_hash(b);
+  content_index_.insert(content_hash_[b], b);
 }
 
 void BlockAllocator::index_erase(BlockId b) {
-  PKV_CHECK_MSG(content_index_.erase(content_[b].hash, b), "content index lost a canonical block");
+  PKV_CHECK_MSG(content_index_.erase(content_hash_[b], b), "content index lost a canonical block");
 }
 
 void BlockAllocator::evict_key(BlockId b) {
@@ -242,9 +251,9 @@ BlockId BlockAllocator::lookup(const BlockKey& key) const { return table_find(ke
 BlockId BlockAllocator::lookup_content(const BlockKey& parent, const Digest256& extras_digest,
                                        std::span<const int32_t> tokens) const {
   if (tokens.size() != static_cast<size_t>(block_size_)) return kNullBlock;
-  const int32_t b = content_index_.find(
-      content_hash(parent, extras_digest, tokens),
-      [&](int32_t c) { return content_equals(c, parent, extras_digest, tokens); });
+  const BlockKey ep = effective_parent(parent, extras_digest);
+  const int32_t b = content_index_.find(content_hash(ep, tokens.data()),
+                                        [&](int32_t c) { return content_equals(c, ep, tokens); });
   return b < 0 ? kNullBlock : b;
 }
 
@@ -282,10 +291,9 @@ bool BlockAllocator::publish(BlockId b, const BlockKey& key, const BlockKey& par
   PKV_CHECK_MSG(!blk.keyed, "publish of an already keyed block");
   blk.keyed = true;
   blk.key = key;
-  content_[b].parent = parent;
-  content_[b].extras_digest = extras_digest;
-  std::memcpy(tokens_.data() + static_cast<size_t>(b) * block_size_, tokens.data(),
-              tokens.size() * sizeof(int32_t));
+  const BlockKey ep = effective_parent(parent, extras_digest);
+  std::memcpy(record(b), ep.data(), 32);
+  std::memcpy(record(b) + 32, tokens.data(), tokens.size() * sizeof(int32_t));
   if (prefix_table_.find_or_insert(BlockKeyHash()(key), b,
                                    [&](int32_t c) { return blocks_[c].key == key; }) >= 0) {
     duplicates_.emplace(key, b);
@@ -315,8 +323,8 @@ void BlockAllocator::grow_to(int32_t new_num_blocks) {
   const int32_t old = num_blocks();
   if (new_num_blocks <= old) return;
   blocks_.resize(static_cast<size_t>(new_num_blocks));
-  content_.resize(static_cast<size_t>(new_num_blocks));
-  tokens_.resize(static_cast<size_t>(new_num_blocks) * block_size_);
+  records_.resize(static_cast<size_t>(new_num_blocks) * record_lines_);
+  content_hash_.resize(static_cast<size_t>(new_num_blocks));
   for (BlockId b = new_num_blocks - 1; b >= old; --b) {
     if (b == kNullBlock) continue;
     queue_push_head(b);
@@ -363,7 +371,8 @@ Status BlockAllocator::verify_integrity() const {
   for (const BlockIndex::Slot& slot : prefix_table_.slots()) {
     const BlockId b = slot.block;
     if (b < 0) continue;
-    if (b <= 0 || b >= n || !blocks_[b].keyed || BlockKeyHash()(blocks_[b].key) != slot.hash) {
+    if (b <= 0 || b >= n || !blocks_[b].keyed ||
+        static_cast<uint32_t>(BlockKeyHash()(blocks_[b].key)) != slot.hash) {
       return internal_error("prefix table entry points at " + id_str(b) +
                             " which does not hold its key");
     }
@@ -394,10 +403,7 @@ Status BlockAllocator::verify_integrity() const {
       return internal_error("content index cannot reach " + id_str(b));
     }
     if (!is_canonical(b)) return internal_error("content index names non-canonical " + id_str(b));
-    const std::span<const int32_t> toks(tokens_.data() + static_cast<size_t>(b) * block_size_,
-                                        static_cast<size_t>(block_size_));
-    if (content_hash(content_[b].parent, content_[b].extras_digest, toks) != h ||
-        content_[b].hash != h) {
+    if (static_cast<uint32_t>(record_hash(b)) != slot.hash || content_hash_[b] != record_hash(b)) {
       return internal_error("content index hash stale for " + id_str(b));
     }
   }

@@ -1,4 +1,4 @@
-// BlockIndex: a flat open-addressing hash table from a 64-bit content hash to a
+// BlockIndex: a flat open-addressing hash table from a 64-bit hash to a
 // block id, used by BlockAllocator to find a cached block by its exact content in
 // one or two cache lines (linear probing, power-of-two capacity, load ≤ 1/2,
 // backward-shift deletion so there are no tombstones).
@@ -20,8 +20,11 @@ namespace pagedkv::kv {
 
 class BlockIndex {
  public:
+  // 8 bytes: the low 32 bits of the hash (enough to find the home slot of any
+  // table below 2^32 slots, and a 1-in-4-billion filter before the caller's
+  // exact comparison) and the block.
   struct Slot {
-    uint64_t hash = 0;
+    uint32_t hash = 0;
     int32_t block = -1;  // -1 = empty
   };
 
@@ -47,7 +50,7 @@ class BlockIndex {
     for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.block < 0) return -1;
-      if (s.hash == hash && match(s.block)) return s.block;
+      if (s.hash == static_cast<uint32_t>(hash) && match(s.block)) return s.block;
     }
   }
 
@@ -60,9 +63,9 @@ class BlockIndex {
     for (;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.block < 0) break;
-      if (s.hash == hash && match(s.block)) return s.block;
+      if (s.hash == static_cast<uint32_t>(hash) && match(s.block)) return s.block;
     }
-    slots_[i] = Slot{hash, block};
+    slots_[i] = Slot{static_cast<uint32_t>(hash), block};
     ++size_;
     return -1;
   }
@@ -73,7 +76,7 @@ class BlockIndex {
     size_t i = hash & mask_;
     for (;; i = (i + 1) & mask_) {
       if (slots_[i].block < 0) return false;
-      if (slots_[i].hash == hash && slots_[i].block == block) break;
+      if (slots_[i].hash == static_cast<uint32_t>(hash) && slots_[i].block == block) break;
     }
     // Backward-shift: pull later entries of the probe run into the hole when their
     // home slot does not lie cyclically in (hole, j].
@@ -96,7 +99,7 @@ class BlockIndex {
   void place(uint64_t hash, int32_t block) {
     size_t i = hash & mask_;
     while (slots_[i].block >= 0) i = (i + 1) & mask_;
-    slots_[i] = Slot{hash, block};
+    slots_[i] = Slot{static_cast<uint32_t>(hash), block};
   }
 
   void rehash(size_t capacity) {

@@ -182,6 +182,42 @@ int32_t PagedKVCacheAdapter::register_full_blocks_for_reuse() {
   return published;
 }
 
+StatusOr<int32_t> PagedKVCacheAdapter::install_restored_blocks(
+    std::span<const int32_t> prompt, int32_t n_blocks,
+    const std::function<Status(int32_t block_index, BlockId block)>& fill, int32_t* failed_block) {
+  if (failed_block) *failed_block = -1;
+  const int64_t b = cache_->block_size();
+  const int64_t own = num_tokens();
+  if (own % b != 0 || static_cast<int64_t>(block_table_.size()) * b != own ||
+      static_cast<int64_t>(keys_.size()) * b != own) {
+    return failed_precondition("install_restored_blocks: the history (" + std::to_string(own) +
+                               " tokens) is not whole published blocks");
+  }
+  if (static_cast<int64_t>(prompt.size()) < own ||
+      !std::equal(tokens_.begin(), tokens_.end(), prompt.begin())) {
+    return invalid_argument("install_restored_blocks: the prompt does not extend the history");
+  }
+  const int64_t first = own / b;
+  const int64_t limit = (static_cast<int64_t>(prompt.size()) - 1) / b;
+  const int32_t n = static_cast<int32_t>(std::min<int64_t>(n_blocks, limit - first));
+  if (n <= 0) return 0;
+  PKV_RETURN_IF_ERROR(allocate_suffix_blocks((first + n) * b));
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t index = static_cast<int32_t>(first) + i;
+    Status st = fill(index, block_table_[static_cast<size_t>(index)]);
+    if (!st.ok()) {
+      if (failed_block) *failed_block = index;
+      cache_->allocator().release_blocks(
+          std::span<const BlockId>(block_table_).subspan(static_cast<size_t>(first)));
+      block_table_.resize(static_cast<size_t>(first));
+      return st;
+    }
+  }
+  PKV_RETURN_IF_ERROR(
+      record_tokens(prompt.subspan(static_cast<size_t>(own), static_cast<size_t>(n * b))));
+  return n;
+}
+
 void PagedKVCacheAdapter::release_request() {
   if (!block_table_.empty()) cache_->allocator().release_blocks(block_table_);
   block_table_.clear();

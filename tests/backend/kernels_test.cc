@@ -53,6 +53,12 @@ TEST_P(MatmulTest, RowsAreBitIdenticalForAnyBatchSizeAndThreadCount) {
     matmul(x.data(), M, K, wp, dt, N, full3.data(), &three);
     EXPECT_TRUE(same_bits(full.data(), full2.data(), full.size()));
     EXPECT_TRUE(same_bits(full.data(), full3.data(), full.size()));
+    // The baseline-ISA build of the kernel gives the same bits as the AVX2 one.
+    std::vector<float> generic(M * N);
+    set_isa_for_testing(Isa::kGeneric);
+    matmul(x.data(), M, K, wp, dt, N, generic.data(), &two);
+    set_isa_for_testing(Isa::kAuto);
+    EXPECT_TRUE(same_bits(full.data(), generic.data(), full.size()));
     for (int64_t m = 0; m < M; ++m) {
       matmul(x.data() + m * K, 1, K, wp, dt, N, row.data(), &two);
       ASSERT_TRUE(same_bits(row.data(), full.data() + m * N, N)) << "row " << m;
@@ -186,6 +192,11 @@ TEST(KernelsTest, AttentionFlatEqualsPagedEqualsChunkedAndMatchesReference) {
   for (int32_t i = 0; i < T; ++i) run(kt_paged, vt_paged, i, 1, one.data() + i * NH * HD, &two);
   EXPECT_TRUE(same_bits(flat.data(), paged.data(), flat.size()));
   EXPECT_TRUE(same_bits(flat.data(), one.data(), flat.size()));
+  std::vector<float> generic(T * NH * HD);
+  set_isa_for_testing(Isa::kGeneric);
+  run(kt_flat, vt_flat, 0, T, generic.data(), &two);
+  set_isa_for_testing(Isa::kAuto);
+  EXPECT_TRUE(same_bits(flat.data(), generic.data(), flat.size()));
   for (int32_t i = 0; i < T; i += 5) {
     for (int32_t h = 0; h < NH; ++h) {
       int32_t g = h / (NH / KVH);

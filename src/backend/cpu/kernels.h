@@ -16,6 +16,11 @@
 
 namespace pagedkv::backend::cpu {
 
+// Which compiled variant the kernels use: kAuto = AVX2 when the CPU has it, else the
+// baseline build. Both give identical bits; the switch exists so tests can prove it.
+enum class Isa { kAuto, kGeneric };
+void set_isa_for_testing(Isa isa);
+
 // Σ a[i]·b[i] in the fixed 8-lane order.
 float dot_f32(const float* a, const float* b, int64_t n);
 
