@@ -11,6 +11,8 @@
 #include "model/checkpoint.h"
 #include "model/flat_kv_cache.h"
 #include "model/model.h"
+#include "model/pool_kv_store.h"
+#include "model/request_runner.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 
@@ -278,7 +280,24 @@ TEST(LoaderTest, MalformedBatchIsRejected) {
   p.path = KVPath::kPaged;
   std::vector<int32_t> ok = {1, 2};
   p.add_row(ok, 0, LogitsRequest::kLast);
-  EXPECT_FALSE((*m)->forward(p, &out).ok());
+  EXPECT_FALSE((*m)->forward(p, &out).ok());  // no kv_store, no block table
+  auto cache = make_paged_cache(**m);
+  ASSERT_TRUE(cache.ok());
+  PoolKVBlockStore store((*cache)->pool());
+  p.kv_store = &store;
+  for (int32_t bad_block : {0, -1, 1 << 30}) {
+    std::vector<int32_t> table = {bad_block};
+    p.rows[0].block_tables = {table};
+    s = (*m)->forward(p, &out);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("is not a block of the pool"), std::string::npos) << s.message();
+  }
+  std::vector<int32_t> good = {1};
+  p.rows[0].block_tables = {good};
+  EXPECT_TRUE((*m)->forward(p, &out).ok());
+  ForwardBatch gap = p;
+  gap.rows[0].first_token = 1;
+  EXPECT_FALSE((*m)->forward(gap, &out).ok());
 }
 
 // Optional: a real checkpoint. Unset or empty skips; set to a non-directory fails.
