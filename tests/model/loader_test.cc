@@ -178,6 +178,38 @@ TEST(LoaderTest, ConfigErrorsNameTheFieldAndFile) {
   EXPECT_TRUE(load_fails_with(d + "/nope", "does not exist"));
 }
 
+// qwen3_moe layer kinds: mlp_only_layers and decoder_sparse_step decide which
+// layers are dense; the loader then asks for dense tensors there (and experts elsewhere).
+TEST(LoaderTest, MoeLayerSelectionFollowsSparseStepAndMlpOnlyLayers) {
+  std::string d = make_tiny("qwen3_moe", 1, "moe_layers");
+  auto cfg = read_json(d + "/config.json");
+  auto only = cfg;
+  only["mlp_only_layers"] = {1};
+  write_text(d + "/config.json", only.dump());
+  EXPECT_TRUE(load_fails_with(d, "model.layers.1.mlp.gate_proj.weight' is missing"));
+  auto step = cfg;
+  step["decoder_sparse_step"] = 2;  // layer 0 dense, layer 1 sparse
+  write_text(d + "/config.json", step.dump());
+  EXPECT_TRUE(load_fails_with(d, "model.layers.0.mlp.gate_proj.weight' is missing"));
+  // Give layer 0 dense weights: now it loads.
+  rewrite_tensors(d, [](std::vector<OwnedTensor>& ts) {
+    std::vector<float> w(128 * 64, 0.01f), down(64 * 128, 0.01f);
+    auto bytes = [](const std::vector<float>& v) {
+      auto b = std::as_bytes(std::span(v));
+      return std::vector<std::byte>(b.begin(), b.end());
+    };
+    ts.push_back({"model.layers.0.mlp.gate_proj.weight", DType::kF32, {128, 64}, bytes(w)});
+    ts.push_back({"model.layers.0.mlp.up_proj.weight", DType::kF32, {128, 64}, bytes(w)});
+    ts.push_back({"model.layers.0.mlp.down_proj.weight", DType::kF32, {64, 128}, bytes(down)});
+  });
+  auto m = load_model(d);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  auto missing = cfg;
+  missing.erase("num_experts");
+  write_text(d + "/config.json", missing.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'num_local_experts' is missing"));
+}
+
 std::vector<float> all_logits(Model& m, const std::vector<int32_t>& ids) {
   FlatKVCache flat(m.kv_geometry());
   ForwardBatch b;
