@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cli/args.h"
+#include "cli/cold_session.h"
 #include "cli/command_registry.h"
 #include "cli/model_cli_util.h"
 #include "engine/sampler.h"
@@ -54,6 +55,9 @@ int generate_main(int argc, char** argv) {
   p.add_option("chunk", "N", "prefill chunk size in tokens (0 = whole prompt at once)", "0");
   p.add_flag("flat", "use the flat per-request KV path instead of the paged cache");
   p.add_flag("stats", "print prefix-cache and timing statistics");
+  p.add_flag("persist-cache",
+             "persist full KV blocks to the cold tier and restore them in later processes "
+             "(qwen3/qwen3_moe only; dir: PAGEDKV_COLD_CACHE_DIR, docs/cold-tier.md)");
   Status s = p.parse(argc, argv);
   if (!s.ok()) return report_error("generate", s);
   if (p.help_requested()) {
@@ -136,6 +140,13 @@ int generate_main(int argc, char** argv) {
     if (!c.ok()) return report_error("generate", c.status());
     cache = std::move(*c);
   }
+  std::unique_ptr<ColdSession> cold;
+  if (paged) {
+    auto c = ColdSession::open_if_enabled(
+        **model, dir, p.has("persist-cache") ? std::optional<bool>(true) : std::nullopt);
+    if (!c.ok()) return report_error("generate", c.status());
+    cold = std::move(*c);
+  }
   const bool stats = p.has("stats");
   if (stats) {
     std::cout << "[model] " << cfg.model_type << " layers=" << cfg.num_hidden_layers
@@ -152,6 +163,7 @@ int generate_main(int argc, char** argv) {
     auto t0 = Clock::now();
     auto cached = runner.begin(prompts[i]);
     if (!cached.ok()) return report_error("generate", cached.status());
+    if (cold) *cached += cold->restore(*runner.adapter(), prompts[i]);
     std::vector<float> logits;
     s = runner.prefill(static_cast<int32_t>(*chunk), model::LogitsRequest::kLast, &logits);
     if (!s.ok()) return report_error("generate", s);
@@ -186,8 +198,10 @@ int generate_main(int argc, char** argv) {
                 << (decode_ms > 0 ? 1000.0 * static_cast<double>(out.size()) / decode_ms : 0.0)
                 << "\n";
     }
+    if (cold) cold->end_turn(cold->capture(*runner.adapter()));
     runner.end(false);
   }
+  if (stats && cold) std::cout << cold->stats_line() << "\n";
   if (stats && cache) {
     const auto& cs = cache->stats();
     const auto& al = cache->allocator();

@@ -34,12 +34,14 @@ std::string id_str(BlockId b) { return "block " + std::to_string(b); }
 
 }  // namespace
 
-BlockAllocator::BlockAllocator(int32_t num_blocks, int32_t block_size) : block_size_(block_size) {
+BlockAllocator::BlockAllocator(int32_t num_blocks, int32_t block_size)
+    : block_size_(block_size), seed_(process_seed()) {
   PKV_CHECK(num_blocks >= 1);
   PKV_CHECK(block_size >= 1);
+  record_lines_ = (32 + 4 * static_cast<size_t>(block_size_) + 63) / 64;
   blocks_.resize(1);  // the null block
-  content_.resize(1);
-  tokens_.resize(static_cast<size_t>(block_size_));
+  records_.resize(record_lines_);
+  content_hash_.resize(1);
   grow_to(num_blocks);
   stats_.grows = 0;  // the initial blocks are not a grow
 }
@@ -57,8 +59,7 @@ const BlockKey* BlockAllocator::key_of(BlockId b) const {
 bool BlockAllocator::is_canonical(BlockId b) const {
   PKV_CHECK(b >= 0 && b < num_blocks());
   if (!blocks_[b].keyed) return false;
-  auto it = prefix_table_.find(blocks_[b].key);
-  return it != prefix_table_.end() && it->second == b;
+  return table_find(blocks_[b].key) == b;
 }
 
 std::vector<BlockId> BlockAllocator::free_queue() const {
@@ -126,70 +127,66 @@ void BlockAllocator::queue_unlink(BlockId b) {
   num_free_cached_ -= blk.keyed;
 }
 
-uint64_t BlockAllocator::content_hash(const BlockKey& parent, const Digest256& extras_digest,
-                                      std::span<const int32_t> tokens) const {
-  uint64_t h = process_seed();
-  h = mix(h, load_u64(parent.data()));
-  h = mix(h, load_u64(extras_digest.data()));
-  const size_t n = tokens.size();
-  size_t i = 0;
-  for (; i + 2 <= n; i += 2) {
-    uint64_t w;
-    std::memcpy(&w, tokens.data() + i, sizeof(w));
-    h = mix(h, w);
-  }
-  if (i < n) h = mix(h, static_cast<uint32_t>(tokens[i]));
-  return mix(h, n);
+BlockKey BlockAllocator::effective_parent(const BlockKey& parent, const Digest256& extras_digest) {
+  static const Digest256 kZero{};
+  if (extras_digest == kZero) return parent;
+  Sha256 h;
+  h.update(parent.data(), parent.size());
+  h.update(extras_digest.data(), extras_digest.size());
+  return h.finish();
 }
 
-bool BlockAllocator::content_equals(BlockId b, const BlockKey& parent,
-                                    const Digest256& extras_digest,
+uint64_t BlockAllocator::content_hash(const BlockKey& eff_parent, const int32_t* tokens) const {
+  // Two independent lanes halve the dependency chain of the multiply-xor mixer.
+  uint64_t a = mix(seed_, load_u64(eff_parent.data()));
+  uint64_t b = mix(~seed_, load_u64(eff_parent.data() + 8));
+  const size_t n = static_cast<size_t>(block_size_);
+  const auto* p = reinterpret_cast<const uint8_t*>(tokens);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    a = mix(a, load_u64(p + 4 * i));
+    b = mix(b, load_u64(p + 4 * i + 8));
+  }
+  for (; i < n; ++i) a = mix(a, static_cast<uint32_t>(tokens[i]));
+  return mix(a, b);
+}
+
+uint64_t BlockAllocator::record_hash(BlockId b) const {
+  BlockKey ep;
+  std::memcpy(ep.data(), record(b), 32);
+  return content_hash(ep, reinterpret_cast<const int32_t*>(record(b) + 32));
+}
+
+bool BlockAllocator::content_equals(BlockId b, const BlockKey& eff_parent,
                                     std::span<const int32_t> tokens) const {
-  if (tokens.size() != static_cast<size_t>(block_size_)) return false;
-  const Content& c = content_[b];
-  return c.parent == parent && c.extras_digest == extras_digest &&
-         std::memcmp(tokens_.data() + static_cast<size_t>(b) * block_size_, tokens.data(),
-                     tokens.size() * sizeof(int32_t)) == 0;
+  const uint8_t* r = record(b);
+  return std::memcmp(r, eff_parent.data(), 32) == 0 &&
+         std::memcmp(r + 32, tokens.data(), tokens.size() * sizeof(int32_t)) == 0;
 }
 
 void BlockAllocator::index_insert(BlockId b) {
-  const uint64_t h =
-      content_hash(content_[b].parent, content_[b].extras_digest,
-                   std::span<const int32_t>(tokens_.data() + static_cast<size_t>(b) * block_size_,
-                                            static_cast<size_t>(block_size_)));
-  content_index_.emplace(h, b);
+  content_hash_[b] = record_hash(b);
+  content_index_.insert(content_hash_[b], b);
 }
 
 void BlockAllocator::index_erase(BlockId b) {
-  const uint64_t h =
-      content_hash(content_[b].parent, content_[b].extras_digest,
-                   std::span<const int32_t>(tokens_.data() + static_cast<size_t>(b) * block_size_,
-                                            static_cast<size_t>(block_size_)));
-  auto [lo, hi] = content_index_.equal_range(h);
-  for (auto it = lo; it != hi; ++it) {
-    if (it->second == b) {
-      content_index_.erase(it);
-      return;
-    }
-  }
-  PKV_CHECK_MSG(false, "content index lost a canonical block");
+  PKV_CHECK_MSG(content_index_.erase(content_hash_[b], b), "content index lost a canonical block");
 }
 
 void BlockAllocator::evict_key(BlockId b) {
   Block& blk = blocks_[b];
   PKV_DCHECK(blk.keyed && !blk.in_queue);
-  auto it = prefix_table_.find(blk.key);
-  PKV_CHECK(it != prefix_table_.end());
-  if (it->second == b) {
+  if (prefix_table_.erase(BlockKeyHash()(blk.key), b)) {  // b was the table's block
     index_erase(b);
-    auto dup = duplicates_.find(blk.key);
-    if (dup != duplicates_.end()) {
-      // The key now names a surviving identical block.
-      it->second = dup->second;
-      duplicates_.erase(dup);
-      index_insert(it->second);
-    } else {
-      prefix_table_.erase(it);
+    if (!duplicates_.empty()) {
+      auto dup = duplicates_.find(blk.key);
+      if (dup != duplicates_.end()) {
+        // The key now names a surviving identical block.
+        const BlockId survivor = dup->second;
+        duplicates_.erase(dup);
+        prefix_table_.insert(BlockKeyHash()(blk.key), survivor);
+        index_insert(survivor);
+      }
     }
   } else {
     auto [lo, hi] = duplicates_.equal_range(blk.key);
@@ -243,19 +240,21 @@ Status BlockAllocator::allocate_with_hits(std::span<const BlockId> hits, int32_t
   return allocate(n_new, out_new);
 }
 
-BlockId BlockAllocator::lookup(const BlockKey& key) const {
-  auto it = prefix_table_.find(key);
-  return it == prefix_table_.end() ? kNullBlock : it->second;
+BlockId BlockAllocator::table_find(const BlockKey& key) const {
+  const int32_t b =
+      prefix_table_.find(BlockKeyHash()(key), [&](int32_t c) { return blocks_[c].key == key; });
+  return b < 0 ? kNullBlock : b;
 }
+
+BlockId BlockAllocator::lookup(const BlockKey& key) const { return table_find(key); }
 
 BlockId BlockAllocator::lookup_content(const BlockKey& parent, const Digest256& extras_digest,
                                        std::span<const int32_t> tokens) const {
   if (tokens.size() != static_cast<size_t>(block_size_)) return kNullBlock;
-  auto [lo, hi] = content_index_.equal_range(content_hash(parent, extras_digest, tokens));
-  for (auto it = lo; it != hi; ++it) {
-    if (content_equals(it->second, parent, extras_digest, tokens)) return it->second;
-  }
-  return kNullBlock;
+  const BlockKey ep = effective_parent(parent, extras_digest);
+  const int32_t b = content_index_.find(content_hash(ep, tokens.data()),
+                                        [&](int32_t c) { return content_equals(c, ep, tokens); });
+  return b < 0 ? kNullBlock : b;
 }
 
 void BlockAllocator::acquire(BlockId b) {
@@ -292,12 +291,11 @@ bool BlockAllocator::publish(BlockId b, const BlockKey& key, const BlockKey& par
   PKV_CHECK_MSG(!blk.keyed, "publish of an already keyed block");
   blk.keyed = true;
   blk.key = key;
-  content_[b].parent = parent;
-  content_[b].extras_digest = extras_digest;
-  std::memcpy(tokens_.data() + static_cast<size_t>(b) * block_size_, tokens.data(),
-              tokens.size() * sizeof(int32_t));
-  auto [it, inserted] = prefix_table_.try_emplace(key, b);
-  if (!inserted) {
+  const BlockKey ep = effective_parent(parent, extras_digest);
+  std::memcpy(record(b), ep.data(), 32);
+  std::memcpy(record(b) + 32, tokens.data(), tokens.size() * sizeof(int32_t));
+  if (prefix_table_.find_or_insert(BlockKeyHash()(key), b,
+                                   [&](int32_t c) { return blocks_[c].key == key; }) >= 0) {
     duplicates_.emplace(key, b);
     ++stats_.duplicates;
     return false;
@@ -325,8 +323,8 @@ void BlockAllocator::grow_to(int32_t new_num_blocks) {
   const int32_t old = num_blocks();
   if (new_num_blocks <= old) return;
   blocks_.resize(static_cast<size_t>(new_num_blocks));
-  content_.resize(static_cast<size_t>(new_num_blocks));
-  tokens_.resize(static_cast<size_t>(new_num_blocks) * block_size_);
+  records_.resize(static_cast<size_t>(new_num_blocks) * record_lines_);
+  content_hash_.resize(static_cast<size_t>(new_num_blocks));
   for (BlockId b = new_num_blocks - 1; b >= old; --b) {
     if (b == kNullBlock) continue;
     queue_push_head(b);
@@ -370,19 +368,25 @@ Status BlockAllocator::verify_integrity() const {
     }
     keyed += blk.keyed;
   }
-  for (const auto& [key, b] : prefix_table_) {
-    if (b <= 0 || b >= n || !blocks_[b].keyed || blocks_[b].key != key) {
+  for (const BlockIndex::Slot& slot : prefix_table_.slots()) {
+    const BlockId b = slot.block;
+    if (b < 0) continue;
+    if (b <= 0 || b >= n || !blocks_[b].keyed ||
+        static_cast<uint32_t>(BlockKeyHash()(blocks_[b].key)) != slot.hash) {
       return internal_error("prefix table entry points at " + id_str(b) +
                             " which does not hold its key");
+    }
+    if (table_find(blocks_[b].key) != b) {
+      return internal_error("prefix table holds " + id_str(b) + " twice or unreachably");
     }
   }
   for (const auto& [key, b] : duplicates_) {
     if (b <= 0 || b >= n || !blocks_[b].keyed || blocks_[b].key != key) {
       return internal_error("duplicate entry " + id_str(b) + " does not hold its key");
     }
-    auto it = prefix_table_.find(key);
-    if (it == prefix_table_.end()) return internal_error("duplicate of a key not in the table");
-    if (it->second == b) return internal_error(id_str(b) + " both canonical and duplicate");
+    const BlockId canonical = table_find(key);
+    if (canonical == kNullBlock) return internal_error("duplicate of a key not in the table");
+    if (canonical == b) return internal_error(id_str(b) + " both canonical and duplicate");
   }
   if (static_cast<size_t>(keyed) != prefix_table_.size() + duplicates_.size()) {
     return internal_error("keyed blocks (" + std::to_string(keyed) +
@@ -391,11 +395,15 @@ Status BlockAllocator::verify_integrity() const {
   if (content_index_.size() != prefix_table_.size()) {
     return internal_error("content index size differs from prefix table");
   }
-  for (const auto& [h, b] : content_index_) {
+  for (const BlockIndex::Slot& slot : content_index_.slots()) {
+    if (slot.block < 0) continue;
+    const BlockId b = slot.block;
+    const uint64_t h = slot.hash;
+    if (content_index_.find(h, [&](int32_t c) { return c == b; }) != b) {
+      return internal_error("content index cannot reach " + id_str(b));
+    }
     if (!is_canonical(b)) return internal_error("content index names non-canonical " + id_str(b));
-    const std::span<const int32_t> toks(tokens_.data() + static_cast<size_t>(b) * block_size_,
-                                        static_cast<size_t>(block_size_));
-    if (content_hash(content_[b].parent, content_[b].extras_digest, toks) != h) {
+    if (static_cast<uint32_t>(record_hash(b)) != slot.hash || content_hash_[b] != record_hash(b)) {
       return internal_error("content index hash stale for " + id_str(b));
     }
   }

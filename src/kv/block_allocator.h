@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "kv/block_hasher.h"
+#include "kv/block_index.h"
 #include "pagedkv/status.h"
 
 namespace pagedkv::kv {
@@ -162,7 +163,8 @@ class BlockAllocator {
  private:
   friend class BlockAllocatorTestPeer;  // corrupts state to prove verify_integrity catches it
 
-  struct Block {
+  // One cache line per block: a hit touches ref, links and key together.
+  struct alignas(64) Block {
     int32_t ref = 0;
     BlockId prev = -1;  // free-queue links (-1 = none)
     BlockId next = -1;
@@ -170,37 +172,48 @@ class BlockAllocator {
     bool keyed = false;
     BlockKey key{};
   };
-  // Content record of a keyed block (for the content index).
-  struct Content {
-    BlockKey parent{};
-    Digest256 extras_digest{};
+  // Content records (for the content index): per block, record_lines_ cache
+  // lines holding [effective parent: 32 bytes][token ids: 4 × block_size bytes],
+  // where the effective parent folds a block-0 extras digest into the parent
+  // (SHA-256(parent | extras_digest); just the parent when there are no extras),
+  // so one exact comparison of 32 + 4B contiguous bytes verifies a candidate.
+  struct alignas(64) Line {
+    uint8_t bytes[64];
   };
+  static BlockKey effective_parent(const BlockKey& parent, const Digest256& extras_digest);
+  uint8_t* record(BlockId b) { return records_[static_cast<size_t>(b) * record_lines_].bytes; }
+  const uint8_t* record(BlockId b) const {
+    return records_[static_cast<size_t>(b) * record_lines_].bytes;
+  }
 
   void queue_push_tail(BlockId b);
   void queue_push_head(BlockId b);
   void queue_unlink(BlockId b);
   void evict_key(BlockId b);
-  uint64_t content_hash(const BlockKey& parent, const Digest256& extras_digest,
-                        std::span<const int32_t> tokens) const;
-  bool content_equals(BlockId b, const BlockKey& parent, const Digest256& extras_digest,
-                      std::span<const int32_t> tokens) const;
+  uint64_t content_hash(const BlockKey& eff_parent, const int32_t* tokens) const;
+  uint64_t record_hash(BlockId b) const;
+  bool content_equals(BlockId b, const BlockKey& eff_parent, std::span<const int32_t> tokens) const;
+  BlockId table_find(const BlockKey& key) const;
   void index_insert(BlockId b);
   void index_erase(BlockId b);
 
   int32_t block_size_;
   std::vector<Block> blocks_;
-  std::vector<Content> content_;  // per block, valid while keyed
-  std::vector<int32_t> tokens_;   // per block, block_size_ ids, valid while keyed
+  size_t record_lines_;
+  std::vector<Line> records_;           // per block, valid while keyed
+  std::vector<uint64_t> content_hash_;  // per block: record_hash, valid while indexed
   BlockId head_ = -1;
   BlockId tail_ = -1;
   int32_t num_free_ = 0;
   int32_t num_free_cached_ = 0;
-  std::unordered_map<BlockKey, BlockId, BlockKeyHash> prefix_table_;
+  // Key → canonical block: a flat table indexed by the key's first 8 bytes, the
+  // full 32-byte key compared against blocks_[b].key (no key copies, no nodes).
+  BlockIndex prefix_table_;
   // Keyed duplicates (rare): key → blocks holding it that are not canonical.
   std::unordered_multimap<BlockKey, BlockId, BlockKeyHash> duplicates_;
-  // Content hash → canonical block; collisions of the 64-bit hash chain in a
-  // multimap and are resolved by exact comparison.
-  std::unordered_multimap<uint64_t, BlockId> content_index_;
+  // Content hash → canonical block; colliding hashes are resolved by exact comparison.
+  BlockIndex content_index_;
+  uint64_t seed_;  // per-process random seed of content_hash
   BlockAllocatorStats stats_;
 };
 

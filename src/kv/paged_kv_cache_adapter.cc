@@ -92,9 +92,11 @@ StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_
       alloc.acquire(hit);
       block_table_.push_back(hit);
       keys_.push_back(*alloc.key_of(hit));
-      tokens_.insert(tokens_.end(), toks.begin(), toks.end());
       ++hit_blocks;
     }
+    const auto hit_toks =
+        prompt.subspan(static_cast<size_t>(own), static_cast<size_t>(hit_blocks * b));
+    tokens_.insert(tokens_.end(), hit_toks.begin(), hit_toks.end());
   }
   stats.hit_blocks += static_cast<uint64_t>(hit_blocks);
   stats.hit_tokens += static_cast<uint64_t>(hit_blocks * b);
@@ -103,6 +105,7 @@ StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_
 }
 
 Status PagedKVCacheAdapter::allocate_suffix_blocks(int64_t total_tokens) {
+  if (total_tokens <= capacity_tokens()) return ok_status();  // the decode fast path
   const int64_t b = cache_->block_size();
   const int64_t need_blocks = (total_tokens + b - 1) / b;
   const int64_t have = static_cast<int64_t>(block_table_.size());
@@ -159,18 +162,60 @@ Status PagedKVCacheAdapter::record_tokens(std::span<const int32_t> tokens) {
         " are not covered by the block table (" + std::to_string(capacity_tokens()) +
         " tokens); call allocate_suffix_blocks first");
   }
-  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  if (tokens.size() == 1) {
+    tokens_.push_back(tokens[0]);
+  } else {
+    tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  }
   register_full_blocks_for_reuse();
   return ok_status();
 }
 
 int32_t PagedKVCacheAdapter::register_full_blocks_for_reuse() {
-  const int32_t full = num_full_blocks();
+  // Multiplication, not division: this runs for every decode token of every row.
+  const size_t b = static_cast<size_t>(cache_->block_size());
   int32_t published = 0;
-  for (int32_t i = static_cast<int32_t>(keys_.size()); i < full; ++i, ++published) {
-    publish_block(i);
+  while ((keys_.size() + 1) * b <= tokens_.size()) {
+    publish_block(static_cast<int32_t>(keys_.size()));
+    ++published;
   }
   return published;
+}
+
+StatusOr<int32_t> PagedKVCacheAdapter::install_restored_blocks(
+    std::span<const int32_t> prompt, int32_t n_blocks,
+    const std::function<Status(int32_t block_index, BlockId block)>& fill, int32_t* failed_block) {
+  if (failed_block) *failed_block = -1;
+  const int64_t b = cache_->block_size();
+  const int64_t own = num_tokens();
+  if (own % b != 0 || static_cast<int64_t>(block_table_.size()) * b != own ||
+      static_cast<int64_t>(keys_.size()) * b != own) {
+    return failed_precondition("install_restored_blocks: the history (" + std::to_string(own) +
+                               " tokens) is not whole published blocks");
+  }
+  if (static_cast<int64_t>(prompt.size()) < own ||
+      !std::equal(tokens_.begin(), tokens_.end(), prompt.begin())) {
+    return invalid_argument("install_restored_blocks: the prompt does not extend the history");
+  }
+  const int64_t first = own / b;
+  const int64_t limit = (static_cast<int64_t>(prompt.size()) - 1) / b;
+  const int32_t n = static_cast<int32_t>(std::min<int64_t>(n_blocks, limit - first));
+  if (n <= 0) return 0;
+  PKV_RETURN_IF_ERROR(allocate_suffix_blocks((first + n) * b));
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t index = static_cast<int32_t>(first) + i;
+    Status st = fill(index, block_table_[static_cast<size_t>(index)]);
+    if (!st.ok()) {
+      if (failed_block) *failed_block = index;
+      cache_->allocator().release_blocks(
+          std::span<const BlockId>(block_table_).subspan(static_cast<size_t>(first)));
+      block_table_.resize(static_cast<size_t>(first));
+      return st;
+    }
+  }
+  PKV_RETURN_IF_ERROR(
+      record_tokens(prompt.subspan(static_cast<size_t>(own), static_cast<size_t>(n * b))));
+  return n;
 }
 
 void PagedKVCacheAdapter::release_request() {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -91,6 +92,20 @@ class PagedKVCacheAdapter {
   // Ends a turn keeping blocks and history live for the owner's next turn
   // (publishes full blocks first).
   void finalize_turn_keep_live();
+
+  // Cold-tier restore hook (ColdTierWalk::restore_extend). Right after
+  // find_cached_prefix, when the history is whole blocks: reserves `n_blocks`
+  // blocks for the next whole blocks of `prompt` (capped so at least one prompt
+  // token is left to compute, as find_cached_prefix), calls fill(block_index,
+  // block) for each so the caller writes their K/V into the pool, and only when
+  // every fill succeeded records their tokens and publishes them into the prefix
+  // table. All-or-nothing: on any failure the reserved blocks are released, the
+  // adapter is unchanged, and *failed_block (when given) names the block whose fill
+  // failed (-1 for a reservation failure). Returns the number of blocks installed.
+  StatusOr<int32_t> install_restored_blocks(
+      std::span<const int32_t> prompt, int32_t n_blocks,
+      const std::function<Status(int32_t block_index, BlockId block)>& fill,
+      int32_t* failed_block = nullptr);
 
   // Grows the shared cache for a shortfall of `needed` blocks (see PagedKVCache).
   StatusOr<bool> try_grow_pool(int32_t needed) { return cache_->try_grow_pool(needed); }

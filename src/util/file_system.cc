@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -188,9 +189,22 @@ class PosixFileSystem final : public FileSystem {
       return errno_status("touch", path, errno);
     return ok_status();
   }
+
+  StatusOr<DiskSpace> disk_space(const std::string& path) override {
+    struct statvfs sv;
+    if (::statvfs(path.c_str(), &sv) != 0) return errno_status("statvfs", path, errno);
+    DiskSpace d;
+    d.total_bytes = static_cast<uint64_t>(sv.f_blocks) * sv.f_frsize;
+    d.free_bytes = static_cast<uint64_t>(sv.f_bavail) * sv.f_frsize;
+    return d;
+  }
 };
 
 }  // namespace
+
+StatusOr<DiskSpace> FileSystem::disk_space(const std::string& path) {
+  return failed_precondition("disk_space is not supported by this FileSystem ('" + path + "')");
+}
 
 FileSystem& FileSystem::posix() {
   static PosixFileSystem fs;
@@ -213,8 +227,8 @@ std::string join_path(const std::string& a, const std::string& b) {
 Status write_file_durably(FileSystem& fs, const std::string& path, std::span<const uint8_t> bytes,
                           uint32_t mode, SyncMode sync) {
   static std::atomic<uint64_t> counter{0};
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
-                    std::to_string(counter.fetch_add(1));
+  std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));
   auto file_or = fs.create_exclusive(tmp, mode);
   if (!file_or.ok()) return file_or.status();
   auto file = std::move(file_or).value();

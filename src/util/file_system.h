@@ -20,6 +20,12 @@ namespace pagedkv {
 
 enum class FileType { kRegular, kDirectory, kSymlink, kOther, kMissing };
 
+// Capacity of the file system holding a path (statvfs), in bytes.
+struct DiskSpace {
+  uint64_t total_bytes = 0;
+  uint64_t free_bytes = 0;  // available to unprivileged users (f_bavail)
+};
+
 struct FileInfo {
   FileType type = FileType::kMissing;
   uint64_t size = 0;
@@ -49,8 +55,7 @@ class FileSystem {
                                                                    uint32_t mode) = 0;
   // Reads a whole regular file; refuses symlinks, FIFOs and directories
   // (O_NOFOLLOW|O_NONBLOCK, then fstat). At most `max_bytes` are accepted.
-  virtual StatusOr<std::vector<uint8_t>> read_file(const std::string& path,
-                                                   uint64_t max_bytes) = 0;
+  virtual StatusOr<std::vector<uint8_t>> read_file(const std::string& path, uint64_t max_bytes) = 0;
   virtual Status rename(const std::string& from, const std::string& to) = 0;
   virtual Status remove(const std::string& path) = 0;
   // mkdir -p with `mode` for directories it creates.
@@ -62,6 +67,9 @@ class FileSystem {
   virtual StatusOr<std::vector<std::string>> list_dir(const std::string& dir) = 0;
   // Sets the modification time (used as "last use" by LRU policies).
   virtual Status touch(const std::string& path) = 0;
+  // Size and free space of the file system that holds `path` (statvfs). The
+  // default says "unsupported" so existing test doubles keep compiling.
+  virtual StatusOr<DiskSpace> disk_space(const std::string& path);
 };
 
 // temp (O_EXCL) → write → sync → rename → directory sync. The temp file lives in

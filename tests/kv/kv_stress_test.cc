@@ -5,6 +5,8 @@
 //
 // Beyond the allocator's own invariants it checks two things from the outside:
 //  - every block's refcount equals the number of block tables holding it;
+//  - every hit block's key equals the prompt's own SHA-256 key chain (the content
+//    index finds exactly what the prefix table holds);
 //  - "caching never changes an answer" at block level: a shadow array plays the
 //    model and writes (token, salt domain) into every slot before record_tokens;
 //    after each find_cached_prefix every cached position must read back exactly the
@@ -91,6 +93,21 @@ class Stress {
     }
   }
 
+  // The content-index lookup must name exactly the blocks whose SHA-256 keys the
+  // prompt's own key chain gives (same domain).
+  void check_keys(const PagedKVCacheAdapter& a, std::span<const int32_t> prompt, int64_t cached,
+                  int domain) {
+    std::vector<BlockKey> chain;
+    std::vector<ExtraKey> extras;
+    if (domain > 0) extras.push_back(salts_[domain - 1]);
+    hasher_.hash_chain(prompt.subspan(0, static_cast<size_t>(cached)), kBlock, extras, &chain);
+    ASSERT_LE(chain.size(), a.block_keys().size());
+    for (size_t i = 0; i < chain.size(); ++i) {
+      ASSERT_EQ(a.block_keys()[i], chain[i]) << "block " << i;
+      ASSERT_EQ(*cache_->allocator().key_of(a.block_table()[i]), chain[i]) << "block " << i;
+    }
+  }
+
   // Prompt for a new request or a new turn.
   std::vector<int32_t> make_prompt(const Sim& s) {
     std::vector<int32_t> p;
@@ -119,6 +136,7 @@ class Stress {
     ASSERT_TRUE(cached.ok()) << cached.status().to_string();
     ASSERT_LT(*cached, static_cast<int64_t>(prompt.size()));
     check_cached(*s.adapter, prompt, *cached, s.domain);
+    check_keys(*s.adapter, prompt, *cached, s.domain);
     Status st = s.adapter->allocate_suffix_blocks(static_cast<int64_t>(prompt.size()));
     if (!st.ok()) {
       ASSERT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
@@ -222,6 +240,7 @@ class Stress {
   std::vector<ExtraKey> salts_;
   std::vector<std::vector<int32_t>> systems_;
   std::vector<Sim> sims_;
+  BlockHasher hasher_;
   uint64_t exhausted_ = 0;
 };
 

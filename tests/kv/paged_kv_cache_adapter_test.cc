@@ -63,6 +63,8 @@ TEST(PagedKVCacheAdapterTest, IssueScenarioN11) {
   PagedKVCacheAdapter r2(cache.get());
   EXPECT_EQ(run_prompt(r2, p2), 48);
   EXPECT_EQ(table(r2), (V{1, 2, 3, 5}));
+  ASSERT_GE(r2.block_keys().size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(r2.block_keys()[i], chain[i]);
   for (BlockId b : {1, 2, 3}) EXPECT_EQ(alloc.refcount(b), 2);
   EXPECT_EQ(alloc.refcount(5), 1);
   ASSERT_TRUE(alloc.verify_integrity().ok());

@@ -1,0 +1,276 @@
+// The pagedkv engine: the embeddable API users drive. Submit requests (prompt
+// token ids, or chat messages rendered by a pluggable formatter), stream their
+// tokens, cancel them, read stats. Many requests run at once, continuously
+// batched: every step runs ONE model forward over every scheduled row (prefill
+// chunks and decode rows packed together, each with its own block table), and
+// requests whose prompts share a prefix share refcounted KV blocks
+// (docs/engine.md explains the scheduler, owners and preemption).
+//
+// Exactness: every request's logits and tokens are bit-identical to running it
+// alone through the flat (non-paged) path, whatever was batched with it, however
+// its prompt was chunked, and after preemption and recompute (DESIGN.md, "caching
+// never changes an answer"). Sampling draws token n (absolute position n in the
+// sequence prompt + completion) with sample_token(logits, params, n).
+//
+// Threads. Engine::start() runs the step loop on its own thread; submit(),
+// cancel(), release_owner(), stats() and every RequestHandle method are
+// thread-safe and may be called from any thread. Without start(), the caller
+// drives the engine with step() (deterministic tests); never both. The step
+// thread owns the model, the KV cache and all scheduler state, so none of those
+// take locks; callers talk to it through a mutex-protected inbox and each
+// request's handle (its own mutex + condition variable).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "pagedkv/status.h"
+
+namespace pagedkv::model {
+class Model;
+}
+
+namespace pagedkv::engine {
+
+// Renders chat messages (a JSON array of {"role", "content"} objects, as the
+// OpenAI API sends them) into prompt token ids. The tokenizer/chat-template
+// helpers provide one; until a formatter is configured, requests must carry
+// token ids.
+using PromptFormatter =
+    std::function<StatusOr<std::vector<int32_t>>(std::string_view messages_json)>;
+
+enum class FinishReason : uint8_t {
+  kNone = 0,   // still running
+  kStop,       // a stop token / stop sequence / the model's EOS
+  kLength,     // max_tokens reached
+  kCancelled,  // cancel() before it finished
+  kError,      // see RequestResult::error
+};
+std::string_view finish_reason_name(FinishReason r);  // "stop", "length", ...
+
+struct GenerateRequest {
+  // The prompt. Exactly one of `prompt` (token ids) and `messages_json` (rendered
+  // by EngineOptions::formatter at submit) must be non-empty.
+  std::vector<int32_t> prompt;
+  std::string messages_json;
+
+  // Sampling (temperature, top-k/p, min-p, seed), max_tokens and stop token ids.
+  SamplingParams sampling;
+  // Token sequences that end the request when the completion ends with one
+  // (the matched tokens are kept in the output).
+  std::vector<std::vector<int32_t>> stop_sequences;
+  // When false, the model's EOS ids (config.json eos_token_id) also stop.
+  bool ignore_eos = false;
+
+  // Separates content-addressed KV reuse between security domains (block 0's
+  // extra key); empty = the shared default domain. At most 256 bytes.
+  std::string cache_salt;
+  // prompt_cache_key: the owner (conversation) this request continues. A request
+  // with an owner keeps the owner's KV live after it ends
+  // (finalize_turn_keep_live), and the owner's next request re-uses it without a
+  // lookup. Empty = no owner.
+  std::string owner;
+
+  // Keep a copy of the logits row of every sampled position in the result
+  // (tests, logprobs). Costs vocab_size floats per token.
+  bool return_logits = false;
+  // Called on the step thread for every generated token, before it is queued
+  // on the handle. Must be quick and must not call back into the engine.
+  std::function<void(int32_t token)> on_token;
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV was reused at first admission
+  int64_t completion_tokens = 0;
+};
+
+struct Timings {
+  double queue_ms = 0;   // submit → first admitted
+  double ttft_ms = 0;    // submit → first token
+  double decode_ms = 0;  // first token → finished
+  double total_ms = 0;   // submit → finished
+};
+
+struct RequestResult {
+  FinishReason finish_reason = FinishReason::kNone;
+  Status error;                            // OK unless finish_reason == kError
+  std::vector<int32_t> tokens;             // the completion (a stop token / sequence included)
+  std::vector<std::vector<float>> logits;  // per sampled token, when return_logits
+  std::vector<double> token_ms;            // per token: ms since submit when it was produced
+  Usage usage;
+  Timings timings;
+  int32_t preemptions = 0;  // times this request was preempted and recomputed
+};
+
+// One submitted request. Thread-safe; shared between the caller and the engine.
+class RequestHandle {
+ public:
+  uint64_t id() const { return id_; }
+
+  // Blocks until the next token is available (returns it) or the request has
+  // finished and every token was taken (returns nullopt).
+  std::optional<int32_t> next_token();
+  // Non-blocking: the next queued token, or nullopt when none is queued now.
+  std::optional<int32_t> try_next_token();
+  // Blocks until the request finishes; the result stays valid as long as the handle.
+  const RequestResult& wait();
+  // Waits up to `timeout`; true when finished.
+  bool wait_for(std::chrono::milliseconds timeout);
+  bool done() const;
+  // Asks the engine to cancel; takes effect (and releases the request's blocks)
+  // at the next step. No effect once finished.
+  void cancel();
+  bool cancel_requested() const { return cancel_.load(std::memory_order_acquire); }
+
+  // Engine side (step thread).
+  RequestHandle(uint64_t id, std::function<void()> wake) : id_(id), wake_(std::move(wake)) {}
+  void push_token(int32_t token);
+  void finish(RequestResult result);
+
+ private:
+  const uint64_t id_;
+  std::function<void()> wake_;
+  std::atomic<bool> cancel_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int32_t> queue_;
+  bool finished_ = false;
+  RequestResult result_;
+};
+using RequestHandlePtr = std::shared_ptr<RequestHandle>;
+
+struct EngineOptions {
+  // Tokens per step, decode rows first, then prefill slices (config
+  // max_num_batched_tokens, env PAGEDKV_MAX_NUM_BATCHED_TOKENS).
+  std::optional<int64_t> max_num_batched_tokens;  // default 2048
+  // Requests running at once (config max_num_seqs, env PAGEDKV_MAX_NUM_SEQS).
+  std::optional<int64_t> max_num_seqs;  // default 64
+  // Free blocks admission keeps in reserve for running decodes, as a fraction
+  // of the max pool (config kv_free_watermark, env PAGEDKV_KV_FREE_WATERMARK).
+  std::optional<double> kv_free_watermark;  // default 0.01 (at least 1 block)
+  // An idle owner's live KV is released after this many seconds
+  // (config owner_idle_timeout_s, env PAGEDKV_OWNER_IDLE_TIMEOUT_S).
+  std::optional<double> owner_idle_timeout_s;  // default 600
+
+  // Pool sizing in MiB (the reference's config fields; env
+  // PAGEDKV_PAGED_CACHE_MEMORY_MB / PAGEDKV_PAGED_CACHE_INITIAL_MB win).
+  std::optional<uint64_t> paged_cache_memory_mb;
+  std::optional<uint64_t> paged_cache_initial_memory_mb;
+  // Exact pool size in blocks (counting the null block), overriding the MiB
+  // knobs: for tests and benchmarks that need a given pressure.
+  std::optional<int32_t> pool_max_blocks;
+  std::optional<int32_t> pool_initial_blocks;
+
+  // Renders GenerateRequest::messages_json (see PromptFormatter).
+  PromptFormatter formatter;
+};
+
+struct PoolStats {
+  int32_t num_blocks = 0;     // current pool (counting the null block)
+  int32_t max_blocks = 0;     // the pool may grow to this
+  int32_t used_blocks = 0;    // ref ≥ 1
+  int32_t free_blocks = 0;    // in the free queue (cached + unhashed)
+  int32_t cached_blocks = 0;  // free but keyed (evictable, still hittable)
+  int32_t block_size = 0;
+};
+
+struct EngineStats {
+  uint64_t steps = 0;
+  uint64_t forward_tokens = 0;  // tokens fed to the model
+  uint64_t submitted = 0;
+  uint64_t finished = 0;
+  uint64_t cancelled = 0;
+  uint64_t errors = 0;
+  uint64_t rejected = 0;  // submit() errors
+  uint64_t preemptions = 0;
+  uint64_t owners_expired = 0;
+  uint64_t prompt_tokens = 0;         // of admitted requests (first admission)
+  uint64_t cached_prompt_tokens = 0;  // ... served from cache
+  uint64_t completion_tokens = 0;
+  int32_t running = 0;
+  int32_t waiting = 0;
+  int32_t live_owners = 0;
+  PoolStats pool;
+  double forward_ms = 0;  // wall time inside Model::forward
+};
+
+// What one step() did.
+struct StepReport {
+  int32_t rows = 0;
+  int32_t decode_rows = 0;
+  int32_t prefill_rows = 0;
+  int32_t tokens = 0;
+  int32_t preempted = 0;
+  int32_t finished = 0;
+  bool idle() const { return rows == 0; }
+};
+
+class Engine {
+ public:
+  // Loads the checkpoint in `model_dir` (CPU backend) and builds the engine.
+  static StatusOr<std::unique_ptr<Engine>> open(const std::string& model_dir,
+                                                const EngineOptions& options = {});
+  // Wraps a loaded model (shared: tests also run it on the flat path).
+  static StatusOr<std::unique_ptr<Engine>> create(std::shared_ptr<model::Model> model,
+                                                  const EngineOptions& options = {});
+  ~Engine();  // stops the loop; unfinished requests end cancelled
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request (FCFS). Errors at once — InvalidArgument for a
+  // bad request (empty prompt, token outside the vocabulary, bad sampling
+  // params or salt), ResourceExhausted for a prompt that can never fit the
+  // largest pool — and then no handle is made.
+  StatusOr<RequestHandlePtr> submit(GenerateRequest request);
+  // Cancels by id; false when no such unfinished request.
+  bool cancel(uint64_t id);
+  // Drops an owner's live KV (its blocks stay cached until evicted). Applied at
+  // the next step; an owner whose request is running is released when it ends.
+  void release_owner(const std::string& owner);
+
+  // Runs the step loop on its own thread until stop() / destruction.
+  void start();
+  // Stops the loop (joins); queued and running requests stay queued.
+  void stop();
+  bool running() const;
+
+  // One scheduling step on the caller's thread (only when not start()ed).
+  StepReport step();
+  // step() until nothing is waiting or running; returns the number of steps.
+  int64_t run_until_idle(int64_t max_steps = INT64_MAX);
+
+  EngineStats stats() const;
+  // The admission width: min(max_num_seqs, usable blocks of the max pool) — each
+  // running row needs at least one block of its own.
+  int32_t max_concurrent_sequences() const;
+  int32_t max_num_batched_tokens() const;
+
+  // Checks the KV state (step thread / sync mode only): the allocator's
+  // verify_integrity(), and every block's refcount equal to the number of block
+  // tables (running requests and live owners) that hold it.
+  Status check_invariants() const;
+  // Blocks held by running requests or live owners (sync mode only).
+  int32_t held_blocks() const;
+
+  const model::Model& model() const;
+
+  class Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pagedkv::engine

@@ -1,0 +1,102 @@
+// `pagedkv detokenize`: decodes token ids with a Hugging Face tokenizer.json.
+// --ids "1 2 3" prints the text as is; --jsonl FILE (objects with an "ids"
+// array) prints one JSON string per line.
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/args.h"
+#include "cli/command_registry.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagedkv::cli {
+namespace {
+
+const char kName[] = "detokenize";
+
+StatusOr<std::vector<int32_t>> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::string t = s;
+  for (char& c : t) {
+    if (c == ',' || c == '[' || c == ']') c = ' ';
+  }
+  std::istringstream in(t);
+  std::string word;
+  while (in >> word) {
+    char* end = nullptr;
+    long v = std::strtol(word.c_str(), &end, 10);
+    if (end == word.c_str() || *end != '\0' || v < 0 || v > INT32_MAX) {
+      return invalid_argument("--ids: '" + word + "' is not a token id");
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+int run_detokenize(int argc, char** argv) {
+  ArgParser args(std::string("pagedkv ") + kName,
+                 "Decode token ids to text with a Hugging Face tokenizer.json.");
+  args.add_option("tokenizer", "FILE", "tokenizer.json to load (required)");
+  args.add_option("config", "FILE",
+                  "tokenizer_config.json (default: the one beside --tokenizer, if present)");
+  args.add_option("ids", "IDS", "ids separated by spaces or commas; prints the text");
+  args.add_option(
+      "jsonl", "FILE",
+      "decode the \"ids\" array of each JSON line of FILE; prints one JSON string per line");
+  args.add_flag("skip-special-tokens", "leave out special added tokens");
+  Status st = args.parse(argc, argv);
+  if (!st.ok()) return report_error(kName, st);
+  if (args.help_requested()) {
+    std::cout << args.help();
+    return 0;
+  }
+  if (!args.has("tokenizer"))
+    return report_error(kName, invalid_argument("--tokenizer is required"));
+  if (args.has("ids") == args.has("jsonl")) {
+    return report_error(kName, invalid_argument("give exactly one of --ids or --jsonl"));
+  }
+  auto tok = tokenizer::Tokenizer::load(args.get("tokenizer"), args.get_optional("config"));
+  if (!tok.ok()) return report_error(kName, tok.status());
+  const bool skip = args.has("skip-special-tokens");
+  if (args.has("ids")) {
+    auto ids = parse_ids(args.get("ids"));
+    if (!ids.ok()) return report_error(kName, ids.status());
+    std::cout << (*tok)->decode(*ids, skip) << "\n";
+    return 0;
+  }
+  std::ifstream in(args.get("jsonl"));
+  if (!in) return report_error(kName, not_found("cannot open --jsonl " + args.get("jsonl")));
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    const std::string where = args.get("jsonl") + ":" + std::to_string(lineno);
+    std::vector<int32_t> ids;
+    try {
+      auto j = nlohmann::json::parse(line);
+      if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array()) {
+        return report_error(kName,
+                            invalid_argument(where + ": expected an object with an \"ids\" array"));
+      }
+      for (const auto& v : j["ids"]) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+          return report_error(kName,
+                              invalid_argument(where + ": ids must be non-negative integers"));
+        }
+        ids.push_back(v.get<int32_t>());
+      }
+    } catch (const nlohmann::json::exception& e) {
+      return report_error(kName, invalid_argument(where + ": not valid JSON: " + e.what()));
+    }
+    std::cout << nlohmann::json((*tok)->decode(ids, skip)).dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+PKV_REGISTER_COMMAND("detokenize", "decode token ids to text (tokenizer.json)", run_detokenize);
+
+}  // namespace pagedkv::cli

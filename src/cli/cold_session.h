@@ -1,0 +1,54 @@
+// ColdSession: the cold tier as the model commands use it — decides whether the
+// tier is on for a loaded model (resolve_persist_cold: the family allowlist first,
+// then --persist-cache, PAGEDKV_PERSIST_PAGED_CACHE, config persist_paged_cache),
+// opens the store, derives the model fingerprint, and runs restore_extend after a
+// request's in-memory prefix hit and capture_chain after its turn, writing one
+// JSONL line of per-turn counter deltas (docs/cold-tier.md).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "kv/cold/cold_stats.h"
+#include "kv/cold/cold_tier_walk.h"
+#include "kv/paged_kv_cache_adapter.h"
+#include "model/model.h"
+
+namespace pagedkv::cli {
+
+class ColdSession {
+ public:
+  // nullptr (and OK) when the tier is off for this model. `caller_flag` is the
+  // command's --persist-cache (nullopt when not given).
+  static StatusOr<std::unique_ptr<ColdSession>> open_if_enabled(const model::Model& model,
+                                                                const std::string& model_dir,
+                                                                std::optional<bool> caller_flag);
+
+  // After adapter.find_cached_prefix(prompt): tokens restored from disk.
+  int64_t restore(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt);
+  // After the turn (before release): persists the request's full blocks.
+  cold::CaptureResult capture(kv::PagedKVCacheAdapter& adapter);
+  // Appends the turn's JSONL line (best effort).
+  void end_turn(const cold::CaptureResult& capture);
+
+  cold::ColdCacheStats stats() const { return store_->stats(); }
+  // "[cold] root=... hits=... misses=... ..." for --stats.
+  std::string stats_line() const;
+
+ private:
+  ColdSession() = default;
+  std::unique_ptr<cold::ColdStore> store_;
+  std::unique_ptr<cold::ColdTierWalk> walk_;
+  std::optional<cold::ColdTraceWriter> trace_;
+  cold::ColdCacheStats turn_start_;
+  uint64_t turn_ = 0;
+  int64_t last_restored_tokens_ = 0;
+};
+
+// SHA-256 (hex) over config.json and every *.safetensors file of `model_dir` (name,
+// size, and contents — whole files up to 256 MiB, else 64 KiB every 16 MiB).
+StatusOr<std::string> weight_identity(const std::string& model_dir);
+
+}  // namespace pagedkv::cli

@@ -1,0 +1,942 @@
+// The engine: request intake, owners, the continuous-batching scheduler and the
+// step loop (include/pagedkv/engine.h; docs/engine.md describes the policy).
+//
+// One step, on the step thread:
+//   1. drain the inbox (new requests join the waiting queue's tail, FCFS), apply
+//      owner releases, finish cancelled requests (their blocks go back now), and
+//      expire owners idle past the timeout;
+//   2. decode rows first: every running request whose next input is one sampled
+//      token gets one row, oldest first; a row that cannot get its next block
+//      expires idle owners (LRU), then preempts the NEWEST running request (which
+//      may be itself) until it can;
+//   3. prefill slices of running requests still prefilling, up to the budget;
+//   4. admission, FCFS: the head of the waiting queue is admitted when the blocks
+//      its prompt still needs (after prefix hits) fit in free + evictable +
+//      growable blocks above the watermark; otherwise admission stops (the head
+//      is never leapfrogged);
+//   5. ONE forward over every scheduled row; record the K/V; sample where a row
+//      reached its last position; finish requests that stopped.
+//
+// A request's sequence is prompt + completion. It is "prefilling" while more
+// than its last token lacks K/V (a new prompt, or a preempted request's prompt
+// and completion being recomputed); its last slice's logits sample the next
+// token. Recomputed K/V are the same bits (the kernels are chunk-invariant), and
+// the sampler draws token n from (seed, n), so a preempted request resumes
+// exactly where it was.
+#include <algorithm>
+#include <cmath>
+#include <list>
+#include <map>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/sampler.h"
+#include "kv/block_hasher.h"
+#include "kv/kv_storage.h"
+#include "kv/paged_kv_cache.h"
+#include "kv/paged_kv_cache_adapter.h"
+#include "kv/pool_budget.h"
+#include "model/model.h"
+#include "model/pool_kv_store.h"
+#include "model/request_runner.h"
+#include "pagedkv/engine.h"
+#include "util/check.h"
+#include "util/knobs.h"
+#include "util/logging.h"
+
+namespace pagedkv::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kEnvMaxBatchedTokens = "PAGEDKV_MAX_NUM_BATCHED_TOKENS";
+constexpr const char* kEnvMaxNumSeqs = "PAGEDKV_MAX_NUM_SEQS";
+constexpr const char* kEnvFreeWatermark = "PAGEDKV_KV_FREE_WATERMARK";
+constexpr const char* kEnvOwnerIdleTimeout = "PAGEDKV_OWNER_IDLE_TIMEOUT_S";
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// The state callers share with the step thread: new requests, owner releases
+// and the wake-up signal. Held by shared_ptr so a handle that outlives the
+// engine can still "wake" it harmlessly.
+struct Inbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool wake = false;
+  bool stop = false;
+  std::vector<std::string> owner_releases;
+  void notify() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      wake = true;
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+struct Owner;
+
+// One request inside the engine (step thread only, except while in the inbox).
+struct Seq {
+  uint64_t id = 0;
+  RequestHandlePtr handle;
+  GenerateRequest req;
+  std::vector<int32_t> tokens;  // prompt + completion
+  int64_t prompt_len = 0;
+  int64_t computed = 0;  // positions whose K/V are written (== adapter->num_tokens())
+  std::optional<kv::SaltDomain> salt;
+  std::vector<int32_t> stop_ids;  // stop_token_ids + EOS unless ignore_eos
+  std::unique_ptr<kv::PagedKVCacheAdapter> own_adapter;
+  kv::PagedKVCacheAdapter* adapter = nullptr;  // own_adapter, or the owner's
+  Owner* owner = nullptr;                      // bound owner while admitted
+  bool admitted_once = false;
+  bool preempted = false;  // waiting after a preemption
+  RequestResult result;
+  Clock::time_point submit_time;
+  Clock::time_point first_token_time;
+
+  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
+  int64_t completion() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
+  // Next input is exactly one sampled token.
+  bool is_decode() const { return completion() > 0 && pending() == 1; }
+};
+
+struct Owner {
+  std::string key;
+  std::unique_ptr<kv::PagedKVCacheAdapter> adapter;
+  std::optional<kv::SaltDomain> salt;
+  Seq* active = nullptr;
+  Clock::time_point last_used;
+  bool release_requested = false;
+};
+
+class Engine::Impl {
+ public:
+  Impl(std::shared_ptr<model::Model> model, const EngineOptions& options)
+      : model_(std::move(model)), options_(options), inbox_(std::make_shared<Inbox>()) {}
+  ~Impl();
+
+  Status init();
+  StatusOr<RequestHandlePtr> submit(GenerateRequest request);
+  bool cancel(uint64_t id);
+  void release_owner(const std::string& owner);
+  void start();
+  void stop();
+  bool running() const { return thread_.joinable(); }
+  StepReport step();
+  int64_t run_until_idle(int64_t max_steps);
+  EngineStats stats() const;
+  int32_t max_concurrent_sequences() const;
+  int32_t max_num_batched_tokens() const { return static_cast<int32_t>(max_batched_); }
+  Status check_invariants() const;
+  int32_t held_blocks() const;
+  const model::Model& model() const { return *model_; }
+
+ private:
+  enum class Admit { kAdmitted, kNoRoom, kFailed };
+  enum class Grow { kOk, kSelfGone };
+
+  void loop();
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  void drain_inbox(StepReport* rep);
+  void process_cancellations(StepReport* rep);
+  void expire_idle_owners(Clock::time_point now);
+  bool expire_lru_owner(const Owner* except);
+  void drop_owner(const std::string& key);
+  Admit try_admit(Seq* s);
+  void unbind(Seq* s, bool keep_live);
+  Grow ensure_blocks(Seq* s, int64_t total, StepReport* rep);
+  void preempt(Seq* v, StepReport* rep);
+  void finish(Seq* s, FinishReason reason, Status error = ok_status());
+  void finish_waiting_or_inbox(std::unique_ptr<Seq> s, FinishReason reason, Status error);
+  std::unique_ptr<Seq> take_running(Seq* s);
+  void insert_running(std::unique_ptr<Seq> s);
+  void update_stats_snapshot();
+  int64_t blocks_for(int64_t tokens) const {
+    const int64_t b = cache_->block_size();
+    return (tokens + b - 1) / b;
+  }
+  int64_t available_blocks() const {
+    return static_cast<int64_t>(cache_->allocator().num_free_blocks()) +
+           (cache_->max_blocks() - cache_->num_blocks());
+  }
+
+  std::shared_ptr<model::Model> model_;
+  EngineOptions options_;
+  int64_t max_batched_ = 2048;
+  int64_t max_seqs_ = 64;
+  int64_t watermark_blocks_ = 1;
+  double owner_idle_timeout_s_ = 600;
+  int64_t max_context_ = 0;
+  int32_t vocab_size_ = 0;
+
+  std::unique_ptr<kv::PagedKVCache> cache_;
+
+  std::shared_ptr<Inbox> inbox_;
+  std::vector<std::unique_ptr<Seq>> incoming_;                       // guarded by inbox_->mu
+  std::unordered_map<uint64_t, std::weak_ptr<RequestHandle>> live_;  // guarded by inbox_->mu
+  std::atomic<uint64_t> next_id_{1};
+  std::thread thread_;
+
+  // Step-thread state.
+  std::vector<std::unique_ptr<Seq>> running_;  // sorted by id (oldest first)
+  std::deque<std::unique_ptr<Seq>> waiting_;
+  std::unordered_map<std::string, std::unique_ptr<Owner>> owners_;
+  EngineStats counters_;
+
+  mutable std::mutex stats_mu_;
+  EngineStats snapshot_;   // guarded by stats_mu_
+  uint64_t rejected_ = 0;  // guarded by stats_mu_
+};
+
+Engine::Impl::~Impl() {
+  stop();
+  // Unfinished requests end cancelled so no caller waits forever.
+  {
+    std::vector<std::unique_ptr<Seq>> pending;
+    {
+      std::lock_guard<std::mutex> lk(inbox_->mu);
+      pending.swap(incoming_);
+    }
+    for (auto& s : pending)
+      finish_waiting_or_inbox(std::move(s), FinishReason::kCancelled, ok_status());
+  }
+  while (!waiting_.empty()) {
+    auto s = std::move(waiting_.front());
+    waiting_.pop_front();
+    finish_waiting_or_inbox(std::move(s), FinishReason::kCancelled, ok_status());
+  }
+  while (!running_.empty()) finish(running_.back().get(), FinishReason::kCancelled);
+  owners_.clear();  // adapters release their blocks before the cache goes
+}
+
+Status Engine::Impl::init() {
+  if (model_ == nullptr) return invalid_argument("engine: no model");
+  max_batched_ = resolve_knob<int64_t>(kEnvMaxBatchedTokens, options_.max_num_batched_tokens, 2048);
+  max_seqs_ = resolve_knob<int64_t>(kEnvMaxNumSeqs, options_.max_num_seqs, 64);
+  const double wm = resolve_knob<double>(kEnvFreeWatermark, options_.kv_free_watermark, 0.01);
+  owner_idle_timeout_s_ =
+      resolve_knob<double>(kEnvOwnerIdleTimeout, options_.owner_idle_timeout_s, 600.0);
+  if (max_batched_ < 1)
+    return invalid_argument("max_num_batched_tokens must be >= 1, got " +
+                            std::to_string(max_batched_));
+  if (max_seqs_ < 1)
+    return invalid_argument("max_num_seqs must be >= 1, got " + std::to_string(max_seqs_));
+  if (!(wm >= 0 && wm < 1))
+    return invalid_argument("kv_free_watermark must be in [0, 1), got " + std::to_string(wm));
+  if (!(owner_idle_timeout_s_ >= 0)) return invalid_argument("owner_idle_timeout_s must be >= 0");
+
+  const model::ModelConfig& mc = model_->config();
+  vocab_size_ = mc.vocab_size;
+  max_context_ = mc.max_position_embeddings;
+  const model::KVGeometry& mg = model_->kv_geometry();
+  if (mg.groups.size() != 1 || mg.groups[0].kind != model::CacheGroupKind::kFullAttention)
+    return invalid_argument("engine: the model declares " + std::to_string(mg.groups.size()) +
+                            " cache groups; the engine pages exactly one full-attention group "
+                            "for now");
+  if (options_.pool_max_blocks) {
+    kv::PoolBudget budget;
+    budget.geometry = model::pool_geometry(mg);
+    PKV_RETURN_IF_ERROR(budget.geometry.validate());
+    budget.bytes_per_block = budget.geometry.bytes_per_block();
+    budget.max_blocks = *options_.pool_max_blocks;
+    budget.initial_blocks = options_.pool_initial_blocks.value_or(budget.max_blocks);
+    if (budget.max_blocks < 2 || budget.initial_blocks < 2 ||
+        budget.initial_blocks > budget.max_blocks)
+      return invalid_argument(
+          "pool_max_blocks/pool_initial_blocks must satisfy 2 <= initial <= max");
+    budget.dynamic = budget.initial_blocks < budget.max_blocks;
+    budget.initial_bytes = budget.bytes_per_block * static_cast<uint64_t>(budget.initial_blocks);
+    budget.max_bytes = budget.bytes_per_block * static_cast<uint64_t>(budget.max_blocks);
+    budget.effective_window_tokens =
+        static_cast<int64_t>(budget.max_blocks - 1) * budget.geometry.block_size;
+    PKV_ASSIGN_OR_RETURN(cache_, kv::PagedKVCache::create(budget, kv::host_kv_storage()));
+  } else {
+    // The same sizing `pagedkv generate` uses: env > these options > config.json > default.
+    kv::PoolBudgetConfig pc;
+    pc.paged_cache_memory_mb = options_.paged_cache_memory_mb;
+    pc.paged_cache_initial_memory_mb = options_.paged_cache_initial_memory_mb;
+    PKV_ASSIGN_OR_RETURN(cache_, model::make_paged_cache(*model_, pc));
+  }
+  watermark_blocks_ = std::max<int64_t>(
+      1, static_cast<int64_t>(std::floor(wm * static_cast<double>(cache_->max_blocks() - 1))));
+  if (wm == 0) watermark_blocks_ = 0;
+  PKV_LOG(kInfo) << "engine: max_num_batched_tokens=" << max_batched_
+                 << " max_num_seqs=" << max_seqs_ << " watermark_blocks=" << watermark_blocks_
+                 << " owner_idle_timeout_s=" << owner_idle_timeout_s_
+                 << " max_concurrent_sequences=" << max_concurrent_sequences();
+  update_stats_snapshot();
+  return ok_status();
+}
+
+int32_t Engine::Impl::max_concurrent_sequences() const {
+  const int64_t usable = static_cast<int64_t>(cache_->max_blocks()) - 1 - watermark_blocks_;
+  return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(max_seqs_, usable)));
+}
+
+// ---------------------------------------------------------------------------
+// Caller-side API (any thread).
+
+StatusOr<RequestHandlePtr> Engine::Impl::submit(GenerateRequest req) {
+  auto reject = [&](Status s) -> StatusOr<RequestHandlePtr> {
+    std::lock_guard<std::mutex> lk(stats_mu_);
+    ++snapshot_.rejected;
+    ++rejected_;
+    return s;
+  };
+  if (!req.messages_json.empty()) {
+    if (!req.prompt.empty())
+      return reject(
+          invalid_argument("request: give either prompt token ids or messages_json, not both"));
+    if (!options_.formatter)
+      return reject(
+          invalid_argument("request: messages_json given but no chat formatter is configured "
+                           "(EngineOptions::formatter); send prompt token ids"));
+    auto rendered = options_.formatter(req.messages_json);
+    if (!rendered.ok()) return reject(rendered.status().with_context("request: messages_json"));
+    req.prompt = std::move(*rendered);
+  }
+  if (req.prompt.empty()) return reject(invalid_argument("request: the prompt is empty"));
+  for (size_t i = 0; i < req.prompt.size(); ++i) {
+    if (req.prompt[i] < 0 || req.prompt[i] >= vocab_size_)
+      return reject(invalid_argument(
+          "request: prompt token " + std::to_string(i) + " (id " + std::to_string(req.prompt[i]) +
+          ") is outside the vocabulary of " + std::to_string(vocab_size_)));
+  }
+  if (Status s = req.sampling.validate(); !s.ok())
+    return reject(s.with_context("request: sampling"));
+  const int64_t plen = static_cast<int64_t>(req.prompt.size());
+  if (max_context_ > 0 && plen > max_context_)
+    return reject(invalid_argument("request: the prompt has " + std::to_string(plen) +
+                                   " tokens, more than the model's max_position_embeddings (" +
+                                   std::to_string(max_context_) + ")"));
+  const int64_t usable = cache_->max_blocks() - 1;
+  if (blocks_for(plen) > usable)
+    return reject(resource_exhausted(
+        "request: the prompt of " + std::to_string(plen) + " tokens needs " +
+        std::to_string(blocks_for(plen)) + " KV blocks of " + std::to_string(cache_->block_size()) +
+        " tokens, but the largest pool holds " + std::to_string(usable) + " usable blocks (" +
+        std::to_string(usable * cache_->block_size()) +
+        " tokens); raise paged_cache_memory_mb or shorten the prompt"));
+  auto seq = std::make_unique<Seq>();
+  if (!req.cache_salt.empty()) {
+    auto salt = kv::salt_domain(req.cache_salt);
+    if (!salt.ok()) return reject(salt.status().with_context("request: cache_salt"));
+    seq->salt = *salt;
+  }
+  seq->id = next_id_.fetch_add(1);
+  std::weak_ptr<Inbox> weak = inbox_;
+  seq->handle = std::make_shared<RequestHandle>(seq->id, [weak] {
+    if (auto in = weak.lock()) in->notify();
+  });
+  seq->stop_ids = req.sampling.stop_token_ids;
+  if (!req.ignore_eos) {
+    for (int32_t e : model_->config().eos_token_ids) seq->stop_ids.push_back(e);
+  }
+  seq->prompt_len = plen;
+  seq->tokens = req.prompt;
+  seq->req = std::move(req);
+  seq->req.prompt.clear();
+  seq->req.prompt.shrink_to_fit();
+  seq->submit_time = Clock::now();
+  RequestHandlePtr handle = seq->handle;
+  {
+    std::lock_guard<std::mutex> lk(inbox_->mu);
+    live_[seq->id] = handle;
+    incoming_.push_back(std::move(seq));
+    inbox_->wake = true;
+  }
+  inbox_->cv.notify_all();
+  return handle;
+}
+
+bool Engine::Impl::cancel(uint64_t id) {
+  RequestHandlePtr h;
+  {
+    std::lock_guard<std::mutex> lk(inbox_->mu);
+    auto it = live_.find(id);
+    if (it == live_.end()) return false;
+    h = it->second.lock();
+  }
+  if (h == nullptr || h->done()) return false;
+  h->cancel();
+  return true;
+}
+
+void Engine::Impl::release_owner(const std::string& owner) {
+  {
+    std::lock_guard<std::mutex> lk(inbox_->mu);
+    inbox_->owner_releases.push_back(owner);
+    inbox_->wake = true;
+  }
+  inbox_->cv.notify_all();
+}
+
+void Engine::Impl::start() {
+  if (thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lk(inbox_->mu);
+    inbox_->stop = false;
+  }
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::Impl::stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lk(inbox_->mu);
+    inbox_->stop = true;
+  }
+  inbox_->cv.notify_all();
+  thread_.join();
+}
+
+void Engine::Impl::loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(inbox_->mu);
+      if (inbox_->stop) return;
+      if (!has_work() && incoming_.empty() && inbox_->owner_releases.empty() && !inbox_->wake) {
+        // Idle: wake for new work, or now and then to expire idle owners.
+        const auto idle = std::chrono::milliseconds(
+            owners_.empty()
+                ? 1000
+                : std::clamp<int64_t>(static_cast<int64_t>(owner_idle_timeout_s_ * 250), 1, 1000));
+        inbox_->cv.wait_for(lk, idle, [&] {
+          return inbox_->stop || inbox_->wake || !incoming_.empty() ||
+                 !inbox_->owner_releases.empty();
+        });
+        if (inbox_->stop) return;
+      }
+      inbox_->wake = false;
+    }
+    step();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The step (step thread).
+
+void Engine::Impl::drain_inbox(StepReport* rep) {
+  std::vector<std::unique_ptr<Seq>> in;
+  std::vector<std::string> releases;
+  {
+    std::lock_guard<std::mutex> lk(inbox_->mu);
+    in.swap(incoming_);
+    releases.swap(inbox_->owner_releases);
+  }
+  for (const std::string& key : releases) {
+    auto it = owners_.find(key);
+    if (it == owners_.end()) continue;
+    if (it->second->active != nullptr) {
+      it->second->release_requested = true;
+    } else {
+      drop_owner(key);
+    }
+  }
+  for (auto& s : in) {
+    ++counters_.submitted;
+    if (s->req.sampling.max_tokens == 0) {
+      finish_waiting_or_inbox(std::move(s), FinishReason::kLength, ok_status());
+      ++rep->finished;
+      continue;
+    }
+    waiting_.push_back(std::move(s));
+  }
+}
+
+void Engine::Impl::process_cancellations(StepReport* rep) {
+  for (size_t i = 0; i < running_.size();) {
+    Seq* s = running_[i].get();
+    if (s->handle->cancel_requested()) {
+      finish(s, FinishReason::kCancelled);
+      ++rep->finished;
+    } else {
+      ++i;
+    }
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->handle->cancel_requested()) {
+      auto s = std::move(*it);
+      it = waiting_.erase(it);
+      finish_waiting_or_inbox(std::move(s), FinishReason::kCancelled, ok_status());
+      ++rep->finished;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Engine::Impl::drop_owner(const std::string& key) {
+  auto it = owners_.find(key);
+  if (it == owners_.end()) return;
+  PKV_CHECK(it->second->active == nullptr);
+  it->second->adapter->release_request();
+  owners_.erase(it);
+}
+
+void Engine::Impl::expire_idle_owners(Clock::time_point now) {
+  std::vector<std::string> expired;
+  for (const auto& [key, o] : owners_) {
+    if (o->active == nullptr &&
+        std::chrono::duration<double>(now - o->last_used).count() >= owner_idle_timeout_s_)
+      expired.push_back(key);
+  }
+  for (const std::string& key : expired) {
+    drop_owner(key);
+    ++counters_.owners_expired;
+  }
+}
+
+bool Engine::Impl::expire_lru_owner(const Owner* except) {
+  Owner* lru = nullptr;
+  for (const auto& [key, o] : owners_) {
+    if (o.get() == except || o->active != nullptr || o->adapter->block_table().empty()) continue;
+    if (lru == nullptr || o->last_used < lru->last_used) lru = o.get();
+  }
+  if (lru == nullptr) return false;
+  const std::string key = lru->key;
+  drop_owner(key);
+  ++counters_.owners_expired;
+  return true;
+}
+
+void Engine::Impl::unbind(Seq* s, bool keep_live) {
+  if (s->owner != nullptr) {
+    Owner* o = s->owner;
+    if (keep_live) {
+      o->adapter->finalize_turn_keep_live();
+    } else {
+      o->adapter->release_request();
+      o->adapter->reset_for_new_request(o->salt);
+    }
+    o->active = nullptr;
+    o->last_used = Clock::now();
+    s->owner = nullptr;
+    if (o->release_requested) {
+      const std::string key = o->key;
+      drop_owner(key);
+    }
+  } else if (s->own_adapter != nullptr) {
+    s->own_adapter->release_request();
+    s->own_adapter.reset();
+  }
+  s->adapter = nullptr;
+  s->computed = 0;
+}
+
+Engine::Impl::Admit Engine::Impl::try_admit(Seq* s) {
+  const int64_t total = static_cast<int64_t>(s->tokens.size());
+  if (blocks_for(total) > cache_->max_blocks() - 1) {
+    return Admit::kFailed;  // (a preempted request whose completion outgrew the pool)
+  }
+  // Bind an owner (continuing its live conversation) or a private adapter.
+  if (!s->req.owner.empty()) {
+    auto it = owners_.find(s->req.owner);
+    if (it == owners_.end()) {
+      auto o = std::make_unique<Owner>();
+      o->key = s->req.owner;
+      o->adapter = std::make_unique<kv::PagedKVCacheAdapter>(cache_.get());
+      o->salt = s->salt;
+      o->adapter->reset_for_new_request(o->salt);
+      o->last_used = Clock::now();
+      it = owners_.emplace(o->key, std::move(o)).first;
+    }
+    Owner* o = it->second.get();
+    if (o->active == nullptr && !o->release_requested) {
+      if (o->salt != s->salt) {
+        o->salt = s->salt;
+        o->adapter->reset_for_new_request(o->salt);
+      }
+      o->active = s;
+      s->owner = o;
+      s->adapter = o->adapter.get();
+    }
+  }
+  if (s->adapter == nullptr) {
+    s->own_adapter = std::make_unique<kv::PagedKVCacheAdapter>(cache_.get());
+    s->own_adapter->reset_for_new_request(s->salt);
+    s->adapter = s->own_adapter.get();
+  }
+  auto cached = s->adapter->find_cached_prefix(s->tokens);
+  if (!cached.ok()) {
+    unbind(s, /*keep_live=*/false);
+    s->result.error = cached.status();
+    return Admit::kFailed;
+  }
+  const int64_t need = blocks_for(total) - static_cast<int64_t>(s->adapter->block_table().size());
+  const int64_t reserve = running_.empty() ? 0 : watermark_blocks_;
+  while (need > available_blocks() - reserve) {
+    if (!expire_lru_owner(s->owner)) break;
+  }
+  if (need > available_blocks() - reserve) {
+    unbind(s, /*keep_live=*/true);
+    return Admit::kNoRoom;
+  }
+  if (Status st = s->adapter->allocate_suffix_blocks(total); !st.ok()) {
+    unbind(s, /*keep_live=*/true);
+    return Admit::kNoRoom;
+  }
+  s->computed = s->adapter->num_tokens();
+  if (!s->admitted_once) {
+    s->admitted_once = true;
+    s->result.usage.prompt_tokens = s->prompt_len;
+    s->result.usage.cached_prompt_tokens = std::min(s->computed, s->prompt_len);
+    s->result.timings.queue_ms = ms_between(s->submit_time, Clock::now());
+    counters_.prompt_tokens += static_cast<uint64_t>(s->prompt_len);
+    counters_.cached_prompt_tokens += static_cast<uint64_t>(s->result.usage.cached_prompt_tokens);
+  }
+  s->preempted = false;
+  return Admit::kAdmitted;
+}
+
+std::unique_ptr<Seq> Engine::Impl::take_running(Seq* s) {
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](const std::unique_ptr<Seq>& p) { return p.get() == s; });
+  PKV_CHECK(it != running_.end());
+  std::unique_ptr<Seq> out = std::move(*it);
+  running_.erase(it);
+  return out;
+}
+
+void Engine::Impl::insert_running(std::unique_ptr<Seq> s) {
+  auto it = std::upper_bound(running_.begin(), running_.end(), s->id,
+                             [](uint64_t id, const std::unique_ptr<Seq>& p) { return id < p->id; });
+  running_.insert(it, std::move(s));
+}
+
+void Engine::Impl::preempt(Seq* v, StepReport* rep) {
+  std::unique_ptr<Seq> s = take_running(v);
+  // Release every block, keys kept: published prompt and completion blocks stay
+  // hittable until evicted, and the resume re-hits them.
+  unbind(s.get(), /*keep_live=*/false);
+  s->preempted = true;
+  ++s->result.preemptions;
+  ++counters_.preemptions;
+  ++rep->preempted;
+  // Back to the head of the queue, behind older preempted requests.
+  auto it = waiting_.begin();
+  while (it != waiting_.end() && (*it)->preempted && (*it)->id < s->id) ++it;
+  waiting_.insert(it, std::move(s));
+}
+
+Engine::Impl::Grow Engine::Impl::ensure_blocks(Seq* s, int64_t total, StepReport* rep) {
+  for (;;) {
+    if (s->adapter->allocate_suffix_blocks(total).ok()) return Grow::kOk;
+    if (expire_lru_owner(s->owner)) continue;
+    Seq* victim = running_.back().get();
+    if (victim == s) {
+      if (running_.size() == 1) {
+        finish(s, FinishReason::kError,
+               resource_exhausted("request: its context of " + std::to_string(total) +
+                                  " tokens needs more KV blocks than the pool holds (" +
+                                  std::to_string(cache_->max_blocks() - 1) + " blocks of " +
+                                  std::to_string(cache_->block_size()) + " tokens)"));
+        ++rep->finished;
+      } else {
+        preempt(s, rep);
+      }
+      return Grow::kSelfGone;
+    }
+    preempt(victim, rep);
+  }
+}
+
+void Engine::Impl::finish(Seq* s, FinishReason reason, Status error) {
+  std::unique_ptr<Seq> owned = take_running(s);
+  unbind(owned.get(), /*keep_live=*/reason != FinishReason::kError);
+  finish_waiting_or_inbox(std::move(owned), reason, std::move(error));
+}
+
+void Engine::Impl::finish_waiting_or_inbox(std::unique_ptr<Seq> s, FinishReason reason,
+                                           Status error) {
+  if (s->adapter != nullptr) unbind(s.get(), reason != FinishReason::kError);
+  const auto now = Clock::now();
+  RequestResult& r = s->result;
+  r.finish_reason = reason;
+  if (reason == FinishReason::kError) {
+    r.error = error.ok() ? (r.error.ok() ? internal_error("request failed") : r.error) : error;
+  } else {
+    r.error = ok_status();
+  }
+  r.tokens.assign(s->tokens.begin() + s->prompt_len, s->tokens.end());
+  r.usage.prompt_tokens = s->prompt_len;
+  r.usage.completion_tokens = s->completion();
+  if (!s->admitted_once) r.timings.queue_ms = ms_between(s->submit_time, now);
+  r.timings.total_ms = ms_between(s->submit_time, now);
+  if (s->completion() > 0) r.timings.decode_ms = ms_between(s->first_token_time, now);
+  ++counters_.finished;
+  if (reason == FinishReason::kCancelled) ++counters_.cancelled;
+  if (reason == FinishReason::kError) ++counters_.errors;
+  {
+    std::lock_guard<std::mutex> lk(inbox_->mu);
+    live_.erase(s->id);
+  }
+  s->handle->finish(std::move(r));
+}
+
+StepReport Engine::Impl::step() {
+  StepReport rep;
+  drain_inbox(&rep);
+  process_cancellations(&rep);
+  expire_idle_owners(Clock::now());
+
+  struct Sched {
+    Seq* seq;
+    int64_t n;
+  };
+  std::vector<Sched> sched;
+  int64_t budget = max_batched_;
+
+  // 1. Decode rows, oldest first.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Seq* s = running_[i].get();
+    if (!s->is_decode()) {
+      ++i;
+      continue;
+    }
+    if (ensure_blocks(s, s->computed + 1, &rep) == Grow::kSelfGone)
+      continue;  // index i now holds the next
+    sched.push_back({s, 1});
+    --budget;
+    ++i;
+  }
+  // 2. Prefill slices of running requests, oldest first.
+  for (auto& p : running_) {
+    if (budget == 0) break;
+    Seq* s = p.get();
+    if (s->is_decode()) continue;
+    const int64_t n = std::min(s->pending(), budget);
+    sched.push_back({s, n});
+    budget -= n;
+  }
+  // 3. Admission, FCFS; the head is never leapfrogged.
+  while (budget > 0 && !waiting_.empty() &&
+         static_cast<int64_t>(running_.size()) <
+             std::min<int64_t>(max_seqs_, max_concurrent_sequences())) {
+    Seq* s = waiting_.front().get();
+    const Admit a = try_admit(s);
+    if (a == Admit::kNoRoom) break;
+    std::unique_ptr<Seq> owned = std::move(waiting_.front());
+    waiting_.pop_front();
+    if (a == Admit::kFailed) {
+      Status err = owned->result.error.ok()
+                       ? resource_exhausted("request: its context of " +
+                                            std::to_string(owned->tokens.size()) +
+                                            " tokens needs more KV blocks than the pool holds (" +
+                                            std::to_string(cache_->max_blocks() - 1) + ")")
+                       : owned->result.error;
+      finish_waiting_or_inbox(std::move(owned), FinishReason::kError, err);
+      ++rep.finished;
+      continue;
+    }
+    const int64_t n = std::min(owned->pending(), budget);
+    sched.push_back({owned.get(), n});
+    budget -= n;
+    insert_running(std::move(owned));
+  }
+
+  if (sched.empty()) {
+    update_stats_snapshot();
+    return rep;
+  }
+
+  // 4. One forward over every scheduled row.
+  model::ForwardBatch batch;
+  batch.path = model::KVPath::kPaged;
+  model::PoolKVBlockStore store(cache_->pool());  // per step: the pool may have grown
+  batch.kv_store = &store;
+  batch.rows.reserve(sched.size());
+  for (const Sched& sc : sched) {
+    Seq* s = sc.seq;
+    const bool last = s->computed + sc.n == static_cast<int64_t>(s->tokens.size());
+    model::ForwardRow& row = batch.add_row(
+        std::span<const int32_t>(s->tokens.data() + s->computed, static_cast<size_t>(sc.n)),
+        static_cast<int32_t>(s->computed),
+        last ? model::LogitsRequest::kLast : model::LogitsRequest::kNone);
+    row.block_tables.push_back(s->adapter->block_table());
+    if (s->is_decode()) {
+      ++rep.decode_rows;
+    } else {
+      ++rep.prefill_rows;
+    }
+  }
+  rep.rows = static_cast<int32_t>(batch.rows.size());
+  rep.tokens = batch.num_tokens();
+  model::ForwardOutput out;
+  const auto t0 = Clock::now();
+  Status st = model_->forward(batch, &out);
+  counters_.forward_ms += ms_between(t0, Clock::now());
+  ++counters_.steps;
+  counters_.forward_tokens += static_cast<uint64_t>(rep.tokens);
+  if (!st.ok()) {
+    PKV_LOG(kError) << "engine: forward failed: " << st.to_string();
+    for (const Sched& sc : sched) finish(sc.seq, FinishReason::kError, st.with_context("forward"));
+    rep.finished += static_cast<int32_t>(sched.size());
+    update_stats_snapshot();
+    return rep;
+  }
+
+  // 5. Record K/V, sample, stream, finish.
+  const auto now = Clock::now();
+  for (size_t r = 0; r < sched.size(); ++r) {
+    Seq* s = sched[r].seq;
+    const std::span<const int32_t> fed(s->tokens.data() + s->computed,
+                                       static_cast<size_t>(sched[r].n));
+    Status rs = s->adapter->record_tokens(fed);
+    PKV_CHECK_MSG(rs.ok(), rs.to_string().c_str());
+    s->computed += sched[r].n;
+    if (batch.rows[r].logits != model::LogitsRequest::kLast) continue;
+    const std::span<const float> logits = out.last_logits(r);
+    const int64_t pos = static_cast<int64_t>(s->tokens.size());
+    const int32_t tok = sample_token(logits, s->req.sampling, pos);
+    s->tokens.push_back(tok);
+    if (s->req.return_logits) s->result.logits.emplace_back(logits.begin(), logits.end());
+    if (s->completion() == 1) {
+      s->first_token_time = now;
+      s->result.timings.ttft_ms = ms_between(s->submit_time, now);
+    }
+    s->result.token_ms.push_back(ms_between(s->submit_time, now));
+    ++counters_.completion_tokens;
+    if (s->req.on_token) s->req.on_token(tok);
+    s->handle->push_token(tok);
+
+    FinishReason fr = FinishReason::kNone;
+    if (std::find(s->stop_ids.begin(), s->stop_ids.end(), tok) != s->stop_ids.end()) {
+      fr = FinishReason::kStop;
+    } else {
+      for (const auto& seq : s->req.stop_sequences) {
+        const size_t n = seq.size();
+        if (n > 0 && static_cast<int64_t>(n) <= s->completion() &&
+            std::equal(seq.begin(), seq.end(), s->tokens.end() - static_cast<ptrdiff_t>(n))) {
+          fr = FinishReason::kStop;
+          break;
+        }
+      }
+    }
+    if (fr == FinishReason::kNone &&
+        (s->completion() >= s->req.sampling.max_tokens ||
+         (max_context_ > 0 && static_cast<int64_t>(s->tokens.size()) >= max_context_)))
+      fr = FinishReason::kLength;
+    if (fr != FinishReason::kNone) {
+      finish(s, fr);
+      ++rep.finished;
+    }
+  }
+  update_stats_snapshot();
+  return rep;
+}
+
+int64_t Engine::Impl::run_until_idle(int64_t max_steps) {
+  int64_t n = 0;
+  for (; n < max_steps; ++n) {
+    bool inbox_empty;
+    {
+      std::lock_guard<std::mutex> lk(inbox_->mu);
+      inbox_empty = incoming_.empty() && inbox_->owner_releases.empty();
+    }
+    if (!has_work() && inbox_empty) break;
+    step();
+  }
+  return n;
+}
+
+void Engine::Impl::update_stats_snapshot() {
+  EngineStats s = counters_;
+  s.running = static_cast<int32_t>(running_.size());
+  s.waiting = static_cast<int32_t>(waiting_.size());
+  s.live_owners = static_cast<int32_t>(owners_.size());
+  const kv::BlockAllocator& a = cache_->allocator();
+  s.pool.num_blocks = cache_->num_blocks();
+  s.pool.max_blocks = cache_->max_blocks();
+  s.pool.used_blocks = a.num_used_blocks();
+  s.pool.free_blocks = a.num_free_blocks();
+  s.pool.cached_blocks = a.num_free_cached_blocks();
+  s.pool.block_size = cache_->block_size();
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  s.rejected = rejected_;
+  snapshot_ = s;
+}
+
+EngineStats Engine::Impl::stats() const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  return snapshot_;
+}
+
+Status Engine::Impl::check_invariants() const {
+  const kv::BlockAllocator& a = cache_->allocator();
+  PKV_RETURN_IF_ERROR(a.verify_integrity());
+  std::vector<int32_t> holders(static_cast<size_t>(a.num_blocks()), 0);
+  auto count = [&](const kv::PagedKVCacheAdapter& ad) {
+    for (kv::BlockId b : ad.block_table()) ++holders[static_cast<size_t>(b)];
+  };
+  for (const auto& s : running_) {
+    if (s->adapter == nullptr) return internal_error("running request without an adapter");
+    if (s->adapter->num_tokens() != s->computed)
+      return internal_error("request " + std::to_string(s->id) + ": computed " +
+                            std::to_string(s->computed) + " != adapter tokens " +
+                            std::to_string(s->adapter->num_tokens()));
+    if (s->owner == nullptr) count(*s->adapter);
+  }
+  for (const auto& s : waiting_) {
+    if (s->adapter != nullptr) return internal_error("waiting request still holds an adapter");
+  }
+  for (const auto& [key, o] : owners_) count(*o->adapter);
+  for (int32_t b = 1; b < a.num_blocks(); ++b) {
+    if (a.refcount(b) != holders[static_cast<size_t>(b)])
+      return internal_error(
+          "block " + std::to_string(b) + " has refcount " + std::to_string(a.refcount(b)) +
+          " but " + std::to_string(holders[static_cast<size_t>(b)]) + " block tables hold it");
+  }
+  return ok_status();
+}
+
+int32_t Engine::Impl::held_blocks() const { return cache_->allocator().num_used_blocks(); }
+
+// ---------------------------------------------------------------------------
+// Engine: forwards to Impl.
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+StatusOr<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir,
+                                               const EngineOptions& options) {
+  PKV_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::load_model(model_dir));
+  return create(std::shared_ptr<model::Model>(std::move(m)), options);
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<model::Model> model,
+                                                 const EngineOptions& options) {
+  auto impl = std::make_unique<Impl>(std::move(model), options);
+  PKV_RETURN_IF_ERROR(impl->init());
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+StatusOr<RequestHandlePtr> Engine::submit(GenerateRequest request) {
+  return impl_->submit(std::move(request));
+}
+bool Engine::cancel(uint64_t id) { return impl_->cancel(id); }
+void Engine::release_owner(const std::string& owner) { impl_->release_owner(owner); }
+void Engine::start() { impl_->start(); }
+void Engine::stop() { impl_->stop(); }
+bool Engine::running() const { return impl_->running(); }
+StepReport Engine::step() {
+  PKV_CHECK_MSG(!impl_->running(), "Engine::step() while the step loop runs on its own thread");
+  return impl_->step();
+}
+int64_t Engine::run_until_idle(int64_t max_steps) {
+  PKV_CHECK_MSG(!impl_->running(), "Engine::run_until_idle() while the step loop runs");
+  return impl_->run_until_idle(max_steps);
+}
+EngineStats Engine::stats() const { return impl_->stats(); }
+int32_t Engine::max_concurrent_sequences() const { return impl_->max_concurrent_sequences(); }
+int32_t Engine::max_num_batched_tokens() const { return impl_->max_num_batched_tokens(); }
+Status Engine::check_invariants() const { return impl_->check_invariants(); }
+int32_t Engine::held_blocks() const { return impl_->held_blocks(); }
+const model::Model& Engine::model() const { return impl_->model(); }
+
+}  // namespace pagedkv::engine

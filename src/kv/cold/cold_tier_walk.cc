@@ -1,0 +1,212 @@
+// ColdTierWalk: capture_chain and restore_extend (see the header).
+#include "kv/cold/cold_tier_walk.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "util/logging.h"
+
+namespace pagedkv::cold {
+namespace {
+
+ColdDType cold_dtype(kv::KVDType d) {
+  switch (d) {
+    case kv::KVDType::kF32:
+      return ColdDType::kF32;
+    case kv::KVDType::kBF16:
+      return ColdDType::kBF16;
+    case kv::KVDType::kF16:
+      return ColdDType::kF16;
+  }
+  return ColdDType::kF32;
+}
+
+}  // namespace
+
+ModelFingerprint fingerprint_for(const ColdModelIdentity& id, const kv::KVGeometry& g) {
+  ModelFingerprint fp;
+  fp.model_type = id.model_type;
+  fp.num_layers = static_cast<uint32_t>(g.num_layers);
+  fp.num_kv_heads = static_cast<uint32_t>(g.num_kv_heads);
+  fp.head_dim = static_cast<uint32_t>(g.head_dim);
+  fp.v_head_dim = static_cast<uint32_t>(g.head_dim);
+  fp.sliding_window = id.sliding_window;
+  fp.rope_theta = id.rope_theta;
+  fp.rope_scaling = id.rope_scaling;
+  fp.weight_identity = id.weight_identity;
+  fp.dtype = cold_dtype(g.dtype);
+  fp.block_size = static_cast<uint32_t>(g.block_size);
+  fp.cache_layout = "LayerKVPool/v1 per-layer K then V, [block_size][num_kv_heads][head_dim]";
+  return fp;
+}
+
+std::vector<ExtraKey> to_cold_extra_keys(std::span<const kv::ExtraKey> extras) {
+  std::vector<ExtraKey> out;
+  out.reserve(extras.size());
+  for (const auto& e : extras) {
+    out.push_back(ExtraKey{static_cast<ExtraKeyTag>(static_cast<uint32_t>(e.type)),
+                           std::vector<uint8_t>(e.bytes.begin(), e.bytes.end())});
+  }
+  return out;
+}
+
+std::string CaptureResult::trace_line() const {
+  std::ostringstream o;
+  o << "cold_capture_walk blocks=" << walked << "/" << full_blocks
+    << " persisted=" << already_persisted << " enqueued=" << enqueued << " stop=" << stop
+    << " elapsed_ms=" << elapsed_ms;
+  return o.str();
+}
+
+ColdTierWalk::ColdTierWalk(ColdStore* store, ModelFingerprint fingerprint, ColdCaptureBudget budget)
+    : store_(store),
+      fingerprint_(std::move(fingerprint)),
+      fingerprint_digest_(fingerprint_.digest()),
+      geometry_(ColdGeometry::from(fingerprint_)),
+      budget_(budget) {}
+
+CaptureResult ColdTierWalk::capture_chain(kv::PagedKVCacheAdapter& adapter,
+                                          std::span<const kv::ExtraKey> extras) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + budget_.max_walk;
+  CaptureResult r;
+  r.full_blocks = adapter.num_full_blocks();
+  kv::LayerKVPool* pool = adapter.cache().pool();
+  const auto finish = [&](const char* stop) {
+    r.stop = stop;
+    r.elapsed_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (r.stop == "deadline") {
+      PKV_LOG(kWarn) << "[trace] paged " << r.trace_line()
+                     << " (the disk could not absorb the capture budget)";
+    } else {
+      PKV_LOG(kDebug) << "[trace] paged " << r.trace_line();
+    }
+    return r;
+  };
+  if (pool == nullptr) return finish("no_pool");
+  const auto cold_extras = to_cold_extra_keys(extras);
+  const uint32_t b = fingerprint_.block_size;
+  const auto tokens = adapter.tokens();
+  const auto table = adapter.block_table();
+  const size_t per_layer = pool->block_bytes_per_layer();
+  ColdKey parent = root_parent_key();
+  for (int32_t i = 0; i < r.full_blocks; ++i) {
+    const auto toks = tokens.subspan(static_cast<size_t>(i) * b, b);
+    const ColdKey key = derive_cold_key(
+        ColdGroup::kFullAttention, fingerprint_digest_, parent, static_cast<uint64_t>(i), toks,
+        i == 0 ? std::span<const ExtraKey>(cold_extras) : std::span<const ExtraKey>());
+    if (store_->contains_or_pending(key)) {  // an index probe, no budget
+      ++r.already_persisted;
+      ++r.walked;
+      parent = key;
+      continue;
+    }
+    if (static_cast<uint64_t>(r.enqueued) >= budget_.max_blocks) return finish("blocks");
+    if (std::chrono::steady_clock::now() >= deadline) return finish("deadline");
+    ColdObjectHeader meta;
+    meta.group = ColdGroup::kFullAttention;
+    meta.fingerprint = fingerprint_digest_;
+    meta.key = key;
+    meta.parent_key = parent;
+    meta.block_index = static_cast<uint64_t>(i);
+    meta.geometry = geometry_;
+    meta.tokens.assign(toks.begin(), toks.end());
+    const kv::BlockId block = table[static_cast<size_t>(i)];
+    auto bytes = encode_object(meta, [&](std::span<uint8_t> out) {
+      for (uint32_t l = 0; l < fingerprint_.num_layers; ++l) {
+        std::memcpy(out.data() + (2 * l) * per_layer, pool->k_block(static_cast<int32_t>(l), block),
+                    per_layer);
+        std::memcpy(out.data() + (2 * l + 1) * per_layer,
+                    pool->v_block(static_cast<int32_t>(l), block), per_layer);
+      }
+    });
+    if (!bytes.ok()) return finish("encode");
+    auto shared = std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value());
+    if (!store_->enqueue_before(key, std::move(shared), deadline)) return finish("queue");
+    ++r.enqueued;
+    ++r.walked;
+    parent = key;
+  }
+  return finish("complete");
+}
+
+RestoreResult ColdTierWalk::restore_extend(kv::PagedKVCacheAdapter& adapter,
+                                           std::span<const int32_t> prompt,
+                                           std::span<const kv::ExtraKey> extras) {
+  RestoreResult r;
+  const int64_t b = fingerprint_.block_size;
+  kv::LayerKVPool* pool = adapter.cache().pool();
+  if (pool == nullptr || adapter.cache().block_size() != b || adapter.num_tokens() % b != 0 ||
+      prompt.empty()) {
+    r.stop = "none";
+    return r;
+  }
+  r.hot_blocks = static_cast<int32_t>(adapter.num_tokens() / b);
+  const int64_t limit = (static_cast<int64_t>(prompt.size()) - 1) / b;
+  const auto cold_extras = to_cold_extra_keys(extras);
+  // Keys for blocks [0, limit): the chain starts at block 0.
+  std::vector<ColdKey> keys;
+  keys.reserve(static_cast<size_t>(limit));
+  ColdKey parent = root_parent_key();
+  r.stop = "limit";
+  for (int64_t i = 0; i < limit; ++i) {
+    parent = derive_cold_key(
+        ColdGroup::kFullAttention, fingerprint_digest_, parent, static_cast<uint64_t>(i),
+        prompt.subspan(static_cast<size_t>(i * b), static_cast<size_t>(b)),
+        i == 0 ? std::span<const ExtraKey>(cold_extras) : std::span<const ExtraKey>());
+    keys.push_back(parent);
+    if (i >= r.hot_blocks) {
+      if (!store_->contains(parent)) {
+        r.stop = "absent";
+        break;
+      }
+      ++r.candidates;
+    }
+  }
+  int32_t n = r.candidates;
+  const size_t per_layer = pool->block_bytes_per_layer();
+  int32_t counted_upto = r.hot_blocks;  // blocks [hot, counted_upto) already counted as hits
+  while (n > 0) {
+    int32_t failed = -1;
+    auto fill = [&](int32_t index, kv::BlockId block) -> Status {
+      ColdExpectation e;
+      e.key = keys[static_cast<size_t>(index)];
+      e.fingerprint = fingerprint_digest_;
+      e.group = ColdGroup::kFullAttention;
+      e.geometry = &geometry_;
+      e.tokens = prompt.subspan(static_cast<size_t>(index * b), static_cast<size_t>(b));
+      const ColdKey parent_key =
+          index == 0 ? root_parent_key() : keys[static_cast<size_t>(index) - 1];
+      e.parent_key = &parent_key;
+      PKV_ASSIGN_OR_RETURN(ColdReadResult got, store_->read(e, index >= counted_upto));
+      counted_upto = std::max(counted_upto, index + 1);
+      const uint8_t* src = got.object.payload.data();
+      for (uint32_t l = 0; l < fingerprint_.num_layers; ++l) {
+        std::memcpy(pool->k_block(static_cast<int32_t>(l), block), src + (2 * l) * per_layer,
+                    per_layer);
+        std::memcpy(pool->v_block(static_cast<int32_t>(l), block), src + (2 * l + 1) * per_layer,
+                    per_layer);
+      }
+      return ok_status();
+    };
+    auto installed = adapter.install_restored_blocks(prompt, n, fill, &failed);
+    if (installed.ok()) {
+      r.restored = *installed;
+      return r;
+    }
+    if (failed < 0) {  // could not reserve blocks (pool full), or a precondition
+      store_->count_restore_decline();
+      r.stop = "declined";
+      return r;
+    }
+    // Block `failed` was absent (another process evicted it) or failed
+    // verification (pruned, counted): retry with the run that precedes it.
+    r.stop = installed.status().code() == StatusCode::kCorruption ? "corrupt" : "absent";
+    n = failed - r.hot_blocks;
+  }
+  return r;
+}
+
+}  // namespace pagedkv::cold

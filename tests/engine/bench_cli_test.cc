@@ -1,0 +1,88 @@
+// `pagedkv bench` end to end on the tiny preset: the JSON report has every field,
+// sharing on hits the shared system prompts and sharing off hits nothing on the
+// same workload, the agent workload's owners continue their conversations, and
+// bad flags are usage errors.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Result {
+  int rc;
+  std::string out;
+};
+
+Result run(const std::string& args, bool merge_stderr) {
+  std::string cmd =
+      std::string(PAGEDKV_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  Result r{0, ""};
+  FILE* f = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
+  const int st = pclose(f);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+TEST(BenchCli, ChatSharingOnVersusOffJson) {
+  Result r =
+      run("bench --preset tiny --workload chat --requests 8 --concurrency 1,4 "
+          "--sharing both --system-tokens 64 --max-tokens 4 --json",
+          false);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["runs"].size(), 4u);
+  for (const auto& run : doc["runs"]) {
+    for (const char* k :
+         {"throughput_tokens_per_s", "throughput_ratio", "ttft_ms", "itl_ms", "prefix_hit_rate",
+          "cached_prompt_tokens", "pool_occupancy", "preemptions"})
+      EXPECT_TRUE(run.contains(k)) << k;
+    EXPECT_EQ(run["errors"], 0);
+    EXPECT_EQ(run["requests"], 8);
+    EXPECT_EQ(run["completion_tokens"], 32);
+    EXPECT_GT(run["throughput_tokens_per_s"].get<double>(), 0);
+    if (run["sharing"].get<bool>()) {
+      // 8 requests over 4 system prompts of 64 tokens: the second use of each hits.
+      EXPECT_GE(run["cached_prompt_tokens"].get<int>(), 4 * 64);
+    } else {
+      EXPECT_EQ(run["cached_prompt_tokens"].get<int>(), 0);
+    }
+  }
+  EXPECT_DOUBLE_EQ(doc["runs"][0]["throughput_ratio"].get<double>(), 1.0);
+}
+
+TEST(BenchCli, AgentOwnersContinueTheirConversations) {
+  Result r =
+      run("bench --preset tiny --workload agent --requests 6 --concurrency 2 "
+          "--system-tokens 32 --max-tokens 4 --json",
+          false);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto run0 = nlohmann::json::parse(r.out)["runs"][0];
+  EXPECT_EQ(run0["requests"], 6);
+  // Turns 2 and 3 of each agent reuse the whole previous conversation.
+  EXPECT_GT(run0["prefix_hit_rate"].get<double>(), 0.3);
+}
+
+TEST(BenchCli, TextReportAndUsageErrors) {
+  Result r = run("bench --preset tiny --workload nosharing --requests 2 --max-tokens 2", true);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("TTFT"), std::string::npos);
+  EXPECT_NE(r.out.find("prefix hit rate"), std::string::npos);
+  EXPECT_NE(r.out.find("pool occupancy"), std::string::npos);
+  Result bad = run("bench --workload nope", true);
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.out.find("--workload"), std::string::npos);
+  Result badc = run("bench --concurrency 0", true);
+  EXPECT_EQ(badc.rc, 2);
+  Result help = run("bench --help", true);
+  EXPECT_EQ(help.rc, 0);
+  EXPECT_NE(help.out.find("--sharing"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,400 @@
+// Engine API tests on a tiny qwen3 model: request validation, owners (a 5-turn
+// conversation hits its previous turns every time; idle and LRU expiry), a
+// request larger than the largest pool, a storm of 500 submissions then
+// cancellations, preemption of the newest request, and the threaded step loop
+// with streaming and cross-thread cancel. Results are compared with the serial
+// flat run bit for bit.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "engine_test_util.h"
+
+namespace pagedkv::engine {
+namespace {
+
+using testing_util::expect_matches_flat;
+using testing_util::flat_run;
+using testing_util::tiny_model;
+
+std::shared_ptr<model::Model> shared_model() {
+  static std::shared_ptr<model::Model> m = tiny_model("qwen3", 21);
+  return m;
+}
+
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int32_t vocab) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& t : v) t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
+  return v;
+}
+
+std::unique_ptr<Engine> make_engine(const EngineOptions& o = {}) {
+  auto e = Engine::create(shared_model(), o);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  return e.ok() ? std::move(*e) : nullptr;
+}
+
+TEST(EngineTest, RejectsBadRequestsAtOnce) {
+  auto engine = make_engine();
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest r;
+  auto h = engine->submit(r);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(h.status().message().find("prompt is empty"), std::string::npos);
+
+  r.prompt = {1, 2, 100000};
+  h = engine->submit(r);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("outside the vocabulary"), std::string::npos);
+
+  r.prompt = {1, 2, 3};
+  r.sampling.top_p = 0;
+  h = engine->submit(r);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("top_p"), std::string::npos);
+
+  r.sampling.top_p = 1;
+  r.cache_salt = std::string(300, 'x');
+  h = engine->submit(r);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("cache_salt"), std::string::npos);
+
+  GenerateRequest chat;
+  chat.messages_json = R"([{"role":"user","content":"hi"}])";
+  h = engine->submit(chat);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("no chat formatter"), std::string::npos);
+  EXPECT_EQ(engine->stats().rejected, 5u);
+}
+
+TEST(EngineTest, MessagesGoThroughThePluggableFormatter) {
+  EngineOptions o;
+  o.formatter = [](std::string_view json) -> StatusOr<std::vector<int32_t>> {
+    std::vector<int32_t> ids;
+    for (char c : json) ids.push_back(static_cast<unsigned char>(c));
+    return ids;
+  };
+  auto engine = make_engine(o);
+  GenerateRequest r;
+  r.messages_json = R"([{"role":"user","content":"hi"}])";
+  r.sampling.max_tokens = 3;
+  r.return_logits = true;
+  auto h = engine->submit(r);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  engine->run_until_idle();
+  const RequestResult& got = (*h)->wait();
+  GenerateRequest flat = r;
+  flat.prompt.clear();
+  for (char c : r.messages_json) flat.prompt.push_back(static_cast<unsigned char>(c));
+  expect_matches_flat(got, flat_run(*shared_model(), flat), "formatted");
+  EXPECT_EQ(got.usage.prompt_tokens, static_cast<int64_t>(r.messages_json.size()));
+}
+
+TEST(EngineTest, OwnerConversationHitsEveryPreviousTurn) {
+  auto engine = make_engine();
+  std::mt19937_64 rng(7);
+  const int32_t vocab = shared_model()->config().vocab_size;
+  std::vector<int32_t> conversation = random_tokens(rng, 37, vocab);  // system + user 1
+  int64_t prev_history = 0;  // tokens whose KV the owner keeps live
+  for (int turn = 0; turn < 5; ++turn) {
+    GenerateRequest r;
+    r.prompt = conversation;
+    r.owner = "conversation-1";
+    r.sampling.max_tokens = 5 + turn;
+    r.sampling.temperature = 0.7;
+    r.sampling.seed = 100 + turn;
+    r.return_logits = true;
+    auto h = engine->submit(r);
+    ASSERT_TRUE(h.ok());
+    engine->run_until_idle();
+    const RequestResult& got = (*h)->wait();
+    expect_matches_flat(got, flat_run(*shared_model(), r), "turn " + std::to_string(turn));
+    // The live history (every previous prompt and completion token except the
+    // last sampled one, which was never fed) is reused whole, partial block too.
+    EXPECT_EQ(got.usage.cached_prompt_tokens, prev_history) << "turn " << turn;
+    if (turn > 0) {
+      EXPECT_GT(got.usage.cached_prompt_tokens, 0);
+    }
+    EXPECT_EQ(engine->stats().live_owners, 1);
+    ASSERT_TRUE(engine->check_invariants().ok());
+    prev_history = static_cast<int64_t>(conversation.size() + got.tokens.size()) - 1;
+    // Next turn: the assistant's reply, then a tool/user frame.
+    conversation.insert(conversation.end(), got.tokens.begin(), got.tokens.end());
+    auto frame = random_tokens(rng, 9 + 7 * turn, vocab);
+    conversation.insert(conversation.end(), frame.begin(), frame.end());
+  }
+  // The owner holds its blocks between turns; releasing it frees them.
+  EXPECT_GT(engine->held_blocks(), 0);
+  engine->release_owner("conversation-1");
+  engine->step();
+  EXPECT_EQ(engine->stats().live_owners, 0);
+  EXPECT_EQ(engine->held_blocks(), 0);
+  ASSERT_TRUE(engine->check_invariants().ok());
+
+  // Without the live owner, the prefix table still serves the full blocks.
+  GenerateRequest again;
+  again.prompt = conversation;
+  again.sampling.max_tokens = 2;
+  auto h = engine->submit(again);
+  ASSERT_TRUE(h.ok());
+  engine->run_until_idle();
+  const int64_t cached = (*h)->wait().usage.cached_prompt_tokens;
+  EXPECT_EQ(cached, prev_history / 16 * 16);
+}
+
+TEST(EngineTest, IdleOwnersExpireAfterTheTimeout) {
+  EngineOptions o;
+  o.owner_idle_timeout_s = 0.05;
+  auto engine = make_engine(o);
+  GenerateRequest r;
+  r.prompt = std::vector<int32_t>(40, 3);
+  r.owner = "a";
+  r.sampling.max_tokens = 4;
+  ASSERT_TRUE(engine->submit(r).ok());
+  engine->run_until_idle();
+  EXPECT_EQ(engine->stats().live_owners, 1);
+  EXPECT_GT(engine->held_blocks(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  engine->step();
+  EXPECT_EQ(engine->stats().live_owners, 0);
+  EXPECT_EQ(engine->stats().owners_expired, 1u);
+  EXPECT_EQ(engine->held_blocks(), 0);
+}
+
+TEST(EngineTest, OwnersExpireLruUnderMemoryPressure) {
+  EngineOptions o;
+  o.pool_max_blocks = 13;  // 12 usable blocks of 16 tokens
+  auto engine = make_engine(o);
+  std::mt19937_64 rng(3);
+  const int32_t vocab = shared_model()->config().vocab_size;
+  for (const char* owner : {"old", "new"}) {
+    GenerateRequest r;
+    r.prompt = random_tokens(rng, 60, vocab);  // 4 blocks each, live after the turn
+    r.owner = owner;
+    r.sampling.max_tokens = 2;
+    ASSERT_TRUE(engine->submit(r).ok());
+    engine->run_until_idle();
+  }
+  EXPECT_EQ(engine->stats().live_owners, 2);
+  // 6 blocks: fits only when one owner goes; the least recently used goes first.
+  GenerateRequest big;
+  big.prompt = random_tokens(rng, 90, vocab);
+  big.sampling.max_tokens = 2;
+  big.return_logits = true;
+  auto h = engine->submit(big);
+  ASSERT_TRUE(h.ok());
+  engine->run_until_idle();
+  expect_matches_flat((*h)->wait(), flat_run(*shared_model(), big), "big");
+  EXPECT_EQ(engine->stats().owners_expired, 1u);
+  EXPECT_EQ(engine->stats().live_owners, 1);
+  ASSERT_TRUE(engine->check_invariants().ok());
+  // "new" survived: its next turn continues live.
+  GenerateRequest next;
+  next.owner = "new";
+  next.prompt = std::vector<int32_t>(70, 5);
+  next.sampling.max_tokens = 1;
+  auto h2 = engine->submit(next);
+  ASSERT_TRUE(h2.ok());
+  engine->run_until_idle();
+  EXPECT_EQ((*h2)->wait().finish_reason, FinishReason::kLength);
+}
+
+TEST(EngineTest, RequestLargerThanTheLargestPoolIsRejected) {
+  EngineOptions o;
+  o.pool_max_blocks = 10;  // 9 usable blocks = 144 tokens
+  o.pool_initial_blocks = 4;
+  auto engine = make_engine(o);
+  GenerateRequest r;
+  r.prompt = std::vector<int32_t>(145, 1);
+  auto h = engine->submit(r);
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(h.status().message().find("largest pool holds 9 usable blocks"), std::string::npos)
+      << h.status().message();
+
+  // 144 tokens fit (the pool grows to its max); a completion that would need a
+  // 10th block ends with a clear error instead of hanging.
+  r.prompt = std::vector<int32_t>(144, 1);
+  r.sampling.max_tokens = 1;
+  auto ok = engine->submit(r);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  r.sampling.max_tokens = 4;
+  auto too_long = engine->submit(r);
+  ASSERT_TRUE(too_long.ok());
+  EXPECT_LT(engine->run_until_idle(1000), 1000);
+  EXPECT_EQ((*ok)->wait().finish_reason, FinishReason::kLength);
+  const RequestResult& bad = (*too_long)->wait();
+  EXPECT_EQ(bad.finish_reason, FinishReason::kError);
+  EXPECT_EQ(bad.error.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(bad.error.message().find("more KV blocks than the pool holds"), std::string::npos);
+  EXPECT_EQ(engine->held_blocks(), 0);
+  ASSERT_TRUE(engine->check_invariants().ok());
+}
+
+TEST(EngineTest, StormOf500SubmissionsThenCancellationsLeavesThePoolClean) {
+  EngineOptions o;
+  o.pool_max_blocks = 64;
+  o.max_num_batched_tokens = 256;
+  auto engine = make_engine(o);
+  std::mt19937_64 rng(5);
+  const int32_t vocab = shared_model()->config().vocab_size;
+  std::vector<RequestHandlePtr> handles;
+  for (int i = 0; i < 500; ++i) {
+    GenerateRequest r;
+    r.prompt = random_tokens(rng, 5 + static_cast<int>(rng() % 60), vocab);
+    if (i % 3 == 0) r.prompt.insert(r.prompt.begin(), 32, 7);  // some sharing
+    r.sampling.max_tokens = 50;
+    r.owner = i % 10 == 0 ? "owner-" + std::to_string(i % 30) : "";
+    auto h = engine->submit(r);
+    ASSERT_TRUE(h.ok());
+    handles.push_back(*h);
+    if (i % 50 == 0) engine->step();
+  }
+  for (int i = 0; i < 5; ++i) engine->step();  // some mid-prefill, some mid-decode
+  EXPECT_GT(engine->stats().running, 0);
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (i % 2 == 0) {
+      handles[i]->cancel();
+    } else {
+      EXPECT_TRUE(engine->cancel(handles[i]->id()) || handles[i]->done());
+    }
+  }
+  engine->step();  // cancellations take effect at the next step
+  EXPECT_EQ(engine->stats().running, 0);
+  EXPECT_EQ(engine->stats().waiting, 0);
+  for (auto& h : handles) {
+    ASSERT_TRUE(h->done());
+    EXPECT_NE(h->wait().finish_reason, FinishReason::kError);
+  }
+  ASSERT_TRUE(engine->check_invariants().ok());
+  // Only live owners hold blocks; releasing them leaves every block free or cached.
+  for (int i = 0; i < 30; ++i) engine->release_owner("owner-" + std::to_string(i));
+  engine->step();
+  EXPECT_EQ(engine->held_blocks(), 0);
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.pool.free_blocks, st.pool.num_blocks - 1);
+  EXPECT_GE(st.cancelled, 400u);
+  ASSERT_TRUE(engine->check_invariants().ok());
+}
+
+TEST(EngineTest, PreemptsTheNewestAndResumesExactly) {
+  EngineOptions o;
+  o.pool_max_blocks = 9;  // 8 usable blocks
+  o.kv_free_watermark = 0;
+  auto engine = make_engine(o);
+  std::mt19937_64 rng(9);
+  const int32_t vocab = shared_model()->config().vocab_size;
+  std::vector<GenerateRequest> reqs(3);
+  std::vector<RequestHandlePtr> hs;
+  for (auto& r : reqs) {
+    r.prompt = random_tokens(rng, 30, vocab);  // 2 blocks each
+    r.sampling.max_tokens = 30;                // grows to 4 blocks each: 12 > 8
+    r.sampling.temperature = 1.0;
+    r.sampling.seed = rng();
+    r.ignore_eos = true;
+    r.return_logits = true;
+    hs.push_back(*engine->submit(r));
+  }
+  engine->run_until_idle();
+  for (size_t i = 0; i < reqs.size(); ++i)
+    expect_matches_flat(hs[i]->wait(), flat_run(*shared_model(), reqs[i]),
+                        "req " + std::to_string(i));
+  EXPECT_GE(engine->stats().preemptions, 1u);
+  EXPECT_EQ(hs[0]->wait().preemptions, 0) << "the oldest request is never the victim";
+  EXPECT_GE(hs[2]->wait().preemptions, 1) << "the newest request is the victim";
+  EXPECT_EQ(engine->held_blocks(), 0);
+  ASSERT_TRUE(engine->check_invariants().ok());
+}
+
+TEST(EngineTest, ThreadedLoopStreamsAndCancelsAcrossThreads) {
+  auto engine = make_engine();
+  engine->start();
+  std::mt19937_64 rng(13);
+  const int32_t vocab = shared_model()->config().vocab_size;
+  std::vector<GenerateRequest> reqs(8);
+  for (auto& r : reqs) {
+    r.prompt = random_tokens(rng, 20 + static_cast<int>(rng() % 30), vocab);
+    r.sampling.max_tokens = 12;
+    r.sampling.temperature = 0.8;
+    r.sampling.seed = rng();
+    r.ignore_eos = true;
+    r.return_logits = true;
+  }
+  std::vector<RequestHandlePtr> hs(reqs.size());
+  std::vector<std::vector<int32_t>> streamed(reqs.size());
+  std::vector<std::thread> clients;
+  for (size_t c = 0; c < 2; ++c) {
+    clients.emplace_back([&, c] {
+      for (size_t i = c; i < reqs.size(); i += 2) {
+        auto h = engine->submit(reqs[i]);
+        ASSERT_TRUE(h.ok());
+        hs[i] = *h;
+      }
+      for (size_t i = c; i < reqs.size(); i += 2) {
+        while (auto t = hs[i]->next_token()) streamed[i].push_back(*t);
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  // A long request cancelled from this thread while the loop runs.
+  GenerateRequest longr;
+  longr.prompt = random_tokens(rng, 10, vocab);
+  longr.sampling.max_tokens = 3000;
+  longr.ignore_eos = true;
+  auto lh = engine->submit(longr);
+  ASSERT_TRUE(lh.ok());
+  ASSERT_TRUE((*lh)->next_token().has_value());
+  (*lh)->cancel();
+  ASSERT_TRUE((*lh)->wait_for(std::chrono::seconds(30)));
+  EXPECT_EQ((*lh)->wait().finish_reason, FinishReason::kCancelled);
+  engine->stop();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const RequestResult& got = hs[i]->wait();
+    EXPECT_EQ(streamed[i], got.tokens);
+    expect_matches_flat(got, flat_run(*shared_model(), reqs[i]), "req " + std::to_string(i));
+    EXPECT_GE(got.timings.ttft_ms, got.timings.queue_ms);
+    EXPECT_EQ(got.token_ms.size(), got.tokens.size());
+  }
+  EXPECT_EQ(engine->held_blocks(), 0);
+  ASSERT_TRUE(engine->check_invariants().ok());
+}
+
+TEST(EngineTest, StopSequencesAndZeroMaxTokens) {
+  auto engine = make_engine();
+  GenerateRequest r;
+  r.prompt = {5, 6, 7, 8, 9};
+  r.sampling.max_tokens = 8;
+  r.ignore_eos = true;
+  const auto ref = flat_run(*shared_model(), r);
+  ASSERT_GE(ref.tokens.size(), 4u);
+  r.stop_sequences = {{ref.tokens[2], ref.tokens[3]}};
+  r.return_logits = true;
+  auto h = engine->submit(r);
+  GenerateRequest zero = r;
+  zero.sampling.max_tokens = 0;
+  auto hz = engine->submit(zero);
+  engine->run_until_idle();
+  const RequestResult& got = (*h)->wait();
+  EXPECT_EQ(got.finish_reason, FinishReason::kStop);
+  EXPECT_LE(got.tokens.size(), 4u);
+  expect_matches_flat(got, flat_run(*shared_model(), r), "stop sequence");
+  EXPECT_EQ((*hz)->wait().finish_reason, FinishReason::kLength);
+  EXPECT_TRUE((*hz)->wait().tokens.empty());
+}
+
+TEST(EngineTest, ReportsAdmissionWidth) {
+  EngineOptions o;
+  o.pool_max_blocks = 20;
+  o.max_num_seqs = 64;
+  auto engine = make_engine(o);
+  EXPECT_EQ(engine->max_concurrent_sequences(), 18);  // 19 usable - 1 watermark
+  o.max_num_seqs = 4;
+  auto e2 = make_engine(o);
+  EXPECT_EQ(e2->max_concurrent_sequences(), 4);
+  EXPECT_EQ(e2->max_num_batched_tokens(), 2048);
+}
+
+}  // namespace
+}  // namespace pagedkv::engine

@@ -1,0 +1,119 @@
+// Helpers for the engine tests: tiny random models made in-test (make_model.h),
+// and the serial flat reference run every engine result is compared against.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/flat_kv_cache.h"
+#include "model/make_model.h"
+#include "model/model.h"
+#include "pagedkv/engine.h"
+
+namespace pagedkv::engine::testing_util {
+
+inline std::string temp_dir(const std::string& tag) {
+  static std::atomic<int> counter{0};
+  std::string d = ::testing::TempDir() + "/pkv_engine_" + tag + "_" + std::to_string(getpid()) +
+                  "_" + std::to_string(counter++);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// A tiny random checkpoint of `family` (qwen3 | qwen3_moe), loaded.
+inline std::shared_ptr<model::Model> tiny_model(const std::string& family, uint64_t seed) {
+  model::MakeModelOptions o;
+  o.family = family;
+  o.preset = "tiny";
+  o.seed = seed;
+  o.out_dir = temp_dir(family);
+  Status s = model::make_random_model(o);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  auto m = model::load_model(o.out_dir);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  std::filesystem::remove_all(o.out_dir);
+  if (!m.ok()) return nullptr;
+  return std::shared_ptr<model::Model>(std::move(*m));
+}
+
+struct RefRun {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+  FinishReason reason = FinishReason::kNone;
+};
+
+// The request run alone through the flat path, whole prompt in one forward,
+// then one token per step: the ground truth for every engine result.
+inline RefRun flat_run(model::Model& m, const GenerateRequest& req) {
+  RefRun r;
+  model::FlatKVCache cache(m.kv_geometry());
+  std::vector<int32_t> stop = req.sampling.stop_token_ids;
+  if (!req.ignore_eos)
+    stop.insert(stop.end(), m.config().eos_token_ids.begin(), m.config().eos_token_ids.end());
+  std::vector<int32_t> seq = req.prompt;
+  std::vector<int32_t> feed = req.prompt;
+  int32_t ctx = 0;
+  if (req.sampling.max_tokens == 0) {
+    r.reason = FinishReason::kLength;
+    return r;
+  }
+  for (;;) {
+    model::ForwardBatch b;
+    b.path = model::KVPath::kFlat;
+    model::ForwardRow& row = b.add_row(feed, ctx, model::LogitsRequest::kLast);
+    row.flat = &cache;
+    model::ForwardOutput out;
+    Status s = m.forward(b, &out);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    if (!s.ok()) return r;
+    ctx += static_cast<int32_t>(feed.size());
+    auto lg = out.last_logits(0);
+    const int32_t tok = sample_token(lg, req.sampling, static_cast<int64_t>(seq.size()));
+    seq.push_back(tok);
+    r.tokens.push_back(tok);
+    r.logits.emplace_back(lg.begin(), lg.end());
+    if (std::find(stop.begin(), stop.end(), tok) != stop.end()) {
+      r.reason = FinishReason::kStop;
+      return r;
+    }
+    for (const auto& ss : req.stop_sequences) {
+      if (!ss.empty() && ss.size() <= r.tokens.size() &&
+          std::equal(ss.begin(), ss.end(), r.tokens.end() - static_cast<ptrdiff_t>(ss.size()))) {
+        r.reason = FinishReason::kStop;
+        return r;
+      }
+    }
+    if (static_cast<int32_t>(r.tokens.size()) >= req.sampling.max_tokens ||
+        static_cast<int64_t>(seq.size()) >= m.config().max_position_embeddings) {
+      r.reason = FinishReason::kLength;
+      return r;
+    }
+    feed = {tok};
+  }
+}
+
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Expects `got` (an engine result that completed) to equal the flat reference:
+// tokens, finish reason and the logits of every sampled position, bit for bit.
+inline void expect_matches_flat(const RequestResult& got, const RefRun& ref,
+                                const std::string& what) {
+  ASSERT_EQ(got.tokens, ref.tokens) << what;
+  EXPECT_EQ(got.finish_reason, ref.reason) << what;
+  ASSERT_EQ(got.logits.size(), ref.logits.size()) << what;
+  for (size_t i = 0; i < ref.logits.size(); ++i)
+    ASSERT_TRUE(same_bits(got.logits[i], ref.logits[i])) << what << ": logits of token " << i;
+}
+
+}  // namespace pagedkv::engine::testing_util

@@ -1,0 +1,158 @@
+// The restart-parity harness: three instances of `pagedkv generate` as separate OS
+// processes on the tiny qwen3 and qwen3_moe checkpoints —
+//   1. persist/capture (--persist-cache, empty cold dir),
+//   2. a fresh process restoring from that directory (--persist-cache),
+//   3. the persist-off baseline —
+// must print byte-identical tokens and equal token counts, with hits > 0 and
+// corruptions == 0 in the restoring process (so a fail-open restore cannot pass as
+// parity). Variants: the restoring process prefills in odd-sized chunks; a
+// corrupted object is detected (one corruption), and the answer is still identical.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "cold_test_util.h"
+
+namespace pagedkv::cold {
+namespace {
+
+struct GenRun {
+  int rc = -1;
+  std::string out;
+  std::string tokens;  // after "prompt 1 (...):"
+  int64_t prompt_tokens = -1;
+  int64_t cached = -1;
+  nlohmann::json cold;  // the [cold] line, null when absent
+};
+
+GenRun generate(const std::string& env, const std::string& model, const std::string& prompt,
+                const std::string& extra) {
+  std::string cmd = env + " " + PAGEDKV_BINARY + " generate --model " + model + " --prompt-ids '" +
+                    prompt + "' --max-tokens 12 --stats " + extra + " 2>&1";
+  GenRun r;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(f);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::smatch m;
+  static const std::regex kPrompt(R"(prompt 1 \((\d+) tokens, (\d+) cached\):([ 0-9]*)\n)");
+  if (std::regex_search(r.out, m, kPrompt)) {
+    r.prompt_tokens = std::stoll(m[1]);
+    r.cached = std::stoll(m[2]);
+    r.tokens = m[3];
+  }
+  static const std::regex kCold(R"(\[cold\] (\{[^\n]*\}))");
+  if (std::regex_search(r.out, m, kCold)) r.cold = nlohmann::json::parse(m[1].str());
+  return r;
+}
+
+std::string prompt_ids(int n, int seed) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += std::to_string((seed * 131 + i * 37) % 500) + " ";
+  return s;
+}
+
+class ColdParityTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    dir_ = testing::make_scratch_dir("parity");
+    ASSERT_FALSE(dir_.empty());
+    model_ = std::string(PAGEDKV_TEST_DATA_DIR) + "/hf-reference/" + GetParam();
+    ASSERT_TRUE(std::filesystem::is_directory(model_)) << model_;
+    env_ = "env -u PAGEDKV_PERSIST_PAGED_CACHE PAGEDKV_COLD_CACHE_DIR=" + dir_ +
+           "/cold PAGEDKV_METRICS_DIR=" + dir_ + "/metrics";
+  }
+  void TearDown() override { testing::remove_tree(dir_); }
+  std::string dir_, model_, env_;
+};
+
+TEST_P(ColdParityTest, PersistRestoreAndBaselineAreByteIdentical) {
+  const std::string prompt = prompt_ids(75, 1);  // 4 full blocks of 16 restorable
+  GenRun capture = generate(env_, model_, prompt, "--persist-cache");
+  GenRun restore = generate(env_, model_, prompt, "--persist-cache");
+  GenRun chunked = generate(env_, model_, prompt, "--persist-cache --chunk 5");
+  GenRun baseline = generate(env_, model_, prompt, "");
+  for (const GenRun* r : {&capture, &restore, &chunked, &baseline}) {
+    ASSERT_EQ(r->rc, 0) << r->out;
+    ASSERT_FALSE(r->tokens.empty()) << r->out;
+    EXPECT_EQ(r->prompt_tokens, 75);
+  }
+  EXPECT_EQ(restore.tokens, baseline.tokens) << restore.out << baseline.out;
+  EXPECT_EQ(capture.tokens, baseline.tokens);
+  EXPECT_EQ(chunked.tokens, baseline.tokens);
+  // Instance 1 wrote the chain; instances 2 and 3 (chunked) restored it.
+  EXPECT_EQ(capture.cached, 0);
+  // 75 prompt + 11 decoded tokens = 5 full blocks captured; 4 restorable by a
+  // 75-token prompt (its last token is always computed).
+  EXPECT_EQ(capture.cold["coldEnqueued"], 5) << capture.out;
+  EXPECT_EQ(capture.cold["coldWriteErrors"], 0);
+  for (const GenRun* r : {&restore, &chunked}) {
+    EXPECT_EQ(r->cached, 64) << r->out;
+    EXPECT_GT(r->cold["coldHits"].get<uint64_t>(), 0u) << r->out;
+    EXPECT_EQ(r->cold["coldCorruptions"], 0) << r->out;
+  }
+  EXPECT_TRUE(baseline.cold.is_null()) << baseline.out;  // persist off: no tier at all
+  EXPECT_EQ(baseline.cached, 0);
+  // The per-turn JSONL trace of the restoring processes.
+  int lines_with_hits = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/metrics/traces")) {
+    std::ifstream in(e.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      if (j["coldHits"].get<uint64_t>() > 0) ++lines_with_hits;
+    }
+  }
+  EXPECT_EQ(lines_with_hits, 2);
+}
+
+TEST_P(ColdParityTest, ACorruptedObjectIsCountedAndTheAnswerDoesNotChange) {
+  const std::string prompt = prompt_ids(75, 2);
+  GenRun capture = generate(env_, model_, prompt, "--persist-cache");
+  ASSERT_EQ(capture.rc, 0) << capture.out;
+  // Flip one payload byte of block 2's object (found with `pagedkv cold ls --long`).
+  std::string ls;
+  {
+    FILE* f = ::popen(
+        (std::string(PAGEDKV_BINARY) + " cold ls --long --dir " + dir_ + "/cold").c_str(), "r");
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) ls.append(buf.data(), n);
+    ::pclose(f);
+  }
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(ls, m, std::regex(R"(([0-9a-f]{64}) .* block=2 )"))) << ls;
+  const std::string victim = dir_ + "/cold/" + m[1].str();
+  int fd = ::open(victim.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  uint8_t b = 0;
+  ASSERT_EQ(::pread(fd, &b, 1, 1000), 1);
+  b ^= 0x40;
+  ASSERT_EQ(::pwrite(fd, &b, 1, 1000), 1);
+  ::close(fd);
+  GenRun restore = generate(env_, model_, prompt, "--persist-cache");
+  GenRun baseline = generate(env_, model_, prompt, "");
+  ASSERT_EQ(restore.rc, 0) << restore.out;
+  EXPECT_EQ(restore.tokens, baseline.tokens);
+  EXPECT_EQ(restore.cached, 32);  // blocks 0-1; block 2 failed verification
+  EXPECT_EQ(restore.cold["coldCorruptions"], 1) << restore.out;
+  EXPECT_EQ(restore.cold["coldHits"], 2);
+  // The restoring process re-captured the chain: a third process restores it.
+  GenRun again = generate(env_, model_, prompt, "--persist-cache");
+  EXPECT_EQ(again.tokens, baseline.tokens);
+  EXPECT_EQ(again.cached, 64) << again.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ColdParityTest, ::testing::Values("qwen3-a", "qwen3_moe-a"));
+
+}  // namespace
+}  // namespace pagedkv::cold

@@ -1,0 +1,304 @@
+// Unit tests of the Jinja engine on small templates whose jinja2 3.1 output
+// (trim_blocks, lstrip_blocks, loopcontrols, sandboxed, transformers' tojson) is
+// known: whitespace control, loops, scoping, namespace, slicing, tojson, string
+// methods, Python printing and arithmetic, undefined semantics, errors.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/jinja_template.h"
+
+namespace pagedkv::jinja {
+namespace {
+
+std::string render(const std::string& src, const std::string& vars_json = "{}") {
+  auto t = Template::compile(src);
+  if (!t.ok()) return "COMPILE ERROR: " + t.status().message();
+  std::vector<std::pair<std::string, Value>> vars;
+  auto j = nlohmann::ordered_json::parse(vars_json);
+  for (auto it = j.begin(); it != j.end(); ++it) vars.emplace_back(it.key(), from_json(it.value()));
+  auto out = (*t)->render(vars);
+  if (!out.ok()) return "RENDER ERROR: " + out.status().message();
+  return *out;
+}
+
+// The bare jinja2 exception message of a failing render.
+TemplateError render_error(const std::string& src, const std::string& vars_json = "{}") {
+  TemplateError err;
+  auto t = Template::compile(src, &err);
+  if (!t.ok()) return err;
+  std::vector<std::pair<std::string, Value>> vars;
+  auto j = nlohmann::ordered_json::parse(vars_json);
+  for (auto it = j.begin(); it != j.end(); ++it) vars.emplace_back(it.key(), from_json(it.value()));
+  auto out = (*t)->render(vars, &err);
+  EXPECT_FALSE(out.ok()) << "rendered: " << (out.ok() ? *out : "");
+  return err;
+}
+
+TEST(JinjaWhitespace, TrimBlocksRemovesNewlineAfterTag) {
+  EXPECT_EQ(render("{% if true %}\n  yes\n{% endif %}\n"), "  yes\n");
+  EXPECT_EQ(render("{% if true +%}\nx{% endif %}"), "\nx");
+  EXPECT_EQ(render("{# c #}\nb"), "b");
+}
+
+TEST(JinjaWhitespace, LstripBlocksOnlyForBlocksAtLineStart) {
+  EXPECT_EQ(render("a\n    {% if true %}b{% endif %}"), "a\nb");
+  EXPECT_EQ(render("a\n    {%+ if true %}b{% endif %}"), "a\n    b");
+  EXPECT_EQ(render("a\n    {{ 'x' }}"), "a\n    x");
+  EXPECT_EQ(render("a {% if true %}x{% endif %}"), "a x");
+  EXPECT_EQ(render("  {% if true %}x{% endif %}"), "x");
+  EXPECT_EQ(render("a\n  {# c #}\nb"), "a\nb");
+  EXPECT_EQ(render("{% if true %}\n  {% if true %}\n  x\n  {% endif %}\n{% endif %}"), "  x\n");
+}
+
+TEST(JinjaWhitespace, MinusStripsAllWhitespace) {
+  EXPECT_EQ(render("a  \n {%- if true -%}  \n b {%- endif %}"), "ab");
+  EXPECT_EQ(render("a  {{- 'x' -}}  b"), "axb");
+  EXPECT_EQ(render("x {#- c -#} y"), "xy");
+  EXPECT_EQ(render("a\u3000{{- 'x' }}"), "ax");  // Unicode whitespace, as Python's rstrip()
+}
+
+TEST(JinjaWhitespace, NewlinesNormalisedAndOneTrailingNewlineDropped) {
+  EXPECT_EQ(render("x\n"), "x");
+  EXPECT_EQ(render("x\n\n"), "x\n");
+  EXPECT_EQ(render("a\r\nb\rc"), "a\nb\nc");
+  EXPECT_EQ(render("{% raw %}{{ x }}{% endraw %}"), "{{ x }}");
+}
+
+TEST(JinjaLoop, LoopVariables) {
+  EXPECT_EQ(render("{% for x in ['a','b','c'] %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}"
+                   "{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }},"
+                   "{% endfor %}"),
+            "10TrueFalse332,21FalseFalse321,32FalseTrue310,");
+  EXPECT_EQ(
+      render("{% for x in [1,2,3] %}{{ loop.cycle('a','b') }}{{ loop.previtem }}{% endfor %}"),
+      "ab1a2");
+}
+
+TEST(JinjaLoop, ElseFilterBreakContinue) {
+  EXPECT_EQ(render("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
+  EXPECT_EQ(render("{% for x in none_var %}a{% else %}u{% endfor %}"), "u");
+  EXPECT_EQ(render("{% for x in range(6) if x is odd %}{{ x }}{{ loop.length }} {% endfor %}"),
+            "13 33 53 ");
+  EXPECT_EQ(render("{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}"
+                   "{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
+            "0134");
+}
+
+TEST(JinjaLoop, ScopesAndNamespace) {
+  EXPECT_EQ(
+      render("{% set x = 1 %}{% for i in [1,2] %}{% set x = i * 10 %}{{ x }}{% endfor %}{{ x }}"),
+      "10201");
+  EXPECT_EQ(
+      render("{% for i in [1,2] %}{% if i == 2 %}{{ y }}{% endif %}{% set y = i %}{% endfor %}"),
+      "");
+  EXPECT_EQ(render("{% set ns = namespace(n=0, s='') %}{% for i in [1,2,3] %}"
+                   "{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
+            "6");
+  EXPECT_EQ(render("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}"),
+            "a=1;b=2;");
+  EXPECT_EQ(render("{% for a, b in [[1, 2], (3, 4)] %}{{ a + b }}{% endfor %}"), "37");
+  EXPECT_EQ(render("{% set a, b = 1, 2 %}{{ b }}{{ a }}"), "21");
+  EXPECT_EQ(render("{% if true %}{% set t = 5 %}{% endif %}{{ t }}"), "5");
+}
+
+TEST(JinjaExpr, Slicing) {
+  EXPECT_EQ(render("{{ [1,2,3,4][::-1] }}"), "[4, 3, 2, 1]");
+  EXPECT_EQ(render("{{ 'hello'[1:3] }}"), "el");
+  EXPECT_EQ(render("{{ 'héllo'[::-2] }}"), "olh");
+  EXPECT_EQ(render("{{ [1,2,3][-1] }}{{ 'abc'[-2] }}"), "3b");
+  EXPECT_EQ(render("{{ [1,2,3,4,5][1:-1:2] }}"), "[2, 4]");
+  EXPECT_EQ(render("{{ [1,2,3][5:] }}{{ 'abc'[:100] }}"), "[]abc");
+  EXPECT_EQ(render("{{ m[1:] | length }}", R"({"m": [1, 2, 3]})"), "2");
+}
+
+TEST(JinjaExpr, ToJsonLikeTransformers) {
+  EXPECT_EQ(render("{{ {'a': [1, 2.5, true, none, 'é\"\\n']} | tojson }}"),
+            "{\"a\": [1, 2.5, true, null, \"é\\\"\\n\"]}");
+  EXPECT_EQ(render("{{ {'a': [1, {}], 'b': []} | tojson(indent=2) }}"),
+            "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": []\n}");
+  EXPECT_EQ(render("{{ x | tojson }}", R"({"x": {"z": 1, "a": "日本\u0001"}})"),
+            "{\"z\": 1, \"a\": \"日本\\u0001\"}");
+  EXPECT_EQ(render("{{ x | tojson(sort_keys=true) }}", R"({"x": {"z": 1, "a": 2}})"),
+            "{\"a\": 2, \"z\": 1}");
+  EXPECT_EQ(render("{{ 'é' | tojson(ensure_ascii=true) }}"), "\"\\u00e9\"");
+  EXPECT_EQ(render("{{ [1.0, 1e20, 0.1] | tojson }}"), "[1.0, 1e+20, 0.1]");
+}
+
+TEST(JinjaExpr, StringMethods) {
+  EXPECT_EQ(
+      render("{{ '  x y  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'a,b,,c'.split(',') }}|"
+             "{{ ' a  b '.split() }}|{{ 'a.b.c'.rsplit('.', 1) }}|{{ 'aaa'.replace('a','b',2) }}|"
+             "{{ 'hello world'.title() }}|{{ 'AbC'.lower() }}{{ 'abc'.upper() }}|"
+             "{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x','c')) }}"),
+      "x y|hi|['a', 'b', '', 'c']|['a', 'b']|['a.b', 'c']|bba|Hello World|abcABC|TrueTrue");
+  EXPECT_EQ(render("{{ '\\n\\nx\\n'.lstrip('\\n') }}|{{ 'x\\n\\n'.rstrip('\\n') }}|"
+                   "{{ 'a</think>b'.split('</think>')[-1] }}"),
+            "x\n|x|b");
+  EXPECT_EQ(render("{{ '{} and {name}'.format(1, name='x') }}|{{ 'abc'.find('c') }}|"
+                   "{{ ', '.join(['a', 'b']) }}|{{ 'ab'.removeprefix('a') }}"),
+            "1 and x|2|a, b|b");
+}
+
+TEST(JinjaExpr, PythonPrinting) {
+  EXPECT_EQ(render("{{ [1, 'a', none, true, 1.0, {'k': 'v'}] }}"),
+            "[1, 'a', None, True, 1.0, {'k': 'v'}]");
+  EXPECT_EQ(render("{{ (1,) }}{{ (1, 2) }}"), "(1,)(1, 2)");
+  EXPECT_EQ(render("{{ [\"it's\", 'a\\\\b', '\\n'] }}"), "[\"it's\", 'a\\\\b', '\\n']");
+  EXPECT_EQ(render("{{ {'b': 1, 'a': 2} }}"), "{'b': 1, 'a': 2}");
+  EXPECT_EQ(render("{{ none }}|{{ true }}|{{ False }}"), "None|True|False");
+  EXPECT_EQ(render("{{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 100.0 }} {{ 1e16 }} {{ 1e15 }}"),
+            "0.30000000000000004 1e+20 1.5e-07 100.0 1e+16 1000000000000000.0");
+}
+
+TEST(JinjaExpr, ArithmeticAndLogic) {
+  EXPECT_EQ(
+      render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 'ab' * 2 }} "
+             "{{ 1 + 2.0 }} {{ 'a' ~ 1 ~ none }} {{ 4 / 2 }} {{ true + 1 }}"),
+      "3 -4 -2 3.5 1024 abab 3.0 a1None 2.0 2");
+  EXPECT_EQ(render("{{ 0 or 'x' }}{{ '' and 'y' }}{{ [] or [1] }}{{ not 0 }}"), "x[1]True");
+  EXPECT_EQ(render("{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 'a' in 'cat' }}{{ 'x' not in ['y'] }}"
+                   "{{ 'k' in {'k': 1} }}{{ 1 == 1.0 }}{{ [1] == [1] }}"),
+            "TrueFalseTrueTrueTrueTrueTrue");
+  EXPECT_EQ(
+      render("{{ 'a' if false }}|{{ 'a' if x else 'b' }}|{{ -(3) }}|{{ messages|length - 1 }}",
+             R"({"messages": [1, 2, 3]})"),
+      "|b|-3|2");
+  EXPECT_EQ(render("{{ 'a' 'b' }}{{ \"\\u00e9\\x41\\t|\" }}"), "abéA\t|");
+}
+
+TEST(JinjaExpr, Tests) {
+  EXPECT_EQ(
+      render("{{ 1 is number }}{{ true is number }}{{ 'x' is string }}{{ {} is mapping }}"
+             "{{ [] is iterable }}{{ 'x' is sequence }}{{ none is none }}{{ true is boolean }}"
+             "{{ 1 is true }}{{ true is true }}{{ false is false }}{{ 3 is equalto 3 }}"
+             "{{ 4 is divisibleby 2 }}{{ 1 is integer }}{{ true is integer }}"),
+      "TrueTrueTrueTrueTrueTrueTrueTrueFalseTrueTrueTrueTrueTrueFalse");
+  EXPECT_EQ(render("{{ x is defined }}{{ y is undefined }}{{ x is not none }}{{ none is iterable }}"
+                   "{{ u is iterable }}",
+                   R"({"x": 1})"),
+            "TrueTrueTrueFalseTrue");
+  EXPECT_EQ(
+      render("{% if m.reasoning is defined and m.reasoning is not none %}y{% else %}n{% endif %}",
+             R"({"m": {"reasoning": null}})"),
+      "n");
+}
+
+TEST(JinjaExpr, Filters) {
+  EXPECT_EQ(
+      render(
+          "{{ [3,1,2]|sort|join(',') }}|{{ ['a','b']|first }}{{ ['a','b']|last }}|"
+          "{{ 'Hello'|upper }}|{{ '  x '|trim }}|{{ [{'n':1},{'n':2}]|map(attribute='n')|list }}|"
+          "{{ [{'t':'a'},{'t':'b'}]|selectattr('t','equalto','b')|list|length }}|"
+          "{{ '42'|int + 1 }}|{{ 'x'|replace('x','y') }}|{{ {'a':1}|items|list }}"),
+      "1,2,3|ab|HELLO|x|[1, 2]|1|43|y|[('a', 1)]");
+  EXPECT_EQ(render("{{ u|default('d') }}{{ ''|default('e', true) }}{{ ''|d('f') }}{{ u|length }}"
+                   "{{ 'héllo'|length }}{{ ['a', 'b']|map('upper')|join }}"),
+            "de05AB");
+  EXPECT_EQ(
+      render("{{ 'hello wORLD-x'|title }}|{{ 'ab'|capitalize }}|{{ '<a&b>'|e }}|{{ 3.7|int }}|"
+             "{{ 'x'|int }}|{{ [1,2,3]|sum }}|{{ [3,1]|max }}|{{ [1,1,2]|unique|list }}|"
+             "{{ 'a\\nb'|indent(2) }}|{{ [1,2,3]|reverse|list }}|{{ [1,2,3]|select('odd')|list }}"),
+      "Hello World-X|Ab|&lt;a&amp;b&gt;|3|0|6|3|[1, 2]|a\n  b|[3, 2, 1]|[1, 3]");
+  EXPECT_EQ(render("{% set x %}a{{ 1 }}b{% endset %}{{ x }}|{% filter upper %}abc{% endfilter %}"),
+            "a1b|ABC");
+  EXPECT_EQ(render("{{ '\\u3000hi\\u00a0 '|trim }}"), "hi");
+}
+
+TEST(JinjaMacro, MacrosAndCall) {
+  EXPECT_EQ(render("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}"
+                   "{{ greet('A') }} {{ greet('B', punct='?') }}"),
+            "Hi A! Hi B?");
+  EXPECT_EQ(
+      render("{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}in{% endcall %}"),
+      "[in]");
+  EXPECT_EQ(render("{% macro m(a) %}{{ a }}{{ g }}{% endmacro %}{% set g = 'G' %}{{ m(1) }}"),
+            "1G");
+}
+
+TEST(JinjaUndefined, PrintsEmptyButFailsOnUse) {
+  EXPECT_EQ(
+      render("{{ nope }}|{{ nope is defined }}|{% for x in nope %}x{% endfor %}|{{ d.missing }}|"
+             "{{ d['k'] }}|{{ l[5] }}|{{ nope ~ 'x' }}",
+             R"({"d": {}, "l": []})"),
+      "|False|||||x");
+  EXPECT_EQ(render_error("{{ nope.attr }}").message, "'nope' is undefined");
+  EXPECT_EQ(render_error("{{ d.missing.x }}", R"({"d": {}})").message,
+            "'dict object' has no attribute 'missing'");
+  EXPECT_EQ(render_error("{{ l[0].role }}", R"({"l": []})").message,
+            "list object has no element 0");
+  EXPECT_EQ(render_error("{{ d.missing + 1 }}", R"({"d": {}})").message,
+            "'dict object' has no attribute 'missing'");
+  EXPECT_EQ(render_error("{{ n.startswith('x') }}", R"({"n": null})").message,
+            "'None' has no attribute 'startswith'");
+}
+
+TEST(JinjaErrors, PythonMessages) {
+  EXPECT_EQ(render_error("{{ none + 'x' }}").message,
+            "unsupported operand type(s) for +: 'NoneType' and 'str'");
+  EXPECT_EQ(render_error("{{ 'x' + none }}").message,
+            "can only concatenate str (not \"NoneType\") to str");
+  EXPECT_EQ(render_error("{{ '</think>' in c }}", R"({"c": null})").message,
+            "argument of type 'NoneType' is not iterable");
+  EXPECT_EQ(render_error("{{ [].append(1) }}").message,
+            "access to attribute 'append' of 'list' object is unsafe.");
+  EXPECT_EQ(render_error("{{ 1 < 'a' }}").message,
+            "'<' not supported between instances of 'int' and 'str'");
+  TemplateError e = render_error("a\n\n{{ raise_exception('bad ' ~ 1) }}");
+  EXPECT_EQ(e.message, "bad 1");
+  EXPECT_EQ(e.kind, JinjaError::Kind::kRaised);
+  EXPECT_EQ(e.line, 3);
+}
+
+TEST(JinjaErrors, MoreJinja2Messages) {
+  EXPECT_EQ(render_error("{{ 1 % 0 }}").message, "integer modulo by zero");
+  EXPECT_EQ(render_error("{{ 1 // 0 }}").message, "integer division or modulo by zero");
+  EXPECT_EQ(render_error("{% for a, b in [1] %}{% endfor %}").message,
+            "cannot unpack non-iterable int object");
+  EXPECT_EQ(render_error("{% for a, b in [[1, 2, 3]] %}{% endfor %}").message,
+            "too many values to unpack (expected 2)");
+  EXPECT_EQ(render_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}").message,
+            "macro 'm' takes not more than 1 argument(s)");
+  EXPECT_EQ(render_error("{% macro m(a) %}{% endmacro %}{{ m(b=2) }}").message,
+            "macro 'm' takes no keyword argument 'b'");
+  EXPECT_EQ(render_error("{% set d.x = 1 %}", R"({"d": {}})").message,
+            "cannot assign attribute on non-namespace object");
+  EXPECT_EQ(render("{% macro m(a) %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, k=3) }}"),
+            "(2,){'k': 3}");
+  EXPECT_EQ(render("{{ 2.675|round(2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 7|round }}"),
+            "2.67 2.0 4.0 7");
+}
+
+TEST(JinjaErrors, CompileErrorsNameConstructAndLine) {
+  TemplateError e = render_error("x\n{{ a | nofilter }}");
+  EXPECT_EQ(e.message, "No filter named 'nofilter'.");
+  EXPECT_EQ(e.line, 2);
+  e = render_error("{% if x %}\n{% frobnicate %}{% endif %}");
+  EXPECT_EQ(e.line, 2);
+  EXPECT_NE(e.message.find("Encountered unknown tag 'frobnicate'"), std::string::npos);
+  e = render_error("{% for x in y %}");
+  EXPECT_NE(e.message.find("Unexpected end of template"), std::string::npos);
+  e = render_error("line1\n{{ 1 + }}");
+  EXPECT_EQ(e.line, 2);
+  e = render_error("{% include 'x' %}");
+  EXPECT_EQ(e.kind, JinjaError::Kind::kUnsupported);
+  EXPECT_NE(e.message.find("'include'"), std::string::npos);
+  // Inside an `if` (not inside a loop or macro) jinja2 only fails when it gets there.
+  EXPECT_EQ(render("{% if false %}{{ x|nofilter }}{{ x is notest }}{% endif %}ok"), "ok");
+  EXPECT_EQ(render_error("{% if true %}{{ 1|nofilter }}{% endif %}").message,
+            "No filter named 'nofilter' found.");
+  EXPECT_EQ(render_error("{% if false %}{% for i in [] %}{{ 1|nofilter }}{% endfor %}{% endif %}")
+                .message,
+            "No filter named 'nofilter'.");
+  e = render_error("{% if x %}{{ x|groupby('a') }}{% endif %}", R"({"x": [1]})");
+  EXPECT_EQ(e.kind, JinjaError::Kind::kUnsupported);
+  EXPECT_NE(e.message.find("'groupby' is not supported"), std::string::npos);
+  e = render_error("{{ x is frob }}");
+  EXPECT_EQ(e.message, "No test named 'frob'.");
+  auto t = Template::compile("{{ 'unterminated }}");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("line 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagedkv::jinja

@@ -1,0 +1,97 @@
+// The `pagedkv tokenize` / `pagedkv detokenize` commands on the real Qwen3
+// tokenizer: --text, --jsonl (one JSON line per input), --ids, and errors.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+
+#include "real_tokenizer_files.h"
+
+namespace pagedkv::tokenizer {
+namespace {
+
+// Runs a shell command; returns (exit code, stdout).
+std::pair<int, std::string> run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, out};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int rc = pclose(p);
+  return {WEXITSTATUS(rc), out};
+}
+
+std::string tmp_file(const std::string& name, const std::string& content) {
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << content;
+  return path;
+}
+
+class TokenizeCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(testing::real_tokenizer("qwen3"), nullptr);
+    tok_ = testing::real_tokenizer_json("qwen3");
+  }
+  std::string tok_;
+};
+
+TEST_F(TokenizeCli, TextPrintsIdsAsJson) {
+  auto [rc, out] = run(std::string(PAGEDKV_BINARY) + " tokenize --tokenizer " + tok_ +
+                       " --text 'Hello, world!'");
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "[9707,11,1879,0]\n");
+}
+
+TEST_F(TokenizeCli, JsonlOneLinePerInput) {
+  std::string in =
+      tmp_file("tok_in.jsonl",
+               "{\"text\": \"Hello, world!\"}\n{\"text\": \"\"}\n{\"text\": \"<|im_end|>\"}\n");
+  auto [rc, out] =
+      run(std::string(PAGEDKV_BINARY) + " tokenize --tokenizer " + tok_ + " --jsonl " + in);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "[9707,11,1879,0]\n[]\n[151645]\n");
+}
+
+TEST_F(TokenizeCli, DetokenizeIdsAndJsonl) {
+  auto [rc, out] = run(std::string(PAGEDKV_BINARY) + " detokenize --tokenizer " + tok_ +
+                       " --ids '9707 11 1879 0'");
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out, "Hello, world!\n");
+  std::string in =
+      tmp_file("detok_in.jsonl", "{\"ids\": [9707, 198, 1879]}\n{\"ids\": [151644, 9707]}\n");
+  auto [rc2, out2] =
+      run(std::string(PAGEDKV_BINARY) + " detokenize --tokenizer " + tok_ + " --jsonl " + in);
+  EXPECT_EQ(rc2, 0);
+  EXPECT_EQ(out2, "\"Hello\\n world\"\n\"<|im_start|>Hello\"\n");
+  auto [rc3, out3] = run(std::string(PAGEDKV_BINARY) + " detokenize --tokenizer " + tok_ +
+                         " --skip-special-tokens --jsonl " + in);
+  EXPECT_EQ(rc3, 0);
+  EXPECT_EQ(out3, "\"Hello\\n world\"\n\"Hello\"\n");
+}
+
+TEST_F(TokenizeCli, ErrorsAreReported) {
+  EXPECT_EQ(
+      run(std::string(PAGEDKV_BINARY) + " tokenize --tokenizer " + tok_ + " 2>/dev/null").first, 2);
+  EXPECT_NE(run(std::string(PAGEDKV_BINARY) +
+                " tokenize --tokenizer /nonexistent.json --text x 2>/dev/null")
+                .first,
+            0);
+  std::string bad = tmp_file("bad.jsonl", "{\"txt\": 1}\n");
+  EXPECT_NE(run(std::string(PAGEDKV_BINARY) + " tokenize --tokenizer " + tok_ + " --jsonl " + bad +
+                " 2>/dev/null")
+                .first,
+            0);
+  EXPECT_EQ(run(std::string(PAGEDKV_BINARY) + " detokenize --tokenizer " + tok_ +
+                " --ids 'x y' 2>/dev/null")
+                .first,
+            2);
+  auto [rc, help] = run(std::string(PAGEDKV_BINARY) + " tokenize --help");
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(help.find("--jsonl"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagedkv::tokenizer
