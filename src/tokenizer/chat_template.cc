@@ -122,8 +122,13 @@ StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& message
     }
   }
   std::vector<std::pair<std::string, jinja::Value>> vars;
-  vars.emplace_back("messages", jinja::from_json(messages));
-  vars.emplace_back("tools", jinja::from_json(tools));
+  try {
+    vars.emplace_back("messages", jinja::from_json(messages));
+    vars.emplace_back("tools", jinja::from_json(tools));
+    if (extra_vars.is_object()) jinja::from_json(extra_vars);  // depth check
+  } catch (const jinja::JinjaError& e) {
+    return invalid_argument("chat request: " + e.message());
+  }
   vars.emplace_back("documents", jinja::Value::none());
   vars.emplace_back("add_generation_prompt", jinja::Value::boolean(add_generation_prompt));
   for (const auto& [k, v] : special_tokens_) vars.emplace_back(k, jinja::Value::string(v));

@@ -10,7 +10,11 @@
 // as Python dicts do, so `tojson` writes keys in the order they were given.
 //
 // A template's own raise_exception("...") becomes a failed render whose
-// template message is exactly the text it raised (see RenderError).
+// message is exactly the text it raised (see ChatRenderError).
+//
+// Parse request JSON with nlohmann::ordered_json: nlohmann::json sorts object
+// keys, which would reorder `tojson` output (tool schemas, arguments).
+// A ChatTemplate is immutable once loaded; render() may run on several threads.
 #pragma once
 
 #include <memory>

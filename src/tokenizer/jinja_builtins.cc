@@ -296,6 +296,9 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     return items.front();
   }
   if (name == "last") {
+    if (!v.is_string() && !v.is_sequence_like() && !v.is_dict() && !v.is_undefined()) {
+      throw_type_error("'" + type_name(v) + "' object is not reversible");
+    }
     std::vector<Value> items = iterate(v);
     if (items.empty()) return Value::undefined("No last item, sequence was empty.");
     return items.back();
@@ -344,6 +347,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     return get_attr(v, n->as_string());
   }
   if (name == "int") {
+    if (v.is_undefined()) fail_undefined(v);  // Undefined.__int__ raises
     Value def = arg_or(a, 0, "default", Value::integer(0));
     int64_t base = arg_or(a, 1, "base", Value::integer(10)).as_int();
     if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
@@ -360,6 +364,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     return def;
   }
   if (name == "float") {
+    if (v.is_undefined()) fail_undefined(v);  // Undefined.__float__ raises
     Value def = arg_or(a, 0, "default", Value::number(0.0));
     if (v.is_number()) return Value::number(v.as_double());
     if (v.is_string()) {
@@ -375,7 +380,8 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
   if (name == "round") {
     int64_t precision = arg_or(a, 0, "precision", Value::integer(0)).as_int();
     std::string method = py_str(arg_or(a, 1, "method", Value::string("common")));
-    if (!v.is_number()) throw_type_error("round() needs a number");
+    if (!v.is_number())
+      throw_type_error("type " + type_name(v) + " doesn't define __round__ method");
     if (method == "common") {
       if (!v.is_float()) return Value::integer(v.as_int());
       return Value::number(py_round(v.as_double(), precision));
@@ -390,6 +396,9 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
       std::u32string u = utf8_to_u32(v.as_string());
       std::reverse(u.begin(), u.end());
       return Value::string(u32_to_utf8(u));
+    }
+    if (!v.is_sequence_like() && !v.is_dict() && !v.is_undefined()) {
+      throw JinjaError(JinjaError::Kind::kValue, "argument must be iterable");
     }
     std::vector<Value> items = iterate(v);
     std::reverse(items.begin(), items.end());
@@ -458,7 +467,19 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
     }
     return total;
   }
+  if (name == "format") {
+    if (!a.positional.empty() && !a.keyword.empty()) {
+      throw JinjaError(JinjaError::Kind::kValue,
+                       "can't handle positional and keyword arguments at the same time");
+    }
+    if (!a.keyword.empty()) unsupported("the format filter with keyword arguments");
+    return Value::string(py_percent_format(py_str(v), Value::tuple(a.positional)));
+  }
   if (name == "indent") {
+    if (v.is_undefined()) fail_undefined(v);
+    if (!v.is_string()) {
+      throw_type_error("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
+    }
     Value width = arg_or(a, 0, "width", Value::integer(4));
     bool first = truthy(arg_or(a, 1, "first", Value::boolean(false)));
     bool blank = truthy(arg_or(a, 2, "blank", Value::boolean(false)));
@@ -529,10 +550,8 @@ bool apply_test(const std::string& name, const Value& v, const CallArgs& a) {
   }
   if (name == "callable") return v.is_callable();
   if (name == "escaped") return false;
-  if (name == "odd" || name == "even") {
-    if (!v.is_int() && !v.is_bool()) throw_type_error("odd/even test needs an integer");
-    int64_t r = ((v.as_int() % 2) + 2) % 2;
-    return name == "odd" ? r == 1 : r == 0;
+  if (name == "odd" || name == "even") {  // jinja2: value % 2 == 1 / == 0
+    return py_equal(binary_op("%", v, Value::integer(2)), Value::integer(name == "odd" ? 1 : 0));
   }
   if (name == "divisibleby") {
     Value n = arg();

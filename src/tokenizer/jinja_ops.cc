@@ -60,18 +60,22 @@ const std::string* opt_str_arg(const CallArgs& a, size_t i, const std::string& n
   auto v = a.get(i, name);
   if (!v || v->is_none()) return nullptr;
   if (!v->is_string()) {
-    throw_type_error(std::string(method) + " arg must be None or str");
+    std::string m(method);
+    if (m == "split" || m == "rsplit")
+      throw_type_error("must be str or None, not " + type_name(*v));
+    throw_type_error(m + " arg must be None or str");
   }
   storage = v->as_string();
   return &storage;
 }
 
-std::string need_str(const CallArgs& a, size_t i, const std::string& name, const char* method) {
+// `prefix` reproduces CPython's wording: "" for find/count/index/partition,
+// "replace() argument 1 ", "removeprefix() argument ".
+std::string need_str(const CallArgs& a, size_t i, const std::string& name, const char* method,
+                     const std::string& prefix) {
   auto v = a.get(i, name);
   if (!v) throw_type_error(std::string(method) + "() missing required argument '" + name + "'");
-  if (!v->is_string()) {
-    throw_type_error(std::string(method) + "() argument must be str, not " + type_name(*v));
-  }
+  if (!v->is_string()) throw_type_error(prefix + "must be str, not " + type_name(*v));
   return v->as_string();
 }
 
@@ -225,8 +229,9 @@ Value call_str_method(const std::string& s, const std::string& m, CallArgs& a) {
   if (m == "replace") {
     int64_t count = -1;
     if (auto v = a.get(2, "count")) count = need_int(*v, "count");
-    return Value::string(
-        py_replace(s, need_str(a, 0, "old", "replace"), need_str(a, 1, "new", "replace"), count));
+    return Value::string(py_replace(s, need_str(a, 0, "old", "replace", "replace() argument 1 "),
+                                    need_str(a, 1, "new", "replace", "replace() argument 2 "),
+                                    count));
   }
   if (m == "upper") return Value::string(py_upper(s));
   if (m == "lower") return Value::string(py_lower(s));
@@ -247,7 +252,7 @@ Value call_str_method(const std::string& s, const std::string& m, CallArgs& a) {
   }
   if (m == "find" || m == "rfind" || m == "index" || m == "rindex" || m == "count") {
     if (a.positional.size() != 1) unsupported(m + "() with start/end arguments");
-    std::string sub = need_str(a, 0, "sub", m.c_str());
+    std::string sub = need_str(a, 0, "sub", m.c_str(), "");
     if (m == "count") {
       if (sub.empty()) return Value::integer(static_cast<int64_t>(utf8_length(s)) + 1);
       int64_t n = 0;
@@ -276,7 +281,7 @@ Value call_str_method(const std::string& s, const std::string& m, CallArgs& a) {
     return Value::string(out);
   }
   if (m == "removeprefix" || m == "removesuffix") {
-    std::string x = need_str(a, 0, "prefix", m.c_str());
+    std::string x = need_str(a, 0, "prefix", m.c_str(), m + "() argument ");
     if (m == "removeprefix" && s.compare(0, x.size(), x) == 0 && x.size() <= s.size()) {
       return Value::string(s.substr(x.size()));
     }
@@ -293,7 +298,7 @@ Value call_str_method(const std::string& s, const std::string& m, CallArgs& a) {
     return Value::list(std::move(out));
   }
   if (m == "partition" || m == "rpartition") {
-    std::string sep = need_str(a, 0, "sep", m.c_str());
+    std::string sep = need_str(a, 0, "sep", m.c_str(), "");
     if (sep.empty()) value_error("empty separator");
     size_t p = m == "partition" ? s.find(sep) : s.rfind(sep);
     if (p == std::string::npos) {
@@ -457,6 +462,106 @@ int order(const std::string& op, const Value& a, const Value& b) {
 
 }  // namespace
 
+std::string py_percent_format(const std::string& fmt, const Value& rhs) {
+  std::vector<Value> args;
+  bool single_container = false;
+  if (rhs.is_tuple()) {
+    args = rhs.as_list();
+  } else {
+    if (rhs.is_undefined()) fail_undefined(rhs);
+    args.push_back(rhs);
+    single_container = rhs.is_list() || rhs.is_dict();
+  }
+  size_t next = 0;
+  auto take = [&]() -> const Value& {
+    if (next >= args.size()) throw_type_error("not enough arguments for format string");
+    return args[next++];
+  };
+  std::string out;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    if (++i >= fmt.size()) value_error("incomplete format");
+    if (fmt[i] == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (fmt[i] == '(') unsupported("%(name)s mapping keys in printf-style formatting");
+    std::string flags;
+    while (i < fmt.size() && std::string("-+ #0").find(fmt[i]) != std::string::npos) {
+      flags.push_back(fmt[i++]);
+    }
+    std::string width, precision;
+    bool has_precision = false;
+    while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') width.push_back(fmt[i++]);
+    if (i < fmt.size() && fmt[i] == '.') {
+      has_precision = true;
+      ++i;
+      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision.push_back(fmt[i++]);
+    }
+    if (i < fmt.size() && fmt[i] == '*') unsupported("'*' width in printf-style formatting");
+    if (width.size() > 4) value_error("width too big");
+    if (precision.size() > 4) value_error("precision too big");
+    while (i < fmt.size() && (fmt[i] == 'h' || fmt[i] == 'l' || fmt[i] == 'L')) ++i;
+    if (i >= fmt.size()) value_error("incomplete format");
+    char conv = fmt[i];
+    std::string piece;
+    if (conv == 's' || conv == 'r' || conv == 'a') {
+      const Value& v = take();
+      piece = conv == 's' ? py_str(v) : py_repr(v);
+      if (has_precision) {
+        std::u32string u = utf8_to_u32(piece);
+        size_t p = precision.empty() ? 0 : std::stoul(precision);
+        if (u.size() > p) piece = u32_to_utf8(u.substr(0, p));
+      }
+      size_t w = width.empty() ? 0 : std::stoul(width);
+      size_t len = utf8_length(piece);
+      if (len < w) {
+        std::string fill(w - len, ' ');
+        piece = flags.find('-') != std::string::npos ? piece + fill : fill + piece;
+      }
+    } else if (std::string("diuxXoeEfFgGc").find(conv) != std::string::npos) {
+      const Value& v = take();
+      std::string spec = "%" + flags + width + (has_precision ? "." + precision : "");
+      char buf[512];
+      if (conv == 'c') {
+        if (v.is_string() && utf8_length(v.as_string()) == 1) {
+          piece = v.as_string();
+        } else if (v.is_int()) {
+          append_utf8(piece, static_cast<char32_t>(v.as_int()));
+        } else {
+          throw_type_error("%c requires int or char");
+        }
+      } else if (std::string("diuxXo").find(conv) != std::string::npos) {
+        if (!v.is_number() || (v.is_float() && conv != 'd' && conv != 'i' && conv != 'u')) {
+          throw_type_error(
+              std::string("%") + conv + " format: " +
+              (conv == 'd' || conv == 'i' || conv == 'u' ? "a real number" : "an integer") +
+              " is required, not " + type_name(v));
+        }
+        long long n = v.is_float() ? static_cast<long long>(std::trunc(v.as_double()))
+                                   : static_cast<long long>(v.as_int());
+        char c = conv == 'i' || conv == 'u' ? 'd' : conv;
+        std::snprintf(buf, sizeof(buf), (spec + "ll" + c).c_str(), n);
+        piece = buf;
+      } else {
+        if (!v.is_number()) throw_type_error("must be real number, not " + type_name(v));
+        std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), v.as_double());
+        piece = buf;
+      }
+    } else {
+      value_error(std::string("unsupported format character '") + conv + "'");
+    }
+    out += piece;
+  }
+  if (next < args.size() && !(single_container && next == 0)) {
+    throw_type_error("not all arguments converted during string formatting");
+  }
+  return out;
+}
+
 void fail_undefined(const Value& undefined) {
   throw JinjaError(JinjaError::Kind::kUndefined, undefined.undefined_message());
 }
@@ -619,9 +724,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (b.as_double() == 0) throw JinjaError(JinjaError::Kind::kValue, "division by zero");
     return Value::number(a.as_double() / b.as_double());
   }
+  if (op == "%" && a.is_string()) return Value::string(py_percent_format(a.as_string(), b));
   if (op == "//" || op == "%") {
     if (!nums) {
-      if (op == "%" && a.is_string()) unsupported("printf-style string formatting ('%' on str)");
+      if (op == "%" && a.is_string()) return Value::string(py_percent_format(a.as_string(), b));
       bad_operands(op, a, b);
     }
     if (any_float) {
@@ -653,6 +759,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   }
   if (op == "**") {
     if (!nums) bad_operands("** or pow()", a, b);
+    if (a.as_double() == 0 && b.as_double() < 0) {
+      throw JinjaError(JinjaError::Kind::kValue, "0.0 cannot be raised to a negative power");
+    }
     if (!any_float && b.as_int() >= 0) {
       int64_t r = 1;
       for (int64_t i = 0; i < b.as_int(); ++i) r = mul_checked(r, a.as_int());

@@ -30,6 +30,9 @@ bool contains(const Value& container, const Value& item);
 std::vector<Value> iterate(const Value& v);
 int64_t py_len(const Value& v);
 
+// Python's printf-style `fmt % args` (a tuple gives several arguments).
+std::string py_percent_format(const std::string& fmt, const Value& args);
+
 // Python str.splitlines() (no keepends).
 std::vector<std::string> py_splitlines(const std::string& s);
 // Python str.split(sep, maxsplit); sep nullptr = runs of whitespace.

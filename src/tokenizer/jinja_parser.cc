@@ -18,7 +18,7 @@ const std::set<std::string>& known_filters() {
       "wordcount", "batch",
       // jinja2 built-ins without an implementation here: accepted when parsing,
       // an "unsupported" error when a render reaches them.
-      "filesizeformat", "format", "groupby", "pprint", "random", "slice", "striptags", "truncate",
+      "format", "filesizeformat", "groupby", "pprint", "random", "slice", "striptags", "truncate",
       "urlencode", "urlize", "wordwrap", "xmlattr"};
   return k;
 }
@@ -129,6 +129,7 @@ class Parser {
   // Parses statements until a block tag named in `ends`; leaves the stream just
   // after that tag's name and stores the name in *found.
   Body subparse(const std::set<std::string>& ends, std::string* found, const std::string& inner) {
+    DepthGuard guard(this);
     Body body;
     while (true) {
       const Token& t = cur();
@@ -506,7 +507,18 @@ class Parser {
     return left;
   }
 
+  // Bounds the parser's recursion so a hostile template cannot exhaust the stack.
+  struct DepthGuard {
+    Parser* p;
+    explicit DepthGuard(Parser* p_) : p(p_) {
+      if (++p->depth_ > kMaxNesting) p->fail("template nests deeper than 200 levels");
+    }
+    ~DepthGuard() { --p->depth_; }
+  };
+  static constexpr int kMaxNesting = 200;
+
   ExprPtr parse_unary(bool with_filter) {
+    DepthGuard guard(this);
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
       auto e = make(ExprKind::kUnary, cur().line);
@@ -645,7 +657,11 @@ class Parser {
         auto e = make(ExprKind::kGetitem, line);
         e->args.push_back(std::move(node));
         auto k = make(ExprKind::kConst, line);
-        k->value = Value::integer(std::stoll(cur().value));
+        try {
+          k->value = Value::integer(std::stoll(cur().value));
+        } catch (const std::exception&) {
+          fail_unsupported("integer literal " + cur().value + " is out of range");
+        }
         e->args.push_back(std::move(k));
         next();
         return e;
@@ -808,6 +824,7 @@ class Parser {
   std::vector<Token> toks_;
   size_t pos_ = 0;
   bool soft_ = false;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -502,6 +502,8 @@ StatusOr<std::shared_ptr<const Template>> Template::compile(const std::string& s
     return std::shared_ptr<const Template>(std::move(t));
   } catch (const JinjaError& e) {
     return to_status(e, error);
+  } catch (const std::exception& e) {  // e.g. std::out_of_range from a huge literal
+    return to_status(JinjaError(JinjaError::Kind::kValue, e.what()), error);
   }
 }
 
@@ -515,6 +517,8 @@ StatusOr<std::string> Template::render(const std::vector<std::pair<std::string, 
   } catch (JinjaError& e) {
     e.set_line_if_unknown(r.line());
     return to_status(e, error);
+  } catch (const std::exception& e) {
+    return to_status(JinjaError(JinjaError::Kind::kValue, e.what(), r.line()), error);
   }
 }
 

@@ -15,6 +15,26 @@ void throw_type_error(const std::string& message) {
   throw JinjaError(JinjaError::Kind::kType, message);
 }
 
+namespace {
+
+// Python stops runaway recursion at about 1000 frames (RecursionError); so do we,
+// for printing, comparing and dumping values a template nested itself.
+thread_local int g_value_depth = 0;
+constexpr int kMaxValueDepth = 1000;
+
+struct ValueDepth {
+  explicit ValueDepth(const char* what) {
+    if (++g_value_depth > kMaxValueDepth) {
+      --g_value_depth;
+      throw JinjaError(JinjaError::Kind::kValue,
+                       std::string("maximum recursion depth exceeded while ") + what);
+    }
+  }
+  ~ValueDepth() { --g_value_depth; }
+};
+
+}  // namespace
+
 Value Value::list(List items) {
   Value v(Kind::kList);
   v.list_ = std::make_shared<const List>(std::move(items));
@@ -153,6 +173,7 @@ bool truthy(const Value& v) {
 }
 
 bool py_equal(const Value& a, const Value& b) {
+  ValueDepth depth("comparing values");
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -281,6 +302,7 @@ std::string py_repr(const Value& v) {
 }
 
 std::string py_str(const Value& v) {
+  ValueDepth depth("getting the repr of an object");
   switch (v.kind()) {
     case Kind::kUndefined:
       return "";
@@ -405,6 +427,7 @@ std::string json_key(const Value& k) {
 }
 
 void dump(std::string& out, const Value& v, const JsonDumpOptions& o, int level) {
+  ValueDepth depth("encoding a JSON object");
   auto newline = [&](int lvl) {
     out.push_back('\n');
     for (int i = 0; i < lvl; ++i) out += *o.indent;
@@ -479,7 +502,11 @@ std::string json_dumps(const Value& v, const JsonDumpOptions& options) {
   return out;
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+Value from_json(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxJsonDepth) {
+    throw JinjaError(JinjaError::Kind::kValue,
+                     "JSON input nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::none();
@@ -499,13 +526,13 @@ Value from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       List items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
+      for (const auto& e : j) items.push_back(from_json(e, depth + 1));
       return Value::list(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
       for (auto it = j.begin(); it != j.end(); ++it) {
-        d.set(Value::string(it.key()), from_json(it.value()));
+        d.set(Value::string(it.key()), from_json(it.value(), depth + 1));
       }
       return Value::dict(std::move(d));
     }

@@ -191,6 +191,8 @@ struct JsonDumpOptions {
 // json.dumps(v, ...) exactly as Python writes it.
 std::string json_dumps(const Value& v, const JsonDumpOptions& options);
 
-Value from_json(const nlohmann::ordered_json& j);
+// Throws JinjaError(kValue) when `j` nests deeper than kMaxJsonDepth.
+constexpr int kMaxJsonDepth = 512;
+Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 
 }  // namespace pagedkv::jinja

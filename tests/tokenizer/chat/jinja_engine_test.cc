@@ -229,6 +229,8 @@ TEST(JinjaUndefined, PrintsEmptyButFailsOnUse) {
             "list object has no element 0");
   EXPECT_EQ(render_error("{{ d.missing + 1 }}", R"({"d": {}})").message,
             "'dict object' has no attribute 'missing'");
+  EXPECT_EQ(render_error("{{ d.nope|int }}", R"({"d": {}})").message,
+            "'dict object' has no attribute 'nope'");
   EXPECT_EQ(render_error("{{ n.startswith('x') }}", R"({"n": null})").message,
             "'None' has no attribute 'startswith'");
 }
@@ -267,6 +269,36 @@ TEST(JinjaErrors, MoreJinja2Messages) {
             "(2,){'k': 3}");
   EXPECT_EQ(render("{{ 2.675|round(2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 7|round }}"),
             "2.67 2.0 4.0 7");
+}
+
+TEST(JinjaExpr, PrintfStyleFormatting) {
+  EXPECT_EQ(
+      render(
+          "{{ \"%s-%d|%5.2f|%-4s|%x|%r|%%|%03d\" % (\"a\", 3.9, 2.345, \"b\", 255, \"q\", 7) }}"),
+      "a-3| 2.35|b   |ff|'q'|%|007");
+  EXPECT_EQ(render("{{ \"%s and %s\"|format(1, \"b\") }}|{{ '%s' % none }}|{{ '%s' % [1, 2] }}"),
+            "1 and b|None|[1, 2]");
+  EXPECT_EQ(render_error("{{ 'x' % 1 }}").message,
+            "not all arguments converted during string formatting");
+  EXPECT_EQ(render_error("{{ '%s %s' % (1,) }}").message, "not enough arguments for format string");
+  EXPECT_EQ(render_error("{{ 'a'.find(1) }}").message, "must be str, not int");
+  EXPECT_EQ(render_error("{{ 'x' is odd }}").message,
+            "not all arguments converted during string formatting");
+}
+
+TEST(JinjaErrors, HostileInputsFailCleanly) {
+  std::string deep = "{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}";
+  EXPECT_NE(render_error(deep).message.find("nests deeper"), std::string::npos);
+  EXPECT_EQ(render_error("{% set ns = namespace(x=[]) %}{% for i in range(3000) %}"
+                         "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}")
+                .message,
+            "maximum recursion depth exceeded while getting the repr of an object");
+  EXPECT_EQ(render_error("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}").message,
+            "maximum recursion depth exceeded");
+  EXPECT_EQ(render_error("{{ '%99999999d' % 1 }}").message, "width too big");
+  EXPECT_EQ(render_error("{{ x.123456789012345678901234 }}").kind, JinjaError::Kind::kUnsupported);
+  std::string nested_json = std::string(600, '[') + std::string(600, ']');
+  EXPECT_THROW(from_json(nlohmann::ordered_json::parse(nested_json)), JinjaError);
 }
 
 TEST(JinjaErrors, CompileErrorsNameConstructAndLine) {
