@@ -3,8 +3,9 @@
 # once (cached in $BUILD/models), then runs `pagedkv generate` on two prompts that
 # share a 48-token prefix (a "system prompt") on one paged KV cache, printing the
 # generated tokens and the prefix-cache statistics: the second prompt is served
-# 48 tokens from the cache. (Token ids, not text: the model has random weights
-# and the tokenizer is not wired in yet.)
+# 48 tokens from the cache. (Token ids, not text: make-model writes random
+# weights and no tokenizer.json; `generate --prompt TEXT` works with a model
+# directory that has one.)
 set -euo pipefail
 BUILD=${1:-build}
 PKV="$BUILD/src/cli/pagedkv"

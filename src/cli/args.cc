@@ -105,8 +105,10 @@ std::string ArgParser::help() const {
   for (const auto& s : specs_) {
     std::string left = "  --" + s.name + (s.value_name.empty() ? "" : " " + s.value_name);
     out << left;
-    if (left.size() < 28) out << std::string(28 - left.size(), ' ');
-    else out << "\n" << std::string(28, ' ');
+    if (left.size() < 28)
+      out << std::string(28 - left.size(), ' ');
+    else
+      out << "\n" << std::string(28, ' ');
     out << s.help;
     if (s.default_value) out << " (default: " << *s.default_value << ")";
     out << "\n";

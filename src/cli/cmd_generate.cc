@@ -44,7 +44,8 @@ int generate_main(int argc, char** argv) {
   p.add_option("prompt-ids", "IDS",
                "prompt token ids, e.g. \"1 2 3\"; several prompts separated by ';' run one after "
                "another on the same cache");
-  p.add_option("prompt", "TEXT", "text prompt (needs a tokenizer; not available yet)");
+  p.add_option("prompt", "TEXT",
+               "text prompt(s), ';'-separated, encoded with the model directory's tokenizer.json");
   p.add_option("max-tokens", "N", "tokens to generate per prompt", "32");
   p.add_option("temperature", "T", "sampling temperature; 0 = greedy", "0");
   p.add_option("top-k", "K", "keep the K most likely tokens (0 = off)", "0");
@@ -66,12 +67,14 @@ int generate_main(int argc, char** argv) {
   }
   std::string dir = p.get("model");
   if (dir.empty()) return report_error("generate", invalid_argument("--model DIR is required"));
-  auto codec = find_text_codec(dir);
+  auto codec_or = find_text_codec(dir);
+  if (!codec_or.ok()) return report_error("generate", codec_or.status());
+  std::unique_ptr<TextCodec> codec = std::move(*codec_or);
   std::vector<std::vector<int32_t>> prompts;
   if (p.get_optional("prompt")) {
     if (codec == nullptr)
-      return report_error("generate", invalid_argument("--prompt TEXT needs a tokenizer, which is "
-                                                       "not wired in yet; use --prompt-ids"));
+      return report_error("generate", invalid_argument("--prompt TEXT needs a tokenizer.json in " +
+                                                       dir + "; use --prompt-ids"));
     for (const auto& text : split_prompts(p.get("prompt"))) {
       auto ids = codec->encode(text);
       if (!ids.ok()) return report_error("generate", ids.status());

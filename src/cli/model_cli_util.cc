@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "model/safetensors.h"
+#include "tokenizer/tokenizer.h"
 #include "util/file_system.h"
 #include "util/knobs.h"
 
@@ -57,9 +58,30 @@ StatusOr<std::vector<int32_t>> read_ids_file(const std::string& path) {
 
 namespace pagedkv::cli {
 
-std::unique_ptr<TextCodec> find_text_codec(const std::string& model_dir) {
-  (void)model_dir;  // tokenizer.json support arrives with src/tokenizer
-  return nullptr;
+namespace {
+
+class TokenizerCodec final : public TextCodec {
+ public:
+  explicit TokenizerCodec(std::unique_ptr<tokenizer::Tokenizer> t) : t_(std::move(t)) {}
+  StatusOr<std::vector<int32_t>> encode(const std::string& text) override {
+    return t_->encode(text, /*add_special_tokens=*/true);
+  }
+  std::string decode(const std::vector<int32_t>& ids) override {
+    return t_->decode(ids, /*skip_special_tokens=*/true);
+  }
+
+ private:
+  std::unique_ptr<tokenizer::Tokenizer> t_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<TextCodec>> find_text_codec(const std::string& model_dir) {
+  const std::string path = join_path(model_dir, "tokenizer.json");
+  PKV_ASSIGN_OR_RETURN(FileInfo info, FileSystem::posix().stat(path));
+  if (info.type == FileType::kMissing) return std::unique_ptr<TextCodec>();
+  PKV_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::load(path));
+  return std::unique_ptr<TextCodec>(new TokenizerCodec(std::move(tok)));
 }
 
 }  // namespace pagedkv::cli
