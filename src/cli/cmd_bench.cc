@@ -362,13 +362,20 @@ int bench_main(int argc, char** argv) {
                "closed-loop clients; a comma list runs a sweep (e.g. 1,2,4,8,16)", "4");
   p.add_option("requests", "N", "requests per run (agent: split into turns per client)", "32");
   p.add_option("sharing", "on|off|both",
-               "off: every request gets its own cache_salt and no owner (nothing shared)", "on");
+               "off: every request gets its own cache_salt and no owner (nothing shared); both: a "
+               "run per --concurrency value with sharing, then the same runs without",
+               "on");
   p.add_option("system-tokens", "N", "system prompt length (chat, agent; nosharing prefix)", "256");
   p.add_option("max-tokens", "N", "tokens generated per request", "32");
   p.add_option("seed", "S", "workload seed", "1");
-  p.add_option("max-num-batched-tokens", "N", "engine token budget per step (default 2048)");
-  p.add_option("max-num-seqs", "N", "engine max running requests (default 64)");
-  p.add_option("pool-mb", "MB", "paged_cache_memory_mb (default: one full context)");
+  p.add_option("max-num-batched-tokens", "N",
+               "engine token budget per step (default 2048; env PAGEDKV_MAX_NUM_BATCHED_TOKENS "
+               "wins)");
+  p.add_option("max-num-seqs", "N",
+               "engine max running requests (default 64; env PAGEDKV_MAX_NUM_SEQS wins)");
+  p.add_option("pool-mb", "MB",
+               "paged_cache_memory_mb (default: one full context; env "
+               "PAGEDKV_PAGED_CACHE_MEMORY_MB wins)");
   p.add_flag("json", "print one JSON document instead of text");
   Status s = p.parse(argc, argv);
   if (!s.ok()) return report_error("bench", s);
@@ -399,7 +406,8 @@ int bench_main(int argc, char** argv) {
     auto v = p.get_int(name);
     if (!v.ok()) return report_error("bench", v.status());
     if (*v < (std::string(name) == "seed" ? 0 : 1))
-      return report_error("bench", invalid_argument(std::string("--") + name + " must be >= 1"));
+      return report_error("bench", invalid_argument(std::string("--") + name + " must be >= " +
+                                                    (std::string(name) == "seed" ? "0" : "1")));
   }
   base.requests = static_cast<int>(*p.get_int("requests"));
   base.system_tokens = static_cast<int>(*p.get_int("system-tokens"));

@@ -71,7 +71,8 @@ bool format_line(const ChatTemplate& tmpl, const std::string& line, size_t line_
 int run_chat_format(int argc, char** argv) {
   ArgParser args("chat-format",
                  "Render a tokenizer_config.json chat_template for each JSONL line, as "
-                 "transformers' apply_chat_template (jinja2) would.");
+                 "transformers' apply_chat_template (jinja2) would. Exit status 1 when an input "
+                 "line is not a JSON object of that shape (its output line is then an error).");
   args.add_option("tokenizer-config", "FILE", "tokenizer_config.json holding the chat_template");
   args.add_option("jsonl", "FILE",
                   "input, one JSON object per line with 'messages' and optional 'tools', "

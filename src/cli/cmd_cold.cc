@@ -35,8 +35,10 @@ constexpr char kUsage[] =
     "  ls       one line per object: key, size, last use (--long: decoded header)\n"
     "  verify   re-check every object (checksums, bounds, key); --prune removes bad ones;\n"
     "           exit status 1 when any bad object was found\n"
-    "  gc       evict least-recently-used objects down to the quota (--quota-mb or\n"
-    "           PAGEDKV_COLD_CACHE_QUOTA_MB, default min(10% of disk, 100 GiB))\n"
+    "  gc       when over the quota (--quota-mb or PAGEDKV_COLD_CACHE_QUOTA_MB, default\n"
+    "           min(10% of disk, 100 GiB)), evict least-recently-used objects down to 90%\n"
+    "           of it; also evict while the disk has less than 5% free\n"
+    "Every subcommand first removes temp files left by writers that are gone.\n"
     "\nRun `pagedkv cold <subcommand> --help` for its options.\n";
 
 StatusOr<std::unique_ptr<ColdStore>> open_store(const ArgParser& args, bool writer,
@@ -180,6 +182,22 @@ int cmd_stress(ArgParser& args) {
   return wrong == 0 ? 0 : 3;
 }
 
+std::string sub_summary(const std::string& sub) {
+  if (sub == "stats")
+    return "Print objects, bytes, quota and disk space of the cold-tier directory.";
+  if (sub == "ls") return "List the cold-tier objects: key, size, last use (UTC).";
+  if (sub == "verify")
+    return "Re-check every cold-tier object (checksums, bounds, key); exit status 1 when any "
+           "object is bad.";
+  if (sub == "gc")
+    return "Evict least-recently-used cold-tier objects: down to 90% of the quota when over it, "
+           "and while the disk has less than 5% free.";
+  if (sub == "stress")
+    return "Hidden test tool: write synthetic objects through the writer, reading earlier ones "
+           "back; exit status 3 when a read served wrong bytes.";
+  return "";
+}
+
 int run_cold(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     (argc < 2 ? std::cerr : std::cout) << kUsage;
@@ -187,7 +205,8 @@ int run_cold(int argc, char** argv) {
   }
   const std::string sub = argv[1];
   std::string prog = "pagedkv cold " + sub;
-  ArgParser args(prog, "");
+  const std::string name = "cold " + sub;  // ArgParser and report_error add "pagedkv "
+  ArgParser args(name, sub_summary(sub));
   args.add_option("dir", "DIR", "cold cache directory");
   if (sub == "ls") args.add_flag("long", "decode each object's header");
   if (sub == "verify") args.add_flag("prune", "remove objects that fail verification");
@@ -203,7 +222,7 @@ int run_cold(int argc, char** argv) {
   sub_argv.push_back(prog.data());
   for (int i = 2; i < argc; ++i) sub_argv.push_back(argv[i]);
   Status st = args.parse(static_cast<int>(sub_argv.size()), sub_argv.data());
-  if (!st.ok()) return report_error(prog, st);
+  if (!st.ok()) return report_error(name, st);
   if (args.help_requested()) {
     std::cout << args.help();
     return 0;

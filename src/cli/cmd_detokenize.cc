@@ -1,14 +1,13 @@
 // `pagedkv detokenize`: decodes token ids with a Hugging Face tokenizer.json.
 // --ids "1 2 3" prints the text as is; --jsonl FILE (objects with an "ids"
 // array) prints one JSON string per line.
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/args.h"
 #include "cli/command_registry.h"
-#include "tokenizer/tokenizer.h"
+#include "cli/tokenizer_cli_util.h"
 
 namespace pagedkv::cli {
 namespace {
@@ -35,11 +34,10 @@ StatusOr<std::vector<int32_t>> parse_ids(const std::string& s) {
 }
 
 int run_detokenize(int argc, char** argv) {
-  ArgParser args(std::string("pagedkv ") + kName,
-                 "Decode token ids to text with a Hugging Face tokenizer.json.");
-  args.add_option("tokenizer", "FILE", "tokenizer.json to load (required)");
-  args.add_option("config", "FILE",
-                  "tokenizer_config.json (default: the one beside --tokenizer, if present)");
+  ArgParser args(kName,
+                 "Decode token ids to text with a Hugging Face tokenizer.json (give exactly one "
+                 "of --ids or --jsonl).");
+  add_tokenizer_options(args);
   args.add_option("ids", "IDS", "ids separated by spaces or commas; prints the text");
   args.add_option(
       "jsonl", "FILE",
@@ -56,7 +54,7 @@ int run_detokenize(int argc, char** argv) {
   if (args.has("ids") == args.has("jsonl")) {
     return report_error(kName, invalid_argument("give exactly one of --ids or --jsonl"));
   }
-  auto tok = tokenizer::Tokenizer::load(args.get("tokenizer"), args.get_optional("config"));
+  auto tok = load_tokenizer(args);
   if (!tok.ok()) return report_error(kName, tok.status());
   const bool skip = args.has("skip-special-tokens");
   if (args.has("ids")) {
@@ -65,33 +63,22 @@ int run_detokenize(int argc, char** argv) {
     std::cout << (*tok)->decode(*ids, skip) << "\n";
     return 0;
   }
-  std::ifstream in(args.get("jsonl"));
-  if (!in) return report_error(kName, not_found("cannot open --jsonl " + args.get("jsonl")));
-  std::string line;
-  size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.empty()) continue;
-    const std::string where = args.get("jsonl") + ":" + std::to_string(lineno);
-    std::vector<int32_t> ids;
-    try {
-      auto j = nlohmann::json::parse(line);
-      if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array()) {
-        return report_error(kName,
-                            invalid_argument(where + ": expected an object with an \"ids\" array"));
-      }
-      for (const auto& v : j["ids"]) {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
-          return report_error(kName,
-                              invalid_argument(where + ": ids must be non-negative integers"));
+  st = for_each_jsonl_line(
+      args.get("jsonl"), [&](const nlohmann::json& j, const std::string& where) -> Status {
+        if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array()) {
+          return invalid_argument(where + ": expected an object with an \"ids\" array");
         }
-        ids.push_back(v.get<int32_t>());
-      }
-    } catch (const nlohmann::json::exception& e) {
-      return report_error(kName, invalid_argument(where + ": not valid JSON: " + e.what()));
-    }
-    std::cout << nlohmann::json((*tok)->decode(ids, skip)).dump() << "\n";
-  }
+        std::vector<int32_t> ids;
+        for (const auto& v : j["ids"]) {
+          if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+            return invalid_argument(where + ": ids must be non-negative integers");
+          }
+          ids.push_back(v.get<int32_t>());
+        }
+        std::cout << nlohmann::json((*tok)->decode(ids, skip)).dump() << "\n";
+        return ok_status();
+      });
+  if (!st.ok()) return report_error(kName, st);
   return 0;
 }
 

@@ -184,7 +184,9 @@ int kv_demo_main(int argc, char** argv) {
   const std::string cmd = "kv-demo";
   ArgParser args(cmd,
                  "Drive a synthetic multi-tenant request trace through the paged KV cache and "
-                 "print hits, evictions, pool growth and occupancy.");
+                 "print hits, evictions, pool growth and occupancy; then check the allocator's "
+                 "integrity and that every reused K/V row is bit-identical to its "
+                 "recomputation (exit status 1 if not).");
   args.add_option("paged-cache-memory-mb", "MIB",
                   "max pool size (env PAGEDKV_PAGED_CACHE_MEMORY_MB wins)", "4");
   args.add_option("paged-cache-initial-memory-mb", "MIB",
@@ -334,8 +336,7 @@ int kv_demo_main(int argc, char** argv) {
 
 }  // namespace
 
-PKV_REGISTER_COMMAND("kv-demo",
-                     "run a synthetic multi-tenant trace through the paged KV cache (make run)",
+PKV_REGISTER_COMMAND("kv-demo", "run a synthetic multi-tenant trace through the paged KV cache",
                      kv_demo_main);
 
 }  // namespace pagedkv::cli

@@ -19,12 +19,13 @@ namespace {
 
 int logits_main(int argc, char** argv) {
   ArgParser p("logits", "Write the logits of every input position to a safetensors file.");
-  p.add_option("model", "DIR", "Hugging Face checkpoint directory");
+  p.add_option("model", "DIR", "Hugging Face checkpoint directory (required)");
   p.add_option("input-ids", "FILE",
                "token ids: text (whitespace/comma separated) or a .safetensors file with an "
-               "input_ids tensor (I64/I32)");
+               "input_ids tensor (I64/I32) (required)");
   p.add_option("out", "FILE",
-               "output .safetensors (tensors: logits [T, vocab] F32, input_ids [T] I64)");
+               "output .safetensors (tensors: logits [T, vocab] F32, input_ids [T] I64) "
+               "(required)");
   p.add_option("warm-prefix", "N", "first run the first N tokens as an earlier request (0 = off)",
                "0");
   p.add_option("chunk", "N", "prefill chunk size (0 = whole input at once)", "0");

@@ -1,13 +1,12 @@
 // `pagedkv tokenize`: encodes text with a Hugging Face tokenizer.json and
 // prints the ids as a JSON array, one line per input (--text, or each line of
 // a --jsonl file whose objects carry a "text" field).
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
 #include "cli/command_registry.h"
-#include "tokenizer/tokenizer.h"
+#include "cli/tokenizer_cli_util.h"
 
 namespace pagedkv::cli {
 namespace {
@@ -15,12 +14,10 @@ namespace {
 const char kName[] = "tokenize";
 
 int run_tokenize(int argc, char** argv) {
-  ArgParser args(std::string("pagedkv ") + kName,
+  ArgParser args(kName,
                  "Encode text to token ids with a Hugging Face tokenizer.json. Prints one JSON "
-                 "array of ids per input line.");
-  args.add_option("tokenizer", "FILE", "tokenizer.json to load (required)");
-  args.add_option("config", "FILE",
-                  "tokenizer_config.json (default: the one beside --tokenizer, if present)");
+                 "array of ids per input (give exactly one of --text or --jsonl).");
+  add_tokenizer_options(args);
   args.add_option("text", "TEXT", "encode this text");
   args.add_option("jsonl", "FILE", "encode the \"text\" field of each JSON line of FILE");
   args.add_flag("add-special-tokens",
@@ -36,7 +33,7 @@ int run_tokenize(int argc, char** argv) {
   if (args.has("text") == args.has("jsonl")) {
     return report_error(kName, invalid_argument("give exactly one of --text or --jsonl"));
   }
-  auto tok = tokenizer::Tokenizer::load(args.get("tokenizer"), args.get_optional("config"));
+  auto tok = load_tokenizer(args);
   if (!tok.ok()) return report_error(kName, tok.status());
   const bool special = args.has("add-special-tokens");
   auto emit = [&](const std::string& text) {
@@ -46,26 +43,15 @@ int run_tokenize(int argc, char** argv) {
     emit(args.get("text"));
     return 0;
   }
-  std::ifstream in(args.get("jsonl"));
-  if (!in) return report_error(kName, not_found("cannot open --jsonl " + args.get("jsonl")));
-  std::string line;
-  size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.empty()) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      return report_error(kName, invalid_argument(args.get("jsonl") + ":" + std::to_string(lineno) +
-                                                  ": not valid JSON: " + e.what()));
-    }
-    if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
-      return report_error(kName, invalid_argument(args.get("jsonl") + ":" + std::to_string(lineno) +
-                                                  ": expected an object with a string \"text\""));
-    }
-    emit(j["text"].get<std::string>());
-  }
+  st = for_each_jsonl_line(
+      args.get("jsonl"), [&](const nlohmann::json& j, const std::string& where) -> Status {
+        if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
+          return invalid_argument(where + ": expected an object with a string \"text\"");
+        }
+        emit(j["text"].get<std::string>());
+        return ok_status();
+      });
+  if (!st.ok()) return report_error(kName, st);
   return 0;
 }
 

@@ -2,9 +2,10 @@
 //
 // LayerKVPool never calls malloc or cudaMalloc itself: it asks a KVStorage for
 // buffers and for copies between them (used when the pool grows). The host
-// implementation lives here; the CUDA backend implements the same interface in
-// src/backend/cuda (src/kv never includes backend headers). A buffer's bytes may be
-// device memory: only call data() for host access when host_accessible().
+// implementation lives here; a CUDA backend (not written yet) is to implement the
+// same interface under src/backend/cuda (src/kv never includes backend headers). A
+// buffer's bytes may then be device memory: only call data() for host access when
+// host_accessible().
 #pragma once
 
 #include <cstddef>

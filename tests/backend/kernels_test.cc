@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -89,7 +90,12 @@ TEST_P(MatmulTest, RowsAreBitIdenticalForAnyBatchSizeAndThreadCount) {
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
                          ::testing::Values(Dims{1, 1, 1}, Dims{5, 7, 3}, Dims{64, 8, 9},
                                            Dims{17, 67, 130}, Dims{64, 300, 65},
-                                           Dims{33, 1024, 257}));
+                                           Dims{33, 1024, 257}),
+                         [](const auto& info) {
+                           const Dims& d = info.param;
+                           return "M" + std::to_string(d.m) + "_K" + std::to_string(d.k) + "_N" +
+                                  std::to_string(d.n);
+                         });
 
 TEST(KernelsTest, DotUsesEightLanesInAFixedTree) {
   // 1e8 + 1 - 1e8 in one lane vs spread lanes: the documented lane order decides.
@@ -222,7 +228,8 @@ TEST_P(AttentionTest, FlatEqualsPagedEqualsChunkedAndMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadDims, AttentionTest, ::testing::Values(24, 32, 128));
+INSTANTIATE_TEST_SUITE_P(HeadDims, AttentionTest, ::testing::Values(24, 32, 128),
+                         [](const auto& info) { return "head_dim" + std::to_string(info.param); });
 
 TEST(KernelsTest, SlidingWindowAttendsOnlyTheWindow) {
   const int32_t T = 40, HD = 8, B = 16, W = 5;

@@ -258,7 +258,8 @@ TEST_P(ParityTest, FlatRollbackKnob) {
   unsetenv("PAGEDKV_USE_BLOCK_PAGED_CACHE");
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, ParityTest, ::testing::Values("qwen3", "qwen3_moe"));
+INSTANTIATE_TEST_SUITE_P(Families, ParityTest, ::testing::Values("qwen3", "qwen3_moe"),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace pagedkv::model

@@ -1,0 +1,31 @@
+// Helpers shared by the text commands (tokenize, detokenize): the --tokenizer and
+// --config options, loading the tokenizer they name, and walking a JSONL input
+// file with errors that name FILE:LINE.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/args.h"
+#include "pagedkv/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagedkv::cli {
+
+// Adds --tokenizer FILE (required by the caller) and --config FILE.
+void add_tokenizer_options(ArgParser& args);
+
+// Loads --tokenizer with --config (default: the tokenizer_config.json beside it).
+StatusOr<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const ArgParser& args);
+
+// Calls fn(object, "FILE:LINE") for every non-empty line of the JSONL file at
+// `path`, stopping at the first error. NotFound when the file cannot be opened
+// (named as --jsonl); InvalidArgument "FILE:LINE: not valid JSON: ..." for a line
+// that does not parse; otherwise the first error fn returns.
+Status for_each_jsonl_line(
+    const std::string& path,
+    const std::function<Status(const nlohmann::json& j, const std::string& where)>& fn);
+
+}  // namespace pagedkv::cli
