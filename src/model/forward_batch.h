@@ -68,6 +68,8 @@ class KVBlockStore {
   virtual ~KVBlockStore() = default;
   virtual int32_t block_size() const = 0;
   virtual KVDType dtype() const = 0;
+  // Valid block ids are [1, num_blocks()) (0 is the null block).
+  virtual int32_t num_blocks() const = 0;
   virtual std::byte* k_block(int32_t layer, int32_t block) = 0;
   virtual std::byte* v_block(int32_t layer, int32_t block) = 0;
 };

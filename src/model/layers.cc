@@ -169,10 +169,20 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
         return invalid_argument("forward batch: paged without kv_store");
       if (row.block_tables.size() < geom.groups.size())
         return invalid_argument(where + "needs one block table per cache group");
+      if (batch.kv_store->block_size() != geom.block_size || batch.kv_store->dtype() != geom.dtype)
+        return invalid_argument("forward batch: kv_store block size/dtype differ from the model's");
       for (size_t g = 0; g < geom.groups.size(); ++g) {
         if (static_cast<int64_t>(row.block_tables[g].size()) * geom.block_size < total)
           return invalid_argument(where + "block table of group " + std::to_string(g) +
                                   " covers fewer than " + std::to_string(total) + " tokens");
+        const int64_t used = (total + geom.block_size - 1) / geom.block_size;
+        for (int64_t i = 0; i < used; ++i) {
+          int32_t id = row.block_tables[g][static_cast<size_t>(i)];
+          if (id <= 0 || id >= batch.kv_store->num_blocks())
+            return invalid_argument(where + "block table entry " + std::to_string(i) + " = " +
+                                    std::to_string(id) + " is not a block of the pool (1.." +
+                                    std::to_string(batch.kv_store->num_blocks() - 1) + ")");
+        }
       }
     } else {
       if (row.flat == nullptr) return invalid_argument(where + "flat path without a FlatKVCache");

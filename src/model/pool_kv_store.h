@@ -15,6 +15,7 @@ class PoolKVBlockStore final : public KVBlockStore {
   explicit PoolKVBlockStore(kv::LayerKVPool* pool) : pool_(pool) {}
   int32_t block_size() const override { return pool_->geometry().block_size; }
   KVDType dtype() const override { return pool_->geometry().dtype; }
+  int32_t num_blocks() const override { return pool_->num_blocks(); }
   std::byte* k_block(int32_t layer, int32_t block) override {
     return reinterpret_cast<std::byte*>(pool_->k_block(layer, block));
   }

@@ -11,6 +11,8 @@
 #include "model/checkpoint.h"
 #include "model/flat_kv_cache.h"
 #include "model/model.h"
+#include "model/pool_kv_store.h"
+#include "model/request_runner.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 
@@ -176,6 +178,38 @@ TEST(LoaderTest, ConfigErrorsNameTheFieldAndFile) {
   EXPECT_TRUE(load_fails_with(d + "/nope", "does not exist"));
 }
 
+// qwen3_moe layer kinds: mlp_only_layers and decoder_sparse_step decide which
+// layers are dense; the loader then asks for dense tensors there (and experts elsewhere).
+TEST(LoaderTest, MoeLayerSelectionFollowsSparseStepAndMlpOnlyLayers) {
+  std::string d = make_tiny("qwen3_moe", 1, "moe_layers");
+  auto cfg = read_json(d + "/config.json");
+  auto only = cfg;
+  only["mlp_only_layers"] = {1};
+  write_text(d + "/config.json", only.dump());
+  EXPECT_TRUE(load_fails_with(d, "model.layers.1.mlp.gate_proj.weight' is missing"));
+  auto step = cfg;
+  step["decoder_sparse_step"] = 2;  // layer 0 dense, layer 1 sparse
+  write_text(d + "/config.json", step.dump());
+  EXPECT_TRUE(load_fails_with(d, "model.layers.0.mlp.gate_proj.weight' is missing"));
+  // Give layer 0 dense weights: now it loads.
+  rewrite_tensors(d, [](std::vector<OwnedTensor>& ts) {
+    std::vector<float> w(128 * 64, 0.01f), down(64 * 128, 0.01f);
+    auto bytes = [](const std::vector<float>& v) {
+      auto b = std::as_bytes(std::span(v));
+      return std::vector<std::byte>(b.begin(), b.end());
+    };
+    ts.push_back({"model.layers.0.mlp.gate_proj.weight", DType::kF32, {128, 64}, bytes(w)});
+    ts.push_back({"model.layers.0.mlp.up_proj.weight", DType::kF32, {128, 64}, bytes(w)});
+    ts.push_back({"model.layers.0.mlp.down_proj.weight", DType::kF32, {64, 128}, bytes(down)});
+  });
+  auto m = load_model(d);
+  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  auto missing = cfg;
+  missing.erase("num_experts");
+  write_text(d + "/config.json", missing.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'num_local_experts' is missing"));
+}
+
 std::vector<float> all_logits(Model& m, const std::vector<int32_t>& ids) {
   FlatKVCache flat(m.kv_geometry());
   ForwardBatch b;
@@ -278,7 +312,24 @@ TEST(LoaderTest, MalformedBatchIsRejected) {
   p.path = KVPath::kPaged;
   std::vector<int32_t> ok = {1, 2};
   p.add_row(ok, 0, LogitsRequest::kLast);
-  EXPECT_FALSE((*m)->forward(p, &out).ok());
+  EXPECT_FALSE((*m)->forward(p, &out).ok());  // no kv_store, no block table
+  auto cache = make_paged_cache(**m);
+  ASSERT_TRUE(cache.ok());
+  PoolKVBlockStore store((*cache)->pool());
+  p.kv_store = &store;
+  for (int32_t bad_block : {0, -1, 1 << 30}) {
+    std::vector<int32_t> table = {bad_block};
+    p.rows[0].block_tables = {table};
+    s = (*m)->forward(p, &out);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("is not a block of the pool"), std::string::npos) << s.message();
+  }
+  std::vector<int32_t> good = {1};
+  p.rows[0].block_tables = {good};
+  EXPECT_TRUE((*m)->forward(p, &out).ok());
+  ForwardBatch gap = p;
+  gap.rows[0].first_token = 1;
+  EXPECT_FALSE((*m)->forward(gap, &out).ok());
 }
 
 // Optional: a real checkpoint. Unset or empty skips; set to a non-directory fails.
