@@ -104,12 +104,10 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::load(const Json& j, const std::str
     m->vocab_.emplace(it.key(), static_cast<int32_t>(id));
     max_id = std::max(max_id, id);
   }
-  m->id_to_token_.assign(static_cast<size_t>(max_id + 1), std::string());
-  m->id_present_.assign(static_cast<size_t>(max_id + 1), false);
+  m->id_to_token_.assign(static_cast<size_t>(max_id + 1), nullptr);
   m->bmp_char_id_.assign(0x10000, -1);
   for (const auto& [tok, id] : m->vocab_) {
-    m->id_to_token_[id] = tok;
-    m->id_present_[id] = true;
+    m->id_to_token_[id] = &tok;
     if (!tok.empty() && utf8_len(static_cast<unsigned char>(tok[0])) == tok.size()) {
       size_t len;
       char32_t c = utf8_decode(tok, 0, &len);
@@ -140,41 +138,45 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::load(const Json& j, const std::str
   auto mit = j.find("merges");
   if (mit == j.end() || !mit->is_array()) return json_error(where, "missing array 'merges'");
   size_t cap = 16;
-  while (cap < mit->size() * 2 + 16) cap <<= 1;
+  while (cap < mit->size() + mit->size() / 2 + 16) cap <<= 1;  // load factor <= 2/3
   m->merges_.assign(cap, MergeEntry{0, 0, 0});
   m->merge_mask_ = cap - 1;
   const size_t prefix_len = m->continuing_subword_prefix_.size();
+  std::string merged;
   for (size_t r = 0; r < mit->size(); ++r) {
     const Json& e = (*mit)[r];
-    const std::string mpath = where + ".merges[" + std::to_string(r) + "]";
-    std::string a, b;
+    auto mpath = [&] { return where + ".merges[" + std::to_string(r) + "]"; };
+    std::string_view a, b;
     if (e.is_string()) {
       const std::string& s = e.get_ref<const std::string&>();
       size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        return json_error(mpath, "merge \"" + s + "\" must be two tokens separated by one space");
+        return json_error(mpath(), "merge \"" + s + "\" must be two tokens separated by one space");
       }
-      a = s.substr(0, sp);
-      b = s.substr(sp + 1);
+      a = std::string_view(s).substr(0, sp);
+      b = std::string_view(s).substr(sp + 1);
     } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      a = e[0].get<std::string>();
-      b = e[1].get<std::string>();
+      a = e[0].get_ref<const std::string&>();
+      b = e[1].get_ref<const std::string&>();
     } else {
-      return json_error(mpath, "merge must be \"a b\" or [\"a\", \"b\"]");
+      return json_error(mpath(), "merge must be \"a b\" or [\"a\", \"b\"]");
     }
     auto ia = m->vocab_.find(a);
-    if (ia == m->vocab_.end())
-      return json_error(mpath, "merge token '" + a + "' is not in the vocab");
-    auto ib = m->vocab_.find(b);
-    if (ib == m->vocab_.end())
-      return json_error(mpath, "merge token '" + b + "' is not in the vocab");
-    if (b.size() < prefix_len) {
-      return json_error(mpath, "merge token '" + b + "' is shorter than continuing_subword_prefix");
+    if (ia == m->vocab_.end()) {
+      return json_error(mpath(), "merge token '" + std::string(a) + "' is not in the vocab");
     }
-    std::string merged = a + b.substr(prefix_len);
+    auto ib = m->vocab_.find(b);
+    if (ib == m->vocab_.end()) {
+      return json_error(mpath(), "merge token '" + std::string(b) + "' is not in the vocab");
+    }
+    if (b.size() < prefix_len) {
+      return json_error(mpath(), "merge token '" + std::string(b) + "' is shorter than continuing_subword_prefix");
+    }
+    merged.assign(a);
+    merged.append(b.substr(prefix_len));
     auto im = m->vocab_.find(merged);
     if (im == m->vocab_.end()) {
-      return json_error(mpath, "merged token '" + merged + "' is not in the vocab");
+      return json_error(mpath(), "merged token '" + merged + "' is not in the vocab");
     }
     m->insert_merge(ia->second, ib->second, static_cast<int32_t>(r), im->second);
   }
@@ -188,8 +190,8 @@ std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || id >= id_limit() || !id_present_[id]) return nullptr;
-  return &id_to_token_[id];
+  if (id < 0 || id >= id_limit()) return nullptr;
+  return id_to_token_[id];
 }
 
 int32_t BpeModel::symbol_id(std::string_view piece, bool is_first, bool is_last,
@@ -303,7 +305,8 @@ void BpeModel::merge_word(std::string_view word, Scratch* s, std::vector<int32_t
 void BpeModel::tokenize_words(const std::vector<std::string_view>& words,
                               std::vector<int32_t>* out) const {
   Scratch scratch;
-  std::unique_lock<std::mutex> lock(cache_mu_, std::try_to_lock);
+  std::unique_lock<std::mutex> lock(cache_mu_, std::defer_lock);
+  if (cache_enabled_) (void)lock.try_lock();
   const bool use_cache = lock.owns_lock();
   for (std::string_view w : words) {
     if (w.empty()) continue;

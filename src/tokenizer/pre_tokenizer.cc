@@ -5,40 +5,47 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
 
 #include "tokenizer/pattern.h"
 #include "tokenizer/unicode_text.h"
 
 namespace pagedkv::tokenizer {
 
-std::vector<std::pair<size_t, size_t>> split_ranges(
-    size_t len, const std::vector<std::pair<size_t, size_t>>& matches, SplitBehavior behavior,
-    bool invert) {
+void split_ranges_into(size_t len, const std::vector<std::pair<size_t, size_t>>& matches,
+                       SplitBehavior behavior, bool invert,
+                       std::vector<std::pair<size_t, size_t>>* kept) {
+  kept->clear();
+  if (len == 0) return;
+  if (behavior == SplitBehavior::kIsolated) {
+    // Every match and every gap is its own piece: no bookkeeping needed.
+    size_t prev = 0;
+    for (auto [s, e] : matches) {
+      if (prev != s) kept->emplace_back(prev, s);
+      if (e > s) kept->emplace_back(s, e);
+      prev = e;
+    }
+    if (prev != len) kept->emplace_back(prev, len);
+    return;
+  }
   // Pattern::find_matches: the whole text as alternating (range, is_match).
   struct Seg {
     size_t s, e;
     bool m;
   };
-  std::vector<Seg> segs;
-  segs.reserve(matches.size() * 2 + 1);
-  if (len == 0) {
-    segs.push_back({0, 0, false});
-  } else {
-    size_t prev = 0;
-    for (auto [s, e] : matches) {
-      if (prev != s) segs.push_back({prev, s, false});
-      segs.push_back({s, e, true});
-      prev = e;
-    }
-    if (prev != len) segs.push_back({prev, len, false});
+  thread_local std::vector<Seg> segs, out;
+  segs.clear();
+  out.clear();
+  size_t prev = 0;
+  for (auto [s, e] : matches) {
+    if (prev != s) segs.push_back({prev, s, false});
+    segs.push_back({s, e, true});
+    prev = e;
   }
+  if (prev != len) segs.push_back({prev, len, false});
   if (invert) {
     for (auto& g : segs) g.m = !g.m;
   }
   // (range, remove) after applying the behavior.
-  std::vector<Seg> out;
-  out.reserve(segs.size());
   switch (behavior) {
     case SplitBehavior::kRemoved:
       out = segs;
@@ -85,11 +92,16 @@ std::vector<std::pair<size_t, size_t>> split_ranges(
       break;
     }
   }
-  std::vector<std::pair<size_t, size_t>> kept;
-  kept.reserve(out.size());
   for (auto g : out) {
-    if (!g.m && g.e > g.s) kept.emplace_back(g.s, g.e);
+    if (!g.m && g.e > g.s) kept->emplace_back(g.s, g.e);
   }
+}
+
+std::vector<std::pair<size_t, size_t>> split_ranges(
+    size_t len, const std::vector<std::pair<size_t, size_t>>& matches, SplitBehavior behavior,
+    bool invert) {
+  std::vector<std::pair<size_t, size_t>> kept;
+  split_ranges_into(len, matches, behavior, invert, &kept);
   return kept;
 }
 
@@ -98,6 +110,11 @@ namespace {
 struct ByteTables {
   std::array<char32_t, 256> to_char;
   std::array<std::string, 256> to_utf8;
+  struct Packed {
+    char bytes[2];
+    uint8_t len;
+  };
+  std::array<Packed, 256> packed;  // every byte-level char is 1 or 2 UTF-8 bytes
   ByteTables() {
     int n = 0;
     for (int b = 0; b < 256; ++b) {
@@ -105,6 +122,9 @@ struct ByteTables {
           (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       to_char[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++);
       utf8_append(&to_utf8[b], to_char[b]);
+      packed[b].len = static_cast<uint8_t>(to_utf8[b].size());
+      packed[b].bytes[0] = to_utf8[b][0];
+      packed[b].bytes[1] = to_utf8[b].size() > 1 ? to_utf8[b][1] : '\0';
     }
   }
 };
@@ -114,33 +134,36 @@ const ByteTables& byte_tables() {
   return t;
 }
 
-// Replaces each piece by the kept sub-ranges of `split(piece text)`.
-void split_pieces(
-    std::vector<Piece>* pieces,
-    const std::function<std::vector<std::pair<size_t, size_t>>(const std::string&)>& split) {
-  std::vector<Piece> out;
-  out.reserve(pieces->size());
-  for (auto& p : *pieces) {
-    auto ranges = split(p.text);
-    for (auto [s, e] : ranges) {
-      out.push_back(Piece{p.text.substr(s, e - s), p.at_start && s == 0});
+// Replaces each piece by the kept sub-ranges that `find` + `split_ranges`
+// give; the text stays in place.
+template <typename Find>
+void split_pieces(PieceList* pieces, SplitBehavior behavior, bool invert, const Find& find) {
+  thread_local std::vector<std::pair<size_t, size_t>> matches, kept;
+  std::vector<PieceList::Span> out;
+  out.reserve(pieces->spans.size() * 2);
+  for (const auto& p : pieces->spans) {
+    std::string_view t = pieces->text(p);
+    matches.clear();
+    find(t, &matches);
+    split_ranges_into(t.size(), matches, behavior, invert, &kept);
+    for (auto [s, e] : kept) {
+      out.push_back(PieceList::Span{p.begin + static_cast<uint32_t>(s),
+                                    p.begin + static_cast<uint32_t>(e), p.at_start && s == 0});
     }
   }
-  pieces->swap(out);
+  pieces->spans.swap(out);
 }
 
 // Matches of a per-character predicate: every matching character is one match.
-std::vector<std::pair<size_t, size_t>> char_matches(const std::string& text,
-                                                    bool (*pred)(char32_t)) {
-  std::vector<std::pair<size_t, size_t>> m;
+void char_matches(std::string_view text, bool (*pred)(char32_t),
+                  std::vector<std::pair<size_t, size_t>>* m) {
   size_t i = 0;
   while (i < text.size()) {
     size_t len;
     char32_t c = utf8_decode(text, i, &len);
-    if (pred(c)) m.emplace_back(i, i + len);
+    if (pred(c)) m->emplace_back(i, i + len);
     i += len;
   }
-  return m;
 }
 
 bool is_numeric_char(char32_t c) {
@@ -153,58 +176,56 @@ const char kGpt2Pattern[] =
 
 class ByteLevelPre : public PreTokenizer {
  public:
-  ByteLevelPre(bool add_prefix_space, std::unique_ptr<Pattern> re)
+  ByteLevelPre(bool add_prefix_space, std::unique_ptr<Regex> re)
       : add_prefix_space_(add_prefix_space), re_(std::move(re)) {}
-  void pre_tokenize(std::vector<Piece>* pieces) const override {
-    if (add_prefix_space_ || re_) {
-      split_pieces(pieces, [&](const std::string& t) {
-        std::vector<std::pair<size_t, size_t>> r;
-        // The prefix space was already inserted below, before splitting.
-        if (!re_) {
-          r.emplace_back(0, t.size());
-          return r;
+  void pre_tokenize(PieceList* pieces) const override {
+    if (add_prefix_space_) {
+      PieceList out;
+      out.buf.reserve(pieces->buf.size() + pieces->spans.size());
+      for (const auto& p : pieces->spans) {
+        std::string_view t = pieces->text(p);
+        if (t.empty() || t[0] != ' ') {
+          uint32_t b = static_cast<uint32_t>(out.buf.size());
+          out.buf.push_back(' ');
+          out.buf.append(t);
+          out.spans.push_back(
+              PieceList::Span{b, static_cast<uint32_t>(out.buf.size()), p.at_start});
+        } else {
+          out.add(t, p.at_start);
         }
-        std::vector<std::pair<size_t, size_t>> m;
-        re_->find_all(t, &m);
-        return split_ranges(t.size(), m, SplitBehavior::kIsolated, false);
-      });
+      }
+      *pieces = std::move(out);
     }
-    for (auto& p : *pieces) p.text = byte_level_encode(p.text);
-  }
-  void add_prefix(std::vector<Piece>* pieces) const {
-    for (auto& p : *pieces) {
-      if (add_prefix_space_ && (p.text.empty() || p.text[0] != ' ')) p.text.insert(0, " ");
+    if (re_) {
+      split_pieces(pieces, SplitBehavior::kIsolated, false,
+                   [&](std::string_view t, std::vector<std::pair<size_t, size_t>>* m) {
+                     re_->find_all(t, m);
+                   });
     }
+    // Map every byte to its byte-level character, piece by piece.
+    PieceList out;
+    out.buf.reserve(pieces->buf.size() * 2);
+    out.spans.reserve(pieces->spans.size());
+    for (const auto& p : pieces->spans) {
+      uint32_t b = static_cast<uint32_t>(out.buf.size());
+      byte_level_encode_append(pieces->text(p), &out.buf);
+      out.spans.push_back(PieceList::Span{b, static_cast<uint32_t>(out.buf.size()), p.at_start});
+    }
+    *pieces = std::move(out);
   }
 
  private:
-  friend class ByteLevelWrapper;
   bool add_prefix_space_;
-  std::unique_ptr<Pattern> re_;
-};
-
-// ByteLevel prepends the space per piece before splitting it.
-class ByteLevelWrapper : public PreTokenizer {
- public:
-  explicit ByteLevelWrapper(std::unique_ptr<ByteLevelPre> inner) : inner_(std::move(inner)) {}
-  void pre_tokenize(std::vector<Piece>* pieces) const override {
-    inner_->add_prefix(pieces);
-    inner_->pre_tokenize(pieces);
-  }
-
- private:
-  std::unique_ptr<ByteLevelPre> inner_;
+  std::unique_ptr<Regex> re_;
 };
 
 class SplitPre : public PreTokenizer {
  public:
   SplitPre(Pattern p, SplitBehavior b, bool invert) : p_(std::move(p)), b_(b), invert_(invert) {}
-  void pre_tokenize(std::vector<Piece>* pieces) const override {
-    split_pieces(pieces, [&](const std::string& t) {
-      std::vector<std::pair<size_t, size_t>> m;
-      p_.find_all(t, &m);
-      return split_ranges(t.size(), m, b_, invert_);
-    });
+  void pre_tokenize(PieceList* pieces) const override {
+    split_pieces(
+        pieces, b_, invert_,
+        [&](std::string_view t, std::vector<std::pair<size_t, size_t>>* m) { p_.find_all(t, m); });
   }
 
  private:
@@ -219,12 +240,14 @@ class MetaspacePre : public PreTokenizer {
  public:
   MetaspacePre(std::string rep, PrependScheme scheme, bool split)
       : rep_(std::move(rep)), scheme_(scheme), split_(split) {}
-  void pre_tokenize(std::vector<Piece>* pieces) const override {
-    std::vector<Piece> out;
-    for (auto& p : *pieces) {
-      std::string t;
-      t.reserve(p.text.size() + rep_.size());
-      for (char c : p.text) {
+  void pre_tokenize(PieceList* pieces) const override {
+    PieceList out;
+    out.buf.reserve(pieces->buf.size() * 2);
+    std::string t;
+    std::vector<std::pair<size_t, size_t>> m, kept;
+    for (const auto& p : pieces->spans) {
+      t.clear();
+      for (char c : pieces->text(p)) {
         if (c == ' ') {
           t += rep_;
         } else {
@@ -237,20 +260,19 @@ class MetaspacePre : public PreTokenizer {
         t.insert(0, rep_);
       }
       if (!split_) {
-        if (!t.empty()) out.push_back(Piece{std::move(t), p.at_start});
+        if (!t.empty()) out.add(t, p.at_start);
         continue;
       }
-      std::vector<std::pair<size_t, size_t>> m;
+      m.clear();
       size_t pos = 0;
       while ((pos = t.find(rep_, pos)) != std::string::npos) {
         m.emplace_back(pos, pos + rep_.size());
         pos += rep_.size();
       }
-      for (auto [s, e] : split_ranges(t.size(), m, SplitBehavior::kMergedWithNext, false)) {
-        out.push_back(Piece{t.substr(s, e - s), p.at_start && s == 0});
-      }
+      split_ranges_into(t.size(), m, SplitBehavior::kMergedWithNext, false, &kept);
+      for (auto [s, e] : kept) out.add(std::string_view(t).substr(s, e - s), p.at_start && s == 0);
     }
-    pieces->swap(out);
+    *pieces = std::move(out);
   }
 
  private:
@@ -262,10 +284,11 @@ class MetaspacePre : public PreTokenizer {
 class CharSplitPre : public PreTokenizer {
  public:
   CharSplitPre(bool (*pred)(char32_t), SplitBehavior b) : pred_(pred), b_(b) {}
-  void pre_tokenize(std::vector<Piece>* pieces) const override {
-    split_pieces(pieces, [&](const std::string& t) {
-      return split_ranges(t.size(), char_matches(t, pred_), b_, false);
-    });
+  void pre_tokenize(PieceList* pieces) const override {
+    split_pieces(pieces, b_, false,
+                 [&](std::string_view t, std::vector<std::pair<size_t, size_t>>* m) {
+                   char_matches(t, pred_, m);
+                 });
   }
 
  private:
@@ -277,12 +300,11 @@ class RegexSplitPre : public PreTokenizer {
  public:
   RegexSplitPre(std::unique_ptr<Regex> re, SplitBehavior b, bool invert)
       : re_(std::move(re)), b_(b), invert_(invert) {}
-  void pre_tokenize(std::vector<Piece>* pieces) const override {
-    split_pieces(pieces, [&](const std::string& t) {
-      std::vector<std::pair<size_t, size_t>> m;
-      re_->find_all(t, &m);
-      return split_ranges(t.size(), m, b_, invert_);
-    });
+  void pre_tokenize(PieceList* pieces) const override {
+    split_pieces(pieces, b_, invert_,
+                 [&](std::string_view t, std::vector<std::pair<size_t, size_t>>* m) {
+                   re_->find_all(t, m);
+                 });
   }
 
  private:
@@ -294,7 +316,7 @@ class RegexSplitPre : public PreTokenizer {
 class SequencePre : public PreTokenizer {
  public:
   explicit SequencePre(std::vector<std::unique_ptr<PreTokenizer>> v) : v_(std::move(v)) {}
-  void pre_tokenize(std::vector<Piece>* pieces) const override {
+  void pre_tokenize(PieceList* pieces) const override {
     for (const auto& p : v_) p->pre_tokenize(pieces);
   }
 
@@ -316,11 +338,23 @@ int byte_level_byte(char32_t c) {
   return c < 512 ? inv[c] : -1;
 }
 
-std::string byte_level_encode(std::string_view text) {
+void byte_level_encode_append(std::string_view text, std::string* out) {
   const auto& t = byte_tables();
+  size_t pos = out->size();
+  out->resize(pos + text.size() * 2);
+  char* dst = out->data() + pos;
+  for (unsigned char b : text) {
+    const auto& e = t.packed[b];
+    dst[0] = e.bytes[0];
+    dst[1] = e.bytes[1];
+    dst += e.len;
+  }
+  out->resize(static_cast<size_t>(dst - out->data()));
+}
+
+std::string byte_level_encode(std::string_view text) {
   std::string out;
-  out.reserve(text.size() * 2);
-  for (unsigned char b : text) out += t.to_utf8[b];
+  byte_level_encode_append(text, &out);
   return out;
 }
 
@@ -333,13 +367,13 @@ StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, const 
         json_only_keys(j, {"type", "add_prefix_space", "trim_offsets", "use_regex"}, where));
     PKV_ASSIGN_OR_RETURN(bool aps, json_bool_or(j, "add_prefix_space", true, where));
     PKV_ASSIGN_OR_RETURN(bool use_regex, json_bool_or(j, "use_regex", true, where));
-    std::unique_ptr<Pattern> re;
+    std::unique_ptr<Regex> re;
     if (use_regex) {
-      PKV_ASSIGN_OR_RETURN(Pattern p, Pattern::create(PatternSpec{true, kGpt2Pattern}, where));
-      re = std::make_unique<Pattern>(std::move(p));
+      auto r = Regex::compile(kGpt2Pattern);
+      if (!r.ok()) return json_error(where, r.status().message());
+      re = std::move(*r);
     }
-    return std::unique_ptr<PreTokenizer>(
-        new ByteLevelWrapper(std::make_unique<ByteLevelPre>(aps, std::move(re))));
+    return std::unique_ptr<PreTokenizer>(new ByteLevelPre(aps, std::move(re)));
   }
   if (type == "Split") {
     PKV_RETURN_IF_ERROR(json_only_keys(j, {"type", "pattern", "behavior", "invert"}, where));

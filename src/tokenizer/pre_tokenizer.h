@@ -7,8 +7,10 @@
 // (empty pieces are dropped).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,17 +18,37 @@
 
 namespace pagedkv::tokenizer {
 
-struct Piece {
-  std::string text;
-  // True when the piece begins at offset 0 of the original input (what
-  // Metaspace's prepend_scheme "first" asks).
-  bool at_start = false;
+// The pieces of a pre-tokenized string: byte ranges of one buffer, so that a
+// split only rewrites ranges and copies no text; a pre-tokenizer that changes
+// text (ByteLevel, Metaspace) writes a new buffer.
+struct PieceList {
+  struct Span {
+    uint32_t begin, end;
+    // True when the piece begins at offset 0 of the original input (what
+    // Metaspace's prepend_scheme "first" asks).
+    bool at_start;
+  };
+  std::string buf;
+  std::vector<Span> spans;
+
+  std::string_view text(const Span& s) const {
+    return std::string_view(buf).substr(s.begin, s.end - s.begin);
+  }
+  void add(std::string_view piece, bool at_start) {
+    uint32_t b = static_cast<uint32_t>(buf.size());
+    buf.append(piece);
+    spans.push_back(Span{b, static_cast<uint32_t>(buf.size()), at_start});
+  }
+  void clear() {
+    buf.clear();
+    spans.clear();
+  }
 };
 
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  virtual void pre_tokenize(std::vector<Piece>* pieces) const = 0;
+  virtual void pre_tokenize(PieceList* pieces) const = 0;
 };
 
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
@@ -43,6 +65,7 @@ char32_t byte_level_char(uint8_t b);
 int byte_level_byte(char32_t c);
 // Maps each byte of `text` to its UTF-8 encoded byte-level character.
 std::string byte_level_encode(std::string_view text);
+void byte_level_encode_append(std::string_view text, std::string* out);
 
 // Null JSON → nullptr.
 StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, const std::string& path);

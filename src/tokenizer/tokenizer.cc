@@ -212,33 +212,34 @@ Status Tokenizer::init_config(std::string_view config_json) {
 }
 
 void Tokenizer::encode_text(std::string_view text, bool at_start, std::vector<int32_t>* out) const {
-  std::string normalized = normalizer_ ? normalizer_->normalize(text) : std::string(text);
+  std::string normalized_storage;
+  std::string_view normalized = text;
+  if (normalizer_) {
+    normalized_storage = normalizer_->normalize(text);
+    normalized = normalized_storage;
+  }
   std::vector<Segment> segs;
   normalized_matcher_.split(normalized, &segs);
-  std::vector<Piece> pieces;
+  PieceList pieces;
+  std::vector<std::string_view> words;
+  auto flush = [&] {
+    if (pieces.spans.empty()) return;
+    if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(&pieces);
+    words.clear();
+    words.reserve(pieces.spans.size());
+    for (const auto& sp : pieces.spans) words.push_back(pieces.text(sp));
+    model_->tokenize_words(words, out);
+    pieces.clear();
+  };
   for (const Segment& s : segs) {
     if (s.id >= 0) {
-      // Flush pieces gathered so far, then the token itself.
-      if (!pieces.empty()) {
-        if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(&pieces);
-        std::vector<std::string_view> words;
-        for (const auto& p : pieces) words.push_back(p.text);
-        model_->tokenize_words(words, out);
-        pieces.clear();
-      }
+      flush();
       out->push_back(s.id);
-      continue;
+    } else if (s.end > s.begin) {
+      pieces.add(normalized.substr(s.begin, s.end - s.begin), at_start && s.begin == 0);
     }
-    if (s.end == s.begin) continue;
-    pieces.push_back(Piece{normalized.substr(s.begin, s.end - s.begin), at_start && s.begin == 0});
   }
-  if (!pieces.empty()) {
-    if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(&pieces);
-    std::vector<std::string_view> words;
-    words.reserve(pieces.size());
-    for (const auto& p : pieces) words.push_back(p.text);
-    model_->tokenize_words(words, out);
-  }
+  flush();
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view input, bool add_special_tokens) const {
@@ -301,6 +302,8 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   if (const std::string* t = model_->id_to_token(id)) return *t;
   return std::nullopt;
 }
+
+void Tokenizer::set_word_cache_enabled(bool on) { model_->set_cache_enabled(on); }
 
 bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size_ && special_flag_[id];

@@ -67,6 +67,10 @@ class Tokenizer {
   const std::vector<int32_t>& special_ids() const { return special_ids_; }
   const std::vector<AddedToken>& added_tokens() const { return added_; }
 
+  // The BPE word cache is on by default; benchmarks turn it off to measure
+  // the uncached path. Ids never depend on it.
+  void set_word_cache_enabled(bool on);
+
  private:
   Tokenizer();
   Status init(std::string_view tokenizer_json, std::optional<std::string_view> config_json);

@@ -2,6 +2,9 @@
 // property and the normalization forms.
 #include "tokenizer/unicode_text.h"
 
+#include <cstring>
+
+#include <unicode/bytestream.h>
 #include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
@@ -93,6 +96,18 @@ bool is_valid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   size_t i = 0;
   while (i < s.size()) {
+    // Skip ASCII eight bytes at a time.
+    while (i + 8 <= s.size()) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      if ((w & 0x8080808080808080ULL) != 0) break;
+      i += 8;
+    }
+    if (i >= s.size()) break;
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
     size_t maximal;
     size_t n = valid_seq(p + i, s.size() - i, &maximal);
     if (n == 0) return false;
@@ -139,6 +154,10 @@ bool is_word_char(char32_t c) {
 
 StatusOr<std::string> icu_normalize(std::string_view text, NormalForm form) {
   if (!is_valid_utf8(text)) return invalid_argument("text to normalize is not valid UTF-8");
+  // ASCII is invariant under every normalization form.
+  bool ascii = true;
+  for (unsigned char c : text) ascii = ascii && c < 0x80;
+  if (ascii) return std::string(text);
   UErrorCode err = U_ZERO_ERROR;
   const icu::Normalizer2* norm = nullptr;
   switch (form) {
@@ -158,16 +177,15 @@ StatusOr<std::string> icu_normalize(std::string_view text, NormalForm form) {
   if (U_FAILURE(err) || norm == nullptr) {
     return internal_error(std::string("ICU normalizer unavailable: ") + u_errorName(err));
   }
-  // Fast path: already normalized (the common case for NFC) costs one scan.
-  icu::UnicodeString src = icu::UnicodeString::fromUTF8(
-      icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
-  if (norm->isNormalized(src, err) && U_SUCCESS(err)) return std::string(text);
+  icu::StringPiece piece(text.data(), static_cast<int32_t>(text.size()));
+  // Fast path: already normalized (the common case for NFC), checked on UTF-8.
+  if (norm->isNormalizedUTF8(piece, err) && U_SUCCESS(err)) return std::string(text);
   err = U_ZERO_ERROR;
-  icu::UnicodeString dst = norm->normalize(src, err);
+  std::string out;
+  icu::StringByteSink<std::string> sink(&out, static_cast<int32_t>(text.size()));
+  norm->normalizeUTF8(0, piece, sink, nullptr, err);
   if (U_FAILURE(err))
     return internal_error(std::string("ICU normalize failed: ") + u_errorName(err));
-  std::string out;
-  dst.toUTF8String(out);
   return out;
 }
 

@@ -32,8 +32,10 @@ std::string tmp_file(const std::string& name, const std::string& content) {
 class TokenizeCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_NE(testing::real_tokenizer("qwen3"), nullptr);
     tok_ = testing::real_tokenizer_json("qwen3");
+    ASSERT_TRUE(std::ifstream(tok_).good())
+        << tok_ << " is missing: run scripts/fetch-tokenizers.sh (make test runs it), or set "
+        << "PAGEDKV_TOKENIZER_CACHE to the directory it fetched into";
   }
   std::string tok_;
 };
