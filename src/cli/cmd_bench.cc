@@ -13,12 +13,14 @@
 // own cache_salt (and no owner), so nothing is shared across requests while the
 // work stays identical.
 //
-// Reports throughput (completion tokens/s and all tokens/s), TTFT p50/p95,
+// Reports throughput (completion tokens/s and all tokens/s; and completion tokens
+// per CPU-second, which other processes on a shared machine cannot skew), TTFT p50/p95,
 // inter-token latency p50/p95, prefix hit rate, cached tokens, pool occupancy
 // over time and preemptions; a progress bar on stderr when it is a terminal;
 // --json prints one JSON document instead. A comma list for --concurrency or
 // `--sharing both` runs a sweep and adds each run's throughput as a ratio to the
 // first run.
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +66,7 @@ struct BenchConfig {
 struct RunResult {
   BenchConfig cfg;
   double wall_s = 0;
+  double cpu_s = 0;  // process CPU time (all threads) during the run
   int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   std::vector<double> ttft_ms, itl_ms;
   uint64_t preemptions = 0, steps = 0, forward_tokens = 0;
@@ -72,6 +75,12 @@ struct RunResult {
   std::vector<std::pair<double, int32_t>> occupancy;  // (seconds, used blocks)
   int errors = 0;
 };
+
+double process_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -172,6 +181,7 @@ StatusOr<RunResult> run_workload(std::shared_ptr<model::Model> model, const Benc
 
   eng->start();
   const auto t0 = Clock::now();
+  const double cpu0 = process_cpu_s();
   std::atomic<bool> sampling{true};
   std::thread sampler([&] {
     while (sampling.load()) {
@@ -215,6 +225,7 @@ StatusOr<RunResult> run_workload(std::shared_ptr<model::Model> model, const Benc
   }
   for (auto& t : clients) t.join();
   rr.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  rr.cpu_s = process_cpu_s() - cpu0;
   sampling = false;
   sampler.join();
   eng->stop();
@@ -241,7 +252,7 @@ StatusOr<RunResult> run_workload(std::shared_ptr<model::Model> model, const Benc
   return rr;
 }
 
-nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps) {
+nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps, double baseline_cpu) {
   nlohmann::ordered_json j;
   j["workload"] = r.cfg.workload;
   j["concurrency"] = r.cfg.concurrency;
@@ -252,6 +263,12 @@ nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps) {
   const double tps = r.completion_tokens / r.wall_s;
   j["throughput_tokens_per_s"] = tps;
   j["throughput_ratio"] = baseline_tps > 0 ? tps / baseline_tps : 1.0;
+  // Completion tokens per CPU-second: the engine's efficiency, robust to other
+  // processes competing for the cores (wall-clock throughput is not).
+  const double tpc = r.cpu_s > 0 ? r.completion_tokens / r.cpu_s : 0.0;
+  j["cpu_s"] = r.cpu_s;
+  j["tokens_per_cpu_s"] = tpc;
+  j["cpu_efficiency_ratio"] = baseline_cpu > 0 ? tpc / baseline_cpu : 1.0;
   j["all_tokens_per_s"] = static_cast<double>(r.prompt_tokens + r.completion_tokens) / r.wall_s;
   j["prompt_tokens"] = r.prompt_tokens;
   j["cached_prompt_tokens"] = r.cached_tokens;
@@ -289,11 +306,13 @@ std::string occupancy_line(const RunResult& r) {
   return out.str();
 }
 
-void print_text(const RunResult& r, double baseline_tps) {
+void print_text(const RunResult& r, double baseline_tps, double baseline_cpu) {
   const double tps = r.completion_tokens / r.wall_s;
+  const double tpc = r.cpu_s > 0 ? r.completion_tokens / r.cpu_s : 0.0;
   std::printf(
       "workload=%s concurrency=%d sharing=%s requests=%lld errors=%d wall=%.2fs\n"
       "  throughput        %.1f completion tok/s (x%.2f vs first run), %.1f all tok/s\n"
+      "  CPU efficiency    %.1f completion tok per CPU-second (x%.2f vs first run), %.1f CPU-s\n"
       "  TTFT              p50 %.1f ms  p95 %.1f ms\n"
       "  inter-token       p50 %.2f ms  p95 %.2f ms\n"
       "  prefix hit rate   %.1f%% (%lld of %lld prompt tokens cached)\n"
@@ -303,9 +322,9 @@ void print_text(const RunResult& r, double baseline_tps) {
       r.cfg.workload.c_str(), r.cfg.concurrency, r.cfg.sharing ? "on" : "off",
       static_cast<long long>(r.requests), r.errors, r.wall_s, tps,
       baseline_tps > 0 ? tps / baseline_tps : 1.0,
-      static_cast<double>(r.prompt_tokens + r.completion_tokens) / r.wall_s,
-      percentile(r.ttft_ms, 0.5), percentile(r.ttft_ms, 0.95), percentile(r.itl_ms, 0.5),
-      percentile(r.itl_ms, 0.95),
+      static_cast<double>(r.prompt_tokens + r.completion_tokens) / r.wall_s, tpc,
+      baseline_cpu > 0 ? tpc / baseline_cpu : 1.0, r.cpu_s, percentile(r.ttft_ms, 0.5),
+      percentile(r.ttft_ms, 0.95), percentile(r.itl_ms, 0.5), percentile(r.itl_ms, 0.95),
       r.prompt_tokens ? 100.0 * static_cast<double>(r.cached_tokens) / r.prompt_tokens : 0.0,
       static_cast<long long>(r.cached_tokens), static_cast<long long>(r.prompt_tokens),
       static_cast<unsigned long long>(r.steps), static_cast<unsigned long long>(r.forward_tokens),
@@ -336,6 +355,8 @@ int bench_main(int argc, char** argv) {
                "checkpoint directory (default: a random `make-model --preset small` qwen3 made "
                "in a temp directory)");
   p.add_option("preset", "NAME", "make-model preset when --model is not given", "small");
+  p.add_option("layers", "N", "make-model: override the preset's layer count (0 = preset)", "0");
+  p.add_option("vocab", "N", "make-model: override the preset's vocabulary size (0 = preset)", "0");
   p.add_option("workload", "NAME", "chat | agent | nosharing", "chat");
   p.add_option("concurrency", "N[,N...]",
                "closed-loop clients; a comma list runs a sweep (e.g. 1,2,4,8,16)", "4");
@@ -409,6 +430,14 @@ int bench_main(int argc, char** argv) {
     model::MakeModelOptions mo;
     mo.preset = p.get("preset");
     mo.seed = 1;
+    auto layers = p.get_int("layers");
+    auto vocab = p.get_int("vocab");
+    if (!layers.ok() || !vocab.ok() || *layers < 0 || *vocab < 0 || *layers > 1024 ||
+        *vocab > (1 << 24))
+      return report_error("bench", invalid_argument("--layers and --vocab must be small "
+                                                    "non-negative integers"));
+    mo.num_layers = static_cast<int32_t>(*layers);
+    mo.vocab_size = static_cast<int32_t>(*vocab);
     mo.out_dir = temp;
     std::filesystem::create_directories(temp);
     Status ms = model::make_random_model(mo);
@@ -432,7 +461,7 @@ int bench_main(int argc, char** argv) {
                 model->config().num_hidden_layers, model->config().vocab_size);
   }
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
-  double baseline = 0;
+  double baseline = 0, baseline_cpu = 0;
   for (bool sharing : sharing_modes) {
     for (int cc : *conc) {
       BenchConfig c = base;
@@ -442,16 +471,20 @@ int bench_main(int argc, char** argv) {
       if (!r.ok()) return report_error("bench", r.status());
       const double tps = r->completion_tokens / r->wall_s;
       if (baseline == 0) baseline = tps;
+      if (baseline_cpu == 0 && r->cpu_s > 0) baseline_cpu = r->completion_tokens / r->cpu_s;
       if (json) {
-        runs.push_back(to_json(*r, baseline));
+        runs.push_back(to_json(*r, baseline, baseline_cpu));
       } else {
-        print_text(*r, baseline);
+        print_text(*r, baseline, baseline_cpu);
       }
     }
   }
   if (json) {
     nlohmann::ordered_json doc;
     doc["model"] = temp.empty() ? dir : "make-model --preset " + p.get("preset");
+    doc["hidden_size"] = model->config().hidden_size;
+    doc["num_layers"] = model->config().num_hidden_layers;
+    doc["vocab_size"] = model->config().vocab_size;
     doc["model_type"] = model->config().model_type;
     doc["runs"] = runs;
     std::cout << doc.dump(2) << "\n";

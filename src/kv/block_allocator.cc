@@ -41,7 +41,6 @@ BlockAllocator::BlockAllocator(int32_t num_blocks, int32_t block_size)
   record_lines_ = (32 + 4 * static_cast<size_t>(block_size_) + 63) / 64;
   blocks_.resize(1);  // the null block
   records_.resize(record_lines_);
-  content_hash_.resize(1);
   grow_to(num_blocks);
   stats_.grows = 0;  // the initial blocks are not a grow
 }
@@ -165,12 +164,13 @@ bool BlockAllocator::content_equals(BlockId b, const BlockKey& eff_parent,
 }
 
 void BlockAllocator::index_insert(BlockId b) {
-  content_hash_[b] = record_hash(b);
-  content_index_.insert(content_hash_[b], b);
+  blocks_[b].content_hash = record_hash(b);
+  content_index_.insert(blocks_[b].content_hash, b);
 }
 
 void BlockAllocator::index_erase(BlockId b) {
-  PKV_CHECK_MSG(content_index_.erase(content_hash_[b], b), "content index lost a canonical block");
+  PKV_CHECK_MSG(content_index_.erase(blocks_[b].content_hash, b),
+                "content index lost a canonical block");
 }
 
 void BlockAllocator::evict_key(BlockId b) {
@@ -215,6 +215,7 @@ Status BlockAllocator::allocate(int32_t n, std::vector<BlockId>* out) {
   for (int32_t i = 0; i < n; ++i) {
     const BlockId b = head_;
     queue_unlink(b);
+    if (head_ != -1) __builtin_prefetch(&blocks_[head_], 1);  // the next allocation's block
     if (blocks_[b].keyed) evict_key(b);
     blocks_[b].ref = 1;
     out->push_back(b);
@@ -324,7 +325,6 @@ void BlockAllocator::grow_to(int32_t new_num_blocks) {
   if (new_num_blocks <= old) return;
   blocks_.resize(static_cast<size_t>(new_num_blocks));
   records_.resize(static_cast<size_t>(new_num_blocks) * record_lines_);
-  content_hash_.resize(static_cast<size_t>(new_num_blocks));
   for (BlockId b = new_num_blocks - 1; b >= old; --b) {
     if (b == kNullBlock) continue;
     queue_push_head(b);
@@ -403,7 +403,8 @@ Status BlockAllocator::verify_integrity() const {
       return internal_error("content index cannot reach " + id_str(b));
     }
     if (!is_canonical(b)) return internal_error("content index names non-canonical " + id_str(b));
-    if (static_cast<uint32_t>(record_hash(b)) != slot.hash || content_hash_[b] != record_hash(b)) {
+    if (static_cast<uint32_t>(record_hash(b)) != slot.hash ||
+        blocks_[b].content_hash != record_hash(b)) {
       return internal_error("content index hash stale for " + id_str(b));
     }
   }

@@ -171,7 +171,9 @@ class BlockAllocator {
     bool in_queue = false;
     bool keyed = false;
     BlockKey key{};
+    uint64_t content_hash = 0;  // record_hash of this block, valid while indexed
   };
+  static_assert(sizeof(Block) == 64, "one block record per cache line");
   // Content records (for the content index): per block, record_lines_ cache
   // lines holding [effective parent: 32 bytes][token ids: 4 × block_size bytes],
   // where the effective parent folds a block-0 extras digest into the parent
@@ -200,8 +202,7 @@ class BlockAllocator {
   int32_t block_size_;
   std::vector<Block> blocks_;
   size_t record_lines_;
-  std::vector<Line> records_;           // per block, valid while keyed
-  std::vector<uint64_t> content_hash_;  // per block: record_hash, valid while indexed
+  std::vector<Line> records_;  // per block, valid while keyed
   BlockId head_ = -1;
   BlockId tail_ = -1;
   int32_t num_free_ = 0;
