@@ -44,9 +44,9 @@ class Model;
 namespace pagedkv::engine {
 
 // Renders chat messages (a JSON array of {"role", "content"} objects, as the
-// OpenAI API sends them) into prompt token ids. The tokenizer/chat-template
-// helpers provide one; until a formatter is configured, requests must carry
-// token ids.
+// OpenAI API sends them) into prompt token ids. make_chat_formatter
+// (pagedkv/chat_formatter.h) builds one from a checkpoint's tokenizer.json and
+// chat template; until a formatter is configured, requests must carry token ids.
 using PromptFormatter =
     std::function<StatusOr<std::vector<int32_t>>(std::string_view messages_json)>;
 

@@ -54,12 +54,3 @@ StatusOr<std::vector<int32_t>> read_ids_file(const std::string& path) {
 }
 
 }  // namespace pagedkv::cli
-
-namespace pagedkv::cli {
-
-std::unique_ptr<TextCodec> find_text_codec(const std::string& model_dir) {
-  (void)model_dir;  // tokenizer.json support arrives with src/tokenizer
-  return nullptr;
-}
-
-}  // namespace pagedkv::cli
