@@ -2,7 +2,7 @@
 # The main job behind `make run`: the shipped default model (models/default — a
 # 12.6M-parameter Qwen3 trained on Debian's English documentation, see
 # docs/default-model.md) writes continuations for two prompts that share a long
-# preamble (~100 tokens of Python-docs-like text), run one after another on one
+# preamble (113 tokens of Python-docs-like text), run one after another on one
 # paged KV cache. `pagedkv generate` streams the text and, with --stats, prints
 # the prefix-cache statistics: the second prompt is served its shared full
 # blocks from the cache. Runs in a few seconds on one CPU core.

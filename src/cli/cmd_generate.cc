@@ -135,8 +135,8 @@ int generate_main(int argc, char** argv) {
   const tokenizer::Tokenizer* text_tok = formatter ? &formatter->tokenizer() : tok.get();
 
   std::vector<Prompt> prompts;
-  auto add_chat = [&](const std::string& messages_json, const std::string& what) -> Status {
-    auto rendered = formatter->render(messages_json);
+  auto add_chat = [&](const engine::ChatRequest& request, const std::string& what) -> Status {
+    auto rendered = formatter->render(request);
     if (!rendered.ok()) return rendered.status().with_context(what);
     Prompt pr;
     pr.text = *rendered;
@@ -146,18 +146,22 @@ int generate_main(int argc, char** argv) {
   };
   for (size_t i = 0; i < texts.size(); ++i) {
     if (chat) {
-      nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+      // Built as JSON values (never dumped and re-parsed), so any bytes pass through.
+      engine::ChatRequest request;
       if (auto sys = p.get_optional("system"))
-        msgs.push_back({{"role", "system"}, {"content", *sys}});
-      msgs.push_back({{"role", "user"}, {"content", texts[i]}});
-      s = add_chat(msgs.dump(), "--prompt " + std::to_string(i + 1));
+        request.messages.push_back({{"role", "system"}, {"content", *sys}});
+      request.messages.push_back({{"role", "user"}, {"content", texts[i]}});
+      s = add_chat(request, "--prompt " + std::to_string(i + 1));
       if (!s.ok()) return report_error("generate", s);
     } else {
       prompts.push_back({text_tok->encode(texts[i], /*add_special_tokens=*/true), texts[i]});
     }
   }
   for (size_t i = 0; i < conversations.size(); ++i) {
-    s = add_chat(conversations[i], "--messages " + std::to_string(i + 1));
+    const std::string what = "--messages " + std::to_string(i + 1);
+    auto request = engine::parse_chat_request(conversations[i]);
+    if (!request.ok()) return report_error("generate", request.status().with_context(what));
+    s = add_chat(*request, what);
     if (!s.ok()) return report_error("generate", s);
   }
   if (has_ids) {

@@ -144,6 +144,11 @@ TEST(TextCliTest, ChatAndMessagesRenderThroughTheTemplate) {
   ASSERT_EQ(m.rc, 0) << m.out;
   EXPECT_EQ(parse(m.out, 1).ids, parse(r.out, 1).ids);
   EXPECT_EQ(parse(m.out, 1).ids.size(), 4u);
+  // Bytes that are not UTF-8 reach the template and tokenizer without a crash
+  // (the tokenizer repairs them to U+FFFD, as Hugging Face's does).
+  auto odd = sh("generate --chat --max-tokens 1 --prompt " + q("caf\xe9 \xff"));
+  EXPECT_EQ(odd.rc, 0) << odd.out;
+  EXPECT_NE(odd.out.find("prompt 1 ("), std::string::npos) << odd.out;
   auto bad = sh("generate --messages '{\"messages\": 3}'", true);
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.out.find("'messages' must be an array"), std::string::npos) << bad.out;
