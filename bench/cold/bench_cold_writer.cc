@@ -64,8 +64,8 @@ int main() {
   std::printf("%s", run("df -hT '" + dir + "' | tail -1").c_str());
 
   // Baseline: sequential write bandwidth with dd (256 MiB, fdatasync at the end).
-  const std::string dd = run("dd if=/dev/zero of='" + dir +
-                             "/dd.bin' bs=1M count=256 conv=fdatasync 2>&1 | tail -1");
+  const std::string dd =
+      run("dd if=/dev/zero of='" + dir + "/dd.bin' bs=1M count=256 conv=fdatasync 2>&1 | tail -1");
   std::printf("dd sequential write (256 MiB, conv=fdatasync): %s", dd.c_str());
   ::unlink((dir + "/dd.bin").c_str());
 
@@ -78,8 +78,8 @@ int main() {
                           {"small block (32 KiB)", bf16_fp(4, 2, 64), 4 * n_big}};
   const std::pair<const char*, SyncMode> modes[] = {
       {"fsync", SyncMode::kFsync}, {"fdatasync", SyncMode::kFdatasync}, {"none", SyncMode::kNone}};
-  std::printf("\n%-28s %-10s %8s %12s %12s %14s\n", "block", "sync", "objects", "Tw ms/obj",
-              "MB/s", "encode ms/obj");
+  std::printf("\n%-28s %-10s %8s %12s %12s %14s\n", "block", "sync", "objects", "Tw ms/obj", "MB/s",
+              "encode ms/obj");
   uint64_t round = 0;
   for (const Shape& s : shapes) {
     // Pre-encode (timed: the producer's cost, SHA-256 of the payload included).

@@ -44,9 +44,10 @@ class Model;
 namespace pagedkv::engine {
 
 // Renders chat messages (a JSON array of {"role", "content"} objects, as the
-// OpenAI API sends them) into prompt token ids. make_chat_formatter
-// (pagedkv/chat_formatter.h) builds one from a checkpoint's tokenizer.json and
-// chat template; until a formatter is configured, requests must carry token ids.
+// OpenAI API sends them) into prompt token ids. Engine::open installs the
+// model's own (src/engine/chat_formatter.h: chat template + tokenizer) when the
+// checkpoint has tokenizer.json and tokenizer_config.json; without a formatter,
+// requests must carry token ids.
 using PromptFormatter =
     std::function<StatusOr<std::vector<int32_t>>(std::string_view messages_json)>;
 

@@ -1,9 +1,9 @@
-// ChatFormatter and make_chat_formatter (see chat_formatter.h and
-// include/pagedkv/chat_formatter.h).
+// The chat formatter (see chat_formatter.h).
 #include "engine/chat_formatter.h"
 
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "util/file_system.h"
 
@@ -14,8 +14,8 @@ Status require_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     return not_found(path +
-                     " not found (a chat formatter needs the checkpoint's tokenizer.json "
-                     "and tokenizer_config.json)");
+                     " does not exist (a chat formatter needs the checkpoint's "
+                     "tokenizer.json and tokenizer_config.json)");
   return ok_status();
 }
 
@@ -26,7 +26,7 @@ StatusOr<ChatRequest> parse_chat_request(std::string_view messages_json) {
   try {
     j = nlohmann::ordered_json::parse(messages_json);
   } catch (const nlohmann::json::exception& e) {
-    return invalid_argument(std::string("invalid JSON: ") + e.what());
+    return invalid_argument(std::string("messages_json is not valid JSON: ") + e.what());
   }
   ChatRequest r;
   if (j.is_array()) {
@@ -58,36 +58,39 @@ StatusOr<ChatRequest> parse_chat_request(std::string_view messages_json) {
                                 "chat_template_kwargs)");
     }
   } else {
-    return invalid_argument("expected a JSON array of messages or an object with 'messages'");
+    return invalid_argument(
+        "messages_json must be a non-empty array of message objects or an object with "
+        "'messages'");
   }
-  if (r.messages.empty()) return invalid_argument("'messages' is empty");
+  if (r.messages.empty())
+    return invalid_argument("messages_json must be a non-empty array of message objects");
   for (size_t i = 0; i < r.messages.size(); ++i)
     if (!r.messages[i].is_object())
       return invalid_argument("message " + std::to_string(i) + " is not a JSON object");
   return r;
 }
 
-StatusOr<std::shared_ptr<const ChatFormatter>> ChatFormatter::load(
-    const std::string& checkpoint_dir) {
-  const std::string tok_path = join_path(checkpoint_dir, "tokenizer.json");
-  const std::string cfg_path = join_path(checkpoint_dir, "tokenizer_config.json");
-  PKV_RETURN_IF_ERROR(require_file(tok_path));
-  PKV_RETURN_IF_ERROR(require_file(cfg_path));
+StatusOr<std::shared_ptr<const ChatFormatter>> ChatFormatter::load(const std::string& dir) {
+  const std::string tj = join_path(dir, "tokenizer.json");
+  const std::string tc = join_path(dir, "tokenizer_config.json");
+  PKV_RETURN_IF_ERROR(require_file(tj));
+  PKV_RETURN_IF_ERROR(require_file(tc));
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tok,
-                       tokenizer::Tokenizer::load(tok_path, cfg_path));
-  PKV_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::from_tokenizer_config(cfg_path));
+                       tokenizer::Tokenizer::load(tj, tc));
+  PKV_ASSIGN_OR_RETURN(ChatTemplate tmpl, ChatTemplate::from_tokenizer_config(tc));
   return std::make_shared<const ChatFormatter>(
-      std::shared_ptr<const tokenizer::Tokenizer>(std::move(tok)), std::move(tmpl));
+      std::shared_ptr<const tokenizer::Tokenizer>(std::move(tok)),
+      std::make_shared<const ChatTemplate>(std::move(tmpl)));
 }
 
 ChatFormatter::ChatFormatter(std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
-                             ChatTemplate chat_template)
+                             std::shared_ptr<const ChatTemplate> chat_template)
     : tokenizer_(std::move(tokenizer)), template_(std::move(chat_template)) {}
 
 StatusOr<std::string> ChatFormatter::render(const ChatRequest& request) const {
   ChatRenderError err;
-  auto out = template_.render(request.messages, request.tools, request.add_generation_prompt,
-                              request.extra_vars, &err);
+  auto out = template_->render(request.messages, request.tools, request.add_generation_prompt,
+                               request.extra_vars, &err);
   if (!out.ok() && err.raised_by_template)
     return invalid_argument("the chat template raised: " + err.message);
   return out;
@@ -103,9 +106,15 @@ StatusOr<std::vector<int32_t>> ChatFormatter::format(std::string_view messages_j
   return tokenizer_->encode(text, /*add_special_tokens=*/false);
 }
 
-StatusOr<PromptFormatter> make_chat_formatter(const std::string& checkpoint_dir) {
-  PKV_ASSIGN_OR_RETURN(std::shared_ptr<const ChatFormatter> f, ChatFormatter::load(checkpoint_dir));
-  return PromptFormatter([f](std::string_view messages_json) { return f->format(messages_json); });
+PromptFormatter make_chat_formatter(std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
+                                    std::shared_ptr<const ChatTemplate> chat_template) {
+  auto f = std::make_shared<const ChatFormatter>(std::move(tokenizer), std::move(chat_template));
+  return [f](std::string_view json) { return f->format(json); };
+}
+
+StatusOr<PromptFormatter> make_chat_formatter_for_dir(const std::string& dir) {
+  PKV_ASSIGN_OR_RETURN(std::shared_ptr<const ChatFormatter> f, ChatFormatter::load(dir));
+  return PromptFormatter([f](std::string_view json) { return f->format(json); });
 }
 
 }  // namespace pagedkv::engine

@@ -30,6 +30,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "engine/chat_formatter.h"
 #include "engine/sampler.h"
 #include "kv/block_hasher.h"
 #include "kv/kv_storage.h"
@@ -906,7 +907,18 @@ Engine::~Engine() = default;
 StatusOr<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir,
                                                const EngineOptions& options) {
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::load_model(model_dir));
-  return create(std::shared_ptr<model::Model>(std::move(m)), options);
+  EngineOptions opts = options;
+  if (!opts.formatter) {
+    // The model's own chat template + tokenizer render messages_json when present.
+    auto f = make_chat_formatter_for_dir(model_dir);
+    if (f.ok()) {
+      opts.formatter = std::move(*f);
+    } else if (f.status().code() != StatusCode::kNotFound) {
+      PKV_LOG(kWarn) << "engine: no chat formatter for " << model_dir << ": "
+                     << f.status().to_string() << " (requests must carry token ids)";
+    }
+  }
+  return create(std::shared_ptr<model::Model>(std::move(m)), opts);
 }
 
 StatusOr<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<model::Model> model,

@@ -5,6 +5,7 @@
 #include <pcre2.h>
 
 #include "tokenizer/unicode_text.h"
+#include "util/logging.h"
 
 namespace pagedkv::tokenizer {
 
@@ -113,7 +114,21 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
   while (pos <= text.size()) {
     int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), pos, 0, md, mctx)
                   : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md, mctx);
-    if (rc < 0) break;
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && jit_) {
+      // JIT stack exhausted (or another JIT limit): retry this position with
+      // the interpreter, which backtracks on the heap.
+      rc = pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                       nullptr);
+    }
+    if (rc < 0) {
+      if (rc != PCRE2_ERROR_NOMATCH) {
+        PCRE2_UCHAR buf[256];
+        pcre2_get_error_message(rc, buf, sizeof(buf));
+        PKV_LOG(kError) << "regex '" << pattern_ << "' failed at byte " << pos << ": "
+                        << reinterpret_cast<char*>(buf) << "; the rest of this piece is not split";
+      }
+      break;
+    }
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     size_t s = ov[0], e = ov[1];
     if (s == e) {

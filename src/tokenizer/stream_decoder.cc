@@ -47,7 +47,10 @@ std::string StreamDecoder::step(int32_t id) {
 }
 
 std::string StreamDecoder::finish() {
-  if (read_ == ids_.size()) return std::string();
+  if (read_ == ids_.size()) {
+    reset();
+    return std::string();
+  }
   std::string text = decode_window(ctx_, ids_.size());
   std::string out = text.size() > prefix_.size() ? text.substr(prefix_.size()) : std::string();
   reset();

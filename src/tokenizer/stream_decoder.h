@@ -26,7 +26,8 @@ class StreamDecoder {
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
   // Adds one id; returns newly final text (possibly empty).
   std::string step(int32_t id);
-  // End of stream: returns whatever was held back.
+  // End of stream: returns whatever was held back and resets (a following
+  // step() starts a new stream).
   std::string finish();
   // Forgets everything (a new stream).
   void reset();

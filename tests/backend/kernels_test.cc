@@ -145,8 +145,11 @@ TEST(KernelsTest, RopeRotatesPairsAndPartialLeavesTheTail) {
 
 // Attention over the same keys: contiguous tiles, permuted blocks, one query at a
 // time — all bit-identical — and close to a naive softmax reference.
-TEST(KernelsTest, AttentionFlatEqualsPagedEqualsChunkedAndMatchesReference) {
-  const int32_t T = 53, NH = 4, KVH = 2, HD = 24, B = 16;
+class AttentionTest : public ::testing::TestWithParam<int32_t> {};
+
+// head_dim 24 takes the run-time-size kernel, 32 and 128 the compile-time ones.
+TEST_P(AttentionTest, FlatEqualsPagedEqualsChunkedAndMatchesReference) {
+  const int32_t T = 53, NH = 4, KVH = 2, HD = GetParam(), B = 16;
   const int32_t tiles = (T + B - 1) / B;
   const int64_t row = KVH * HD;
   auto q = randn(T * NH * HD, 6);
@@ -218,6 +221,8 @@ TEST(KernelsTest, AttentionFlatEqualsPagedEqualsChunkedAndMatchesReference) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, AttentionTest, ::testing::Values(24, 32, 128));
 
 TEST(KernelsTest, SlidingWindowAttendsOnlyTheWindow) {
   const int32_t T = 40, HD = 8, B = 16, W = 5;

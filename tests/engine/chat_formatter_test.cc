@@ -1,124 +1,102 @@
-// Chat messages in the engine (make_chat_formatter, include/pagedkv/chat_formatter.h)
-// on the shipped default model (ChatML template): a messages_json request gives
-// exactly the tokens and logits of the same prompt submitted as ids — the ids
-// being the hand-written ChatML text encoded by the checkpoint's tokenizer, so
-// the formatter's rendering and its special-token handling are both checked.
-// The object form (add_generation_prompt, tools, chat_template_kwargs) and bad
-// input (malformed JSON, missing messages, a checkpoint without a tokenizer) are
-// clear errors.
+// The chat formatter behind GenerateRequest::messages_json: messages rendered by
+// the model's chat template, tokenized, and run exactly like the same ids sent as
+// a prompt; Engine::open picks the formatter up from the model directory; bad
+// messages are clear errors at submit.
+#include "engine/chat_formatter.h"
+
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
-#include "engine/chat_formatter.h"
 #include "engine_test_util.h"
-#include "pagedkv/chat_formatter.h"
-#include "pagedkv/engine.h"
-#include "tokenizer/tokenizer.h"
+#include "model/make_model.h"
 
 namespace pagedkv::engine {
 namespace {
 
-std::string default_model_dir() {
-  return std::string(PAGEDKV_TEST_DATA_DIR) + "/../../models/default";
-}
+// A tiny byte-level BPE: a=0, b=1, ab=2 (the tokenizer room's minimal fixture shape).
+const char* kTokenizerJson = R"({
+  "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+  "normalizer": null,
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+  "post_processor": null,
+  "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+  "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+            "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]}
+})";
+const char* kTemplate =
+    "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}ab{% endif %}";
 
-std::vector<int32_t> encode(const std::string& text) {
-  auto tok = tokenizer::Tokenizer::load(default_model_dir() + "/tokenizer.json");
-  EXPECT_TRUE(tok.ok()) << tok.status().to_string();
-  return tok.ok() ? (*tok)->encode(text) : std::vector<int32_t>{};
-}
+TEST(ChatFormatter, RendersTokenizesAndRunsLikeTheIds) {
+  auto tok = tokenizer::Tokenizer::from_json(kTokenizerJson);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto tmpl = ChatTemplate::from_template(kTemplate, "", "");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status().to_string();
+  PromptFormatter f =
+      make_chat_formatter(std::shared_ptr<const tokenizer::Tokenizer>(std::move(*tok)),
+                          std::make_shared<const ChatTemplate>(std::move(*tmpl)));
+  auto ids = f(R"([{"role": "system", "content": "abba"}, {"role": "user", "content": "ba"}])");
+  ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+  EXPECT_EQ(*ids, (std::vector<int32_t>{2, 1, 2, 0, 2}));  // "abba" "ba" "ab" = ab b ab a ab
 
-TEST(ChatFormatterTest, MessagesRequestEqualsTheSamePromptAsIds) {
+  auto bad = f("[{\"role\": ");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("not valid JSON"), std::string::npos);
+  EXPECT_FALSE(f("{}").ok());
+
+  auto model = testing_util::tiny_model("qwen3", 31);
   EngineOptions o;
-  auto f = make_chat_formatter(default_model_dir());
-  ASSERT_TRUE(f.ok()) << f.status().to_string();
-  o.formatter = *f;
-  auto eng = Engine::open(default_model_dir(), o);
-  ASSERT_TRUE(eng.ok()) << eng.status().to_string();
-
-  const std::string messages =
-      R"([{"role": "system", "content": "You answer questions about Python."},)"
-      R"( {"role": "user", "content": "What does the json module do?"}])";
-  const std::vector<int32_t> ids = encode(
-      "<|im_start|>system\nYou answer questions about Python.<|im_end|>\n"
-      "<|im_start|>user\nWhat does the json module do?<|im_end|>\n"
-      "<|im_start|>assistant\n");
-  ASSERT_FALSE(ids.empty());
-  // The special tokens are single ids (1 = <|im_start|>, 2 = <|im_end|>).
-  EXPECT_EQ(ids.front(), 1);
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 3);
-  EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 2);
-  auto direct = (*f)(messages);
-  ASSERT_TRUE(direct.ok()) << direct.status().to_string();
-  EXPECT_EQ(*direct, ids);
-
-  GenerateRequest by_messages;
-  by_messages.messages_json = messages;
-  by_messages.sampling.max_tokens = 12;
-  by_messages.return_logits = true;
-  GenerateRequest by_ids = by_messages;
-  by_ids.messages_json.clear();
-  by_ids.prompt = ids;
-  auto h1 = (*eng)->submit(by_messages);
-  ASSERT_TRUE(h1.ok()) << h1.status().to_string();
-  (*eng)->run_until_idle();
-  auto h2 = (*eng)->submit(by_ids);
-  ASSERT_TRUE(h2.ok()) << h2.status().to_string();
-  (*eng)->run_until_idle();
-  const RequestResult& a = (*h1)->wait();
-  const RequestResult& b = (*h2)->wait();
-  ASSERT_TRUE(a.error.ok()) << a.error.to_string();
-  EXPECT_EQ(a.usage.prompt_tokens, static_cast<int64_t>(ids.size()));
-  EXPECT_EQ(b.usage.prompt_tokens, static_cast<int64_t>(ids.size()));
-  EXPECT_FALSE(a.tokens.empty());
-  EXPECT_EQ(a.tokens, b.tokens);
-  EXPECT_EQ(a.logits, b.logits);
-  // The second request found the first one's full prompt blocks in the cache.
-  EXPECT_GT(b.usage.cached_prompt_tokens, 0);
-  EXPECT_LT(b.usage.cached_prompt_tokens, static_cast<int64_t>(ids.size()));
-  EXPECT_TRUE((*eng)->check_invariants().ok());
+  o.formatter = f;
+  auto engine = Engine::create(model, o);
+  ASSERT_TRUE(engine.ok());
+  GenerateRequest chat;
+  chat.messages_json = R"([{"role": "user", "content": "abbaab"}])";
+  chat.sampling.max_tokens = 4;
+  chat.return_logits = true;
+  auto h = (*engine)->submit(chat);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  GenerateRequest not_json;
+  not_json.messages_json = "not json";
+  auto rejected = (*engine)->submit(not_json);
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_NE(rejected.status().message().find("messages_json"), std::string::npos);
+  (*engine)->run_until_idle();
+  GenerateRequest ids_req = chat;
+  ids_req.messages_json.clear();
+  ids_req.prompt = {2, 1, 0, 2, 2};  // "ab" "b" "a" "ab" + "ab"
+  testing_util::expect_matches_flat((*h)->wait(), testing_util::flat_run(*model, ids_req), "chat");
 }
 
-TEST(ChatFormatterTest, ObjectFormAndErrors) {
-  auto f = ChatFormatter::load(default_model_dir());
-  ASSERT_TRUE(f.ok()) << f.status().to_string();
-  // add_generation_prompt false: no trailing assistant header.
-  auto r = (*f)->render(R"({"messages": [{"role": "user", "content": "hi"}],)"
-                        R"( "add_generation_prompt": false, "tools": null,)"
-                        R"( "chat_template_kwargs": {"enable_thinking": false}})");
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(*r, "<|im_start|>user\nhi<|im_end|>\n");
-  r = (*f)->render(R"([{"role": "user", "content": "hi"}])");
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(*r, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
-
-  for (const char* bad : {"{not json", "42", R"({"messages": "hi"})", "[]", R"(["hi"])",
-                          R"({"messages": [], "bogus": 1})",
-                          R"({"messages": [{"role": "user", "content": "x"}], "tools": 3})"}) {
-    auto e = (*f)->format(bad);
-    EXPECT_FALSE(e.ok()) << bad;
-    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument) << bad;
+TEST(ChatFormatter, EngineOpenInstallsItFromTheModelDirectory) {
+  const std::string dir = testing_util::temp_dir("chatdir");
+  model::MakeModelOptions mo;
+  mo.out_dir = dir;
+  ASSERT_TRUE(model::make_random_model(mo).ok());
+  // Without tokenizer files: token ids only.
+  {
+    auto e = Engine::open(dir);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    GenerateRequest r;
+    r.messages_json = R"([{"role":"user","content":"a"}])";
+    auto h = (*e)->submit(r);
+    ASSERT_FALSE(h.ok());
+    EXPECT_NE(h.status().message().find("no chat formatter"), std::string::npos);
   }
-  // Through the engine the error names messages_json.
-  EngineOptions o;
-  o.formatter = *make_chat_formatter(default_model_dir());
-  auto eng = Engine::open(default_model_dir(), o);
-  ASSERT_TRUE(eng.ok());
-  GenerateRequest req;
-  req.messages_json = "{not json";
-  auto h = (*eng)->submit(req);
-  ASSERT_FALSE(h.ok());
-  EXPECT_NE(h.status().message().find("messages_json"), std::string::npos)
-      << h.status().to_string();
-  // A checkpoint without tokenizer files cannot make a formatter.
-  std::string d = testing_util::temp_dir("no_tokenizer");
-  auto missing = make_chat_formatter(d);
-  ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(missing.status().message().find("tokenizer.json"), std::string::npos);
-  std::filesystem::remove_all(d);
+  std::ofstream(dir + "/tokenizer.json") << kTokenizerJson;
+  nlohmann::json cfg = {{"chat_template", kTemplate}};
+  std::ofstream(dir + "/tokenizer_config.json") << cfg.dump();
+  auto e = Engine::open(dir);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  GenerateRequest r;
+  r.messages_json = R"([{"role":"user","content":"ab"}])";
+  r.sampling.max_tokens = 2;
+  auto h = (*e)->submit(r);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  (*e)->run_until_idle();
+  EXPECT_EQ((*h)->wait().usage.prompt_tokens, 2);  // "ab" + generation prompt "ab"
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -384,6 +384,41 @@ TEST(EngineTest, StopSequencesAndZeroMaxTokens) {
   EXPECT_TRUE((*hz)->wait().tokens.empty());
 }
 
+TEST(EngineTest, CancelMidPrefillAndMidDecodeReleasesBlocksAtTheNextStep) {
+  EngineOptions o;
+  o.max_num_batched_tokens = 16;  // a 200-token prompt takes 13 steps to prefill
+  auto engine = make_engine(o);
+  GenerateRequest r;
+  r.prompt = std::vector<int32_t>(200, 4);
+  r.sampling.max_tokens = 100;
+  r.ignore_eos = true;
+  auto prefilling = engine->submit(r);
+  ASSERT_TRUE(prefilling.ok());
+  engine->step();
+  engine->step();
+  EXPECT_EQ(engine->held_blocks(), 13);  // the whole prompt is reserved at admission
+  (*prefilling)->cancel();
+  EXPECT_EQ(engine->held_blocks(), 13);  // nothing happens until the next step
+  engine->step();
+  EXPECT_EQ(engine->held_blocks(), 0);
+  EXPECT_EQ((*prefilling)->wait().finish_reason, FinishReason::kCancelled);
+  EXPECT_TRUE((*prefilling)->wait().tokens.empty());
+
+  r.prompt = std::vector<int32_t>(20, 6);
+  auto decoding = engine->submit(r);
+  for (int i = 0; i < 30; ++i) engine->step();
+  EXPECT_EQ(engine->stats().running, 1);
+  EXPECT_GT(engine->held_blocks(), 2);
+  EXPECT_TRUE(engine->cancel((*decoding)->id()));
+  engine->step();
+  EXPECT_EQ(engine->held_blocks(), 0);
+  const RequestResult& res = (*decoding)->wait();
+  EXPECT_EQ(res.finish_reason, FinishReason::kCancelled);
+  EXPECT_EQ(res.tokens.size(), 29u);                // one token per step after the first
+  EXPECT_FALSE(engine->cancel((*decoding)->id()));  // already finished
+  ASSERT_TRUE(engine->check_invariants().ok());
+}
+
 TEST(EngineTest, ReportsAdmissionWidth) {
   EngineOptions o;
   o.pool_max_blocks = 20;

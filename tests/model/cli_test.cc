@@ -152,6 +152,24 @@ TEST(CliTest, GenerateReportsThePrefixHitAndPagedEqualsFlat) {
   EXPECT_NE(stopped.out.find("generated=1 finish=stop"), std::string::npos) << stopped.out;
 }
 
+// With a tokenizer.json in the model directory, generate takes text and prints text.
+TEST(CliTest, GenerateUsesTheModelDirectorysTokenizer) {
+  std::string m = testing_util::make_tiny("qwen3", 2, "cli_text");
+  auto comps =
+      testing_util::read_json(std::string(PAGEDKV_TEST_DATA_DIR) + "/tokenizer/components.json");
+  testing_util::write_text(m + "/tokenizer.json",
+                           comps["variants"]["split_string_Removed_false"].dump());
+  auto r = sh("generate --model " + m + " --max-tokens 6 --prompt \"12 3 4\"");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  // Text mode: the header, then the continuation streamed as text on its own line.
+  EXPECT_NE(r.out.find("prompt 1 ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cached):\n"), std::string::npos) << r.out;
+  testing_util::write_text(m + "/tokenizer.json", "{broken");
+  r = sh("generate --model " + m + " --prompt-ids 1");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("tokenizer.json"), std::string::npos) << r.out;
+}
+
 TEST(CliTest, BadInputExitsNonZeroWithAMessage) {
   std::string m = testing_util::make_tiny("qwen3", 2, "cli_bad");
   auto r = sh("generate --model " + m + " --prompt-ids \"1 x 3\"");

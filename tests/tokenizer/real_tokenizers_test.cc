@@ -2,6 +2,11 @@
 // fixtures: every line's ids and decoded text must match exactly; plus
 // special-token metadata from tokenizer_config.json and add_special_tokens.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "real_tokenizer_files.h"
 
@@ -76,6 +81,37 @@ TEST(RealTokenizers, InvalidUtf8IsRepairedNotCrashing) {
   ASSERT_NE(tok, nullptr);
   std::string bad = "ab\xC3(\xFF";
   EXPECT_EQ(tok->encode(bad), tok->encode("ab\xEF\xBF\xBD(\xEF\xBF\xBD"));
+}
+
+}  // namespace
+}  // namespace pagedkv::tokenizer
+
+namespace pagedkv::tokenizer {
+namespace {
+
+// With the cache pointed at an empty place, the real-tokenizer tests must fail
+// (not skip) and say how to fetch the files.
+TEST(RealTokenizerFiles, MissingFilesFailNamingTheFetchScript) {
+  if (std::getenv("PAGEDKV_TOKENIZER_MISSING_PROBE") != nullptr) return;  // the child run
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(len, 0);
+  self[len] = '\0';
+  std::string cmd =
+      "PAGEDKV_TOKENIZER_MISSING_PROBE=1 PAGEDKV_TOKENIZER_CACHE=/nonexistent/pagedkv-tokenizers "
+      "'" +
+      std::string(self) + "' --gtest_filter=RealTokenizers.Qwen3SpecialTokens 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int rc = pclose(p);
+  EXPECT_NE(WEXITSTATUS(rc), 0) << out;
+  EXPECT_NE(out.find("scripts/fetch-tokenizers.sh"), std::string::npos) << out;
+  EXPECT_NE(out.find("/nonexistent/pagedkv-tokenizers/qwen3/tokenizer.json"), std::string::npos)
+      << out;
 }
 
 }  // namespace

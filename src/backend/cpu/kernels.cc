@@ -262,12 +262,88 @@ PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, flo
   }
 }
 
+// The same computation for a head_dim known at compile time (a multiple of 8):
+// the accumulator lives in registers and the loops unroll. Every operation is the
+// one attention_body performs, in the same order, so the bits are the same.
+template <int HD>
+PKV_INLINE void attention_fixed(const AttentionArgs& a, int64_t b, int64_t e, float* scores) {
+  static_assert(HD % 8 == 0);
+  constexpr int C = HD / 8;
+  const int32_t group = a.num_heads / a.num_kv_heads;
+  const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * HD;
+  for (int64_t task = b; task < e; ++task) {
+    int64_t t = task / a.num_heads;
+    int32_t h = static_cast<int32_t>(task % a.num_heads);
+    int32_t kvh = h / group;
+    const float* q = a.q + (t * a.num_heads + h) * HD;
+    int32_t pos = a.positions[t];
+    int32_t start = 0;
+    if (a.sliding_window > 0 && pos - a.sliding_window + 1 > 0) start = pos - a.sliding_window + 1;
+    float mval = -std::numeric_limits<float>::infinity();
+    float l = 0.0f;
+    v8f acc[C];
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) acc[c] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+    for (int32_t tile = start / a.tile; tile <= pos / a.tile; ++tile) {
+      int32_t j0 = std::max(start, tile * a.tile);
+      int32_t j1 = std::min(pos + 1, (tile + 1) * a.tile);
+      const float* kt = a.k_tiles[tile];
+      const float* vt = a.v_tiles[tile];
+      float tmax = -std::numeric_limits<float>::infinity();
+      for (int32_t j = j0; j < j1; ++j) {
+        const float* kr = kt + (j - tile * a.tile) * kv_row + kvh * HD;
+        float sc = dot_body(q, kr, HD) * a.scale;
+        scores[j - j0] = sc;
+        tmax = std::max(tmax, sc);
+      }
+      float mnew = std::max(mval, tmax);
+      float alpha = std::exp(mval - mnew);
+      l = l * alpha;
+      v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
+#pragma GCC unroll 32
+      for (int c = 0; c < C; ++c) acc[c] = acc[c] * av;
+      for (int32_t j = j0; j < j1; ++j) {
+        float pj = std::exp(scores[j - j0] - mnew);
+        l = l + pj;
+        const float* vr = vt + (j - tile * a.tile) * kv_row + kvh * HD;
+        v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
+#pragma GCC unroll 32
+        for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load8(vr + 8 * c);
+      }
+      mval = mnew;
+    }
+    float* o = a.out + (t * a.num_heads + h) * HD;
+    float tmp[HD];
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) store8(tmp + 8 * c, acc[c]);
+    for (int32_t d = 0; d < HD; ++d) o[d] = tmp[d] / l;
+  }
+}
+
+PKV_INLINE void attention_dispatch(const AttentionArgs& a, int64_t b, int64_t e, float* acc,
+                                   float* scores) {
+  switch (a.head_dim) {
+    case 16:
+      return attention_fixed<16>(a, b, e, scores);
+    case 32:
+      return attention_fixed<32>(a, b, e, scores);
+    case 64:
+      return attention_fixed<64>(a, b, e, scores);
+    case 128:
+      return attention_fixed<128>(a, b, e, scores);
+    case 256:
+      return attention_fixed<256>(a, b, e, scores);
+    default:
+      return attention_body(a, b, e, acc, scores);
+  }
+}
+
 __attribute__((target("avx2"))) void attention_avx2(const AttentionArgs& a, int64_t b, int64_t e,
                                                     float* acc, float* scores) {
-  attention_body(a, b, e, acc, scores);
+  attention_dispatch(a, b, e, acc, scores);
 }
 void attention_generic(const AttentionArgs& a, int64_t b, int64_t e, float* acc, float* scores) {
-  attention_body(a, b, e, acc, scores);
+  attention_dispatch(a, b, e, acc, scores);
 }
 
 __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, int64_t n) {
