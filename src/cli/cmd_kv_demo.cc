@@ -335,7 +335,7 @@ int kv_demo_main(int argc, char** argv) {
 }  // namespace
 
 PKV_REGISTER_COMMAND("kv-demo",
-                     "run a synthetic multi-tenant trace through the paged KV cache (make run)",
+                     "run a synthetic multi-tenant trace through the paged KV cache",
                      kv_demo_main);
 
 }  // namespace pagedkv::cli
