@@ -12,12 +12,19 @@ ArgParser::ArgParser(std::string command, std::string summary)
     : command_(std::move(command)), summary_(std::move(summary)) {}
 
 void ArgParser::add_flag(const std::string& name, const std::string& help) {
-  specs_.push_back(Spec{name, "", help, std::nullopt, std::nullopt, false});
+  specs_.push_back(Spec{name, "", help, std::nullopt, std::nullopt, false, false, {}});
 }
 
 void ArgParser::add_option(const std::string& name, const std::string& value_name,
                            const std::string& help, std::optional<std::string> default_value) {
-  specs_.push_back(Spec{name, value_name, help, std::move(default_value), std::nullopt, false});
+  specs_.push_back(
+      Spec{name, value_name, help, std::move(default_value), std::nullopt, false, false, {}});
+}
+
+void ArgParser::add_repeated_option(const std::string& name, const std::string& value_name,
+                                    const std::string& help) {
+  add_option(name, value_name, help);
+  specs_.back().repeated = true;
 }
 
 ArgParser::Spec* ArgParser::find(const std::string& name) {
@@ -63,6 +70,7 @@ Status ArgParser::parse(int argc, char** argv) {
       }
       spec->value = argv[++i];
     }
+    spec->values.push_back(*spec->value);
   }
   return ok_status();
 }
@@ -77,6 +85,12 @@ std::optional<std::string> ArgParser::get_optional(const std::string& name) cons
   if (s == nullptr) return std::nullopt;
   if (s->value) return s->value;
   return s->default_value;
+}
+
+std::vector<std::string> ArgParser::get_all(const std::string& name) const {
+  const Spec* s = find(name);
+  if (s == nullptr) return {};
+  return s->values;
 }
 
 std::string ArgParser::get(const std::string& name) const {
@@ -110,6 +124,7 @@ std::string ArgParser::help() const {
     else
       out << "\n" << std::string(28, ' ');
     out << s.help;
+    if (s.repeated) out << " (repeatable)";
     if (s.default_value) out << " (default: " << *s.default_value << ")";
     out << "\n";
   }

@@ -21,14 +21,20 @@ class ArgParser {
   // An option taking one value; `value_name` is shown in the help ("DIR").
   void add_option(const std::string& name, const std::string& value_name, const std::string& help,
                   std::optional<std::string> default_value = std::nullopt);
+  // An option that may be given several times; get_all() returns every value in
+  // order (get()/get_optional() return the last one).
+  void add_repeated_option(const std::string& name, const std::string& value_name,
+                           const std::string& help);
 
   // argv[0] is skipped. `--help`/`-h` sets help_requested() and returns OK.
   Status parse(int argc, char** argv);
 
   bool help_requested() const { return help_requested_; }
-  bool has(const std::string& name) const;  // flag present, or option given/defaulted
+  bool has(const std::string& name) const;         // flag present, or option given/defaulted
   std::string get(const std::string& name) const;  // value or default ("" if neither)
   std::optional<std::string> get_optional(const std::string& name) const;
+  // Every value given for `name`, in command-line order (empty when absent).
+  std::vector<std::string> get_all(const std::string& name) const;
   // Parsed numeric values; InvalidArgument naming the flag when not a number.
   StatusOr<int64_t> get_int(const std::string& name) const;
   StatusOr<double> get_double(const std::string& name) const;
@@ -43,6 +49,8 @@ class ArgParser {
     std::optional<std::string> default_value;
     std::optional<std::string> value;
     bool present = false;
+    bool repeated = false;
+    std::vector<std::string> values;  // every value given, in order
   };
   Spec* find(const std::string& name);
   const Spec* find(const std::string& name) const;

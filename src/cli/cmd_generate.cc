@@ -1,19 +1,26 @@
-// `pagedkv generate`: runs one or more prompts through a model, one after another
-// on one KV cache, streaming the generated tokens; --stats prints the prefix-cache
-// statistics (a later prompt sharing a prefix with an earlier one hits its blocks).
+// `pagedkv generate`: runs one or more prompts through a model (the shipped
+// default model when --model is absent), one after another on one KV cache,
+// streaming the continuation as text when the checkpoint has a tokenizer.json
+// (else as token ids); --chat / --messages render prompts through the
+// checkpoint's chat template; --stats prints the prefix-cache statistics (a
+// later prompt sharing a prefix with an earlier one hits its blocks).
 // The KV path is paged unless --flat, config.json `use_block_paged_cache: false`
 // or PAGEDKV_USE_BLOCK_PAGED_CACHE=0 select the flat path.
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli/args.h"
+#include "cli/checkpoint_text.h"
 #include "cli/cold_session.h"
 #include "cli/command_registry.h"
 #include "cli/model_cli_util.h"
+#include "engine/chat_formatter.h"
 #include "engine/sampler.h"
 #include "model/request_runner.h"
+#include "tokenizer/stream_decoder.h"
 
 namespace pagedkv::cli {
 namespace {
@@ -38,21 +45,47 @@ std::vector<std::string> split_prompts(const std::string& s) {
   return out;
 }
 
+// One prompt to run: its ids and, for display, its text (empty for --prompt-ids).
+struct Prompt {
+  std::vector<int32_t> ids;
+  std::string text;
+};
+
 int generate_main(int argc, char** argv) {
-  ArgParser p("generate", "Generate tokens for one or more prompts on one shared KV cache.");
-  p.add_option("model", "DIR", "Hugging Face checkpoint directory");
+  ArgParser p("generate",
+              "Generate text (or tokens) for one or more prompts, run one after another on one "
+              "shared KV cache. With a checkpoint that ships tokenizer.json the continuation is "
+              "streamed as text; without one, as token ids.");
+  p.add_option("model", "DIR",
+               "Hugging Face checkpoint directory (default: the shipped default model, "
+               "models/default of the source tree; env PAGEDKV_DEFAULT_MODEL overrides)");
+  p.add_repeated_option("prompt", "TEXT",
+                        "text prompt, encoded with the checkpoint's tokenizer.json (taken "
+                        "literally, ';' included); give --prompt again for each further prompt");
   p.add_option("prompt-ids", "IDS",
-               "prompt token ids, e.g. \"1 2 3\"; several prompts separated by ';' run one after "
-               "another on the same cache");
-  p.add_option("prompt", "TEXT",
-               "text prompt(s), ';'-separated, encoded with the model directory's tokenizer.json");
+               "prompt token ids, e.g. \"1 2 3\"; several prompts separated by ';'");
+  p.add_flag("chat",
+             "render each --prompt as a user message through the checkpoint's chat template "
+             "(tokenizer_config.json) with the generation prompt");
+  p.add_option("system", "TEXT", "with --chat: a system message before each user message");
+  p.add_repeated_option(
+      "messages", "JSON",
+      "a conversation rendered through the chat template: a JSON array of {\"role\", "
+      "\"content\"} messages (with the generation prompt), or {\"messages\": [...], \"tools\": "
+      "[...], \"add_generation_prompt\": B, \"chat_template_kwargs\": {...}}; give --messages "
+      "again for each further prompt");
+  p.add_flag("show-prompt",
+             "print each prompt's text (as the chat template rendered it) before its continuation");
+  p.add_flag("ids", "also print the generated token ids when streaming text");
   p.add_option("max-tokens", "N", "tokens to generate per prompt", "32");
   p.add_option("temperature", "T", "sampling temperature; 0 = greedy", "0");
   p.add_option("top-k", "K", "keep the K most likely tokens (0 = off)", "0");
   p.add_option("top-p", "P", "nucleus sampling mass (1 = off)", "1");
   p.add_option("min-p", "P", "drop tokens below P x the top probability (0 = off)", "0");
   p.add_option("seed", "S", "sampling seed (per request; prompt i uses S + i)", "0");
-  p.add_option("stop-ids", "IDS", "token ids that end generation (besides config eos_token_id)");
+  p.add_option("stop-ids", "IDS",
+               "token ids that end generation, besides the eos_token_id of config.json and "
+               "generation_config.json");
   p.add_option("chunk", "N", "prefill chunk size in tokens (0 = whole prompt at once)", "0");
   p.add_flag("flat", "use the flat per-request KV path instead of the paged cache");
   p.add_flag("stats", "print prefix-cache and timing statistics");
@@ -65,32 +98,85 @@ int generate_main(int argc, char** argv) {
     std::cout << p.help();
     return 0;
   }
-  std::string dir = p.get("model");
-  if (dir.empty()) return report_error("generate", invalid_argument("--model DIR is required"));
-  auto codec_or = find_text_codec(dir);
-  if (!codec_or.ok()) return report_error("generate", codec_or.status());
-  std::unique_ptr<TextCodec> codec = std::move(*codec_or);
-  std::vector<std::vector<int32_t>> prompts;
-  if (p.get_optional("prompt")) {
-    if (codec == nullptr)
-      return report_error("generate", invalid_argument("--prompt TEXT needs a tokenizer.json in " +
-                                                       dir + "; use --prompt-ids"));
-    for (const auto& text : split_prompts(p.get("prompt"))) {
-      auto ids = codec->encode(text);
-      if (!ids.ok()) return report_error("generate", ids.status());
-      prompts.push_back(*ids);
+  auto dir_or = resolve_model_dir(p.get("model"));
+  if (!dir_or.ok()) return report_error("generate", dir_or.status());
+  const std::string dir = *dir_or;
+  const std::vector<std::string> texts = p.get_all("prompt");
+  const std::vector<std::string> conversations = p.get_all("messages");
+  const bool has_ids = p.get_optional("prompt-ids").has_value();
+  if (static_cast<int>(!texts.empty()) + static_cast<int>(!conversations.empty()) +
+          static_cast<int>(has_ids) !=
+      1)
+    return report_error("generate", invalid_argument("give exactly one kind of prompt: --prompt "
+                                                     "TEXT, --messages JSON or --prompt-ids IDS"));
+  const bool chat = p.has("chat");
+  if (chat && texts.empty())
+    return report_error("generate", invalid_argument("--chat applies to --prompt TEXT"));
+  if (p.get_optional("system") && !chat)
+    return report_error("generate", invalid_argument("--system needs --chat"));
+
+  // The tokenizer (and the chat template) come from the checkpoint.
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::shared_ptr<const engine::ChatFormatter> formatter;
+  const bool needs_text = !texts.empty() || !conversations.empty();
+  if (chat || !conversations.empty()) {
+    auto f = engine::ChatFormatter::load(dir);
+    if (!f.ok()) return report_error("generate", f.status());
+    formatter = std::move(*f);
+  } else {
+    auto t = load_checkpoint_tokenizer(dir);
+    if (!t.ok()) return report_error("generate", t.status());
+    tok = std::move(*t);
+    if (needs_text && tok == nullptr)
+      return report_error("generate",
+                          invalid_argument("--prompt TEXT needs a tokenizer, and " + dir +
+                                           " has no tokenizer.json; use --prompt-ids"));
+  }
+  const tokenizer::Tokenizer* text_tok = formatter ? &formatter->tokenizer() : tok.get();
+
+  std::vector<Prompt> prompts;
+  auto add_chat = [&](const engine::ChatRequest& request, const std::string& what) -> Status {
+    auto rendered = formatter->render(request);
+    if (!rendered.ok()) return rendered.status().with_context(what);
+    Prompt pr;
+    pr.text = *rendered;
+    pr.ids = text_tok->encode(pr.text, /*add_special_tokens=*/false);
+    prompts.push_back(std::move(pr));
+    return ok_status();
+  };
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (chat) {
+      // Built as JSON values (never dumped and re-parsed), so any bytes pass through.
+      engine::ChatRequest request;
+      if (auto sys = p.get_optional("system"))
+        request.messages.push_back({{"role", "system"}, {"content", *sys}});
+      request.messages.push_back({{"role", "user"}, {"content", texts[i]}});
+      s = add_chat(request, "--prompt " + std::to_string(i + 1));
+      if (!s.ok()) return report_error("generate", s);
+    } else {
+      prompts.push_back({text_tok->encode(texts[i], /*add_special_tokens=*/true), texts[i]});
     }
-  } else if (p.get_optional("prompt-ids")) {
+  }
+  for (size_t i = 0; i < conversations.size(); ++i) {
+    const std::string what = "--messages " + std::to_string(i + 1);
+    auto request = engine::parse_chat_request(conversations[i]);
+    if (!request.ok()) return report_error("generate", request.status().with_context(what));
+    s = add_chat(*request, what);
+    if (!s.ok()) return report_error("generate", s);
+  }
+  if (has_ids) {
     for (const auto& part : split_prompts(p.get("prompt-ids"))) {
       auto ids = parse_id_list(part, "--prompt-ids");
       if (!ids.ok()) return report_error("generate", ids.status());
       if (ids->empty())
         return report_error("generate", invalid_argument("--prompt-ids: empty prompt"));
-      prompts.push_back(*ids);
+      prompts.push_back({*ids, ""});
     }
-  } else {
-    return report_error("generate", invalid_argument("give --prompt-ids IDS (or --prompt TEXT)"));
   }
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (prompts[i].ids.empty())
+      return report_error("generate", invalid_argument("prompt " + std::to_string(i + 1) +
+                                                       " encodes to no tokens"));
 
   engine::SamplingParams sp;
   auto mt = p.get_int("max-tokens");
@@ -129,13 +215,15 @@ int generate_main(int argc, char** argv) {
   double load_ms = ms_since(t_load);
   const auto& cfg = (*model)->config();
   for (int32_t e : cfg.eos_token_ids) sp.stop_token_ids.push_back(e);
-  for (const auto& pr : prompts)
-    for (int32_t id : pr)
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (int32_t id : prompts[i].ids)
       if (id >= cfg.vocab_size)
         return report_error(
             "generate",
-            invalid_argument("--prompt-ids: token id " + std::to_string(id) +
-                             " is outside the vocabulary of " + std::to_string(cfg.vocab_size)));
+            invalid_argument((has_ids ? "--prompt-ids" : "prompt " + std::to_string(i + 1)) +
+                             ": token id " + std::to_string(id) +
+                             " is outside the model's vocabulary of " +
+                             std::to_string(cfg.vocab_size)));
   bool paged = !p.has("flat") && model::resolve_use_block_paged_cache(cfg.cache);
   std::unique_ptr<kv::PagedKVCache> cache;
   if (paged) {
@@ -156,7 +244,7 @@ int generate_main(int argc, char** argv) {
               << " hidden=" << cfg.hidden_size << " vocab=" << cfg.vocab_size
               << " kv_path=" << (paged ? "paged" : "flat")
               << " block_size=" << (*model)->kv_geometry().block_size << " load_ms=" << load_ms
-              << "\n";
+              << " dir=" << dir << "\n";
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     model::RequestRunner runner(**model, paged ? model::KVPath::kPaged : model::KVPath::kFlat,
@@ -164,40 +252,58 @@ int generate_main(int argc, char** argv) {
     engine::SamplingParams rsp = sp;
     rsp.seed = sp.seed + i;
     auto t0 = Clock::now();
-    auto cached = runner.begin(prompts[i]);
+    const std::vector<int32_t>& prompt = prompts[i].ids;
+    auto cached = runner.begin(prompt);
     if (!cached.ok()) return report_error("generate", cached.status());
-    if (cold) *cached += cold->restore(*runner.adapter(), prompts[i]);
+    if (cold) *cached += cold->restore(*runner.adapter(), prompt);
     std::vector<float> logits;
     s = runner.prefill(static_cast<int32_t>(*chunk), model::LogitsRequest::kLast, &logits);
     if (!s.ok()) return report_error("generate", s);
     double ttft = ms_since(t0);
-    std::cout << "prompt " << i + 1 << " (" << prompts[i].size() << " tokens, " << *cached
+    std::cout << "prompt " << i + 1 << " (" << prompt.size() << " tokens, " << *cached
               << " cached):";
+    // Text mode streams the continuation on the next line(s), through a
+    // StreamDecoder: only text that is final (never half a UTF-8 character) is
+    // printed, and special tokens (an eos) are not shown.
+    std::optional<tokenizer::StreamDecoder> stream;
+    if (text_tok != nullptr) {
+      stream.emplace(*text_tok, /*skip_special_tokens=*/true);
+      std::cout << "\n";
+      if (p.has("show-prompt")) std::cout << prompts[i].text;
+    }
     std::cout.flush();
     std::vector<int32_t> out;
     auto t1 = Clock::now();
     std::string stop_reason = "max_tokens";
     for (int32_t n = 0; n < rsp.max_tokens; ++n) {
-      int32_t tok = engine::sample_token(logits, rsp, runner.num_tokens());
-      out.push_back(tok);
-      std::cout << " " << tok;
+      int32_t id = engine::sample_token(logits, rsp, runner.num_tokens());
+      out.push_back(id);
+      if (stream)
+        std::cout << stream->step(id);
+      else
+        std::cout << " " << id;
       std::cout.flush();
-      if (rsp.is_stop(tok)) {
+      if (rsp.is_stop(id)) {
         stop_reason = "stop";
         break;
       }
       if (n + 1 == rsp.max_tokens) break;
-      s = runner.decode(tok, &logits);
+      s = runner.decode(id, &logits);
       if (!s.ok()) return report_error("generate", s);
     }
     double decode_ms = ms_since(t1);
+    if (stream) std::cout << stream->finish();
     std::cout << "\n";
-    if (codec != nullptr) std::cout << "text: " << codec->decode(out) << "\n";
+    if (stream && p.has("ids")) {
+      std::cout << "ids:";
+      for (int32_t id : out) std::cout << " " << id;
+      std::cout << "\n";
+    }
     if (stats) {
-      std::cout << "[stats] prompt " << i + 1 << ": prompt_tokens=" << prompts[i].size()
-                << " cached_tokens=" << *cached
-                << " computed_tokens=" << prompts[i].size() - *cached << " generated=" << out.size()
-                << " finish=" << stop_reason << " ttft_ms=" << ttft << " decode_tok_s="
+      std::cout << "[stats] prompt " << i + 1 << ": prompt_tokens=" << prompt.size()
+                << " cached_tokens=" << *cached << " computed_tokens=" << prompt.size() - *cached
+                << " generated=" << out.size() << " finish=" << stop_reason << " ttft_ms=" << ttft
+                << " decode_tok_s="
                 << (decode_ms > 0 ? 1000.0 * static_cast<double>(out.size()) / decode_ms : 0.0)
                 << "\n";
     }
@@ -219,7 +325,9 @@ int generate_main(int argc, char** argv) {
 
 }  // namespace
 
-PKV_REGISTER_COMMAND("generate", "generate tokens for prompts (paged or flat KV), --stats",
+PKV_REGISTER_COMMAND("generate",
+                     "generate text or tokens for prompts (default model, paged or flat KV, "
+                     "--chat, --stats)",
                      generate_main);
 
 }  // namespace pagedkv::cli

@@ -5,7 +5,6 @@
 #include <sstream>
 
 #include "model/safetensors.h"
-#include "tokenizer/tokenizer.h"
 #include "util/file_system.h"
 #include "util/knobs.h"
 
@@ -52,36 +51,6 @@ StatusOr<std::vector<int32_t>> read_ids_file(const std::string& path) {
   }
   PKV_ASSIGN_OR_RETURN(auto bytes, FileSystem::posix().read_file(path, 256ull << 20));
   return parse_id_list(std::string(bytes.begin(), bytes.end()), path);
-}
-
-}  // namespace pagedkv::cli
-
-namespace pagedkv::cli {
-
-namespace {
-
-class TokenizerCodec final : public TextCodec {
- public:
-  explicit TokenizerCodec(std::unique_ptr<tokenizer::Tokenizer> t) : t_(std::move(t)) {}
-  StatusOr<std::vector<int32_t>> encode(const std::string& text) override {
-    return t_->encode(text, /*add_special_tokens=*/true);
-  }
-  std::string decode(const std::vector<int32_t>& ids) override {
-    return t_->decode(ids, /*skip_special_tokens=*/true);
-  }
-
- private:
-  std::unique_ptr<tokenizer::Tokenizer> t_;
-};
-
-}  // namespace
-
-StatusOr<std::unique_ptr<TextCodec>> find_text_codec(const std::string& model_dir) {
-  const std::string path = join_path(model_dir, "tokenizer.json");
-  PKV_ASSIGN_OR_RETURN(FileInfo info, FileSystem::posix().stat(path));
-  if (info.type == FileType::kMissing) return std::unique_ptr<TextCodec>();
-  PKV_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::load(path));
-  return std::unique_ptr<TextCodec>(new TokenizerCodec(std::move(tok)));
 }
 
 }  // namespace pagedkv::cli

@@ -19,18 +19,3 @@ StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text, const std:
 StatusOr<std::vector<int32_t>> read_ids_file(const std::string& path);
 
 }  // namespace pagedkv::cli
-
-namespace pagedkv::cli {
-
-// Text in and out: find_text_codec returns a codec over the model directory's
-// tokenizer.json (+ tokenizer_config.json), nullptr when the directory has none
-// (the commands then accept token ids only), or the tokenizer's load error.
-class TextCodec {
- public:
-  virtual ~TextCodec() = default;
-  virtual StatusOr<std::vector<int32_t>> encode(const std::string& text) = 0;
-  virtual std::string decode(const std::vector<int32_t>& ids) = 0;
-};
-StatusOr<std::unique_ptr<TextCodec>> find_text_codec(const std::string& model_dir);
-
-}  // namespace pagedkv::cli

@@ -80,7 +80,11 @@ Status make_random_model(const MakeModelOptions& o) {
   c["rope_parameters"] = {{"rope_theta", p.rope_theta}, {"rope_type", "default"}};
   c["tie_word_embeddings"] = p.tie;
   c["attention_bias"] = false;
-  c["eos_token_id"] = nullptr;
+  if (o.eos_token_id >= 0) {
+    c["eos_token_id"] = o.eos_token_id;
+  } else {
+    c["eos_token_id"] = nullptr;
+  }
   c["bos_token_id"] = nullptr;
   c["dtype"] = o.dtype == DType::kF32 ? "float32" : "bfloat16";
   if (moe) {

@@ -25,6 +25,8 @@ struct MakeModelOptions {
   // Optional overrides (0 = the preset's value).
   int32_t num_layers = 0;
   int32_t vocab_size = 0;
+  // config.json eos_token_id (-1 = null), e.g. the eos of a tokenizer copied in.
+  int32_t eos_token_id = -1;
 };
 
 Status make_random_model(const MakeModelOptions& options);

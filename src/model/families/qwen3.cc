@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/generation_config.h"
 #include "model/layers.h"
 #include "model/registry.h"
 
@@ -81,6 +82,7 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   PKV_ASSIGN_OR_RETURN(mc.tie_word_embeddings, c.get_bool_or("tie_word_embeddings", false));
   PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
   for (int64_t e : eos) mc.eos_token_ids.push_back(static_cast<int32_t>(e));
+  PKV_RETURN_IF_ERROR(merge_generation_config_eos(ckpt->dir(), &mc.eos_token_ids));
   PKV_ASSIGN_OR_RETURN(v, c.get_int_or("bos_token_id", -1));
   mc.bos_token_id = static_cast<int32_t>(v);
   PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(c));
