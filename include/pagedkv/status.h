@@ -76,15 +76,16 @@ template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   StatusOr(const Status& status) : rep_(status) { assert(!status.ok()); }  // NOLINT
-  StatusOr(Status&& status) : rep_(std::move(status)) {                       // NOLINT
+  StatusOr(Status&& status) : rep_(std::move(status)) {                    // NOLINT
     assert(!std::get<Status>(rep_).ok());
   }
-  StatusOr(const T& value) : rep_(value) {}       // NOLINT
+  StatusOr(const T& value) : rep_(value) {}        // NOLINT
   StatusOr(T&& value) : rep_(std::move(value)) {}  // NOLINT
   template <typename U>
-    requires(std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, Status> &&
-             !std::is_same_v<std::decay_t<U>, StatusOr<T>> && !std::is_same_v<std::decay_t<U>, T>)
-  StatusOr(U&& value) : rep_(T(std::forward<U>(value))) {}  // NOLINT
+  requires(std::is_constructible_v<T, U&&> && !std::is_same_v<std::decay_t<U>, Status> &&
+           !std::is_same_v<std::decay_t<U>, StatusOr<T>> && !std::is_same_v<std::decay_t<U>, T>)
+      StatusOr(U&& value)
+      : rep_(T(std::forward<U>(value))) {}  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(rep_); }
   const Status& status() const {
@@ -110,9 +111,9 @@ class [[nodiscard]] StatusOr {
 #define PKV_STATUS_CONCAT(a, b) PKV_STATUS_CONCAT_INNER(a, b)
 
 // Returns from the current function when `expr` (a Status) is not OK.
-#define PKV_RETURN_IF_ERROR(expr)                   \
-  do {                                              \
-    ::pagedkv::Status pkv_status_tmp_ = (expr);     \
+#define PKV_RETURN_IF_ERROR(expr)                      \
+  do {                                                 \
+    ::pagedkv::Status pkv_status_tmp_ = (expr);        \
     if (!pkv_status_tmp_.ok()) return pkv_status_tmp_; \
   } while (0)
 

@@ -170,7 +170,8 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::load(const Json& j, const std::str
       return json_error(mpath(), "merge token '" + std::string(b) + "' is not in the vocab");
     }
     if (b.size() < prefix_len) {
-      return json_error(mpath(), "merge token '" + std::string(b) + "' is shorter than continuing_subword_prefix");
+      return json_error(mpath(), "merge token '" + std::string(b) +
+                                     "' is shorter than continuing_subword_prefix");
     }
     merged.assign(a);
     merged.append(b.substr(prefix_len));

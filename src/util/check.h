@@ -11,15 +11,15 @@ namespace pagedkv::detail {
 [[noreturn]] void check_failed(const char* file, int line, const char* cond, const char* msg);
 }  // namespace pagedkv::detail
 
-#define PKV_CHECK(cond)                                                   \
-  do {                                                                    \
-    if (!(cond)) [[unlikely]]                                             \
+#define PKV_CHECK(cond)                                                    \
+  do {                                                                     \
+    if (!(cond)) [[unlikely]]                                              \
       ::pagedkv::detail::check_failed(__FILE__, __LINE__, #cond, nullptr); \
   } while (0)
 
-#define PKV_CHECK_MSG(cond, msg)                                      \
-  do {                                                                \
-    if (!(cond)) [[unlikely]]                                         \
+#define PKV_CHECK_MSG(cond, msg)                                       \
+  do {                                                                 \
+    if (!(cond)) [[unlikely]]                                          \
       ::pagedkv::detail::check_failed(__FILE__, __LINE__, #cond, msg); \
   } while (0)
 

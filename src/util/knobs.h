@@ -31,13 +31,21 @@ std::optional<bool> parse_bool(const std::string& s);
 template <typename T>
 std::optional<T> env_value(const char* name);
 template <>
-inline std::optional<uint64_t> env_value<uint64_t>(const char* name) { return env_u64(name); }
+inline std::optional<uint64_t> env_value<uint64_t>(const char* name) {
+  return env_u64(name);
+}
 template <>
-inline std::optional<int64_t> env_value<int64_t>(const char* name) { return env_i64(name); }
+inline std::optional<int64_t> env_value<int64_t>(const char* name) {
+  return env_i64(name);
+}
 template <>
-inline std::optional<double> env_value<double>(const char* name) { return env_double(name); }
+inline std::optional<double> env_value<double>(const char* name) {
+  return env_double(name);
+}
 template <>
-inline std::optional<bool> env_value<bool>(const char* name) { return env_bool(name); }
+inline std::optional<bool> env_value<bool>(const char* name) {
+  return env_bool(name);
+}
 template <>
 inline std::optional<std::string> env_value<std::string>(const char* name) {
   return env_string(name);

@@ -31,7 +31,7 @@ class LogLine {
 
 }  // namespace pagedkv
 
-#define PKV_LOG(level)                                                        \
-  if (::pagedkv::LogLevel::level < ::pagedkv::log_threshold()) {              \
-  } else                                                                      \
+#define PKV_LOG(level)                                           \
+  if (::pagedkv::LogLevel::level < ::pagedkv::log_threshold()) { \
+  } else                                                         \
     ::pagedkv::LogLine(::pagedkv::LogLevel::level, __FILE__, __LINE__)
