@@ -90,6 +90,13 @@ TEST_F(TokenizeCli, ErrorsAreReported) {
                 " --ids 'x y' 2>/dev/null")
                 .first,
             2);
+  // A directory given as --jsonl is an error, not an empty input.
+  for (const char* cmd : {" tokenize", " detokenize"}) {
+    auto [drc, dout] = run(std::string(PAGEDKV_BINARY) + cmd + " --tokenizer " + tok_ +
+                           " --jsonl " + ::testing::TempDir() + " 2>&1");
+    EXPECT_EQ(drc, 2) << cmd << ": " << dout;
+    EXPECT_NE(dout.find("is a directory"), std::string::npos) << cmd << ": " << dout;
+  }
   auto [rc, help] = run(std::string(PAGEDKV_BINARY) + " tokenize --help");
   EXPECT_EQ(rc, 0);
   EXPECT_NE(help.find("--jsonl"), std::string::npos);
