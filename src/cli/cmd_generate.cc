@@ -77,7 +77,10 @@ int generate_main(int argc, char** argv) {
   p.add_flag("show-prompt",
              "print each prompt's text (as the chat template rendered it) before its continuation");
   p.add_flag("ids", "also print the generated token ids when streaming text");
-  p.add_option("max-tokens", "N", "tokens to generate per prompt", "32");
+  p.add_option("max-tokens", "N",
+               "tokens to generate per prompt (fewer when prompt + output reach the model's "
+               "max_position_embeddings)",
+               "32");
   p.add_option("temperature", "T", "sampling temperature; 0 = greedy", "0");
   p.add_option("top-k", "K", "keep the K most likely tokens (0 = off)", "0");
   p.add_option("top-p", "P", "nucleus sampling mass (1 = off)", "1");
@@ -224,6 +227,17 @@ int generate_main(int argc, char** argv) {
                              ": token id " + std::to_string(id) +
                              " is outside the model's vocabulary of " +
                              std::to_string(cfg.vocab_size)));
+  // As the engine does: a prompt longer than the model's context is refused, and
+  // generation ends when prompt + output reach it (never decoding past it, which
+  // the paged pool has no room for and the flat path would do until --max-tokens).
+  const int64_t max_context = cfg.max_position_embeddings;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (max_context > 0 && static_cast<int64_t>(prompts[i].ids.size()) > max_context)
+      return report_error("generate", invalid_argument("prompt " + std::to_string(i + 1) + " has " +
+                                                       std::to_string(prompts[i].ids.size()) +
+                                                       " tokens, more than the model's "
+                                                       "max_position_embeddings (" +
+                                                       std::to_string(max_context) + ")"));
   bool paged = !p.has("flat") && model::resolve_use_block_paged_cache(cfg.cache);
   std::unique_ptr<kv::PagedKVCache> cache;
   if (paged) {
@@ -288,12 +302,19 @@ int generate_main(int argc, char** argv) {
         break;
       }
       if (n + 1 == rsp.max_tokens) break;
+      if (max_context > 0 && static_cast<int64_t>(prompt.size() + out.size()) >= max_context) {
+        stop_reason = "max_position_embeddings";
+        break;
+      }
       s = runner.decode(id, &logits);
       if (!s.ok()) return report_error("generate", s);
     }
     double decode_ms = ms_since(t1);
     if (stream) std::cout << stream->finish();
     std::cout << "\n";
+    if (stop_reason == "max_position_embeddings")
+      std::cerr << "pagedkv generate: prompt " << i + 1 << " stopped after " << out.size()
+                << " tokens at the model's max_position_embeddings (" << max_context << ")\n";
     if (stream && p.has("ids")) {
       std::cout << "ids:";
       for (int32_t id : out) std::cout << " " << id;
