@@ -239,6 +239,11 @@ int generate_main(int argc, char** argv) {
                                                        "max_position_embeddings (" +
                                                        std::to_string(max_context) + ")"));
   bool paged = !p.has("flat") && model::resolve_use_block_paged_cache(cfg.cache);
+  if (p.has("persist-cache") && !paged)
+    return report_error("generate",
+                        invalid_argument("--persist-cache needs the paged KV path, and --flat, "
+                                         "use_block_paged_cache: false or "
+                                         "PAGEDKV_USE_BLOCK_PAGED_CACHE=0 selected the flat one"));
   std::unique_ptr<kv::PagedKVCache> cache;
   if (paged) {
     auto c = model::make_paged_cache(**model);

@@ -182,6 +182,10 @@ TEST(CliTest, BadInputExitsNonZeroWithAMessage) {
   EXPECT_NE(r.out.find("top_p"), std::string::npos);
   r = sh("generate --model " + m + " --prompt \"hello\"");
   EXPECT_NE(r.out.find("tokenizer"), std::string::npos);
+  // --persist-cache on the flat path would silently persist nothing.
+  r = sh("generate --model " + m + " --prompt-ids 1 --persist-cache --flat");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--persist-cache needs the paged KV path"), std::string::npos) << r.out;
   r = sh("logits --model " + m + " --input-ids /nonexistent --out /tmp/x.safetensors");
   EXPECT_NE(r.rc, 0);
   std::filesystem::resize_file(m + "/model.safetensors", 100);
