@@ -217,6 +217,13 @@ int generate_main(int argc, char** argv) {
   if (!model.ok()) return report_error("generate", model.status());
   double load_ms = ms_since(t_load);
   const auto& cfg = (*model)->config();
+  // A stop id outside the vocabulary could never end generation: name it.
+  for (int32_t id : sp.stop_token_ids)
+    if (id >= cfg.vocab_size)
+      return report_error("generate",
+                          invalid_argument("--stop-ids: token id " + std::to_string(id) +
+                                           " is outside the model's vocabulary of " +
+                                           std::to_string(cfg.vocab_size)));
   for (int32_t e : cfg.eos_token_ids) sp.stop_token_ids.push_back(e);
   for (size_t i = 0; i < prompts.size(); ++i)
     for (int32_t id : prompts[i].ids)

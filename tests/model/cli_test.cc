@@ -182,6 +182,11 @@ TEST(CliTest, BadInputExitsNonZeroWithAMessage) {
   EXPECT_NE(r.out.find("top_p"), std::string::npos);
   r = sh("generate --model " + m + " --prompt \"hello\"");
   EXPECT_NE(r.out.find("tokenizer"), std::string::npos);
+  r = sh("generate --model " + m + " --prompt-ids 1 --stop-ids '3 99999'");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--stop-ids: token id 99999 is outside the model's vocabulary of 512"),
+            std::string::npos)
+      << r.out;
   // --persist-cache on the flat path would silently persist nothing.
   r = sh("generate --model " + m + " --prompt-ids 1 --persist-cache --flat");
   EXPECT_EQ(r.rc, 2) << r.out;
