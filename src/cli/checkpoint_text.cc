@@ -39,7 +39,16 @@ std::string default_model_near_binary() {
 }  // namespace
 
 StatusOr<std::string> resolve_model_dir(const std::string& model_flag) {
-  if (!model_flag.empty()) return model_flag;
+  if (!model_flag.empty()) {
+    // Checked here, before anything looks for a tokenizer.json inside it, so a
+    // mistyped --model is reported as such (as Checkpoint::open words it).
+    std::error_code ec;
+    if (!fs::exists(model_flag, ec))
+      return not_found("model directory " + model_flag + " does not exist");
+    if (!is_dir(model_flag))
+      return invalid_argument("model path " + model_flag + " is not a directory");
+    return model_flag;
+  }
   if (const char* env = std::getenv("PAGEDKV_DEFAULT_MODEL"); env != nullptr && *env != '\0') {
     if (!is_dir(env))
       return not_found(std::string("PAGEDKV_DEFAULT_MODEL=") + env + " is not a directory");

@@ -13,7 +13,8 @@
 
 namespace pagedkv::cli {
 
-// The checkpoint directory to use: `model_flag` when non-empty; otherwise the
+// The checkpoint directory to use: `model_flag` when non-empty (NotFound when it
+// does not exist, InvalidArgument when it is not a directory); otherwise the
 // default model — env PAGEDKV_DEFAULT_MODEL when set (it must then be a
 // directory), else the source tree's models/default compiled in as
 // PAGEDKV_DEFAULT_MODEL_DIR, else a models/default found beside an ancestor of

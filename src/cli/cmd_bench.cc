@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -409,6 +410,12 @@ int bench_main(int argc, char** argv) {
       return report_error("bench", invalid_argument(std::string("--") + name + " must be >= " +
                                                     (std::string(name) == "seed" ? "0" : "1")));
   }
+  // They are held as int: a larger value would wrap (--requests 4294967297 ran 1).
+  for (const char* name : {"requests", "system-tokens", "max-tokens"}) {
+    if (*p.get_int(name) > INT32_MAX)
+      return report_error("bench", invalid_argument(std::string("--") + name + " must be at most " +
+                                                    std::to_string(INT32_MAX)));
+  }
   base.requests = static_cast<int>(*p.get_int("requests"));
   base.system_tokens = static_cast<int>(*p.get_int("system-tokens"));
   base.max_tokens = static_cast<int>(*p.get_int("max-tokens"));
@@ -459,6 +466,16 @@ int bench_main(int argc, char** argv) {
   if (!temp.empty()) std::filesystem::remove_all(temp);  // the weights stay mapped
   if (!loaded.ok()) return report_error("bench", loaded.status());
   std::shared_ptr<model::Model> model(std::move(*loaded));
+  // Every prompt starts with the system tokens: refuse a length the model's context
+  // cannot hold before the workload materializes it (a huge value used to
+  // allocate gigabytes of prompt ids before the engine refused the first request).
+  const int64_t max_context = model->config().max_position_embeddings;
+  if (max_context > 0 && base.system_tokens >= max_context)
+    return report_error("bench",
+                        invalid_argument("--system-tokens " + std::to_string(base.system_tokens) +
+                                         " leaves no room in the model's "
+                                         "max_position_embeddings (" +
+                                         std::to_string(max_context) + ")"));
 
   const bool json = p.has("json");
   const bool bar = !json && isatty(STDERR_FILENO);

@@ -2,9 +2,11 @@
 // line of a JSONL file (the fixture format: messages, tools,
 // add_generation_prompt, extra, and optional bos_token/eos_token overrides) and
 // prints one JSON line per input: {"rendered": "..."} or {"error": "..."}.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -95,6 +97,12 @@ int run_chat_format(int argc, char** argv) {
   std::ifstream file;
   std::istream* in = &std::cin;
   if (args.get("jsonl") != "-") {
+    // An ifstream opens a directory and then reads nothing: refuse it by name.
+    std::error_code ec;
+    if (std::filesystem::is_directory(args.get("jsonl"), ec)) {
+      return report_error("chat-format", invalid_argument("--jsonl " + args.get("jsonl") +
+                                                          " is a directory, not a JSONL file"));
+    }
     file.open(args.get("jsonl"), std::ios::binary);
     if (!file) {
       return report_error("chat-format", not_found("cannot open --jsonl " + args.get("jsonl")));

@@ -47,6 +47,10 @@ StatusOr<std::unique_ptr<ColdStore>> open_store(const ArgParser& args, bool writ
   if (auto d = args.get_optional("dir")) o.root = *d;
   o.start_writer = writer;
   if (quota_bytes) o.quota_bytes = quota_bytes;
+  // These commands inspect a directory: a mistyped one is named, not created empty.
+  PKV_ASSIGN_OR_RETURN(FileInfo info, FileSystem::posix().stat(o.root));
+  if (info.type == FileType::kMissing)
+    return not_found("cold directory " + o.root + " does not exist");
   return ColdStore::open(o);
 }
 
@@ -117,8 +121,12 @@ int cmd_gc(ArgParser& args) {
   uint64_t quota = 0;
   if (args.has("quota-mb")) {
     auto q = args.get_int("quota-mb");
-    if (!q.ok() || *q <= 0) {
-      return report_error("cold gc", invalid_argument("--quota-mb must be a positive integer"));
+    // Held in bytes: a larger value would wrap around 2^64 bytes.
+    constexpr int64_t kMaxQuotaMb = int64_t{1} << 43;
+    if (!q.ok() || *q <= 0 || *q > kMaxQuotaMb) {
+      return report_error("cold gc", invalid_argument("--quota-mb must be a positive integer of "
+                                                      "at most " +
+                                                      std::to_string(kMaxQuotaMb)));
     }
     quota = static_cast<uint64_t>(*q) << 20;
   }

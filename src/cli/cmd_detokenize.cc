@@ -56,10 +56,21 @@ int run_detokenize(int argc, char** argv) {
   }
   auto tok = load_tokenizer(args);
   if (!tok.ok()) return report_error(kName, tok.status());
+  // Tokenizer::decode skips ids outside the vocabulary (as Hugging Face does);
+  // on the command line such an id is a mistake, so it is named instead.
+  auto check_vocab = [&](const std::vector<int32_t>& ids, const std::string& where) -> Status {
+    for (int32_t id : ids)
+      if (id >= (*tok)->vocab_size())
+        return invalid_argument(where + ": token id " + std::to_string(id) +
+                                " is outside the vocabulary of " +
+                                std::to_string((*tok)->vocab_size()));
+    return ok_status();
+  };
   const bool skip = args.has("skip-special-tokens");
   if (args.has("ids")) {
     auto ids = parse_ids(args.get("ids"));
     if (!ids.ok()) return report_error(kName, ids.status());
+    if (Status v = check_vocab(*ids, "--ids"); !v.ok()) return report_error(kName, v);
     std::cout << (*tok)->decode(*ids, skip) << "\n";
     return 0;
   }
@@ -75,6 +86,7 @@ int run_detokenize(int argc, char** argv) {
           }
           ids.push_back(v.get<int32_t>());
         }
+        PKV_RETURN_IF_ERROR(check_vocab(ids, where));
         std::cout << nlohmann::json((*tok)->decode(ids, skip)).dump() << "\n";
         return ok_status();
       });

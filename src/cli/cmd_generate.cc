@@ -77,7 +77,10 @@ int generate_main(int argc, char** argv) {
   p.add_flag("show-prompt",
              "print each prompt's text (as the chat template rendered it) before its continuation");
   p.add_flag("ids", "also print the generated token ids when streaming text");
-  p.add_option("max-tokens", "N", "tokens to generate per prompt", "32");
+  p.add_option("max-tokens", "N",
+               "tokens to generate per prompt (fewer when prompt + output reach the model's "
+               "max_position_embeddings)",
+               "32");
   p.add_option("temperature", "T", "sampling temperature; 0 = greedy", "0");
   p.add_option("top-k", "K", "keep the K most likely tokens (0 = off)", "0");
   p.add_option("top-p", "P", "nucleus sampling mass (1 = off)", "1");
@@ -214,6 +217,13 @@ int generate_main(int argc, char** argv) {
   if (!model.ok()) return report_error("generate", model.status());
   double load_ms = ms_since(t_load);
   const auto& cfg = (*model)->config();
+  // A stop id outside the vocabulary could never end generation: name it.
+  for (int32_t id : sp.stop_token_ids)
+    if (id >= cfg.vocab_size)
+      return report_error("generate",
+                          invalid_argument("--stop-ids: token id " + std::to_string(id) +
+                                           " is outside the model's vocabulary of " +
+                                           std::to_string(cfg.vocab_size)));
   for (int32_t e : cfg.eos_token_ids) sp.stop_token_ids.push_back(e);
   for (size_t i = 0; i < prompts.size(); ++i)
     for (int32_t id : prompts[i].ids)
@@ -224,7 +234,23 @@ int generate_main(int argc, char** argv) {
                              ": token id " + std::to_string(id) +
                              " is outside the model's vocabulary of " +
                              std::to_string(cfg.vocab_size)));
+  // As the engine does: a prompt longer than the model's context is refused, and
+  // generation ends when prompt + output reach it (never decoding past it, which
+  // the paged pool has no room for and the flat path would do until --max-tokens).
+  const int64_t max_context = cfg.max_position_embeddings;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (max_context > 0 && static_cast<int64_t>(prompts[i].ids.size()) > max_context)
+      return report_error("generate", invalid_argument("prompt " + std::to_string(i + 1) + " has " +
+                                                       std::to_string(prompts[i].ids.size()) +
+                                                       " tokens, more than the model's "
+                                                       "max_position_embeddings (" +
+                                                       std::to_string(max_context) + ")"));
   bool paged = !p.has("flat") && model::resolve_use_block_paged_cache(cfg.cache);
+  if (p.has("persist-cache") && !paged)
+    return report_error("generate",
+                        invalid_argument("--persist-cache needs the paged KV path, and --flat, "
+                                         "use_block_paged_cache: false or "
+                                         "PAGEDKV_USE_BLOCK_PAGED_CACHE=0 selected the flat one"));
   std::unique_ptr<kv::PagedKVCache> cache;
   if (paged) {
     auto c = model::make_paged_cache(**model);
@@ -288,12 +314,19 @@ int generate_main(int argc, char** argv) {
         break;
       }
       if (n + 1 == rsp.max_tokens) break;
+      if (max_context > 0 && static_cast<int64_t>(prompt.size() + out.size()) >= max_context) {
+        stop_reason = "max_position_embeddings";
+        break;
+      }
       s = runner.decode(id, &logits);
       if (!s.ok()) return report_error("generate", s);
     }
     double decode_ms = ms_since(t1);
     if (stream) std::cout << stream->finish();
     std::cout << "\n";
+    if (stop_reason == "max_position_embeddings")
+      std::cerr << "pagedkv generate: prompt " << i + 1 << " stopped after " << out.size()
+                << " tokens at the model's max_position_embeddings (" << max_context << ")\n";
     if (stream && p.has("ids")) {
       std::cout << "ids:";
       for (int32_t id : out) std::cout << " " << id;

@@ -1,7 +1,9 @@
 // Helpers for tokenize/detokenize (see tokenizer_cli_util.h).
 #include "cli/tokenizer_cli_util.h"
 
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 namespace pagedkv::cli {
 
@@ -18,6 +20,10 @@ StatusOr<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const ArgParser& 
 Status for_each_jsonl_line(
     const std::string& path,
     const std::function<Status(const nlohmann::json& j, const std::string& where)>& fn) {
+  // An ifstream opens a directory and then reads nothing: refuse it by name.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return invalid_argument("--jsonl " + path + " is a directory, not a JSONL file");
   std::ifstream in(path);
   if (!in) return not_found("cannot open --jsonl " + path);
   std::string line;

@@ -1,8 +1,10 @@
 // Chat formatting with a tokenizer_config.json chat_template (see chat_template.h).
 #include "tokenizer/chat_template.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "tokenizer/jinja_template.h"
 
@@ -28,6 +30,10 @@ StatusOr<std::shared_ptr<const jinja::Template>> compile(const std::string& sour
 }  // namespace
 
 StatusOr<ChatTemplate> ChatTemplate::from_tokenizer_config(const std::string& path) {
+  // An ifstream opens a directory and then reads nothing ("not valid JSON").
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return invalid_argument("tokenizer config " + path + " is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot open tokenizer config " + path);
   std::stringstream ss;

@@ -4,8 +4,10 @@
 // pre-tokenize; BPE each pre-token; post-process when asked.
 #include "tokenizer/tokenizer.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 #include <unordered_map>
 
 #include "tokenizer/bpe_model.h"
@@ -22,6 +24,10 @@ namespace pagedkv::tokenizer {
 namespace {
 
 StatusOr<std::string> read_file(const std::string& path) {
+  // An ifstream opens a directory and then reads nothing ("not valid JSON").
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return invalid_argument(path + " is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot open " + path);
   std::ostringstream ss;

@@ -80,6 +80,17 @@ TEST(BenchCli, TextReportAndUsageErrors) {
   EXPECT_NE(bad.out.find("--workload"), std::string::npos);
   Result badc = run("bench --concurrency 0", true);
   EXPECT_EQ(badc.rc, 2);
+  // Values that would wrap as int, or that the context cannot hold, are refused
+  // up front (not run as 1 request, nor materialized as gigabytes of ids).
+  Result wrap = run("bench --preset tiny --requests 4294967297", true);
+  EXPECT_EQ(wrap.rc, 2) << wrap.out;
+  EXPECT_NE(wrap.out.find("--requests must be at most 2147483647"), std::string::npos) << wrap.out;
+  Result sys = run("bench --preset tiny --system-tokens 5000", true);
+  EXPECT_EQ(sys.rc, 2) << sys.out;
+  EXPECT_NE(sys.out.find("--system-tokens 5000 leaves no room in the model's "
+                         "max_position_embeddings (4096)"),
+            std::string::npos)
+      << sys.out;
   Result help = run("bench --help", true);
   EXPECT_EQ(help.rc, 0);
   EXPECT_NE(help.out.find("--sharing"), std::string::npos);

@@ -182,12 +182,51 @@ TEST(CliTest, BadInputExitsNonZeroWithAMessage) {
   EXPECT_NE(r.out.find("top_p"), std::string::npos);
   r = sh("generate --model " + m + " --prompt \"hello\"");
   EXPECT_NE(r.out.find("tokenizer"), std::string::npos);
+  r = sh("generate --model " + m + " --prompt-ids 1 --stop-ids '3 99999'");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--stop-ids: token id 99999 is outside the model's vocabulary of 512"),
+            std::string::npos)
+      << r.out;
+  // --persist-cache on the flat path would silently persist nothing.
+  r = sh("generate --model " + m + " --prompt-ids 1 --persist-cache --flat");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("--persist-cache needs the paged KV path"), std::string::npos) << r.out;
   r = sh("logits --model " + m + " --input-ids /nonexistent --out /tmp/x.safetensors");
   EXPECT_NE(r.rc, 0);
   std::filesystem::resize_file(m + "/model.safetensors", 100);
   r = sh("generate --model " + m + " --prompt-ids 1");
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.out.find("model.safetensors"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, GenerateStopsAtTheModelsContextOnBothPaths) {
+  // A 40-token context: a huge --max-tokens ends there (the flat path used to
+  // decode on past it until --max-tokens, the paged one to fail in the
+  // allocator); a longer prompt is refused.
+  std::string m = testing_util::make_tiny("qwen3", 4, "cli_ctx");
+  auto cfg = testing_util::read_json(m + "/config.json");
+  cfg["max_position_embeddings"] = 40;
+  testing_util::write_text(m + "/config.json", cfg.dump());
+  for (const char* path : {"", " --flat"}) {
+    auto r = sh("generate --model " + m + " --prompt-ids '1 2 3 4 5 6 7 8 9 10' --stats" +
+                " --max-tokens 16777216" + path);
+    ASSERT_EQ(r.rc, 0) << path << ": " << r.out;
+    EXPECT_NE(r.out.find("generated=30 finish=max_position_embeddings"), std::string::npos)
+        << path << ": " << r.out;
+    EXPECT_NE(r.out.find("stopped after 30 tokens at the model's max_position_embeddings (40)"),
+              std::string::npos)
+        << path << ": " << r.out;
+  }
+  std::string long_prompt;
+  for (int i = 0; i < 41; ++i) long_prompt += std::to_string(i + 1) + " ";
+  for (const char* path : {"", " --flat"}) {
+    auto r = sh("generate --model " + m + " --prompt-ids '" + long_prompt + "'" + path);
+    EXPECT_EQ(r.rc, 2) << path << ": " << r.out;
+    EXPECT_NE(r.out.find("prompt 1 has 41 tokens, more than the model's "
+                         "max_position_embeddings (40)"),
+              std::string::npos)
+        << path << ": " << r.out;
+  }
 }
 
 }  // namespace

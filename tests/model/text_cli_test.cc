@@ -176,6 +176,20 @@ TEST(TextCliTest, DefaultModelResolution) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.out.find("no tokenizer.json"), std::string::npos) << r.out;
   unsetenv("PAGEDKV_DEFAULT_MODEL");
+  // A --model that does not exist, or is a file, is named as such, whatever the
+  // prompt kind (not "has no tokenizer.json").
+  for (const char* prompt : {"--prompt hi", "--chat --prompt hi", "--messages '[]'"}) {
+    r = sh(std::string("generate --model /nonexistent/pkv-model ") + prompt, true);
+    EXPECT_EQ(r.rc, 1) << prompt;
+    EXPECT_NE(r.out.find("model directory /nonexistent/pkv-model does not exist"),
+              std::string::npos)
+        << prompt << ": " << r.out;
+    r = sh("generate --model " + tiny + "/config.json " + prompt, true);
+    EXPECT_EQ(r.rc, 2) << prompt;
+    EXPECT_NE(r.out.find("model path " + tiny + "/config.json is not a directory"),
+              std::string::npos)
+        << prompt << ": " << r.out;
+  }
 }
 
 TEST(TextCliTest, MakeModelCopiesTheRealTokenizer) {

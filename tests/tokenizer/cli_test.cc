@@ -90,6 +90,26 @@ TEST_F(TokenizeCli, ErrorsAreReported) {
                 " --ids 'x y' 2>/dev/null")
                 .first,
             2);
+  // An id outside the vocabulary is named, not silently dropped.
+  auto [vrc, vout] = run(std::string(PAGEDKV_BINARY) + " detokenize --tokenizer " + tok_ +
+                         " --ids '9707 999999999' 2>&1");
+  EXPECT_EQ(vrc, 2) << vout;
+  EXPECT_NE(vout.find("--ids: token id 999999999 is outside the vocabulary of"), std::string::npos)
+      << vout;
+  std::string far = tmp_file("far.jsonl", "{\"ids\": [9707]}\n{\"ids\": [9707, 999999999]}\n");
+  auto [jrc, jout] = run(std::string(PAGEDKV_BINARY) + " detokenize --tokenizer " + tok_ +
+                         " --jsonl " + far + " 2>&1");
+  EXPECT_EQ(jrc, 2) << jout;
+  EXPECT_NE(jout.find(far + ":2: token id 999999999 is outside the vocabulary of"),
+            std::string::npos)
+      << jout;
+  // A directory given as --jsonl is an error, not an empty input.
+  for (const char* cmd : {" tokenize", " detokenize"}) {
+    auto [drc, dout] = run(std::string(PAGEDKV_BINARY) + cmd + " --tokenizer " + tok_ +
+                           " --jsonl " + ::testing::TempDir() + " 2>&1");
+    EXPECT_EQ(drc, 2) << cmd << ": " << dout;
+    EXPECT_NE(dout.find("is a directory"), std::string::npos) << cmd << ": " << dout;
+  }
   auto [rc, help] = run(std::string(PAGEDKV_BINARY) + " tokenize --help");
   EXPECT_EQ(rc, 0);
   EXPECT_NE(help.find("--jsonl"), std::string::npos);

@@ -171,5 +171,17 @@ TEST(Malformed, MissingFileIsNotFound) {
   EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
 }
 
+TEST(Malformed, DirectoryIsNamedNotParsedAsEmptyJson) {
+  const std::string dir = ::testing::TempDir();
+  auto t = Tokenizer::load(dir);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("is a directory"), std::string::npos) << t.status().message();
+  auto c = Tokenizer::load(std::string(PAGEDKV_TEST_DATA_DIR) + "/tokenizer/components.json", dir);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find(dir + " is a directory"), std::string::npos)
+      << c.status().message();
+}
+
 }  // namespace
 }  // namespace pagedkv::tokenizer

@@ -153,6 +153,37 @@ TEST_P(ColdParityTest, ACorruptedObjectIsCountedAndTheAnswerDoesNotChange) {
   EXPECT_EQ(again.cached, 64) << again.out;
 }
 
+// `pagedkv cold` on a directory that does not exist names it and creates
+// nothing; a --quota-mb whose byte count would wrap is refused.
+TEST(ColdCli, MissingDirectoryIsNamedAndNotCreatedAndHugeQuotaIsRefused) {
+  const std::string scratch = testing::make_scratch_dir("cli");
+  const std::string missing = scratch + "/no-such-dir";
+  for (const char* sub : {"stats", "ls", "verify", "gc"}) {
+    std::string cmd = std::string(PAGEDKV_BINARY) + " cold " + sub + " --dir " + missing + " 2>&1";
+    FILE* f = ::popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+    int st = ::pclose(f);
+    EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 1) << sub << ": " << out;
+    EXPECT_NE(out.find("cold directory " + missing + " does not exist"), std::string::npos)
+        << sub << ": " << out;
+    EXPECT_FALSE(std::filesystem::exists(missing)) << sub;
+  }
+  const std::string dir = testing::make_scratch_dir("cli_quota");
+  std::string cmd =
+      std::string(PAGEDKV_BINARY) + " cold gc --quota-mb 99999999999999 --dir " + dir + " 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  int st = ::pclose(f);
+  EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2) << out;
+  EXPECT_NE(out.find("--quota-mb must be a positive integer of at most"), std::string::npos) << out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, ColdParityTest, ::testing::Values("qwen3-a", "qwen3_moe-a"),
                          [](const auto& info) {
                            std::string n = info.param;

@@ -71,4 +71,13 @@ TEST(ChatFormatCli, MissingFlagsAndFilesFailClearly) {
   EXPECT_NE(out.find("/nonexistent/tc.json"), std::string::npos) << out;
 }
 
+TEST(ChatFormatCli, JsonlDirectoryIsAnErrorNotAnEmptyInput) {
+  int status = -1;
+  std::string out =
+      run("--tokenizer-config " + kDataDir + "qwen3_tokenizer_config.json --jsonl " + kDataDir,
+          &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("is a directory"), std::string::npos) << out;
+}
+
 }  // namespace

@@ -119,6 +119,10 @@ TEST(ChatTemplate, BadInputsAreClearErrors) {
   auto missing = ChatTemplate::from_tokenizer_config(kDataDir + "does-not-exist.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  auto dir = ChatTemplate::from_tokenizer_config(kDataDir);
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("is a directory"), std::string::npos)
+      << dir.status().message();
   auto no_tpl = ChatTemplate::from_tokenizer_config_json(nlohmann::ordered_json::parse("{}"));
   ASSERT_FALSE(no_tpl.ok());
   EXPECT_NE(no_tpl.status().message().find("no chat_template"), std::string::npos);
