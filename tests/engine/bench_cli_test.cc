@@ -10,33 +10,21 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "run_command.h"
+
 namespace {
 
-struct Result {
-  int rc;
-  std::string out;
-};
-
-Result run(const std::string& args, bool merge_stderr) {
-  std::string cmd =
-      std::string(PAGEDKV_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  Result r{0, ""};
-  FILE* f = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(f);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = pagedkv::test::CommandResult;
+// run_pagedkv(args, merge_stderr): without merge_stderr, stderr is discarded.
+using pagedkv::test::run_pagedkv;
 
 TEST(BenchCli, ChatSharingOnVersusOffJson) {
-  Result r =
-      run("bench --preset tiny --workload chat --requests 8 --concurrency 1,4 "
-          "--sharing both --system-tokens 64 --max-tokens 4 --json",
-          false);
-  ASSERT_EQ(r.rc, 0) << r.out;
-  const auto doc = nlohmann::json::parse(r.out);
+  Result r = run_pagedkv(
+      "bench --preset tiny --workload chat --requests 8 --concurrency 1,4 "
+      "--sharing both --system-tokens 64 --max-tokens 4 --json",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto doc = nlohmann::json::parse(r.output);
   ASSERT_EQ(doc["runs"].size(), 4u);
   for (const auto& run : doc["runs"]) {
     for (const char* k :
@@ -58,42 +46,44 @@ TEST(BenchCli, ChatSharingOnVersusOffJson) {
 }
 
 TEST(BenchCli, AgentOwnersContinueTheirConversations) {
-  Result r =
-      run("bench --preset tiny --workload agent --requests 6 --concurrency 2 "
-          "--system-tokens 32 --max-tokens 4 --json",
-          false);
-  ASSERT_EQ(r.rc, 0) << r.out;
-  const auto run0 = nlohmann::json::parse(r.out)["runs"][0];
+  Result r = run_pagedkv(
+      "bench --preset tiny --workload agent --requests 6 --concurrency 2 "
+      "--system-tokens 32 --max-tokens 4 --json",
+      false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto run0 = nlohmann::json::parse(r.output)["runs"][0];
   EXPECT_EQ(run0["requests"], 6);
   // Turns 2 and 3 of each agent reuse the whole previous conversation.
   EXPECT_GT(run0["prefix_hit_rate"].get<double>(), 0.3);
 }
 
 TEST(BenchCli, TextReportAndUsageErrors) {
-  Result r = run("bench --preset tiny --workload nosharing --requests 2 --max-tokens 2", true);
-  ASSERT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("TTFT"), std::string::npos);
-  EXPECT_NE(r.out.find("prefix hit rate"), std::string::npos);
-  EXPECT_NE(r.out.find("pool occupancy"), std::string::npos);
-  Result bad = run("bench --workload nope", true);
-  EXPECT_EQ(bad.rc, 2);
-  EXPECT_NE(bad.out.find("--workload"), std::string::npos);
-  Result badc = run("bench --concurrency 0", true);
-  EXPECT_EQ(badc.rc, 2);
+  Result r =
+      run_pagedkv("bench --preset tiny --workload nosharing --requests 2 --max-tokens 2", true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("TTFT"), std::string::npos);
+  EXPECT_NE(r.output.find("prefix hit rate"), std::string::npos);
+  EXPECT_NE(r.output.find("pool occupancy"), std::string::npos);
+  Result bad = run_pagedkv("bench --workload nope", true);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--workload"), std::string::npos);
+  Result badc = run_pagedkv("bench --concurrency 0", true);
+  EXPECT_EQ(badc.exit_code, 2);
   // Values that would wrap as int, or that the context cannot hold, are refused
   // up front (not run as 1 request, nor materialized as gigabytes of ids).
-  Result wrap = run("bench --preset tiny --requests 4294967297", true);
-  EXPECT_EQ(wrap.rc, 2) << wrap.out;
-  EXPECT_NE(wrap.out.find("--requests must be at most 2147483647"), std::string::npos) << wrap.out;
-  Result sys = run("bench --preset tiny --system-tokens 5000", true);
-  EXPECT_EQ(sys.rc, 2) << sys.out;
-  EXPECT_NE(sys.out.find("--system-tokens 5000 leaves no room in the model's "
-                         "max_position_embeddings (4096)"),
+  Result wrap = run_pagedkv("bench --preset tiny --requests 4294967297", true);
+  EXPECT_EQ(wrap.exit_code, 2) << wrap.output;
+  EXPECT_NE(wrap.output.find("--requests must be at most 2147483647"), std::string::npos)
+      << wrap.output;
+  Result sys = run_pagedkv("bench --preset tiny --system-tokens 5000", true);
+  EXPECT_EQ(sys.exit_code, 2) << sys.output;
+  EXPECT_NE(sys.output.find("--system-tokens 5000 leaves no room in the model's "
+                            "max_position_embeddings (4096)"),
             std::string::npos)
-      << sys.out;
-  Result help = run("bench --help", true);
-  EXPECT_EQ(help.rc, 0);
-  EXPECT_NE(help.out.find("--sharing"), std::string::npos);
+      << sys.output;
+  Result help = run_pagedkv("bench --help", true);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("--sharing"), std::string::npos);
 }
 
 }  // namespace

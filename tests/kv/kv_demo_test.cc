@@ -7,25 +7,17 @@
 
 #include <string>
 
+#include "run_command.h"
+
 namespace pagedkv::kv {
 namespace {
 
-std::string run(const std::string& args, int* status) {
-  const std::string cmd = std::string(PAGEDKV_BINARY) + " kv-demo " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  *status = pclose(p);
-  return out;
-}
+// Runs `pagedkv kv-demo args` (stderr merged).
+test::CommandResult run(const std::string& args) { return test::run_pagedkv("kv-demo " + args); }
 
 TEST(KVDemoTest, TraceRunsAndChecksItself) {
-  int status = -1;
-  const std::string out = run("", &status);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  const auto [exit_code, out] = run("");
+  ASSERT_EQ(exit_code, 0) << out;
   EXPECT_NE(out.find("verify_integrity: ok"), std::string::npos) << out;
   EXPECT_NE(out.find("initial_blocks=128 max_blocks=512"), std::string::npos) << out;
   EXPECT_NE(out.find("sys1-q1-again  default      340     336"), std::string::npos) << out;
@@ -37,10 +29,9 @@ TEST(KVDemoTest, TraceRunsAndChecksItself) {
 }
 
 TEST(KVDemoTest, BadFlagsAreUsageErrors) {
-  int status = -1;
-  const std::string out = run("--block-size 0", &status);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
+  const auto [exit_code, out] = run("--block-size 0");
+  ASSERT_NE(exit_code, -1) << out;  // exited (not killed by a signal)
+  EXPECT_EQ(exit_code, 2) << out;
   EXPECT_NE(out.find("--block-size"), std::string::npos) << out;
 }
 

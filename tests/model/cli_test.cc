@@ -14,27 +14,13 @@
 #include <sstream>
 
 #include "model/safetensors.h"
+#include "run_command.h"
 #include "test_util.h"
 
 namespace pagedkv::model {
 namespace {
 
-struct Result {
-  int rc;
-  std::string out;
-};
-
-Result sh(const std::string& args) {
-  std::string cmd = std::string(PAGEDKV_BINARY) + " " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* f = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(f);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using test::run_pagedkv;  // stdout and stderr merged
 
 std::string data_section(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -51,22 +37,24 @@ std::string file_bytes(const std::string& path) {
 
 TEST(CliTest, MakeModelIsDeterministicFromTheSeed) {
   std::string a = testing_util::temp_dir("cli_a"), b = testing_util::temp_dir("cli_b");
-  ASSERT_EQ(sh("make-model --family qwen3_moe --preset tiny --seed 9 --out " + a).rc, 0);
-  ASSERT_EQ(sh("make-model --family qwen3_moe --preset tiny --seed 9 --out " + b).rc, 0);
+  ASSERT_EQ(
+      run_pagedkv("make-model --family qwen3_moe --preset tiny --seed 9 --out " + a).exit_code, 0);
+  ASSERT_EQ(
+      run_pagedkv("make-model --family qwen3_moe --preset tiny --seed 9 --out " + b).exit_code, 0);
   EXPECT_EQ(file_bytes(a + "/model.safetensors"), file_bytes(b + "/model.safetensors"));
   EXPECT_EQ(file_bytes(a + "/config.json"), file_bytes(b + "/config.json"));
-  auto r = sh("make-model --family llama --out " + a);
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("unknown family"), std::string::npos);
+  auto r = run_pagedkv("make-model --family llama --out " + a);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown family"), std::string::npos);
 }
 
 TEST(CliTest, LogitsMatchesReferenceAndWarmPrefixIsByteIdentical) {
   std::string ref = std::string(PAGEDKV_TEST_DATA_DIR) + "/hf-reference/qwen3-a";
   std::string d = testing_util::temp_dir("cli_logits");
   std::string in = ref + "/reference.safetensors";
-  auto cold =
-      sh("logits --model " + ref + " --input-ids " + in + " --out " + d + "/cold.safetensors");
-  ASSERT_EQ(cold.rc, 0) << cold.out;
+  auto cold = run_pagedkv("logits --model " + ref + " --input-ids " + in + " --out " + d +
+                          "/cold.safetensors");
+  ASSERT_EQ(cold.exit_code, 0) << cold.output;
   auto f = SafetensorsFile::open(d + "/cold.safetensors");
   ASSERT_TRUE(f.ok());
   auto r = SafetensorsFile::open(in);
@@ -86,25 +74,25 @@ TEST(CliTest, LogitsMatchesReferenceAndWarmPrefixIsByteIdentical) {
   std::string cold_data = data_section(d + "/cold.safetensors");
   for (int n : {1, 15, 16, 17, 40, 64, 80}) {
     std::string o = d + "/w" + std::to_string(n) + ".safetensors";
-    auto w = sh("logits --model " + ref + " --input-ids " + in + " --out " + o + " --warm-prefix " +
-                std::to_string(n));
-    ASSERT_EQ(w.rc, 0) << w.out;
-    EXPECT_NE(w.out.find("(" + std::to_string(std::min(n, 79) / 16 * 16) +
-                         " tokens from the prefix cache)"),
+    auto w = run_pagedkv("logits --model " + ref + " --input-ids " + in + " --out " + o +
+                         " --warm-prefix " + std::to_string(n));
+    ASSERT_EQ(w.exit_code, 0) << w.output;
+    EXPECT_NE(w.output.find("(" + std::to_string(std::min(n, 79) / 16 * 16) +
+                            " tokens from the prefix cache)"),
               std::string::npos)
-        << w.out;
+        << w.output;
     EXPECT_EQ(data_section(o), cold_data) << "warm prefix " << n;
   }
-  auto fl = sh("logits --flat --chunk 7 --model " + ref + " --input-ids " + in + " --out " + d +
-               "/flat.safetensors");
-  ASSERT_EQ(fl.rc, 0) << fl.out;
+  auto fl = run_pagedkv("logits --flat --chunk 7 --model " + ref + " --input-ids " + in +
+                        " --out " + d + "/flat.safetensors");
+  ASSERT_EQ(fl.exit_code, 0) << fl.output;
   EXPECT_EQ(data_section(d + "/flat.safetensors"), cold_data);
   // Text id files work too.
   testing_util::write_text(d + "/ids.txt", "1 2 3\n4,5");
-  ASSERT_EQ(
-      sh("logits --model " + ref + " --input-ids " + d + "/ids.txt --out " + d + "/t.safetensors")
-          .rc,
-      0);
+  ASSERT_EQ(run_pagedkv("logits --model " + ref + " --input-ids " + d + "/ids.txt --out " + d +
+                        "/t.safetensors")
+                .exit_code,
+            0);
   EXPECT_EQ((*SafetensorsFile::open(d + "/t.safetensors"))->find("logits")->shape,
             (std::vector<int64_t>{5, 512}));
 }
@@ -113,14 +101,15 @@ TEST(CliTest, GenerateReportsThePrefixHitAndPagedEqualsFlat) {
   std::string m = testing_util::make_tiny("qwen3", 2, "cli_gen");
   std::string p1 = "5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24";
   std::string p2 = "5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 30 31 32";
-  auto paged = sh("generate --model " + m + " --max-tokens 12 --stats --prompt-ids \"" + p1 + ";" +
-                  p2 + "\"");
-  ASSERT_EQ(paged.rc, 0) << paged.out;
-  EXPECT_NE(paged.out.find("prompt 2 (19 tokens, 16 cached)"), std::string::npos) << paged.out;
-  EXPECT_NE(paged.out.find("hit_blocks=1"), std::string::npos) << paged.out;
-  auto flat = sh("generate --flat --model " + m + " --max-tokens 12 --prompt-ids \"" + p1 + ";" +
-                 p2 + "\"");
-  ASSERT_EQ(flat.rc, 0) << flat.out;
+  auto paged = run_pagedkv("generate --model " + m + " --max-tokens 12 --stats --prompt-ids \"" +
+                           p1 + ";" + p2 + "\"");
+  ASSERT_EQ(paged.exit_code, 0) << paged.output;
+  EXPECT_NE(paged.output.find("prompt 2 (19 tokens, 16 cached)"), std::string::npos)
+      << paged.output;
+  EXPECT_NE(paged.output.find("hit_blocks=1"), std::string::npos) << paged.output;
+  auto flat = run_pagedkv("generate --flat --model " + m + " --max-tokens 12 --prompt-ids \"" + p1 +
+                          ";" + p2 + "\"");
+  ASSERT_EQ(flat.exit_code, 0) << flat.output;
   auto tokens_of = [](const std::string& out, int k) {
     std::istringstream in(out);
     std::string line;
@@ -129,27 +118,27 @@ TEST(CliTest, GenerateReportsThePrefixHitAndPagedEqualsFlat) {
         return line.substr(line.find("):"));
     return std::string("missing");
   };
-  EXPECT_EQ(tokens_of(paged.out, 1), tokens_of(flat.out, 1));
-  EXPECT_EQ(tokens_of(paged.out, 2), tokens_of(flat.out, 2));
-  EXPECT_NE(tokens_of(paged.out, 2), "missing");
+  EXPECT_EQ(tokens_of(paged.output, 1), tokens_of(flat.output, 1));
+  EXPECT_EQ(tokens_of(paged.output, 2), tokens_of(flat.output, 2));
+  EXPECT_NE(tokens_of(paged.output, 2), "missing");
   // Env rollback selects the flat path.
-  auto env = sh("generate --stats --model " + m + " --max-tokens 2 --prompt-ids 1");
-  EXPECT_NE(env.out.find("kv_path=paged"), std::string::npos);
+  auto env = run_pagedkv("generate --stats --model " + m + " --max-tokens 2 --prompt-ids 1");
+  EXPECT_NE(env.output.find("kv_path=paged"), std::string::npos);
   setenv("PAGEDKV_USE_BLOCK_PAGED_CACHE", "0", 1);
-  env = sh("generate --stats --model " + m + " --max-tokens 2 --prompt-ids 1");
+  env = run_pagedkv("generate --stats --model " + m + " --max-tokens 2 --prompt-ids 1");
   unsetenv("PAGEDKV_USE_BLOCK_PAGED_CACHE");
-  EXPECT_NE(env.out.find("kv_path=flat"), std::string::npos) << env.out;
+  EXPECT_NE(env.output.find("kv_path=flat"), std::string::npos) << env.output;
   // Seeded sampling is reproducible; a stop id ends generation.
   std::string samp = "generate --model " + m +
                      " --max-tokens 16 --temperature 0.9 --top-k 50 --top-p 0.95 --min-p 0.01 "
                      "--seed 3 --prompt-ids \"1 2 3\"";
-  EXPECT_EQ(sh(samp).out, sh(samp).out);
-  auto first =
-      tokens_of(sh("generate --model " + m + " --max-tokens 4 --prompt-ids \"1 2 3\"").out, 1);
+  EXPECT_EQ(run_pagedkv(samp).output, run_pagedkv(samp).output);
+  auto first = tokens_of(
+      run_pagedkv("generate --model " + m + " --max-tokens 4 --prompt-ids \"1 2 3\"").output, 1);
   int stop = std::stoi(first.substr(3, first.find(' ', 3) - 3));
-  auto stopped = sh("generate --stats --model " + m + " --max-tokens 4 --stop-ids " +
-                    std::to_string(stop) + " --prompt-ids \"1 2 3\"");
-  EXPECT_NE(stopped.out.find("generated=1 finish=stop"), std::string::npos) << stopped.out;
+  auto stopped = run_pagedkv("generate --stats --model " + m + " --max-tokens 4 --stop-ids " +
+                             std::to_string(stop) + " --prompt-ids \"1 2 3\"");
+  EXPECT_NE(stopped.output.find("generated=1 finish=stop"), std::string::npos) << stopped.output;
 }
 
 // With a tokenizer.json in the model directory, generate takes text and prints text.
@@ -159,44 +148,45 @@ TEST(CliTest, GenerateUsesTheModelDirectorysTokenizer) {
       testing_util::read_json(std::string(PAGEDKV_TEST_DATA_DIR) + "/tokenizer/components.json");
   testing_util::write_text(m + "/tokenizer.json",
                            comps["variants"]["split_string_Removed_false"].dump());
-  auto r = sh("generate --model " + m + " --max-tokens 6 --prompt \"12 3 4\"");
-  ASSERT_EQ(r.rc, 0) << r.out;
+  auto r = run_pagedkv("generate --model " + m + " --max-tokens 6 --prompt \"12 3 4\"");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   // Text mode: the header, then the continuation streamed as text on its own line.
-  EXPECT_NE(r.out.find("prompt 1 ("), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("cached):\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.output.find("prompt 1 ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cached):\n"), std::string::npos) << r.output;
   testing_util::write_text(m + "/tokenizer.json", "{broken");
-  r = sh("generate --model " + m + " --prompt-ids 1");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("tokenizer.json"), std::string::npos) << r.out;
+  r = run_pagedkv("generate --model " + m + " --prompt-ids 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("tokenizer.json"), std::string::npos) << r.output;
 }
 
 TEST(CliTest, BadInputExitsNonZeroWithAMessage) {
   std::string m = testing_util::make_tiny("qwen3", 2, "cli_bad");
-  auto r = sh("generate --model " + m + " --prompt-ids \"1 x 3\"");
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("'x' is not a token id"), std::string::npos);
-  r = sh("generate --model /nonexistent/dir --prompt-ids 1");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("does not exist"), std::string::npos);
-  r = sh("generate --model " + m + " --prompt-ids 1 --top-p 1.5");
-  EXPECT_NE(r.out.find("top_p"), std::string::npos);
-  r = sh("generate --model " + m + " --prompt \"hello\"");
-  EXPECT_NE(r.out.find("tokenizer"), std::string::npos);
-  r = sh("generate --model " + m + " --prompt-ids 1 --stop-ids '3 99999'");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("--stop-ids: token id 99999 is outside the model's vocabulary of 512"),
+  auto r = run_pagedkv("generate --model " + m + " --prompt-ids \"1 x 3\"");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("'x' is not a token id"), std::string::npos);
+  r = run_pagedkv("generate --model /nonexistent/dir --prompt-ids 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos);
+  r = run_pagedkv("generate --model " + m + " --prompt-ids 1 --top-p 1.5");
+  EXPECT_NE(r.output.find("top_p"), std::string::npos);
+  r = run_pagedkv("generate --model " + m + " --prompt \"hello\"");
+  EXPECT_NE(r.output.find("tokenizer"), std::string::npos);
+  r = run_pagedkv("generate --model " + m + " --prompt-ids 1 --stop-ids '3 99999'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--stop-ids: token id 99999 is outside the model's vocabulary of 512"),
             std::string::npos)
-      << r.out;
+      << r.output;
   // --persist-cache on the flat path would silently persist nothing.
-  r = sh("generate --model " + m + " --prompt-ids 1 --persist-cache --flat");
-  EXPECT_EQ(r.rc, 2) << r.out;
-  EXPECT_NE(r.out.find("--persist-cache needs the paged KV path"), std::string::npos) << r.out;
-  r = sh("logits --model " + m + " --input-ids /nonexistent --out /tmp/x.safetensors");
-  EXPECT_NE(r.rc, 0);
+  r = run_pagedkv("generate --model " + m + " --prompt-ids 1 --persist-cache --flat");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--persist-cache needs the paged KV path"), std::string::npos)
+      << r.output;
+  r = run_pagedkv("logits --model " + m + " --input-ids /nonexistent --out /tmp/x.safetensors");
+  EXPECT_NE(r.exit_code, 0);
   std::filesystem::resize_file(m + "/model.safetensors", 100);
-  r = sh("generate --model " + m + " --prompt-ids 1");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("model.safetensors"), std::string::npos) << r.out;
+  r = run_pagedkv("generate --model " + m + " --prompt-ids 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("model.safetensors"), std::string::npos) << r.output;
 }
 
 TEST(CliTest, GenerateStopsAtTheModelsContextOnBothPaths) {
@@ -208,24 +198,24 @@ TEST(CliTest, GenerateStopsAtTheModelsContextOnBothPaths) {
   cfg["max_position_embeddings"] = 40;
   testing_util::write_text(m + "/config.json", cfg.dump());
   for (const char* path : {"", " --flat"}) {
-    auto r = sh("generate --model " + m + " --prompt-ids '1 2 3 4 5 6 7 8 9 10' --stats" +
-                " --max-tokens 16777216" + path);
-    ASSERT_EQ(r.rc, 0) << path << ": " << r.out;
-    EXPECT_NE(r.out.find("generated=30 finish=max_position_embeddings"), std::string::npos)
-        << path << ": " << r.out;
-    EXPECT_NE(r.out.find("stopped after 30 tokens at the model's max_position_embeddings (40)"),
+    auto r = run_pagedkv("generate --model " + m + " --prompt-ids '1 2 3 4 5 6 7 8 9 10' --stats" +
+                         " --max-tokens 16777216" + path);
+    ASSERT_EQ(r.exit_code, 0) << path << ": " << r.output;
+    EXPECT_NE(r.output.find("generated=30 finish=max_position_embeddings"), std::string::npos)
+        << path << ": " << r.output;
+    EXPECT_NE(r.output.find("stopped after 30 tokens at the model's max_position_embeddings (40)"),
               std::string::npos)
-        << path << ": " << r.out;
+        << path << ": " << r.output;
   }
   std::string long_prompt;
   for (int i = 0; i < 41; ++i) long_prompt += std::to_string(i + 1) + " ";
   for (const char* path : {"", " --flat"}) {
-    auto r = sh("generate --model " + m + " --prompt-ids '" + long_prompt + "'" + path);
-    EXPECT_EQ(r.rc, 2) << path << ": " << r.out;
-    EXPECT_NE(r.out.find("prompt 1 has 41 tokens, more than the model's "
-                         "max_position_embeddings (40)"),
+    auto r = run_pagedkv("generate --model " + m + " --prompt-ids '" + long_prompt + "'" + path);
+    EXPECT_EQ(r.exit_code, 2) << path << ": " << r.output;
+    EXPECT_NE(r.output.find("prompt 1 has 41 tokens, more than the model's "
+                            "max_position_embeddings (40)"),
               std::string::npos)
-        << path << ": " << r.out;
+        << path << ": " << r.output;
   }
 }
 

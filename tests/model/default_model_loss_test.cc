@@ -17,23 +17,13 @@
 #include "model/registry.h"
 #include "model/request_runner.h"
 #include "model/safetensors.h"
+#include "run_command.h"
 #include "test_util.h"
 
 namespace pagedkv::model {
 namespace {
 
 namespace dm = default_model;
-
-int run(const std::string& args, std::string* out) {
-  std::string cmd = std::string(PAGEDKV_BINARY) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return -1;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out->append(buf.data(), n);
-  int st = pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 TEST(DefaultModelLossTest, SliceLossAgreesWithPyTorchInProcessAndThroughPagedkvLogits) {
   const std::vector<int32_t> ids = dm::slice_ids();
@@ -67,12 +57,9 @@ TEST(DefaultModelLossTest, SliceLossAgreesWithPyTorchInProcessAndThroughPagedkvL
     const std::string in_path = tmp + "/w" + std::to_string(w) + ".txt";
     const std::string out_path = tmp + "/w" + std::to_string(w) + ".safetensors";
     testing_util::write_text(in_path, ids_txt);
-    std::string out;
-    ASSERT_EQ(
-        run("logits --model " + dm::model_dir() + " --input-ids " + in_path + " --out " + out_path,
-            &out),
-        0)
-        << out;
+    const test::CommandResult logits_run = test::run_pagedkv(
+        "logits --model " + dm::model_dir() + " --input-ids " + in_path + " --out " + out_path);
+    ASSERT_EQ(logits_run.exit_code, 0) << logits_run.output;
     auto f = SafetensorsFile::open(out_path);
     ASSERT_TRUE(f.ok()) << f.status().to_string();
     const TensorInfo* t = (*f)->find("logits");

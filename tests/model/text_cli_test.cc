@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "default_model_util.h"
+#include "run_command.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -24,31 +25,12 @@ namespace {
 
 namespace dm = default_model;
 
-struct Result {
-  int rc;
-  std::string out;
-};
+using test::shell_quote;
 
-// Runs the CLI; stderr is kept apart (only stdout is returned in `out` unless
-// `merge_stderr`).
-Result sh(const std::string& args, bool merge_stderr = false) {
-  std::string cmd =
-      std::string(PAGEDKV_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  Result r{0, ""};
-  FILE* f = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(f);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-// Single-quotes `s` for the shell.
-std::string q(const std::string& s) {
-  std::string o = "'";
-  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return o + "'";
+// Runs the CLI; stderr is discarded (only stdout is returned in `output`) unless
+// `merge_stderr`.
+test::CommandResult sh(const std::string& args, bool merge_stderr = false) {
+  return test::run_pagedkv(args, merge_stderr);
 }
 
 // The streamed text and the "ids:" of prompt k (1-based) in generate's text output:
@@ -90,13 +72,13 @@ TEST(TextCliTest, DefaultModelGreedyMatchesPyTorchAndStreamsTheDecode) {
     const std::string prompt = s["prompt"].get<std::string>();
     const auto want = s["new_ids"].get<std::vector<int32_t>>();
     // No --model: the shipped default model.
-    auto r =
-        sh("generate --ids --max-tokens " + std::to_string(want.size()) + " --prompt " + q(prompt));
-    ASSERT_EQ(r.rc, 0) << r.out;
-    Generated g = parse(r.out, 1);
+    auto r = sh("generate --ids --max-tokens " + std::to_string(want.size()) + " --prompt " +
+                shell_quote(prompt));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Generated g = parse(r.output, 1);
     EXPECT_EQ(g.header,
               "prompt 1 (" + std::to_string(s["prompt_ids"].size()) + " tokens, 0 cached):");
-    ASSERT_EQ(g.ids.size(), want.size()) << r.out;
+    ASSERT_EQ(g.ids.size(), want.size()) << r.output;
     // Our fp32 engine on the bf16 weights vs PyTorch fp32 CPU: the same greedy
     // tokens (a near-tie could flip a late one; the first 16 must agree).
     EXPECT_TRUE(std::equal(want.begin(), want.begin() + 16, g.ids.begin())) << prompt;
@@ -109,86 +91,88 @@ TEST(TextCliTest, DefaultModelGreedyMatchesPyTorchAndStreamsTheDecode) {
 
 TEST(TextCliTest, SharedPreambleHitsThePrefixCache) {
   std::string pre = dm::slice_text().substr(0, 600);  // ~150 tokens of held-out reST
-  auto r = sh("generate --stats --ids --max-tokens 8 --prompt " + q(pre + "The first") +
-              " --prompt " + q(pre + "A second; with a semicolon"));
-  ASSERT_EQ(r.rc, 0) << r.out;
-  Generated a = parse(r.out, 1), b = parse(r.out, 2);
-  EXPECT_NE(a.header.find(" 0 cached"), std::string::npos) << r.out;
+  auto r = sh("generate --stats --ids --max-tokens 8 --prompt " + shell_quote(pre + "The first") +
+              " --prompt " + shell_quote(pre + "A second; with a semicolon"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Generated a = parse(r.output, 1), b = parse(r.output, 2);
+  EXPECT_NE(a.header.find(" 0 cached"), std::string::npos) << r.output;
   // The shared full blocks are hit: at least 128 of the ~150 shared tokens.
   size_t c = b.header.find(" tokens, ");
-  ASSERT_NE(c, std::string::npos) << r.out;
-  EXPECT_GE(std::stoi(b.header.substr(c + 9)), 128) << r.out;
-  EXPECT_NE(r.out.find("[cache] lookups=2"), std::string::npos) << r.out;
+  ASSERT_NE(c, std::string::npos) << r.output;
+  EXPECT_GE(std::stoi(b.header.substr(c + 9)), 128) << r.output;
+  EXPECT_NE(r.output.find("[cache] lookups=2"), std::string::npos) << r.output;
   EXPECT_EQ(a.ids.size(), 8u);
   EXPECT_EQ(b.ids.size(), 8u);
   // ';' is literal in --prompt: still exactly two prompts.
-  EXPECT_EQ(r.out.find("prompt 3 ("), std::string::npos) << r.out;
+  EXPECT_EQ(r.output.find("prompt 3 ("), std::string::npos) << r.output;
 }
 
 TEST(TextCliTest, ChatAndMessagesRenderThroughTheTemplate) {
   auto r = sh("generate --chat --show-prompt --system 'Be brief.' --max-tokens 4 --ids --prompt " +
-              q("What is a list?"));
-  ASSERT_EQ(r.rc, 0) << r.out;
+              shell_quote("What is a list?"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string rendered =
       "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is a list?<|im_end|>\n"
       "<|im_start|>assistant\n";
-  EXPECT_NE(r.out.find(rendered), std::string::npos) << r.out;
+  EXPECT_NE(r.output.find(rendered), std::string::npos) << r.output;
   auto tok = default_tokenizer();
   ASSERT_NE(tok, nullptr);
   const size_t n = tok->encode(rendered).size();
-  EXPECT_NE(r.out.find("prompt 1 (" + std::to_string(n) + " tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.output.find("prompt 1 (" + std::to_string(n) + " tokens"), std::string::npos)
+      << r.output;
   // --messages with the same conversation generates the same tokens.
   auto m = sh(
       "generate --max-tokens 4 --ids --messages " +
-      q(R"([{"role":"system","content":"Be brief."},{"role":"user","content":"What is a list?"}])"));
-  ASSERT_EQ(m.rc, 0) << m.out;
-  EXPECT_EQ(parse(m.out, 1).ids, parse(r.out, 1).ids);
-  EXPECT_EQ(parse(m.out, 1).ids.size(), 4u);
+      shell_quote(
+          R"([{"role":"system","content":"Be brief."},{"role":"user","content":"What is a list?"}])"));
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  EXPECT_EQ(parse(m.output, 1).ids, parse(r.output, 1).ids);
+  EXPECT_EQ(parse(m.output, 1).ids.size(), 4u);
   // Bytes that are not UTF-8 reach the template and tokenizer without a crash
   // (the tokenizer repairs them to U+FFFD, as Hugging Face's does).
-  auto odd = sh("generate --chat --max-tokens 1 --prompt " + q("caf\xe9 \xff"));
-  EXPECT_EQ(odd.rc, 0) << odd.out;
-  EXPECT_NE(odd.out.find("prompt 1 ("), std::string::npos) << odd.out;
+  auto odd = sh("generate --chat --max-tokens 1 --prompt " + shell_quote("caf\xe9 \xff"));
+  EXPECT_EQ(odd.exit_code, 0) << odd.output;
+  EXPECT_NE(odd.output.find("prompt 1 ("), std::string::npos) << odd.output;
   auto bad = sh("generate --messages '{\"messages\": 3}'", true);
-  EXPECT_EQ(bad.rc, 2);
-  EXPECT_NE(bad.out.find("'messages' must be an array"), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("'messages' must be an array"), std::string::npos) << bad.output;
   bad = sh("generate --system x --prompt y", true);
-  EXPECT_NE(bad.out.find("--system needs --chat"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.output.find("--system needs --chat"), std::string::npos) << bad.output;
   bad = sh("generate --prompt a --prompt-ids 1", true);
-  EXPECT_NE(bad.out.find("exactly one kind of prompt"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.output.find("exactly one kind of prompt"), std::string::npos) << bad.output;
 }
 
 TEST(TextCliTest, DefaultModelResolution) {
   setenv("PAGEDKV_DEFAULT_MODEL", "/nonexistent/pkv-model", 1);
   auto r = sh("generate --prompt hi --max-tokens 1", true);
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.out.find("PAGEDKV_DEFAULT_MODEL=/nonexistent/pkv-model is not a directory"),
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("PAGEDKV_DEFAULT_MODEL=/nonexistent/pkv-model is not a directory"),
             std::string::npos)
-      << r.out;
+      << r.output;
   // Pointing it at a random-weight model (no tokenizer): --prompt-ids work,
   // --prompt says why it cannot.
   std::string tiny = testing_util::make_tiny("qwen3", 3, "text_cli_default");
   setenv("PAGEDKV_DEFAULT_MODEL", tiny.c_str(), 1);
   r = sh("generate --stats --prompt-ids '1 2 3' --max-tokens 2", true);
-  EXPECT_EQ(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find("dir=" + tiny), std::string::npos) << r.out;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("dir=" + tiny), std::string::npos) << r.output;
   r = sh("generate --prompt hi", true);
-  EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.out.find("no tokenizer.json"), std::string::npos) << r.out;
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("no tokenizer.json"), std::string::npos) << r.output;
   unsetenv("PAGEDKV_DEFAULT_MODEL");
   // A --model that does not exist, or is a file, is named as such, whatever the
   // prompt kind (not "has no tokenizer.json").
   for (const char* prompt : {"--prompt hi", "--chat --prompt hi", "--messages '[]'"}) {
     r = sh(std::string("generate --model /nonexistent/pkv-model ") + prompt, true);
-    EXPECT_EQ(r.rc, 1) << prompt;
-    EXPECT_NE(r.out.find("model directory /nonexistent/pkv-model does not exist"),
+    EXPECT_EQ(r.exit_code, 1) << prompt;
+    EXPECT_NE(r.output.find("model directory /nonexistent/pkv-model does not exist"),
               std::string::npos)
-        << prompt << ": " << r.out;
+        << prompt << ": " << r.output;
     r = sh("generate --model " + tiny + "/config.json " + prompt, true);
-    EXPECT_EQ(r.rc, 2) << prompt;
-    EXPECT_NE(r.out.find("model path " + tiny + "/config.json is not a directory"),
+    EXPECT_EQ(r.exit_code, 2) << prompt;
+    EXPECT_NE(r.output.find("model path " + tiny + "/config.json is not a directory"),
               std::string::npos)
-        << prompt << ": " << r.out;
+        << prompt << ": " << r.output;
   }
 }
 
@@ -197,14 +181,14 @@ TEST(TextCliTest, MakeModelCopiesTheRealTokenizer) {
   std::string out = testing_util::temp_dir("mm_tok");
   setenv("PAGEDKV_TOKENIZER_CACHE", empty.c_str(), 1);
   auto r = sh("make-model --tokenizer qwen3 --out " + out + "/missing", true);
-  EXPECT_EQ(r.rc, 1);
-  EXPECT_NE(r.out.find("scripts/fetch-tokenizers.sh"), std::string::npos) << r.out;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("scripts/fetch-tokenizers.sh"), std::string::npos) << r.output;
   unsetenv("PAGEDKV_TOKENIZER_CACHE");
   r = sh("make-model --tokenizer llama --out " + out + "/bad", true);
-  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.exit_code, 2);
   // The fetched cache (make test runs scripts/fetch-tokenizers.sh first).
   r = sh("make-model --preset tiny --dtype bf16 --tokenizer qwen3 --out " + out + "/q", true);
-  ASSERT_EQ(r.rc, 0) << r.out << " (run scripts/fetch-tokenizers.sh)";
+  ASSERT_EQ(r.exit_code, 0) << r.output << " (run scripts/fetch-tokenizers.sh)";
   auto cfg = testing_util::read_json(out + "/q/config.json");
   auto tok = tokenizer::Tokenizer::load(out + "/q/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
@@ -212,9 +196,10 @@ TEST(TextCliTest, MakeModelCopiesTheRealTokenizer) {
   ASSERT_TRUE((*tok)->eos_id().has_value());
   EXPECT_EQ(cfg["eos_token_id"].get<int32_t>(), *(*tok)->eos_id());
   EXPECT_TRUE(std::filesystem::exists(out + "/q/tokenizer_config.json"));
-  r = sh("generate --model " + out + "/q --ids --max-tokens 3 --prompt " + q("Hello, world"));
-  ASSERT_EQ(r.rc, 0) << r.out;
-  Generated g = parse(r.out, 1);
+  r = sh("generate --model " + out + "/q --ids --max-tokens 3 --prompt " +
+         shell_quote("Hello, world"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Generated g = parse(r.output, 1);
   EXPECT_EQ(g.header, "prompt 1 (" + std::to_string((*tok)->encode("Hello, world").size()) +
                           " tokens, 0 cached):");
   EXPECT_EQ(g.text, (*tok)->decode(g.ids, true));

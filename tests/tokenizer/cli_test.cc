@@ -7,21 +7,14 @@
 #include <fstream>
 
 #include "real_tokenizer_files.h"
+#include "run_command.h"
 
 namespace pagedkv::tokenizer {
 namespace {
 
-// Runs a shell command; returns (exit code, stdout).
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {-1, out};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  int rc = pclose(p);
-  return {WEXITSTATUS(rc), out};
-}
+// Runs a shell command; returns (exit code, stdout). Stderr goes where `cmd`
+// redirects it.
+test::CommandResult run(const std::string& cmd) { return test::run_command(cmd, false); }
 
 std::string tmp_file(const std::string& name, const std::string& content) {
   std::string path = ::testing::TempDir() + "/" + name;
@@ -76,19 +69,20 @@ TEST_F(TokenizeCli, DetokenizeIdsAndJsonl) {
 
 TEST_F(TokenizeCli, ErrorsAreReported) {
   EXPECT_EQ(
-      run(std::string(PAGEDKV_BINARY) + " tokenize --tokenizer " + tok_ + " 2>/dev/null").first, 2);
-  EXPECT_NE(run(std::string(PAGEDKV_BINARY) +
+      run(std::string(PAGEDKV_BINARY) + " tokenize --tokenizer " + tok_ + " 2>/dev/null").exit_code,
+      2);
+  EXPECT_GT(run(std::string(PAGEDKV_BINARY) +
                 " tokenize --tokenizer /nonexistent.json --text x 2>/dev/null")
-                .first,
+                .exit_code,
             0);
   std::string bad = tmp_file("bad.jsonl", "{\"txt\": 1}\n");
-  EXPECT_NE(run(std::string(PAGEDKV_BINARY) + " tokenize --tokenizer " + tok_ + " --jsonl " + bad +
+  EXPECT_GT(run(std::string(PAGEDKV_BINARY) + " tokenize --tokenizer " + tok_ + " --jsonl " + bad +
                 " 2>/dev/null")
-                .first,
+                .exit_code,
             0);
   EXPECT_EQ(run(std::string(PAGEDKV_BINARY) + " detokenize --tokenizer " + tok_ +
                 " --ids 'x y' 2>/dev/null")
-                .first,
+                .exit_code,
             2);
   // An id outside the vocabulary is named, not silently dropped.
   auto [vrc, vout] = run(std::string(PAGEDKV_BINARY) + " detokenize --tokenizer " + tok_ +

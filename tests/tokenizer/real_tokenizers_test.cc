@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "real_tokenizer_files.h"
+#include "run_command.h"
 
 namespace pagedkv::tokenizer {
 namespace {
@@ -100,15 +101,10 @@ TEST(RealTokenizerFiles, MissingFilesFailNamingTheFetchScript) {
   std::string cmd =
       "PAGEDKV_TOKENIZER_MISSING_PROBE=1 PAGEDKV_TOKENIZER_CACHE=/nonexistent/pagedkv-tokenizers "
       "'" +
-      std::string(self) + "' --gtest_filter=RealTokenizers.Qwen3SpecialTokens 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  int rc = pclose(p);
-  EXPECT_NE(WEXITSTATUS(rc), 0) << out;
+      std::string(self) + "' --gtest_filter=RealTokenizers.Qwen3SpecialTokens";
+  const test::CommandResult r = test::run_command(cmd);
+  const std::string& out = r.output;
+  EXPECT_GT(r.exit_code, 0) << out;  // failed with an exit status, not a crash
   EXPECT_NE(out.find("scripts/fetch-tokenizers.sh"), std::string::npos) << out;
   EXPECT_NE(out.find("/nonexistent/pagedkv-tokenizers/qwen3/tokenizer.json"), std::string::npos)
       << out;

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "cold_test_util.h"
+#include "run_command.h"
 
 namespace pagedkv::cold {
 namespace {
@@ -35,15 +36,13 @@ struct GenRun {
 
 GenRun generate(const std::string& env, const std::string& model, const std::string& prompt,
                 const std::string& extra) {
-  std::string cmd = env + " " + PAGEDKV_BINARY + " generate --model " + model + " --prompt-ids '" +
-                    prompt + "' --max-tokens 12 --stats " + extra + " 2>&1";
+  test::CommandResult run =
+      test::run_command(env + " " +
+                        test::pagedkv_command("generate --model " + model + " --prompt-ids '" +
+                                              prompt + "' --max-tokens 12 --stats " + extra));
   GenRun r;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(f);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.rc = run.exit_code;
+  r.out = std::move(run.output);
   std::smatch m;
   static const std::regex kPrompt(R"(prompt 1 \((\d+) tokens, (\d+) cached\):([ 0-9]*)\n)");
   if (std::regex_search(r.out, m, kPrompt)) {
@@ -121,15 +120,9 @@ TEST_P(ColdParityTest, ACorruptedObjectIsCountedAndTheAnswerDoesNotChange) {
   GenRun capture = generate(env_, model_, prompt, "--persist-cache");
   ASSERT_EQ(capture.rc, 0) << capture.out;
   // Flip one payload byte of block 2's object (found with `pagedkv cold ls --long`).
-  std::string ls;
-  {
-    FILE* f = ::popen(
-        (std::string(PAGEDKV_BINARY) + " cold ls --long --dir " + dir_ + "/cold").c_str(), "r");
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) ls.append(buf.data(), n);
-    ::pclose(f);
-  }
+  const std::string ls =
+      test::run_command(test::pagedkv_command("cold ls --long --dir " + dir_ + "/cold"), false)
+          .output;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(ls, m, std::regex(R"(([0-9a-f]{64}) .* block=2 )"))) << ls;
   const std::string victim = dir_ + "/cold/" + m[1].str();
@@ -159,28 +152,16 @@ TEST(ColdCli, MissingDirectoryIsNamedAndNotCreatedAndHugeQuotaIsRefused) {
   const std::string scratch = testing::make_scratch_dir("cli");
   const std::string missing = scratch + "/no-such-dir";
   for (const char* sub : {"stats", "ls", "verify", "gc"}) {
-    std::string cmd = std::string(PAGEDKV_BINARY) + " cold " + sub + " --dir " + missing + " 2>&1";
-    FILE* f = ::popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-    int st = ::pclose(f);
-    EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 1) << sub << ": " << out;
+    const auto [exit_code, out] =
+        test::run_pagedkv(std::string("cold ") + sub + " --dir " + missing);
+    EXPECT_EQ(exit_code, 1) << sub << ": " << out;
     EXPECT_NE(out.find("cold directory " + missing + " does not exist"), std::string::npos)
         << sub << ": " << out;
     EXPECT_FALSE(std::filesystem::exists(missing)) << sub;
   }
   const std::string dir = testing::make_scratch_dir("cli_quota");
-  std::string cmd =
-      std::string(PAGEDKV_BINARY) + " cold gc --quota-mb 99999999999999 --dir " + dir + " 2>&1";
-  FILE* f = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  int st = ::pclose(f);
-  EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2) << out;
+  const auto [exit_code, out] = test::run_pagedkv("cold gc --quota-mb 99999999999999 --dir " + dir);
+  EXPECT_EQ(exit_code, 2) << out;
   EXPECT_NE(out.find("--quota-mb must be a positive integer of at most"), std::string::npos) << out;
 }
 

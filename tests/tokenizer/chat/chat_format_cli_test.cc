@@ -10,26 +10,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "run_command.h"
+
 namespace {
 
 const std::string kDataDir = std::string(PAGEDKV_TEST_DATA_DIR) + "/chat/";
 
-std::string run(const std::string& args, int* status) {
-  std::string cmd = std::string(PAGEDKV_BINARY) + " chat-format " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return "";
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  *status = pclose(p);
-  return out;
+// Runs `pagedkv chat-format args` (stderr merged).
+pagedkv::test::CommandResult run(const std::string& args) {
+  return pagedkv::test::run_pagedkv("chat-format " + args);
 }
 
 void check_file(const std::string& config, const std::string& jsonl) {
-  int status = -1;
-  std::string out =
-      run("--tokenizer-config " + kDataDir + config + " --jsonl " + kDataDir + jsonl, &status);
+  const auto [status, out] =
+      run("--tokenizer-config " + kDataDir + config + " --jsonl " + kDataDir + jsonl);
   EXPECT_EQ(status, 0) << out;
   std::ifstream in(kDataDir + jsonl);
   std::istringstream got(out);
@@ -62,20 +56,17 @@ TEST(ChatFormatCli, Gemma3Fixture) {
 }
 
 TEST(ChatFormatCli, MissingFlagsAndFilesFailClearly) {
-  int status = -1;
-  std::string out = run("--jsonl x", &status);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("--tokenizer-config"), std::string::npos) << out;
-  out = run("--tokenizer-config /nonexistent/tc.json --jsonl x", &status);
-  EXPECT_NE(status, 0);
-  EXPECT_NE(out.find("/nonexistent/tc.json"), std::string::npos) << out;
+  pagedkv::test::CommandResult r = run("--jsonl x");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--tokenizer-config"), std::string::npos) << r.output;
+  r = run("--tokenizer-config /nonexistent/tc.json --jsonl x");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("/nonexistent/tc.json"), std::string::npos) << r.output;
 }
 
 TEST(ChatFormatCli, JsonlDirectoryIsAnErrorNotAnEmptyInput) {
-  int status = -1;
-  std::string out =
-      run("--tokenizer-config " + kDataDir + "qwen3_tokenizer_config.json --jsonl " + kDataDir,
-          &status);
+  const auto [status, out] =
+      run("--tokenizer-config " + kDataDir + "qwen3_tokenizer_config.json --jsonl " + kDataDir);
   EXPECT_NE(status, 0) << out;
   EXPECT_NE(out.find("is a directory"), std::string::npos) << out;
 }
