@@ -38,6 +38,7 @@
 #include "kv/cold/cold_store.h"
 #include "kv/cold/cold_tier_walk.h"
 #include "model/make_model.h"
+#include "model/pool_kv_store.h"
 #include "model/request_runner.h"
 #include "util/knobs.h"
 
@@ -117,13 +118,7 @@ std::unique_ptr<kv::PagedKVCache> cache_for(model::Model& m) {
 }
 
 cold::ModelFingerprint fingerprint(const model::Model& m, const std::string& preset) {
-  const auto& g = m.kv_geometry();
-  kv::KVGeometry pool;
-  pool.num_layers = g.num_layers;
-  pool.num_kv_heads = g.num_kv_heads;
-  pool.head_dim = g.head_dim;
-  pool.block_size = g.block_size;
-  pool.dtype = g.dtype;
+  const kv::KVGeometry pool = model::pool_geometry(m.kv_geometry());
   cold::ColdModelIdentity id;
   id.model_type = m.config().model_type;
   id.weight_identity = "bench_cold_restore:" + preset;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "model/pool_kv_store.h"
 #include "util/file_system.h"
 #include "util/logging.h"
 #include "util/sha256.h"
@@ -92,13 +93,7 @@ StatusOr<std::unique_ptr<ColdSession>> ColdSession::open_if_enabled(
   std::unique_ptr<ColdSession> s(new ColdSession());
   PKV_ASSIGN_OR_RETURN(s->store_, cold::ColdStore::open(cold::resolve_cold_store_options(config)));
   PKV_ASSIGN_OR_RETURN(std::string wid, weight_identity(model_dir));
-  const auto& g = model.kv_geometry();
-  kv::KVGeometry pool;
-  pool.num_layers = g.num_layers;
-  pool.num_kv_heads = g.num_kv_heads;
-  pool.head_dim = g.head_dim;
-  pool.block_size = g.block_size;
-  pool.dtype = g.dtype;
+  const kv::KVGeometry pool = model::pool_geometry(model.kv_geometry());
   cold::ColdModelIdentity id;
   id.model_type = type;
   id.weight_identity = wid;  // covers config.json (RoPE, window, ...) and the weights
