@@ -1,0 +1,239 @@
+// CUDA kernel microbenchmarks (results: docs/performance.md, "CUDA kernels").
+//
+//   bench_cuda_kernels [csv_path]
+//
+// Prints one table: HBM device-to-device copy bandwidth (the roofline), paged
+// decode attention (bf16 KV, Qwen3-0.6B head shape: 16 query heads, 8 KV heads,
+// head_dim 128, block 16, block tables randomly permuted) against our contiguous
+// variant of the same kernel (the cost of paging), prefill attention TFLOP/s, and
+// the batch-invariant GEMM's TFLOP/s. Each figure is the median of 20 timed runs
+// (CUDA events) after 3 warm-ups, on random data. bench/cuda/sdpa_baseline.py
+// times torch SDPA / torch.matmul on the same shapes for the ratios.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/kernels.h"
+#include "backend/half.h"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+void die_if(const Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.to_string().c_str());
+    std::exit(1);
+  }
+}
+
+DeviceBuffer alloc(size_t bytes) {
+  auto b = DeviceBuffer::allocate(bytes);
+  die_if(b.status());
+  return std::move(*b);
+}
+
+// Fills device memory with random bf16 (or f32) values via a host staging chunk.
+void fill_random(void* dst, size_t elems, bool bf16, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const size_t chunk = size_t{1} << 22;
+  std::vector<uint16_t> h16;
+  std::vector<float> h32;
+  for (size_t off = 0; off < elems; off += chunk) {
+    const size_t n = std::min(chunk, elems - off);
+    if (bf16) {
+      h16.resize(n);
+      for (auto& x : h16) x = f32_to_bf16(d(g));
+      die_if(copy_to_device(static_cast<uint16_t*>(dst) + off, h16.data(), n * 2));
+    } else {
+      h32.resize(n);
+      for (auto& x : h32) x = d(g);
+      die_if(copy_to_device(static_cast<float*>(dst) + off, h32.data(), n * 4));
+    }
+  }
+}
+
+double median_ms(const std::function<void()>& fn, int reps = 20) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 3; ++i) fn();
+  die_if(cuda_status(cudaDeviceSynchronize(), "warmup"));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a);
+    fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    t.push_back(ms);
+  }
+  die_if(cuda_status(cudaGetLastError(), "timed runs"));
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Row {
+  std::string name, shape;
+  double ms, value;
+  std::string unit;
+  double ratio;  // vs the baseline named in `shape`' row group (0 = none)
+};
+std::vector<Row> rows;
+
+void report(const std::string& name, const std::string& shape, double ms, double value,
+            const std::string& unit, double ratio = 0) {
+  rows.push_back({name, shape, ms, value, unit, ratio});
+  std::printf("%-26s %-34s %9.4f ms %10.1f %-8s %s\n", name.c_str(), shape.c_str(), ms, value,
+              unit.c_str(), ratio > 0 ? ("x" + std::to_string(ratio)).c_str() : "");
+  std::fflush(stdout);
+}
+
+double bench_copy() {
+  const size_t bytes = size_t{4} << 30;
+  auto a = alloc(bytes), b = alloc(bytes);
+  cudaMemset(a.data(), 1, bytes);
+  double ms = median_ms([&] { cudaMemcpy(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice); });
+  const double gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
+  report("hbm_copy", "4 GiB d2d (read+write)", ms, gbs, "GB/s");
+  return gbs;
+}
+
+// Decode (or prefill) attention over bf16 KV; returns ms. `paged` chooses block
+// tables (randomly permuted blocks) or the contiguous layout.
+double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, DeviceBuffer& kc,
+                    DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks) {
+  const int32_t H = 16, KVH = 8, D = 128, bs = 16;
+  const int32_t T = seqs * q_per_seq;
+  std::vector<int32_t> pos(T), seq(T);
+  for (int32_t s = 0; s < seqs; ++s)
+    for (int32_t i = 0; i < q_per_seq; ++i) {
+      pos[s * q_per_seq + i] = ctx - q_per_seq + i;
+      seq[s * q_per_seq + i] = s;
+    }
+  auto dpos = *upload_vector(pos);
+  auto dseq = *upload_vector(seq);
+  auto q = alloc(size_t{4} * T * H * D), out = alloc(size_t{4} * T * H * D);
+  fill_random(q.data(), size_t{1} * T * H * D, false, 3);
+  auto ws = alloc(4 * attention_workspace_floats(T, H, D, ctx - 1));
+  PagedAttentionParams p;
+  p.q = q.as<float>();
+  p.out = out.as<float>();
+  p.num_tokens = T;
+  p.num_heads = H;
+  p.num_kv_heads = KVH;
+  p.head_dim = D;
+  p.positions = dpos.as<int32_t>();
+  p.token_seq = dseq.as<int32_t>();
+  p.max_position = ctx - 1;
+  p.scale = 1.0f / std::sqrt(128.0f);
+  p.kv_type = KvType::kBF16;
+  p.layout = paged ? KvLayout::kBlockTable : KvLayout::kContiguous;
+  p.k_cache = kc.data();
+  p.v_cache = vc.data();
+  p.block_size = bs;
+  p.block_tables = tables.as<int32_t>();
+  p.max_blocks_per_seq = max_blocks;
+  p.seq_capacity = ctx;
+  p.workspace = ws.as<float>();
+  return median_ms([&] { die_if(paged_attention(p)); });
+}
+
+void bench_decode(int32_t seqs, int32_t ctx) {
+  const int32_t KVH = 8, D = 128, bs = 16;
+  const int32_t blocks_per_seq = ctx / bs;
+  const size_t elems = size_t{1} * seqs * ctx * KVH * D;
+  auto kc = alloc(elems * 2), vc = alloc(elems * 2);
+  fill_random(kc.data(), elems, true, 1);
+  fill_random(vc.data(), elems, true, 2);
+  // Paged: every block of the pool used once, in a random order.
+  std::vector<int32_t> tables(size_t{1} * seqs * blocks_per_seq);
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
+  auto dt = *upload_vector(tables);
+  const double flat = attention_ms(seqs, ctx, 1, false, kc, vc, dt, blocks_per_seq);
+  const double paged = attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq);
+  const double bytes = 2.0 * elems * 2;  // K and V, bf16
+  const std::string shape = std::to_string(seqs) + " rows x " + std::to_string(ctx) + " ctx";
+  report("decode_attn_contiguous", shape, flat, bytes / (flat * 1e-3) / 1e9, "GB/s");
+  report("decode_attn_paged", shape, paged, bytes / (paged * 1e-3) / 1e9, "GB/s", flat / paged);
+}
+
+void bench_prefill(int32_t len) {
+  const int32_t KVH = 8, D = 128, bs = 16, H = 16;
+  const size_t elems = size_t{1} * len * KVH * D;
+  auto kc = alloc(elems * 2), vc = alloc(elems * 2);
+  fill_random(kc.data(), elems, true, 1);
+  fill_random(vc.data(), elems, true, 2);
+  std::vector<int32_t> tables(len / bs);
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
+  auto dt = *upload_vector(tables);
+  const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs);
+  const double flops = 4.0 * H * D * (double(len) * len / 2);  // causal
+  report("prefill_attn_paged", "1 x " + std::to_string(len) + " causal", ms,
+         flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+}
+
+void bench_gemm(int64_t m, int64_t k, int64_t n, WeightDType dt) {
+  auto x = alloc(size_t{4} * m * k), y = alloc(size_t{4} * m * n);
+  auto w = alloc((dt == WeightDType::kF32 ? 4 : 2) * size_t{1} * n * k);
+  fill_random(x.data(), size_t{1} * m * k, false, 1);
+  fill_random(w.data(), size_t{1} * n * k, dt != WeightDType::kF32, 2);
+  const double ms =
+      median_ms([&] { die_if(gemm(x.as<float>(), m, k, w.data(), dt, n, y.as<float>())); });
+  const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+  report(dt == WeightDType::kBF16 ? "gemm_bf16w_mma3" : "gemm_f32w_simt", shape, ms,
+         2.0 * m * k * n / (ms * 1e-3) / 1e12, "TFLOP/s");
+}
+
+}  // namespace
+}  // namespace pagedkv::backend::cuda
+
+int main(int argc, char** argv) {
+  using namespace pagedkv::backend::cuda;
+  using pagedkv::backend::WeightDType;
+  if (cuda_device_count() == 0) {
+    std::printf("no CUDA device: nothing to benchmark\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device: %s, %d SMs, %.0f MiB\n", prop.name, prop.multiProcessorCount,
+              prop.totalGlobalMem / 1048576.0);
+  bench_copy();
+  bench_decode(1, 32768);
+  bench_decode(32, 8192);
+  bench_decode(64, 8192);
+  bench_decode(256, 8192);
+  bench_prefill(4096);
+  bench_prefill(16384);
+  for (int64_t m : {1, 16, 64, 512, 4096}) bench_gemm(m, 1024, 3072, WeightDType::kBF16);
+  bench_gemm(4096, 4096, 4096, WeightDType::kBF16);
+  bench_gemm(4096, 4096, 4096, WeightDType::kF32);
+  bench_gemm(1, 1024, 3072, WeightDType::kF32);
+  if (argc > 1) {
+    FILE* f = std::fopen(argv[1], "w");
+    if (f != nullptr) {
+      std::fprintf(f, "name,shape,ms,value,unit,ratio_vs_contiguous\n");
+      for (const auto& r : rows)
+        std::fprintf(f, "%s,%s,%.5f,%.2f,%s,%.4f\n", r.name.c_str(), r.shape.c_str(), r.ms, r.value,
+                     r.unit.c_str(), r.ratio);
+      std::fclose(f);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,297 @@
+// Paged attention on the GPU: decode and prefill/extend are one kernel pair.
+//
+// Exactness. A query at absolute position p reads keys [start, p] (start = 0, or
+// p - window + 1). Keys are cut into partitions of kAttnPartition positions
+// anchored at position 0 — partition i holds [i·P, (i+1)·P) — so the split layout
+// depends only on p, never on the batch, the chunk or the number of cached tokens.
+// For each (token, KV head, partition) one block computes, for every query head of
+// the GQA group, the partition's scores (lane-split dot product + butterfly sum),
+// their max m, the weights e^(s−m), their sum l (strided + butterfly), and the
+// unnormalized Σ e^(s−m)·v (keys ascending, one FMA chain per output element).
+// The combine kernel then folds the partitions in ascending order:
+//   out = Σ_i e^(m_i−M)·acc_i / Σ_i e^(m_i−M)·l_i,  M = max_i m_i.
+// Every number a query's output depends on is computed by the same instruction
+// sequence whether the query is alone (decode), in a chunk of a prompt, or in a
+// batch of many sequences; only the key addresses differ between the layouts
+// (block table, contiguous, tile pointers), so paged and flat give the same bits.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+constexpr int kP = kAttnPartition;
+constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kMaxGroup = 16;
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Loads E consecutive elements as f32 (vectorized when E·sizeof(T) is 8 or 16 bytes).
+template <typename T, int E>
+__device__ __forceinline__ void load_row(const T* p, float (&out)[E]) {
+  if constexpr (sizeof(T) * E == 16) {
+    union {
+      uint4 u;
+      T t[E];
+    } v;
+    v.u = *reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = to_f32(v.t[e]);
+  } else if constexpr (sizeof(T) * E == 8) {
+    union {
+      uint2 u;
+      T t[E];
+    } v;
+    v.u = *reinterpret_cast<const uint2*>(p);
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = to_f32(v.t[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = to_f32(p[e]);
+  }
+}
+
+// Element offset / pointer of the K (or V) row of (seq, pos) for head 0.
+template <typename T, KvLayout L>
+__device__ __forceinline__ const T* kv_row(const PagedAttentionParams& p, const void* base,
+                                           const void* const* tiles, int32_t seq, int32_t pos,
+                                           int64_t row_elems) {
+  if constexpr (L == KvLayout::kBlockTable) {
+    const int32_t blk =
+        p.block_tables[static_cast<int64_t>(seq) * p.max_blocks_per_seq + pos / p.block_size];
+    const int64_t slot = static_cast<int64_t>(blk) * p.block_size + pos % p.block_size;
+    return static_cast<const T*>(base) + slot * row_elems;
+  } else if constexpr (L == KvLayout::kContiguous) {
+    return static_cast<const T*>(base) + (seq * p.seq_capacity + pos) * row_elems;
+  } else {
+    return static_cast<const T*>(tiles[pos / p.block_size]) +
+           static_cast<int64_t>(pos % p.block_size) * row_elems;
+  }
+}
+
+// Workspace: acc [T][H][parts][D], then m [T][H][parts], then l [T][H][parts].
+struct Ws {
+  float* acc;
+  float* m;
+  float* l;
+};
+__host__ __device__ inline Ws ws_layout(float* base, int32_t T, int32_t H, int32_t D,
+                                        int32_t parts) {
+  const int64_t n = static_cast<int64_t>(T) * H * parts;
+  return Ws{base, base + n * D, base + n * D + n};
+}
+
+template <int D, typename T, KvLayout L>
+__global__ void __launch_bounds__(kThreads)
+    attn_partition_kernel(const PagedAttentionParams p, int32_t group, int32_t parts) {
+  constexpr int E = D / 32;  // elements per lane in the score dot product
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* q_s = reinterpret_cast<float*>(smem_raw);                 // [group][D]
+  float* s_s = q_s + group * D;                                    // [group][kP]
+  const T** krow = reinterpret_cast<const T**>(s_s + group * kP);  // [kP]
+  const T** vrow = krow + kP;                                      // [kP]
+
+  const int32_t t = blockIdx.x, part = blockIdx.y, kvh = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t pos = p.positions[t];
+  if (part * kP > pos) return;  // this token has fewer partitions
+  const int32_t seq = p.token_seq != nullptr ? p.token_seq[t] : 0;
+  const int32_t start =
+      (p.sliding_window > 0 && pos - p.sliding_window + 1 > 0) ? pos - p.sliding_window + 1 : 0;
+  const int32_t k_begin = part * kP;
+  const int32_t k_end = min(pos + 1, k_begin + kP);
+  const int32_t kb = max(k_begin, start);
+  const int32_t n = k_end - kb;  // keys in this partition (≤ 0: all before the window)
+  const int64_t row_elems = static_cast<int64_t>(p.num_kv_heads) * D;
+  Ws ws = ws_layout(p.workspace, p.num_tokens, p.num_heads, D, parts);
+  const int32_t h0 = kvh * group;
+
+  if (n <= 0) {
+    for (int idx = tid; idx < group * D; idx += kThreads) {
+      const int64_t slot = (static_cast<int64_t>(t) * p.num_heads + h0 + idx / D) * parts + part;
+      ws.acc[slot * D + idx % D] = 0.0f;
+      if (idx % D == 0) {
+        ws.m[slot] = -INFINITY;
+        ws.l[slot] = 0.0f;
+      }
+    }
+    return;
+  }
+
+  for (int idx = tid; idx < group * D; idx += kThreads)
+    q_s[idx] = p.q[(static_cast<int64_t>(t) * p.num_heads + h0) * D + idx];
+  for (int j = tid; j < n; j += kThreads) {
+    krow[j] = kv_row<T, L>(p, p.k_cache, p.k_tiles, seq, kb + j, row_elems) + kvh * D;
+    vrow[j] = kv_row<T, L>(p, p.v_cache, p.v_tiles, seq, kb + j, row_elems) + kvh * D;
+  }
+  __syncthreads();
+
+  // Scores: warp w takes keys w, w+4, …; lane l holds elements [l·E, l·E+E).
+  for (int j = warp; j < n; j += kWarps) {
+    float k[E];
+    load_row<T, E>(krow[j] + lane * E, k);
+    for (int h = 0; h < group; ++h) {
+      const float* qh = q_s + h * D + lane * E;
+      float d = 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) d = __fmaf_rn(qh[e], k[e], d);
+      d = warp_sum(d);
+      if (lane == 0) s_s[h * kP + j] = d * p.scale;
+    }
+  }
+  __syncthreads();
+
+  // Per head: max, weights, sum.
+  for (int h = warp; h < group; h += kWarps) {
+    float* s = s_s + h * kP;
+    float mx = -INFINITY;
+    for (int j = lane; j < n; j += 32) mx = fmaxf(mx, s[j]);
+    mx = warp_max(mx);
+    float l = 0.0f;
+    for (int j = lane; j < n; j += 32) {
+      const float e = expf(s[j] - mx);
+      s[j] = e;
+      l = l + e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) {
+      const int64_t slot = (static_cast<int64_t>(t) * p.num_heads + h0 + h) * parts + part;
+      ws.m[slot] = mx;
+      ws.l[slot] = l;
+    }
+  }
+  __syncthreads();
+
+  // Σ_j w_j · v_j, keys ascending; thread owns output dims d = tid + 128·i.
+  for (int d = tid; d < D; d += kThreads) {
+    float acc[kMaxGroup];
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) acc[h] = 0.0f;
+#pragma unroll 4
+    for (int j = 0; j < n; ++j) {
+      const float v = to_f32(vrow[j][d]);
+#pragma unroll
+      for (int h = 0; h < kMaxGroup; ++h)
+        if (h < group) acc[h] = __fmaf_rn(s_s[h * kP + j], v, acc[h]);
+    }
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+      if (h < group) {
+        const int64_t slot = (static_cast<int64_t>(t) * p.num_heads + h0 + h) * parts + part;
+        ws.acc[slot * D + d] = acc[h];
+      }
+    }
+  }
+}
+
+template <int D>
+__global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
+  const int32_t t = blockIdx.x, h = blockIdx.y;
+  const int32_t pos = p.positions[t];
+  const int32_t np = pos / kP + 1;
+  Ws ws = ws_layout(p.workspace, p.num_tokens, p.num_heads, D, parts);
+  const int64_t base = (static_cast<int64_t>(t) * p.num_heads + h) * parts;
+  float M = -INFINITY;
+  for (int32_t i = 0; i < np; ++i) M = fmaxf(M, ws.m[base + i]);
+  float L = 0.0f;
+  for (int32_t i = 0; i < np; ++i) L = L + ws.l[base + i] * expf(ws.m[base + i] - M);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int32_t i = 0; i < np; ++i)
+      o = __fmaf_rn(ws.acc[(base + i) * D + d], expf(ws.m[base + i] - M), o);
+    p.out[(static_cast<int64_t>(t) * p.num_heads + h) * D + d] = o / L;
+  }
+}
+
+template <int D, typename T, KvLayout L>
+Status launch(const PagedAttentionParams& p, cudaStream_t stream) {
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const int32_t parts = p.max_position / kP + 1;
+  const size_t smem =
+      sizeof(float) * (static_cast<size_t>(group) * D + group * kP) + 2 * kP * sizeof(const void*);
+  auto kernel = attn_partition_kernel<D, T, L>;
+  if (smem > 48 * 1024) {
+    PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(parts),
+            static_cast<unsigned>(p.num_kv_heads));
+  kernel<<<grid, kThreads, smem, stream>>>(p, group, parts);
+  PKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads));
+  const unsigned combine_threads = D < 128 ? D : 128;
+  attn_combine_kernel<D><<<cgrid, combine_threads, 0, stream>>>(p, parts);
+  return cuda_status(cudaGetLastError(), "attn_combine_kernel");
+}
+
+template <int D, typename T>
+Status dispatch_layout(const PagedAttentionParams& p, cudaStream_t stream) {
+  switch (p.layout) {
+    case KvLayout::kBlockTable:
+      return launch<D, T, KvLayout::kBlockTable>(p, stream);
+    case KvLayout::kContiguous:
+      return launch<D, T, KvLayout::kContiguous>(p, stream);
+    case KvLayout::kTilePointers:
+      if constexpr (std::is_same_v<T, float>)
+        return launch<D, T, KvLayout::kTilePointers>(p, stream);
+      return invalid_argument("cuda attention: tile pointers need f32 KV");
+  }
+  return invalid_argument("cuda attention: unknown KV layout");
+}
+
+template <int D>
+Status dispatch_type(const PagedAttentionParams& p, cudaStream_t stream) {
+  return p.kv_type == KvType::kF32 ? dispatch_layout<D, float>(p, stream)
+                                   : dispatch_layout<D, __nv_bfloat16>(p, stream);
+}
+
+}  // namespace
+
+size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
+                                  int32_t max_position) {
+  const size_t parts = static_cast<size_t>(max_position / kP + 1);
+  return static_cast<size_t>(num_tokens) * num_heads * parts * (head_dim + 2);
+}
+
+Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
+  auto bad = [](const std::string& what) { return invalid_argument("cuda attention: " + what); };
+  if (p.num_tokens < 0) return bad("num_tokens < 0");
+  if (p.num_tokens == 0) return ok_status();
+  if (p.num_kv_heads < 1 || p.num_heads < 1 || p.num_heads % p.num_kv_heads != 0)
+    return bad("num_heads " + std::to_string(p.num_heads) + " must be a positive multiple of " +
+               "num_kv_heads " + std::to_string(p.num_kv_heads));
+  if (p.num_heads / p.num_kv_heads > kMaxGroup)
+    return bad("GQA group " + std::to_string(p.num_heads / p.num_kv_heads) + " exceeds 16");
+  if (p.block_size < 1) return bad("block_size must be ≥ 1");
+  if (p.max_position < 0) return bad("max_position < 0");
+  if (p.q == nullptr || p.out == nullptr || p.positions == nullptr || p.workspace == nullptr)
+    return bad("q, out, positions and workspace must be set");
+  if (p.layout == KvLayout::kBlockTable && (p.block_tables == nullptr || p.max_blocks_per_seq < 1))
+    return bad("block layout needs block_tables and max_blocks_per_seq");
+  if (p.layout == KvLayout::kContiguous && p.seq_capacity < 1) return bad("seq_capacity < 1");
+  if (p.layout == KvLayout::kTilePointers && (p.k_tiles == nullptr || p.v_tiles == nullptr))
+    return bad("tile layout needs k_tiles and v_tiles");
+  if (p.layout != KvLayout::kTilePointers && (p.k_cache == nullptr || p.v_cache == nullptr))
+    return bad("k_cache and v_cache must be set");
+  switch (p.head_dim) {
+    case 64:
+      return dispatch_type<64>(p, stream);
+    case 128:
+      return dispatch_type<128>(p, stream);
+    case 256:
+      return dispatch_type<256>(p, stream);
+    default:
+      return bad("head_dim " + std::to_string(p.head_dim) + " is not 64, 128 or 256");
+  }
+}
+
+}  // namespace pagedkv::backend::cuda

@@ -1,0 +1,304 @@
+// Row-wise and elementwise CUDA kernels: embedding, RMSNorm, RoPE, SwiGLU/GeGLU,
+// residual add, softmax, top-k MoE routing and greedy argmax (see kernels.h for
+// the exactness contract; reductions are the fixed trees of device_common.cuh).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+Status launch_status(const char* what) { return cuda_status(cudaGetLastError(), what); }
+
+Status check_positive(const char* op, const char* field, int64_t v) {
+  if (v <= 0)
+    return invalid_argument(std::string(op) + ": " + field + " must be > 0, got " +
+                            std::to_string(v));
+  return ok_status();
+}
+
+unsigned grid_1d(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 65535 * 32 ? b : 65535 * 32);
+}
+
+__global__ void embedding_kernel(const int32_t* ids, const void* table, WeightDType dt,
+                                 int64_t rows, int64_t d, float* y) {
+  const int64_t r = blockIdx.x;
+  const int32_t id = ids[r];
+  float* out = y + r * d;
+  if (id < 0 || id >= rows) {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) out[j] = NAN;
+    return;
+  }
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) out[j] = widen(table, dt, id * d + j);
+}
+
+__global__ void rms_norm_kernel(const float* x, int64_t d, const void* w, WeightDType dt, float eps,
+                                bool one_plus, float* y) {
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * d;
+  float* yr = y + blockIdx.x * d;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += kRowThreads) ss = ss + xr[i] * xr[i];
+  ss = block_sum<kRowThreads>(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += kRowThreads) {
+    float wi = widen(w, dt, i);
+    if (one_plus) wi = 1.0f + wi;
+    yr[i] = wi * (xr[i] * inv);
+  }
+}
+
+// Inverse frequencies computed on the host exactly as the CPU backend does
+// (1 / powf(theta, 2i/rot)), passed by value, so the rotation angles are the CPU's
+// bits and only cosf/sinf rounding differs.
+constexpr int kMaxRopeHalf = 256;
+struct RopeFreqs {
+  float inv_freq[kMaxRopeHalf];
+};
+
+__global__ void rope_kernel(float* x, int32_t num_heads, int32_t head_dim, int32_t half,
+                            const int32_t* positions, const RopeFreqs f, float pos_scale) {
+  const int64_t t = blockIdx.x;
+  float pos = static_cast<float>(positions[t]);
+  if (pos_scale != 1.0f) pos = pos / pos_scale;
+  for (int32_t idx = threadIdx.x; idx < num_heads * half; idx += blockDim.x) {
+    const int32_t h = idx / half, i = idx % half;
+    const float ang = pos * f.inv_freq[i];
+    const float c = cosf(ang), s = sinf(ang);
+    float* v = x + (t * num_heads + h) * head_dim;
+    const float a = v[i], b = v[i + half];
+    v[i] = a * c - b * s;
+    v[i + half] = b * c + a * s;
+  }
+}
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    out[i] = (g / (1.0f + expf(-g))) * up[i];
+  }
+}
+
+__global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  const float k0 = 0.7978845608028654f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    const float inner = k0 * (g + 0.044715f * (g * g * g));
+    out[i] = (0.5f * g * (1.0f + tanhf(inner))) * up[i];
+  }
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = x[i] + y[i];
+}
+
+__global__ void softmax_kernel(float* x, int64_t n) {
+  __shared__ float scratch[32];
+  float* v = x + blockIdx.x * n;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) mx = fmaxf(mx, v[i]);
+  mx = block_max<kRowThreads>(mx, scratch);
+  float s = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) {
+    const float e = expf(v[i] - mx);
+    v[i] = e;
+    s = s + e;
+  }
+  s = block_sum<kRowThreads>(s, scratch);
+  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) v[i] = v[i] / s;
+}
+
+// One thread per row: routing rows are short (≤ 1024 experts) and the sequential
+// softmax mirrors the CPU's order exactly (only expf's rounding may differ).
+__global__ void topk_route_kernel(const float* logits, int64_t m, int32_t e, int32_t k,
+                                  bool softmax_first, bool normalize, int32_t* ids,
+                                  float* weights) {
+  extern __shared__ float smem[];
+  const int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (r >= m) return;
+  float* p = smem + threadIdx.x * e;
+  const float* lr = logits + r * e;
+  for (int32_t i = 0; i < e; ++i) p[i] = lr[i];
+  if (softmax_first) {
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < e; ++i) mx = fmaxf(mx, p[i]);
+    float s = 0.0f;
+    for (int32_t i = 0; i < e; ++i) {
+      p[i] = expf(p[i] - mx);
+      s = s + p[i];
+    }
+    for (int32_t i = 0; i < e; ++i) p[i] = p[i] / s;
+  }
+  // k passes of "largest not yet taken, ties → lower id"; taken entries are marked
+  // by writing their id into ids[] and skipped by scanning it.
+  float sum = 0.0f;
+  for (int32_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < e; ++i) {
+      bool taken = false;
+      for (int32_t t = 0; t < j; ++t) taken = taken || ids[r * k + t] == i;
+      if (taken) continue;
+      if (best < 0 || p[i] > p[best]) best = i;
+    }
+    ids[r * k + j] = best;
+    sum = sum + p[best];
+  }
+  for (int32_t j = 0; j < k; ++j) {
+    const float pj = p[ids[r * k + j]];
+    weights[r * k + j] = normalize ? pj / sum : pj;
+  }
+}
+
+__device__ __forceinline__ bool better(float va, int32_t ia, float vb, int32_t ib) {
+  if (ib < 0) return ia >= 0;
+  if (ia < 0) return false;
+  return va > vb || (va == vb && ia < ib);
+}
+
+__global__ void argmax_kernel(const float* logits, int64_t n, int32_t* ids) {
+  __shared__ float sv[32];
+  __shared__ int32_t si[32];
+  const float* row = logits + blockIdx.x * n;
+  float bv = 0.0f;
+  int32_t bi = -1;
+  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) {
+    const float v = row[i];
+    if (isnan(v)) continue;
+    if (better(v, static_cast<int32_t>(i), bv, bi)) {
+      bv = v;
+      bi = static_cast<int32_t>(i);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    sv[warp] = bv;
+    si[warp] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float v = sv[0];
+    int32_t idx = si[0];
+    for (int w = 1; w < kRowThreads / 32; ++w)
+      if (better(sv[w], si[w], v, idx)) {
+        v = sv[w];
+        idx = si[w];
+      }
+    ids[blockIdx.x] = idx < 0 ? 0 : idx;
+  }
+}
+
+}  // namespace
+
+Status embedding(const int32_t* ids, int64_t m, const void* table, WeightDType dt, int64_t rows,
+                 int64_t d, float* y, cudaStream_t stream) {
+  PKV_RETURN_IF_ERROR(check_positive("cuda embedding", "d", d));
+  if (m == 0) return ok_status();
+  embedding_kernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(ids, table, dt, rows, d, y);
+  return launch_status("embedding_kernel");
+}
+
+Status rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType wdt, float eps,
+                bool one_plus_weight, float* y, cudaStream_t stream) {
+  PKV_RETURN_IF_ERROR(check_positive("cuda rms_norm", "d", d));
+  if (m == 0) return ok_status();
+  rms_norm_kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, d, w, wdt, eps,
+                                                                        one_plus_weight, y);
+  return launch_status("rms_norm_kernel");
+}
+
+Status rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
+            const RopeParams& p, cudaStream_t stream) {
+  const int32_t rot = p.rotary_dim > 0 ? p.rotary_dim : head_dim;
+  if (rot > head_dim || rot % 2 != 0 || rot / 2 > kMaxRopeHalf) {
+    return invalid_argument("cuda rope: rotary_dim " + std::to_string(rot) +
+                            " must be even, ≤ head_dim " + std::to_string(head_dim) + " and ≤ " +
+                            std::to_string(2 * kMaxRopeHalf));
+  }
+  PKV_RETURN_IF_ERROR(check_positive("cuda rope", "num_heads", num_heads));
+  if (m == 0) return ok_status();
+  RopeFreqs f{};
+  for (int32_t i = 0; i < rot / 2; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rot);
+    f.inv_freq[i] = 1.0f / std::pow(p.theta, exponent);
+  }
+  rope_kernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(x, num_heads, head_dim, rot / 2,
+                                                            positions, f, p.position_scale);
+  return launch_status("rope_kernel");
+}
+
+Status silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  silu_mul_kernel<<<grid_1d(n, 256), 256, 0, stream>>>(gate, up, n, out);
+  return launch_status("silu_mul_kernel");
+}
+
+Status gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out,
+                     cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  gelu_tanh_mul_kernel<<<grid_1d(n, 256), 256, 0, stream>>>(gate, up, n, out);
+  return launch_status("gelu_tanh_mul_kernel");
+}
+
+Status add(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  add_kernel<<<grid_1d(n, 256), 256, 0, stream>>>(x, y, n);
+  return launch_status("add_kernel");
+}
+
+Status softmax(float* x, int64_t m, int64_t n, cudaStream_t stream) {
+  PKV_RETURN_IF_ERROR(check_positive("cuda softmax", "n", n));
+  if (m == 0) return ok_status();
+  softmax_kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, n);
+  return launch_status("softmax_kernel");
+}
+
+Status topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k,
+                  bool softmax_first, bool normalize, int32_t* ids, float* weights,
+                  cudaStream_t stream) {
+  if (num_experts < 1 || num_experts > 1024) {
+    return invalid_argument("cuda topk_route: num_experts must be in [1, 1024], got " +
+                            std::to_string(num_experts));
+  }
+  if (k < 1 || k > num_experts) {
+    return invalid_argument("cuda topk_route: k must be in [1, num_experts], got " +
+                            std::to_string(k));
+  }
+  if (m == 0) return ok_status();
+  const int threads = num_experts > 256 ? 8 : 32;
+  const size_t smem = static_cast<size_t>(threads) * num_experts * sizeof(float);
+  topk_route_kernel<<<grid_1d(m, threads), threads, smem, stream>>>(
+      logits, m, num_experts, k, softmax_first, normalize, ids, weights);
+  return launch_status("topk_route_kernel");
+}
+
+Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStream_t stream) {
+  PKV_RETURN_IF_ERROR(check_positive("cuda argmax", "n", n));
+  if (n > INT32_MAX) return invalid_argument("cuda argmax: n exceeds int32");
+  if (m == 0) return ok_status();
+  argmax_kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(logits, n, ids);
+  return launch_status("argmax_kernel");
+}
+
+}  // namespace pagedkv::backend::cuda

@@ -1,0 +1,224 @@
+// The backend's matrix product y = x · Wᵀ (kernels.h). Two kernels, both
+// batch-invariant: the output tile a row lands in and the rows it shares the tile
+// with change nothing about how that row's elements are computed.
+//
+//  - bf16 weights: tensor cores, mma.sync.m16n8k16 (bf16 in, f32 accumulate). x is
+//    f32, so each x element is split into three bf16 terms hi + mid + lo (each the
+//    bf16 rounding of what is left; together 24 mantissa bits, i.e. x to within
+//    f32 rounding) and every 16-wide k step issues three MMAs into the same
+//    accumulator, lo then mid then hi. bf16 weights are exact in the MMA, so the
+//    product has f32 accuracy. k advances in ascending 16-wide steps: the order of
+//    an element's accumulation depends only on k.
+//  - f32 / f16 weights: a SIMT tile kernel; each element is one __fmaf_rn chain
+//    over k = 0, 1, …, K-1.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+// ---- tensor-core kernel (bf16 weights) ----
+constexpr int kBM = 64, kBN = 64, kBK = 32, kPad = 8, kLd = kBK + kPad;
+constexpr int kMmaThreads = 128;  // 4 warps, 2×2, each 32×32
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void split3(float x, __nv_bfloat16& hi, __nv_bfloat16& mid,
+                                       __nv_bfloat16& lo) {
+  hi = __float2bfloat16_rn(x);
+  const float r1 = x - __bfloat162float(hi);
+  mid = __float2bfloat16_rn(r1);
+  const float r2 = r1 - __bfloat162float(mid);
+  lo = __float2bfloat16_rn(r2);
+}
+
+__global__ void __launch_bounds__(kMmaThreads)
+    gemm_bf16_mma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
+                         const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
+  __shared__ __align__(16) __nv_bfloat16 xs[3][kBM][kLd];
+  __shared__ __align__(16) __nv_bfloat16 ws[kBN][kLd];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 1, wn = warp & 1;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t m0 = int64_t{blockIdx.y} * kBM, n0 = int64_t{blockIdx.x} * kBN;
+  const bool x_vec = (K % 4) == 0, w_vec = (K % 8) == 0;
+
+  float acc[2][4][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  for (int64_t k0 = 0; k0 < K; k0 += kBK) {
+    // Stage x: 64 rows × 32 k as float4 (16 per thread), split into 3 bf16 terms.
+#pragma unroll
+    for (int it = 0; it < (kBM * kBK / 4) / kMmaThreads; ++it) {
+      const int idx = tid + it * kMmaThreads;
+      const int r = idx / (kBK / 4), c4 = (idx % (kBK / 4)) * 4;
+      const int64_t gm = m0 + r, gk = k0 + c4;
+      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (gm < M) {
+        const float* src = x + gm * K + gk;
+        if (x_vec && gk + 3 < K) {
+          const float4 f = *reinterpret_cast<const float4*>(src);
+          v[0] = f.x;
+          v[1] = f.y;
+          v[2] = f.z;
+          v[3] = f.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (gk + e < K) v[e] = src[e];
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        split3(v[e], xs[0][r][c4 + e], xs[1][r][c4 + e], xs[2][r][c4 + e]);
+    }
+    // Stage w: 64 rows × 32 k bf16 as 16-byte chunks (2 per thread).
+#pragma unroll
+    for (int it = 0; it < (kBN * kBK / 8) / kMmaThreads; ++it) {
+      const int idx = tid + it * kMmaThreads;
+      const int r = idx / (kBK / 8), c8 = (idx % (kBK / 8)) * 8;
+      const int64_t gn = n0 + r, gk = k0 + c8;
+      __nv_bfloat16* dst = &ws[r][c8];
+      if (gn < N && w_vec && gk + 7 < K) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(w + gn * K + gk);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          dst[e] = (gn < N && gk + e < K) ? w[gn * K + gk + e] : __float2bfloat16_rn(0.0f);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      uint32_t b[4][2];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int nr = wn * 32 + j * 8 + g;
+        b[j][0] = *reinterpret_cast<const uint32_t*>(&ws[nr][kk + 2 * t]);
+        b[j][1] = *reinterpret_cast<const uint32_t*>(&ws[nr][kk + 2 * t + 8]);
+      }
+#pragma unroll
+      for (int s = 2; s >= 0; --s) {  // lo, mid, hi
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = wm * 32 + i * 16 + g;
+          uint32_t a[4];
+          a[0] = *reinterpret_cast<const uint32_t*>(&xs[s][r][kk + 2 * t]);
+          a[1] = *reinterpret_cast<const uint32_t*>(&xs[s][r + 8][kk + 2 * t]);
+          a[2] = *reinterpret_cast<const uint32_t*>(&xs[s][r][kk + 2 * t + 8]);
+          a[3] = *reinterpret_cast<const uint32_t*>(&xs[s][r + 8][kk + 2 * t + 8]);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) mma_bf16(acc[i][j], a, b[j][0], b[j][1]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = m0 + wm * 32 + i * 16 + g;
+      const int64_t c = n0 + wn * 32 + j * 8 + 2 * t;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t rr = r + (e >= 2 ? 8 : 0), cc = c + (e & 1);
+        if (rr < M && cc < N) y[rr * N + cc] = acc[i][j][e];
+      }
+    }
+}
+
+// ---- SIMT kernel (f32 / f16 weights) ----
+constexpr int kSBM = 64, kSBN = 64, kSBK = 16, kSimtThreads = 256;  // 4×4 outputs each
+
+__global__ void __launch_bounds__(kSimtThreads)
+    gemm_simt_kernel(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
+                     WeightDType wdt, int64_t N, float* __restrict__ y) {
+  __shared__ float xs[kSBK][kSBM + 4];
+  __shared__ float ws[kSBK][kSBN + 4];
+  const int tid = threadIdx.x;
+  const int tm = tid / 16, tn = tid % 16;
+  const int64_t m0 = int64_t{blockIdx.y} * kSBM, n0 = int64_t{blockIdx.x} * kSBN;
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += kSBK) {
+#pragma unroll
+    for (int it = 0; it < (kSBM * kSBK) / kSimtThreads; ++it) {
+      const int idx = tid + it * kSimtThreads;
+      const int r = idx / kSBK, c = idx % kSBK;
+      const int64_t gk = k0 + c;
+      xs[c][r] = (m0 + r < M && gk < K) ? x[(m0 + r) * K + gk] : 0.0f;
+      ws[c][r] = (n0 + r < N && gk < K) ? widen(w, wdt, (n0 + r) * K + gk) : 0.0f;
+    }
+    __syncthreads();
+    const int kn = static_cast<int>(K - k0 < kSBK ? K - k0 : kSBK);
+    for (int kk = 0; kk < kn; ++kk) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = xs[kk][tm * 4 + i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = ws[kk][tn * 4 + j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t r = m0 + tm * 4 + i, c = n0 + tn * 4 + j;
+      if (r < M && c < N) y[r * N + c] = acc[i][j];
+    }
+}
+
+}  // namespace
+
+Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
+            float* y, cudaStream_t stream) {
+  if (k <= 0 || n <= 0 || m < 0) {
+    return invalid_argument("cuda gemm: need m ≥ 0, k > 0, n > 0 (got m=" + std::to_string(m) +
+                            " k=" + std::to_string(k) + " n=" + std::to_string(n) + ")");
+  }
+  if (m == 0) return ok_status();
+  if (wdt == WeightDType::kBF16) {
+    if ((reinterpret_cast<uintptr_t>(x) % 16) != 0 || (reinterpret_cast<uintptr_t>(w) % 16) != 0) {
+      return invalid_argument("cuda gemm: x and w must be 16-byte aligned");
+    }
+    dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN),
+              static_cast<unsigned>((m + kBM - 1) / kBM));
+    gemm_bf16_mma_kernel<<<grid, kMmaThreads, 0, stream>>>(
+        x, m, k, static_cast<const __nv_bfloat16*>(w), n, y);
+    return cuda_status(cudaGetLastError(), "gemm_bf16_mma_kernel");
+  }
+  dim3 grid(static_cast<unsigned>((n + kSBN - 1) / kSBN),
+            static_cast<unsigned>((m + kSBM - 1) / kSBM));
+  gemm_simt_kernel<<<grid, kSimtThreads, 0, stream>>>(x, m, k, w, wdt, n, y);
+  return cuda_status(cudaGetLastError(), "gemm_simt_kernel");
+}
+
+}  // namespace pagedkv::backend::cuda

@@ -1,0 +1,115 @@
+// CUDA kernels of the backend: host-side launchers over device pointers.
+//
+// Exactness (docs/backend.md, "CUDA"): every kernel computes each output element
+// with one fixed sequence of operations chosen by compile-time constants and the
+// element's own shape (row length, position) — never by the number of rows, the
+// grid size or how a prompt was chunked. Hence a row's bits are the same alone or
+// batched (1, 2, 3, 8, 64 rows) and a query's attention output is the same in a
+// prefill chunk of any size or in a decode step. Results differ from the CPU
+// backend only by rounding (different but fixed reduction trees, CUDA's expf etc.).
+//
+// Every launcher validates its shape arguments (InvalidArgument naming the field)
+// and returns the launch status; all run on `stream` (0 = the legacy default).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "pagedkv/status.h"
+
+namespace pagedkv::backend::cuda {
+
+// y[i][:] = table[ids[i]][:] widened to f32. Out-of-range ids write NaN rows and
+// are reported by a later check (ids are validated on the host by the caller).
+Status embedding(const int32_t* ids, int64_t m, const void* table, WeightDType dt, int64_t rows,
+                 int64_t d, float* y, cudaStream_t stream = 0);
+
+// y = x / sqrt(mean(x²) + eps) · w (or · (1 + w)); x and y may alias. One block of
+// 256 threads per row; the sum of squares is a fixed strided + tree reduction.
+Status rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType wdt, float eps,
+                bool one_plus_weight, float* y, cudaStream_t stream = 0);
+
+// In place on x [m][num_heads][head_dim] (half-split "rotate_half" layout, as the CPU).
+Status rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
+            const RopeParams& p, cudaStream_t stream = 0);
+
+Status silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream = 0);
+Status gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out,
+                     cudaStream_t stream = 0);
+// x[i] += y[i]
+Status add(float* x, const float* y, int64_t n, cudaStream_t stream = 0);
+// In-place softmax of each row of x [m][n].
+Status softmax(float* x, int64_t m, int64_t n, cudaStream_t stream = 0);
+// Top-k MoE routing, the CPU's contract (backend.h). num_experts ≤ 1024, k ≤ num_experts.
+Status topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k,
+                  bool softmax_first, bool normalize, int32_t* ids, float* weights,
+                  cudaStream_t stream = 0);
+// Greedy sampling: ids[i] = argmax of row i of logits [m][n] (NaN skipped, ties →
+// lower index, 0 when the row is all NaN) — exactly the CPU sampler's argmax.
+Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStream_t stream = 0);
+
+// y[m][n] = Σ_k x[m][k] · w[n][k]  (x f32, w bf16/f16/f32 [n][k], fp32 accumulation).
+// bf16 weights run on tensor cores (mma.sync m16n8k16): x is split exactly-enough
+// into three bf16 terms (hi + mid + lo, 24 mantissa bits) so the product keeps f32
+// accuracy; each output element accumulates k in 16-wide steps in a fixed order.
+// f32/f16 weights use a SIMT kernel (one FMA chain per element, k ascending).
+// Either way the result of a row does not depend on m.
+Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
+            float* y, cudaStream_t stream = 0);
+
+// ---- Attention ------------------------------------------------------------------
+
+enum class KvType : uint8_t { kF32 = 0, kBF16 = 1 };
+
+// How a (sequence, position) maps to a K/V row of [num_kv_heads][head_dim] elements.
+enum class KvLayout : uint8_t {
+  // The paged pool: row = cache + (block_tables[seq][pos / block_size] · block_size +
+  // pos % block_size) · row_elems.
+  kBlockTable = 0,
+  // A contiguous per-sequence cache: row = cache + (seq · seq_capacity + pos) · row_elems.
+  kContiguous = 1,
+  // Backend::attention's tile pointers (one sequence): row = tiles[pos / block_size] +
+  // (pos % block_size) · row_elems; the pointer arrays live in device memory.
+  kTilePointers = 2,
+};
+
+// Keys are split into partitions of kAttnPartition absolute positions anchored at
+// position 0: query at position p uses partitions 0..p/kAttnPartition whatever the
+// batch or chunk, and combines them in ascending order.
+inline constexpr int32_t kAttnPartition = 256;
+
+struct PagedAttentionParams {
+  const float* q = nullptr;  // [num_tokens][num_heads][head_dim]
+  float* out = nullptr;      // [num_tokens][num_heads][head_dim]
+  int32_t num_tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  const int32_t* positions = nullptr;  // [num_tokens] absolute positions (device)
+  const int32_t* token_seq = nullptr;  // [num_tokens] sequence index (device; null = all 0)
+  int32_t max_position = 0;            // ≥ every positions[i] (host-known; sizes the grid)
+  float scale = 1.0f;
+  int32_t sliding_window = 0;  // 0 = unlimited
+  KvType kv_type = KvType::kBF16;
+  KvLayout layout = KvLayout::kBlockTable;
+  const void* k_cache = nullptr;  // kBlockTable / kContiguous base (this layer)
+  const void* v_cache = nullptr;
+  int32_t block_size = 16;                // tokens per block / tile
+  const int32_t* block_tables = nullptr;  // [num_seqs][max_blocks_per_seq] (device)
+  int32_t max_blocks_per_seq = 0;
+  int64_t seq_capacity = 0;              // kContiguous: tokens per sequence
+  const void* const* k_tiles = nullptr;  // kTilePointers (device array)
+  const void* const* v_tiles = nullptr;
+  float* workspace = nullptr;  // attention_workspace_floats(...) floats (device)
+};
+
+// Floats of workspace paged_attention needs.
+size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
+                                  int32_t max_position);
+
+// Causal attention of each query token over keys max(0, p - window + 1) .. p of its
+// sequence (the CPU's AttentionArgs contract, any layout). head_dim ∈ {64, 128, 256},
+// num_heads / num_kv_heads ≤ 16 (GQA: one block serves a KV head's query group).
+Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream = 0);
+
+}  // namespace pagedkv::backend::cuda

@@ -1,0 +1,627 @@
+// Op-by-op CPU-vs-CUDA tests (in the spirit of ggml's test-backend-ops) and the
+// GPU's batch-invariance properties.
+//
+// For every op and shape class the CUDA result is compared with the CPU backend
+// (src/backend/cpu) within a documented tolerance (docs/backend.md, "CUDA"):
+//   matmul (all weight dtypes)   |gpu − cpu| ≤ 1e-5 · Σ_k |x_k·w_k| per element
+//   rms_norm, silu/gelu, rope, attention: ≤ 2e-5 · (1 + |cpu|)
+//   softmax: ≤ 1e-5 relative to a double reference (the CPU's sequential sum is
+//            itself off by ~n·eps on 150K-wide rows)
+//   embedding, add, topk ids, argmax: exact
+// and, where the contract promises it, the GPU agrees with ITSELF bit for bit: a
+// row alone vs in a batch of 1, 2, 3, 8, 64 rows; attention over a paged block
+// table vs a contiguous cache vs tile pointers; a prompt's queries all at once vs
+// chunked vs one decode step at a time; a sequence alone vs batched with others.
+// Every test SKIPs without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
+#include "backend/half.h"
+#include "cuda_test_util.h"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+using testing::CudaTest;
+using testing::dev;
+using testing::dev_zeros;
+using testing::host;
+using testing::randn;
+using testing::same_bits;
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, float tol,
+                  const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  int bad = 0;
+  for (size_t i = 0; i < gpu.size() && bad < 5; ++i) {
+    if (!(std::fabs(gpu[i] - cpu[i]) <= tol * (1.0f + std::fabs(cpu[i])))) {
+      ADD_FAILURE() << what << " [" << i << "]: gpu " << gpu[i] << " cpu " << cpu[i];
+      ++bad;
+    }
+  }
+}
+
+std::vector<uint16_t> to_bits(const std::vector<float>& w, WeightDType dt) {
+  std::vector<uint16_t> r(w.size());
+  for (size_t i = 0; i < w.size(); ++i)
+    r[i] = dt == WeightDType::kBF16 ? f32_to_bf16(w[i]) : f32_to_f16(w[i]);
+  return r;
+}
+
+// A weight in both backends from the same bytes.
+struct BothWeights {
+  std::vector<float> f32;
+  std::vector<uint16_t> half;
+  std::unique_ptr<Weight> cpu, gpu;
+};
+BothWeights make_weight(CudaBackend& gb, const std::vector<float>& w, int64_t rows, int64_t cols,
+                        WeightDType dt) {
+  BothWeights b;
+  b.f32 = w;
+  HostTensorView v{dt, rows, cols, nullptr};
+  if (dt == WeightDType::kF32) {
+    v.data = reinterpret_cast<const std::byte*>(b.f32.data());
+  } else {
+    b.half = to_bits(w, dt);
+    v.data = reinterpret_cast<const std::byte*>(b.half.data());
+  }
+  b.cpu = std::move(*cpu_backend().upload(v));
+  auto g = gb.upload(v);
+  EXPECT_TRUE(g.ok()) << g.status().to_string();
+  b.gpu = std::move(*g);
+  return b;
+}
+
+class CudaOpsTest : public CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    auto b = CudaBackend::create(0);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    gpu_ = std::move(*b);
+  }
+  std::unique_ptr<CudaBackend> gpu_;
+};
+
+// ---- matmul ---------------------------------------------------------------------
+
+struct GemmShape {
+  int64_t m, k, n;
+};
+
+class CudaGemmTest : public CudaOpsTest, public ::testing::WithParamInterface<GemmShape> {};
+
+TEST_P(CudaGemmTest, MatchesCpuAndRowsAreBatchInvariant) {
+  const auto [M, K, N] = GetParam();
+  auto x = randn(M * K, 11);
+  auto w = randn(N * K, 12, 0.05f);
+  for (WeightDType dt : {WeightDType::kBF16, WeightDType::kF32, WeightDType::kF16}) {
+    SCOPED_TRACE(static_cast<int>(dt));
+    auto W = make_weight(*gpu_, w, N, K, dt);
+    std::vector<float> cpu(M * N);
+    cpu_backend().matmul(x.data(), M, *W.cpu, cpu.data());
+    auto dx = dev(x);
+    auto dy = dev_zeros(M * N * 4);
+    gpu_->matmul(dx.as<float>(), M, *W.gpu, dy.as<float>());
+    auto y = host<float>(dy, M * N);
+    // Tolerance relative to Σ|x·w| (the conditioning of each dot product).
+    int bad = 0;
+    for (int64_t r = 0; r < M && bad < 5; ++r)
+      for (int64_t c = 0; c < N && bad < 5; ++c) {
+        double mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const float wv = dt == WeightDType::kF32    ? w[c * K + k]
+                           : dt == WeightDType::kBF16 ? bf16_to_f32(W.half[c * K + k])
+                                                      : f16_to_f32(W.half[c * K + k]);
+          mag += std::fabs(static_cast<double>(x[r * K + k]) * wv);
+        }
+        if (!(std::fabs(y[r * N + c] - cpu[r * N + c]) <= 1e-5 * mag + 1e-30)) {
+          ADD_FAILURE() << "y[" << r << "][" << c << "] gpu " << y[r * N + c] << " cpu "
+                        << cpu[r * N + c];
+          ++bad;
+        }
+      }
+    // Batch invariance: each row alone gives the batch's bits.
+    for (int64_t r = 0; r < M; r += std::max<int64_t>(1, M / 5)) {
+      std::vector<float> xr(x.begin() + r * K, x.begin() + (r + 1) * K);
+      auto dxr = dev(xr);
+      auto dyr = dev_zeros(N * 4);
+      gpu_->matmul(dxr.as<float>(), 1, *W.gpu, dyr.as<float>());
+      auto yr = host<float>(dyr, N);
+      EXPECT_TRUE(same_bits(yr.data(), y.data() + r * N, N * 4)) << "row " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemmTest,
+                         ::testing::Values(GemmShape{1, 64, 96}, GemmShape{3, 200, 130},
+                                           GemmShape{8, 1024, 256}, GemmShape{64, 1024, 512},
+                                           GemmShape{130, 36, 70}, GemmShape{17, 3072, 64}),
+                         [](const auto& info) {
+                           return "m" + std::to_string(info.param.m) + "_k" +
+                                  std::to_string(info.param.k) + "_n" +
+                                  std::to_string(info.param.n);
+                         });
+
+TEST_F(CudaOpsTest, GemmRowsIdenticalForBatchSizes1_2_3_8_64) {
+  const int64_t K = 512, N = 384;
+  auto w = randn(N * K, 21, 0.05f);
+  auto W = make_weight(*gpu_, w, N, K, WeightDType::kBF16);
+  auto x = randn(64 * K, 22);
+  // Serial reference: each row alone.
+  std::vector<float> serial(64 * N);
+  for (int64_t r = 0; r < 64; ++r) {
+    auto dxr = dev(std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K));
+    auto dyr = dev_zeros(N * 4);
+    gpu_->matmul(dxr.as<float>(), 1, *W.gpu, dyr.as<float>());
+    auto yr = host<float>(dyr, N);
+    std::copy(yr.begin(), yr.end(), serial.begin() + r * N);
+  }
+  for (int64_t m : {1, 2, 3, 8, 64}) {
+    auto dx = dev(std::vector<float>(x.begin(), x.begin() + m * K));
+    auto dy = dev_zeros(m * N * 4);
+    gpu_->matmul(dx.as<float>(), m, *W.gpu, dy.as<float>());
+    auto y = host<float>(dy, m * N);
+    EXPECT_TRUE(same_bits(y.data(), serial.data(), m * N * 4)) << "m=" << m;
+  }
+}
+
+TEST_F(CudaOpsTest, GemmRejectsBadShapes) {
+  EXPECT_EQ(gemm(nullptr, 1, 0, nullptr, WeightDType::kF32, 4, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// ---- row and elementwise ops ------------------------------------------------------
+
+TEST_F(CudaOpsTest, RmsNormMatchesCpuAndIsBatchInvariant) {
+  for (int64_t d : {64, 1024, 1000, 4096}) {
+    for (WeightDType dt : {WeightDType::kF32, WeightDType::kBF16}) {
+      for (bool one_plus : {false, true}) {
+        const int64_t m = 9;
+        auto x = randn(m * d, 31 + d);
+        auto W = make_weight(*gpu_, randn(d, 32, 0.3f), 1, d, dt);
+        std::vector<float> cpu(m * d);
+        cpu_backend().rms_norm(x.data(), m, *W.cpu, 1e-6f, one_plus, cpu.data());
+        auto dx = dev(x);
+        auto dy = dev_zeros(m * d * 4);
+        gpu_->rms_norm(dx.as<float>(), m, *W.gpu, 1e-6f, one_plus, dy.as<float>());
+        auto y = host<float>(dy, m * d);
+        expect_close(y, cpu, 2e-5f, "rms_norm d=" + std::to_string(d));
+        auto dx1 = dev(std::vector<float>(x.begin() + 4 * d, x.begin() + 5 * d));
+        auto dy1 = dev_zeros(d * 4);
+        gpu_->rms_norm(dx1.as<float>(), 1, *W.gpu, 1e-6f, one_plus, dy1.as<float>());
+        auto y1 = host<float>(dy1, d);
+        EXPECT_TRUE(same_bits(y1.data(), y.data() + 4 * d, d * 4));
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, EmbeddingIsExact) {
+  const int64_t rows = 300, d = 96;
+  for (WeightDType dt : {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF16}) {
+    auto W = make_weight(*gpu_, randn(rows * d, 41), rows, d, dt);
+    std::vector<int32_t> ids = {0, 299, 17, 17, 5};
+    std::vector<float> cpu(ids.size() * d);
+    cpu_backend().embedding(ids.data(), ids.size(), *W.cpu, cpu.data());
+    auto di = dev(ids);
+    auto dy = dev_zeros(cpu.size() * 4);
+    gpu_->embedding(di.as<int32_t>(), ids.size(), *W.gpu, dy.as<float>());
+    auto y = host<float>(dy, cpu.size());
+    EXPECT_TRUE(same_bits(y.data(), cpu.data(), cpu.size() * 4));
+  }
+}
+
+TEST_F(CudaOpsTest, RopeMatchesCpu) {
+  for (int32_t hd : {64, 128}) {
+    for (int32_t rot : {0, 32}) {
+      const int64_t m = 6;
+      const int32_t heads = 4;
+      auto x = randn(m * heads * hd, 51);
+      std::vector<int32_t> pos = {0, 1, 15, 16, 300, 4095};
+      RopeParams p{1000000.0f, rot, 1.0f};
+      auto cpu = x;
+      cpu_backend().rope(cpu.data(), m, heads, hd, pos.data(), p);
+      auto dx = dev(x);
+      auto dp = dev(pos);
+      gpu_->rope(dx.as<float>(), m, heads, hd, dp.as<int32_t>(), p);
+      auto y = host<float>(dx, x.size());
+      expect_close(y, cpu, 2e-5f, "rope");
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, ElementwiseMatchCpu) {
+  const int64_t n = 100003;
+  auto g = randn(n, 61, 3.0f), u = randn(n, 62);
+  std::vector<float> cs(n), cg(n);
+  cpu_backend().silu_mul(g.data(), u.data(), n, cs.data());
+  cpu_backend().gelu_tanh_mul(g.data(), u.data(), n, cg.data());
+  auto dg = dev(g), du = dev(u);
+  auto ds = dev_zeros(n * 4), dgl = dev_zeros(n * 4);
+  gpu_->silu_mul(dg.as<float>(), du.as<float>(), n, ds.as<float>());
+  gpu_->gelu_tanh_mul(dg.as<float>(), du.as<float>(), n, dgl.as<float>());
+  expect_close(host<float>(ds, n), cs, 2e-6f, "silu_mul");
+  expect_close(host<float>(dgl, n), cg, 2e-6f, "gelu_tanh_mul");
+  // add is exact.
+  auto ca = g;
+  cpu_backend().add(ca.data(), u.data(), n);
+  gpu_->add(dg.as<float>(), du.as<float>(), n);
+  auto a = host<float>(dg, n);
+  EXPECT_TRUE(same_bits(a.data(), ca.data(), n * 4));
+}
+
+TEST_F(CudaOpsTest, SoftmaxMatchesCpuAndDoubleReference) {
+  for (int64_t n : {8, 128, 1000, 151936}) {
+    const int64_t m = 3;
+    auto x = randn(m * n, 71, 4.0f);
+    auto cpu = x;
+    cpu_backend().softmax(cpu.data(), m, n);
+    auto dx = dev(x);
+    gpu_->softmax(dx.as<float>(), m, n);
+    auto y = host<float>(dx, m * n);
+    // The CPU sums sequentially, the GPU by a tree: for long rows the CPU's own
+    // rounding (~n·eps) dominates, so the GPU is held to a double-precision
+    // reference and to the CPU with a tolerance that grows with n.
+    std::vector<float> ref(m * n);
+    for (int64_t r = 0; r < m; ++r) {
+      double mx = -INFINITY, s = 0;
+      for (int64_t i = 0; i < n; ++i) mx = std::max<double>(mx, x[r * n + i]);
+      for (int64_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(x[r * n + i]) - mx);
+      for (int64_t i = 0; i < n; ++i)
+        ref[r * n + i] = static_cast<float>(std::exp(static_cast<double>(x[r * n + i]) - mx) / s);
+    }
+    int bad = 0;
+    for (int64_t i = 0; i < m * n && bad < 5; ++i) {
+      if (!(std::fabs(y[i] - ref[i]) <= 1e-5f * ref[i] + 1e-12f)) {
+        ADD_FAILURE() << "softmax n=" << n << " [" << i << "] gpu " << y[i] << " ref " << ref[i];
+        ++bad;
+      }
+    }
+    expect_close(y, cpu, 2e-5f + 4e-9f * n, "softmax vs cpu n=" + std::to_string(n));
+  }
+}
+
+TEST_F(CudaOpsTest, TopkRouteMatchesCpu) {
+  for (auto [e, k] : {std::pair{8, 2}, std::pair{64, 8}, std::pair{128, 8}}) {
+    for (bool sm : {true, false}) {
+      for (bool norm : {true, false}) {
+        const int64_t m = 37;
+        auto logits = randn(m * e, 81 + e);
+        logits[5] = logits[6];  // a tie: lower id first
+        std::vector<int32_t> cid(m * k);
+        std::vector<float> cw(m * k);
+        cpu_backend().topk_route(logits.data(), m, e, k, sm, norm, cid.data(), cw.data());
+        auto dl = dev(logits);
+        auto di = dev_zeros(m * k * 4), dw = dev_zeros(m * k * 4);
+        gpu_->topk_route(dl.as<float>(), m, e, k, sm, norm, di.as<int32_t>(), dw.as<float>());
+        EXPECT_EQ(host<int32_t>(di, m * k), cid);
+        expect_close(host<float>(dw, m * k), cw, 2e-6f, "topk weights");
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
+  const int64_t n = 151936, m = 5;
+  auto x = randn(m * n, 91);
+  x[0 * n + 100] = 50.0f;  // row 0: clear max
+  x[1 * n + 7] = 60.0f;    // row 1: tie → lower index
+  x[1 * n + 90000] = 60.0f;
+  for (int64_t i = 0; i < n; ++i) x[2 * n + i] = NAN;  // row 2: all NaN → 0
+  x[3 * n + 3] = NAN;                                  // row 3: NaN skipped
+  x[3 * n + 4] = 70.0f;
+  std::vector<int32_t> want(m);
+  for (int64_t r = 0; r < m; ++r) {
+    int32_t best = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      float v = x[r * n + i];
+      if (std::isnan(v)) continue;
+      if (best < 0 || v > x[r * n + best]) best = static_cast<int32_t>(i);
+    }
+    want[r] = best < 0 ? 0 : best;
+  }
+  auto dx = dev(x);
+  auto di = dev_zeros(m * 4);
+  gpu_->argmax(dx.as<float>(), m, n, di.as<int32_t>());
+  EXPECT_EQ(host<int32_t>(di, m), want);
+  EXPECT_EQ(want[1], 7);
+  EXPECT_EQ(want[2], 0);
+}
+
+// ---- attention -------------------------------------------------------------------
+
+struct AttnCase {
+  int32_t heads, kv_heads, head_dim, window;
+  bool bf16;
+};
+
+// Sequences with contiguous host KV [len][kvh][hd] (f32, or f32 holding bf16 values),
+// scattered into a paged pool through permuted block tables.
+struct AttnFixture {
+  AttnCase c;
+  int32_t bs = 16;
+  std::vector<int32_t> lens;
+  std::vector<std::vector<float>> k, v;  // per sequence
+  std::vector<std::vector<int32_t>> tables;
+  int32_t max_blocks = 0, num_blocks = 0;
+  int64_t row() const { return int64_t{c.kv_heads} * c.head_dim; }
+
+  void build(const std::vector<int32_t>& seq_lens, uint32_t seed) {
+    lens = seq_lens;
+    std::mt19937 g(seed);
+    int32_t total = 0;
+    for (int32_t len : lens) {
+      max_blocks = std::max(max_blocks, (len + bs - 1) / bs);
+      total += (len + bs - 1) / bs;
+    }
+    num_blocks = total + 3;
+    std::vector<int32_t> perm(num_blocks - 1);
+    std::iota(perm.begin(), perm.end(), 1);  // block 0 stays unused (null)
+    std::shuffle(perm.begin(), perm.end(), g);
+    size_t next = 0;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      auto kk = randn(lens[s] * row(), seed + 10 * s + 1);
+      auto vv = randn(lens[s] * row(), seed + 10 * s + 2);
+      if (c.bf16) {
+        for (auto& x : kk) x = bf16_to_f32(f32_to_bf16(x));
+        for (auto& x : vv) x = bf16_to_f32(f32_to_bf16(x));
+      }
+      k.push_back(kk);
+      v.push_back(vv);
+      std::vector<int32_t> t(max_blocks, 0);
+      for (int32_t b = 0; b < (lens[s] + bs - 1) / bs; ++b) t[b] = perm[next++];
+      tables.push_back(t);
+    }
+  }
+
+  // The pool (K or V) in the element type the GPU reads.
+  DeviceBuffer pool(bool is_k) const {
+    const size_t elems = static_cast<size_t>(num_blocks) * bs * row();
+    std::vector<float> f(elems, 0.0f);
+    for (size_t s = 0; s < lens.size(); ++s)
+      for (int32_t p = 0; p < lens[s]; ++p) {
+        const size_t slot = static_cast<size_t>(tables[s][p / bs]) * bs + p % bs;
+        const auto& src = is_k ? k[s] : v[s];
+        std::copy(src.begin() + p * row(), src.begin() + (p + 1) * row(), f.begin() + slot * row());
+      }
+    if (!c.bf16) return testing::dev(f);
+    std::vector<uint16_t> h(elems);
+    for (size_t i = 0; i < elems; ++i) h[i] = f32_to_bf16(f[i]);
+    return testing::dev(h);
+  }
+
+  // A contiguous cache [seqs][cap][kvh][hd].
+  DeviceBuffer contiguous(bool is_k, int64_t cap) const {
+    std::vector<float> f(lens.size() * cap * row(), 0.0f);
+    for (size_t s = 0; s < lens.size(); ++s) {
+      const auto& src = is_k ? k[s] : v[s];
+      std::copy(src.begin(), src.end(), f.begin() + s * cap * row());
+    }
+    if (!c.bf16) return testing::dev(f);
+    std::vector<uint16_t> h(f.size());
+    for (size_t i = 0; i < f.size(); ++i) h[i] = f32_to_bf16(f[i]);
+    return testing::dev(h);
+  }
+};
+
+class CudaAttentionTest : public CudaOpsTest, public ::testing::WithParamInterface<AttnCase> {
+ protected:
+  // Runs the GPU kernel for queries (token_seq, positions) over the fixture's KV.
+  std::vector<float> run(const AttnFixture& f, const std::vector<float>& q,
+                         const std::vector<int32_t>& seq, const std::vector<int32_t>& pos,
+                         KvLayout layout) {
+    const int32_t T = static_cast<int32_t>(pos.size());
+    const int64_t cap = *std::max_element(f.lens.begin(), f.lens.end());
+    PagedAttentionParams p;
+    auto dq = dev(q);
+    auto dout = dev_zeros(q.size() * 4);
+    auto dpos = dev(pos), dseq = dev(seq);
+    DeviceBuffer kc = layout == KvLayout::kBlockTable ? f.pool(true) : f.contiguous(true, cap);
+    DeviceBuffer vc = layout == KvLayout::kBlockTable ? f.pool(false) : f.contiguous(false, cap);
+    std::vector<int32_t> flat_tables;
+    for (const auto& t : f.tables) flat_tables.insert(flat_tables.end(), t.begin(), t.end());
+    auto dt = dev(flat_tables);
+    p.q = dq.as<float>();
+    p.out = dout.as<float>();
+    p.num_tokens = T;
+    p.num_heads = f.c.heads;
+    p.num_kv_heads = f.c.kv_heads;
+    p.head_dim = f.c.head_dim;
+    p.positions = dpos.as<int32_t>();
+    p.token_seq = dseq.as<int32_t>();
+    p.max_position = *std::max_element(pos.begin(), pos.end());
+    p.scale = 1.0f / std::sqrt(static_cast<float>(f.c.head_dim));
+    p.sliding_window = f.c.window;
+    p.kv_type = f.c.bf16 ? KvType::kBF16 : KvType::kF32;
+    p.layout = layout;
+    p.k_cache = kc.data();
+    p.v_cache = vc.data();
+    p.block_size = f.bs;
+    p.block_tables = dt.as<int32_t>();
+    p.max_blocks_per_seq = f.max_blocks;
+    p.seq_capacity = cap;
+    auto ws = dev_zeros(attention_workspace_floats(T, f.c.heads, f.c.head_dim, p.max_position) * 4);
+    p.workspace = ws.as<float>();
+    Status s = paged_attention(p);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return host<float>(dout, q.size());
+  }
+
+  // The CPU backend's attention for the queries of sequence s.
+  std::vector<float> cpu_ref(const AttnFixture& f, size_t s, const std::vector<float>& q,
+                             const std::vector<int32_t>& pos) {
+    std::vector<const float*> kt, vt;
+    for (int32_t t = 0; t * f.bs < f.lens[s]; ++t) {
+      kt.push_back(f.k[s].data() + t * f.bs * f.row());
+      vt.push_back(f.v[s].data() + t * f.bs * f.row());
+    }
+    std::vector<float> out(q.size());
+    AttentionArgs a;
+    a.q = q.data();
+    a.out = out.data();
+    a.num_tokens = static_cast<int32_t>(pos.size());
+    a.num_heads = f.c.heads;
+    a.num_kv_heads = f.c.kv_heads;
+    a.head_dim = f.c.head_dim;
+    a.positions = pos.data();
+    a.scale = 1.0f / std::sqrt(static_cast<float>(f.c.head_dim));
+    a.tile = f.bs;
+    a.k_tiles = kt.data();
+    a.v_tiles = vt.data();
+    a.num_tiles = static_cast<int32_t>(kt.size());
+    a.sliding_window = f.c.window;
+    cpu_backend().attention(a);
+    return out;
+  }
+};
+
+TEST_P(CudaAttentionTest, PrefillDecodeChunkedPagedFlatBatchedAllAgree) {
+  const AttnCase c = GetParam();
+  AttnFixture f;
+  f.c = c;
+  // Lengths straddle the 256-key partitions and 16-token blocks.
+  f.build({300, 1, 17, 600}, 1234);
+  const size_t qrow = static_cast<size_t>(c.heads) * c.head_dim;
+
+  // 1. Sequence 0's whole prompt at once (prefill), vs the CPU.
+  const int32_t L = f.lens[0];
+  auto q = randn(L * qrow, 777);
+  std::vector<int32_t> pos(L), seq(L, 0);
+  std::iota(pos.begin(), pos.end(), 0);
+  auto full = run(f, q, seq, pos, KvLayout::kBlockTable);
+  expect_close(full, cpu_ref(f, 0, q, pos), 2e-5f, "attention vs cpu");
+
+  // 2. Paged == contiguous, bit for bit.
+  auto flat = run(f, q, seq, pos, KvLayout::kContiguous);
+  EXPECT_TRUE(same_bits(full.data(), flat.data(), full.size() * 4)) << "paged vs contiguous";
+
+  // 3. Chunked prefill at every block boundary of the prompt and decode steps:
+  //    each chunk [b, e) alone gives the same bits as the full run.
+  for (int32_t b : {0, 16, 32, 48, 112, 256, 288, 299}) {
+    for (int32_t e : {b + 1, std::min(L, b + 16), L}) {
+      if (e <= b) continue;
+      std::vector<float> qc(q.begin() + b * qrow, q.begin() + e * qrow);
+      std::vector<int32_t> pc(pos.begin() + b, pos.begin() + e), sc(e - b, 0);
+      auto out = run(f, qc, sc, pc, KvLayout::kBlockTable);
+      EXPECT_TRUE(same_bits(out.data(), full.data() + b * qrow, out.size() * 4))
+          << "chunk [" << b << ", " << e << ")";
+    }
+  }
+
+  // 4. A batch mixing all four sequences (decode rows and prefill rows) gives each
+  //    row the bits it has alone.
+  std::vector<float> qb;
+  std::vector<int32_t> pb, sb;
+  std::vector<std::vector<float>> alone;
+  for (size_t s = 0; s < f.lens.size(); ++s) {
+    const int32_t n = s == 3 ? 40 : 1;  // sequence 3 runs a 40-token chunk, others decode
+    const int32_t p0 = f.lens[s] - n;
+    auto qs = randn(n * qrow, 900 + s);
+    std::vector<int32_t> ps(n), ss(n, static_cast<int32_t>(s));
+    std::iota(ps.begin(), ps.end(), p0);
+    alone.push_back(run(f, qs, ss, ps, KvLayout::kBlockTable));
+    expect_close(alone.back(), cpu_ref(f, s, qs, ps), 2e-5f, "seq " + std::to_string(s));
+    qb.insert(qb.end(), qs.begin(), qs.end());
+    pb.insert(pb.end(), ps.begin(), ps.end());
+    sb.insert(sb.end(), ss.begin(), ss.end());
+  }
+  auto batched = run(f, qb, sb, pb, KvLayout::kBlockTable);
+  size_t off = 0;
+  for (size_t s = 0; s < alone.size(); ++s) {
+    EXPECT_TRUE(same_bits(batched.data() + off, alone[s].data(), alone[s].size() * 4))
+        << "sequence " << s << " batched vs alone";
+    off += alone[s].size();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTest,
+                         ::testing::Values(AttnCase{16, 8, 128, 0, true},
+                                           AttnCase{16, 8, 128, 0, false},
+                                           AttnCase{8, 1, 64, 0, false},
+                                           AttnCase{32, 2, 128, 100, true},
+                                           AttnCase{4, 4, 256, 0, false}),
+                         [](const auto& info) {
+                           const AttnCase& c = info.param;
+                           return "h" + std::to_string(c.heads) + "_kv" +
+                                  std::to_string(c.kv_heads) + "_d" + std::to_string(c.head_dim) +
+                                  "_w" + std::to_string(c.window) + (c.bf16 ? "_bf16" : "_f32");
+                         });
+
+TEST_F(CudaOpsTest, BackendAttentionThroughTilePointersMatchesCpu) {
+  // The Backend interface's attention (device tile-pointer arrays, f32 KV).
+  const int32_t H = 8, KVH = 2, D = 64, bs = 16, L = 70;
+  const int64_t row = KVH * D;
+  auto k = randn(L * row, 5), v = randn(L * row, 6), q = randn(L * H * D, 7);
+  std::vector<int32_t> pos(L);
+  std::iota(pos.begin(), pos.end(), 0);
+  const int32_t tiles = (L + bs - 1) / bs;
+  std::vector<float> kpad(tiles * bs * row, 0.0f), vpad(tiles * bs * row, 0.0f);
+  std::copy(k.begin(), k.end(), kpad.begin());
+  std::copy(v.begin(), v.end(), vpad.begin());
+  std::vector<const float*> hk, hv;
+  for (int32_t t = 0; t < tiles; ++t) {
+    hk.push_back(kpad.data() + t * bs * row);
+    hv.push_back(vpad.data() + t * bs * row);
+  }
+  std::vector<float> cpu(q.size());
+  AttentionArgs a{q.data(), cpu.data(), L,         H,         KVH,   D, pos.data(),
+                  0.125f,   bs,         hk.data(), hv.data(), tiles, 0};
+  cpu_backend().attention(a);
+  auto dk = dev(kpad), dv = dev(vpad), dq = dev(q), dpos = dev(pos);
+  auto dout = dev_zeros(q.size() * 4);
+  std::vector<const float*> gk(tiles), gv(tiles);
+  for (int32_t t = 0; t < tiles; ++t) {
+    gk[t] = dk.as<float>() + t * bs * row;
+    gv[t] = dv.as<float>() + t * bs * row;
+  }
+  auto dgk = dev(gk), dgv = dev(gv);
+  AttentionArgs g{dq.as<float>(),
+                  dout.as<float>(),
+                  L,
+                  H,
+                  KVH,
+                  D,
+                  dpos.as<int32_t>(),
+                  0.125f,
+                  bs,
+                  dgk.as<const float*>(),
+                  dgv.as<const float*>(),
+                  tiles,
+                  0};
+  gpu_->attention(g);
+  expect_close(host<float>(dout, q.size()), cpu, 2e-5f, "backend attention");
+}
+
+TEST_F(CudaOpsTest, AttentionRejectsBadShapes) {
+  PagedAttentionParams p;
+  p.num_tokens = 1;
+  p.num_heads = 6;
+  p.num_kv_heads = 4;
+  EXPECT_EQ(paged_attention(p).code(), StatusCode::kInvalidArgument);
+  p.num_heads = 8;
+  p.head_dim = 96;
+  float dummy = 0;
+  int32_t pos = 0;
+  p.q = p.out = p.workspace = &dummy;
+  p.positions = &pos;
+  p.layout = KvLayout::kContiguous;
+  p.seq_capacity = 1;
+  p.k_cache = p.v_cache = &dummy;
+  Status s = paged_attention(p);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("head_dim 96"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace pagedkv::backend::cuda
