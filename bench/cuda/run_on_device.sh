@@ -16,7 +16,7 @@ echo "== tests"
 if [ "${SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   echo "== memcheck"
   compute-sanitizer --tool memcheck --print-limit 5 ./build-dev/tests/backend/backend_cuda_tests \
-    --gtest_filter='*h8_kv1*:*m3_k200*:*Rms*:*Topk*:*Argmax*:*TilePointers*:*CudaKVStorageTest*' \
+    --gtest_filter='*h8_kv1*:*h16_kv8_d128_w0_bf16*:*m3_k200*:*Rms*:*Topk*:*Argmax*:*TilePointers*:*CudaKVStorageTest*' \
     >"$OUT/memcheck.log" 2>&1; echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|FAILED" "$OUT/memcheck.log" | head
 fi
 echo "== benchmarks"

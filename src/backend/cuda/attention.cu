@@ -4,10 +4,12 @@
 // p - window + 1). Keys are cut into partitions of kAttnPartition positions
 // anchored at position 0 — partition i holds [i·P, (i+1)·P) — so the split layout
 // depends only on p, never on the batch, the chunk or the number of cached tokens.
-// For each (token, KV head, partition) one block computes, for every query head of
-// the GQA group, the partition's scores (lane-split dot product + butterfly sum),
-// their max m, the weights e^(s−m), their sum l (strided + butterfly), and the
-// unnormalized Σ e^(s−m)·v (keys ascending, one FMA chain per output element).
+// For each (token, KV head, partition) one block of 4 warps computes, for every
+// query head of the GQA group (K and V are read once for the whole group), the
+// partition's scores (one thread per key, one FMA chain over d), their max m, the
+// weights e^(s−m), their sum l (strided + butterfly), and the unnormalized
+// Σ e^(s−m)·v (warp w takes keys ≡ w mod 4 in ascending order, one FMA chain per
+// output element; the 4 warp partials are added in a fixed tree).
 // The combine kernel then folds the partitions in ascending order:
 //   out = Σ_i e^(m_i−M)·acc_i / Σ_i e^(m_i−M)·l_i,  M = max_i m_i.
 // Every number a query's output depends on is computed by the same instruction
@@ -99,6 +101,7 @@ __global__ void __launch_bounds__(kThreads)
   float* s_s = q_s + group * D;                                    // [group][kP]
   const T** krow = reinterpret_cast<const T**>(s_s + group * kP);  // [kP]
   const T** vrow = krow + kP;                                      // [kP]
+  // then red [4 warps][4 heads][D] for the PV phase (below)
 
   const int32_t t = blockIdx.x, part = blockIdx.y, kvh = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -135,17 +138,29 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // Scores: warp w takes keys w, w+4, …; lane l holds elements [l·E, l·E+E).
-  for (int j = warp; j < n; j += kWarps) {
-    float k[E];
-    load_row<T, E>(krow[j] + lane * E, k);
-    for (int h = 0; h < group; ++h) {
-      const float* qh = q_s + h * D + lane * E;
-      float d = 0.0f;
+  // Scores: thread per key (keys tid, tid+128, …); each dot product runs over
+  // d = 0 … D-1 in one FMA chain. Query heads of the group go 4 at a time.
+  constexpr int C = 16 / sizeof(T);  // elements per 16-byte load
+  for (int j = tid; j < n; j += kThreads) {
+    const T* kr = krow[j];
+    for (int hc = 0; hc < group; hc += 4) {
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll(D / C <= 16 ? D / C : 16)
+      for (int c = 0; c < D / C; ++c) {
+        float k[C];
+        load_row<T, C>(kr + c * C, k);
 #pragma unroll
-      for (int e = 0; e < E; ++e) d = __fmaf_rn(qh[e], k[e], d);
-      d = warp_sum(d);
-      if (lane == 0) s_s[h * kP + j] = d * p.scale;
+        for (int hh = 0; hh < 4; ++hh) {
+          if (hc + hh < group) {
+            const float* qh = q_s + (hc + hh) * D + c * C;
+#pragma unroll
+            for (int e = 0; e < C; ++e) acc[hh] = __fmaf_rn(qh[e], k[e], acc[hh]);
+          }
+        }
+      }
+#pragma unroll
+      for (int hh = 0; hh < 4; ++hh)
+        if (hc + hh < group) s_s[(hc + hh) * kP + j] = acc[hh] * p.scale;
     }
   }
   __syncthreads();
@@ -171,25 +186,42 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // Σ_j w_j · v_j, keys ascending; thread owns output dims d = tid + 128·i.
-  for (int d = tid; d < D; d += kThreads) {
-    float acc[kMaxGroup];
+  // Σ_j w_j · v_j: warp w sums keys j ≡ w (mod 4) ascending, lane l owns dims
+  // [l·E, l·E+E); the four warp partials are added as (w0 + w1) + (w2 + w3).
+  float* red = s_s + group * kP + (2 * kP * sizeof(void*)) / sizeof(float);  // [4][4][D]
+  for (int hc = 0; hc < group; hc += 4) {
+    float acc[4][E];
 #pragma unroll
-    for (int h = 0; h < kMaxGroup; ++h) acc[h] = 0.0f;
+    for (int hh = 0; hh < 4; ++hh)
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[hh][e] = 0.0f;
 #pragma unroll 4
-    for (int j = 0; j < n; ++j) {
-      const float v = to_f32(vrow[j][d]);
+    for (int j = warp; j < n; j += kWarps) {
+      float v[E];
+      load_row<T, E>(vrow[j] + lane * E, v);
 #pragma unroll
-      for (int h = 0; h < kMaxGroup; ++h)
-        if (h < group) acc[h] = __fmaf_rn(s_s[h * kP + j], v, acc[h]);
-    }
+      for (int hh = 0; hh < 4; ++hh) {
+        if (hc + hh < group) {
+          const float w = s_s[(hc + hh) * kP + j];
 #pragma unroll
-    for (int h = 0; h < kMaxGroup; ++h) {
-      if (h < group) {
-        const int64_t slot = (static_cast<int64_t>(t) * p.num_heads + h0 + h) * parts + part;
-        ws.acc[slot * D + d] = acc[h];
+          for (int e = 0; e < E; ++e) acc[hh][e] = __fmaf_rn(w, v[e], acc[hh][e]);
+        }
       }
     }
+#pragma unroll
+    for (int hh = 0; hh < 4; ++hh)
+#pragma unroll
+      for (int e = 0; e < E; ++e) red[(warp * 4 + hh) * D + lane * E + e] = acc[hh][e];
+    __syncthreads();
+    for (int idx = tid; idx < 4 * D; idx += kThreads) {
+      const int hh = idx / D, d = idx % D;
+      if (hc + hh >= group) continue;
+      const float r = (red[(0 * 4 + hh) * D + d] + red[(1 * 4 + hh) * D + d]) +
+                      (red[(2 * 4 + hh) * D + d] + red[(3 * 4 + hh) * D + d]);
+      const int64_t slot = (static_cast<int64_t>(t) * p.num_heads + h0 + hc + hh) * parts + part;
+      ws.acc[slot * D + d] = r;
+    }
+    __syncthreads();
   }
 }
 
@@ -217,7 +249,8 @@ Status launch(const PagedAttentionParams& p, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const int32_t parts = p.max_position / kP + 1;
   const size_t smem =
-      sizeof(float) * (static_cast<size_t>(group) * D + group * kP) + 2 * kP * sizeof(const void*);
+      sizeof(float) * (static_cast<size_t>(group) * D + group * kP) + 2 * kP * sizeof(const void*) +
+      sizeof(float) * 4 * 4 * D;  // q, scores, row pointers, PV partials (see the kernel)
   auto kernel = attn_partition_kernel<D, T, L>;
   if (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
