@@ -146,7 +146,8 @@ TEST_P(CudaGemmTest, MatchesCpuAndRowsAreBatchInvariant) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemmTest,
                          ::testing::Values(GemmShape{1, 64, 96}, GemmShape{3, 200, 130},
                                            GemmShape{8, 1024, 256}, GemmShape{64, 1024, 512},
-                                           GemmShape{130, 36, 70}, GemmShape{17, 3072, 64}),
+                                           GemmShape{130, 36, 70}, GemmShape{17, 3072, 64},
+                                           GemmShape{20, 37, 40}, GemmShape{16, 520, 72}),
                          [](const auto& info) {
                            return "m" + std::to_string(info.param.m) + "_k" +
                                   std::to_string(info.param.k) + "_n" +

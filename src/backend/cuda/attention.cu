@@ -4,12 +4,12 @@
 // p - window + 1). Keys are cut into partitions of kAttnPartition positions
 // anchored at position 0 — partition i holds [i·P, (i+1)·P) — so the split layout
 // depends only on p, never on the batch, the chunk or the number of cached tokens.
-// For each (token, KV head, partition) one block of 4 warps computes, for every
+// For each (token, KV head, partition) one block of 8 warps computes, for every
 // query head of the GQA group (K and V are read once for the whole group), the
 // partition's scores (one thread per key, one FMA chain over d), their max m, the
 // weights e^(s−m), their sum l (strided + butterfly), and the unnormalized
-// Σ e^(s−m)·v (warp w takes keys ≡ w mod 4 in ascending order, one FMA chain per
-// output element; the 4 warp partials are added in a fixed tree).
+// Σ e^(s−m)·v (warp w takes keys ≡ w mod 8 in ascending order, one FMA chain per
+// output element; the 8 warp partials are added in a fixed tree).
 // The combine kernel then folds the partitions in ascending order:
 //   out = Σ_i e^(m_i−M)·acc_i / Σ_i e^(m_i−M)·l_i,  M = max_i m_i.
 // Every number a query's output depends on is computed by the same instruction
@@ -31,7 +31,7 @@ namespace pagedkv::backend::cuda {
 namespace {
 
 constexpr int kP = kAttnPartition;
-constexpr int kThreads = 128, kWarps = kThreads / 32;
+constexpr int kThreads = 256, kWarps = kThreads / 32;  // kP == kThreads: a key per thread
 constexpr int kMaxGroup = 16;
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kThreads)
   float* s_s = q_s + group * D;                                    // [group][kP]
   const T** krow = reinterpret_cast<const T**>(s_s + group * kP);  // [kP]
   const T** vrow = krow + kP;                                      // [kP]
-  // then red [4 warps][4 heads][D] for the PV phase (below)
+  // then red [kWarps][4 heads][D] for the PV phase (below)
 
   const int32_t t = blockIdx.x, part = blockIdx.y, kvh = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -186,16 +186,17 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // Σ_j w_j · v_j: warp w sums keys j ≡ w (mod 4) ascending, lane l owns dims
-  // [l·E, l·E+E); the four warp partials are added as (w0 + w1) + (w2 + w3).
-  float* red = s_s + group * kP + (2 * kP * sizeof(void*)) / sizeof(float);  // [4][4][D]
+  // Σ_j w_j · v_j: warp w sums keys j ≡ w (mod 8) ascending, lane l owns dims
+  // [l·E, l·E+E); the eight warp partials are added in the fixed tree
+  // ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)).
+  float* red = s_s + group * kP + (2 * kP * sizeof(void*)) / sizeof(float);  // [kWarps][4][D]
   for (int hc = 0; hc < group; hc += 4) {
     float acc[4][E];
 #pragma unroll
     for (int hh = 0; hh < 4; ++hh)
 #pragma unroll
       for (int e = 0; e < E; ++e) acc[hh][e] = 0.0f;
-#pragma unroll 4
+#pragma unroll 8
     for (int j = warp; j < n; j += kWarps) {
       float v[E];
       load_row<T, E>(vrow[j] + lane * E, v);
@@ -216,8 +217,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int idx = tid; idx < 4 * D; idx += kThreads) {
       const int hh = idx / D, d = idx % D;
       if (hc + hh >= group) continue;
-      const float r = (red[(0 * 4 + hh) * D + d] + red[(1 * 4 + hh) * D + d]) +
-                      (red[(2 * 4 + hh) * D + d] + red[(3 * 4 + hh) * D + d]);
+      auto part_of = [&](int w) { return red[(w * 4 + hh) * D + d]; };
+      static_assert(kWarps == 8, "the fixed warp-partial tree below is written for 8 warps");
+      const float r = ((part_of(0) + part_of(1)) + (part_of(2) + part_of(3))) +
+                      ((part_of(4) + part_of(5)) + (part_of(6) + part_of(7)));
       const int64_t slot = (static_cast<int64_t>(t) * p.num_heads + h0 + hc + hh) * parts + part;
       ws.acc[slot * D + d] = r;
     }
@@ -250,7 +253,7 @@ Status launch(const PagedAttentionParams& p, cudaStream_t stream) {
   const int32_t parts = p.max_position / kP + 1;
   const size_t smem =
       sizeof(float) * (static_cast<size_t>(group) * D + group * kP) + 2 * kP * sizeof(const void*) +
-      sizeof(float) * 4 * 4 * D;  // q, scores, row pointers, PV partials (see the kernel)
+      sizeof(float) * kWarps * 4 * D;  // q, scores, row pointers, PV partials (see the kernel)
   auto kernel = attn_partition_kernel<D, T, L>;
   if (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(

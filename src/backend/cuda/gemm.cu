@@ -147,6 +147,69 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
 }
 
+// ---- small-M tensor-core kernel (bf16 weights, M ≤ 16) ----
+// Decode shapes: one m16 tile, a warp per 8 output columns, so N/8 warps stream the
+// weights (the 64×64-tile kernel would run N/64 blocks). It issues exactly the MMA
+// sequence of gemm_bf16_mma_kernel for each element — same fragment layout, same
+// zero padding past M and K, same lo/mid/hi order per ascending 16-wide k step —
+// so a row's bits do not depend on which kernel ran (the tests compare both).
+constexpr int kSmallM = 16, kSmallWarps = 4;
+
+__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo_k, __nv_bfloat16 hi_k) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo_k)) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(hi_k)) << 16);
+}
+
+__device__ __forceinline__ float x_at(const float* x, int64_t M, int64_t K, int64_t r, int64_t k) {
+  return (r < M && k < K) ? x[r * K + k] : 0.0f;
+}
+
+__device__ __forceinline__ uint32_t w_pair(const __nv_bfloat16* w, int64_t N, int64_t K, int64_t n,
+                                           int64_t k, bool vec) {
+  if (n >= N) return 0u;
+  if (vec && k + 1 < K) return *reinterpret_cast<const uint32_t*>(w + n * K + k);
+  const __nv_bfloat16 z = __float2bfloat16_rn(0.0f);
+  return pack_bf16(k < K ? w[n * K + k] : z, k + 1 < K ? w[n * K + k + 1] : z);
+}
+
+__global__ void __launch_bounds__(kSmallWarps * 32)
+    gemm_bf16_mma_small_m_kernel(const float* __restrict__ x, int64_t M, int64_t K,
+                                 const __nv_bfloat16* __restrict__ w, int64_t N,
+                                 float* __restrict__ y) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t n0 = (int64_t{blockIdx.x} * kSmallWarps + warp) * 8;
+  if (n0 >= N) return;
+  const bool w_vec = (K % 2) == 0;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+  for (int64_t k0 = 0; k0 < K; k0 += 16) {
+    const uint32_t b0 = w_pair(w, N, K, n0 + g, k0 + 2 * t, w_vec);
+    const uint32_t b1 = w_pair(w, N, K, n0 + g, k0 + 2 * t + 8, w_vec);
+    // A fragment elements: (row, k) for a0..a3, two k each.
+    const int64_t rows[4] = {g, g + 8, g, g + 8};
+    const int64_t ks[4] = {k0 + 2 * t, k0 + 2 * t, k0 + 2 * t + 8, k0 + 2 * t + 8};
+    __nv_bfloat16 sp[3][4][2];
+#pragma unroll
+    for (int f = 0; f < 4; ++f)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        split3(x_at(x, M, K, rows[f], ks[f] + e), sp[0][f][e], sp[1][f][e], sp[2][f][e]);
+#pragma unroll
+    for (int s = 2; s >= 0; --s) {  // lo, mid, hi
+      uint32_t a[4];
+#pragma unroll
+      for (int f = 0; f < 4; ++f) a[f] = pack_bf16(sp[s][f][0], sp[s][f][1]);
+      mma_bf16(acc, a, b0, b1);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int64_t r = g + (e >= 2 ? 8 : 0), c = n0 + 2 * t + (e & 1);
+    if (r < M && c < N) y[r * N + c] = acc[e];
+  }
+}
+
 // ---- SIMT kernel (f32 / f16 weights) ----
 constexpr int kSBM = 64, kSBN = 64, kSBK = 16, kSimtThreads = 256;  // 4×4 outputs each
 
@@ -208,6 +271,12 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
   if (wdt == WeightDType::kBF16) {
     if ((reinterpret_cast<uintptr_t>(x) % 16) != 0 || (reinterpret_cast<uintptr_t>(w) % 16) != 0) {
       return invalid_argument("cuda gemm: x and w must be 16-byte aligned");
+    }
+    if (m <= kSmallM) {
+      const unsigned blocks = static_cast<unsigned>((n + 8 * kSmallWarps - 1) / (8 * kSmallWarps));
+      gemm_bf16_mma_small_m_kernel<<<blocks, kSmallWarps * 32, 0, stream>>>(
+          x, m, k, static_cast<const __nv_bfloat16*>(w), n, y);
+      return cuda_status(cudaGetLastError(), "gemm_bf16_mma_small_m_kernel");
     }
     dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN),
               static_cast<unsigned>((m + kBM - 1) / kBM));
