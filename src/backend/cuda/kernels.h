@@ -55,8 +55,9 @@ Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStrea
 // bf16 weights run on tensor cores (mma.sync m16n8k16): x is split exactly-enough
 // into three bf16 terms (hi + mid + lo, 24 mantissa bits) so the product keeps f32
 // accuracy; each output element accumulates k in 16-wide steps in a fixed order.
-// f32/f16 weights use a SIMT kernel (one FMA chain per element, k ascending).
-// Either way the result of a row does not depend on m.
+// m ≤ 16 runs a small-M kernel (a warp per 8 columns) that issues the identical
+// MMA sequence per element. f32/f16 weights use a SIMT kernel (one FMA chain per
+// element, k ascending). Either way the result of a row does not depend on m.
 Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, cudaStream_t stream = 0);
 
