@@ -546,18 +546,18 @@ TEST_P(CudaAttentionTest, PrefillDecodeChunkedPagedFlatBatchedAllAgree) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTest,
-                         ::testing::Values(AttnCase{16, 8, 128, 0, true},
-                                           AttnCase{16, 8, 128, 0, false},
-                                           AttnCase{8, 1, 64, 0, false},
-                                           AttnCase{32, 2, 128, 100, true},
-                                           AttnCase{4, 4, 256, 0, false}),
-                         [](const auto& info) {
-                           const AttnCase& c = info.param;
-                           return "h" + std::to_string(c.heads) + "_kv" +
-                                  std::to_string(c.kv_heads) + "_d" + std::to_string(c.head_dim) +
-                                  "_w" + std::to_string(c.window) + (c.bf16 ? "_bf16" : "_f32");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionTest,
+    ::testing::Values(AttnCase{16, 8, 128, 0, true}, AttnCase{16, 8, 128, 0, false},
+                      AttnCase{8, 1, 64, 0, false}, AttnCase{32, 2, 128, 100, true},
+                      AttnCase{4, 4, 256, 0, false}, AttnCase{4, 2, 16, 0, false},
+                      AttnCase{8, 2, 32, 30, true}),
+    [](const auto& info) {
+      const AttnCase& c = info.param;
+      return "h" + std::to_string(c.heads) + "_kv" + std::to_string(c.kv_heads) + "_d" +
+             std::to_string(c.head_dim) + "_w" + std::to_string(c.window) +
+             (c.bf16 ? "_bf16" : "_f32");
+    });
 
 TEST_F(CudaOpsTest, BackendAttentionThroughTilePointersMatchesCpu) {
   // The Backend interface's attention (device tile-pointer arrays, f32 KV).

@@ -95,7 +95,9 @@ __host__ __device__ inline Ws ws_layout(float* base, int32_t T, int32_t H, int32
 template <int D, typename T, KvLayout L>
 __global__ void __launch_bounds__(kThreads)
     attn_partition_kernel(const PagedAttentionParams p, int32_t group, int32_t parts) {
-  constexpr int E = D / 32;  // elements per lane in the score dot product
+  // PV phase: lane l < kLanes owns output dims [l·E, l·E+E) (small heads: one each).
+  constexpr int E = D >= 32 ? D / 32 : 1;
+  constexpr int kLanes = D >= 32 ? 32 : D;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* q_s = reinterpret_cast<float*>(smem_raw);                 // [group][D]
   float* s_s = q_s + group * D;                                    // [group][kP]
@@ -199,6 +201,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 8
     for (int j = warp; j < n; j += kWarps) {
       float v[E];
+      if (lane >= kLanes) continue;
       load_row<T, E>(vrow[j] + lane * E, v);
 #pragma unroll
       for (int hh = 0; hh < 4; ++hh) {
@@ -212,7 +215,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int hh = 0; hh < 4; ++hh)
 #pragma unroll
-      for (int e = 0; e < E; ++e) red[(warp * 4 + hh) * D + lane * E + e] = acc[hh][e];
+      for (int e = 0; e < E; ++e)
+        if (lane < kLanes) red[(warp * 4 + hh) * D + lane * E + e] = acc[hh][e];
     __syncthreads();
     for (int idx = tid; idx < 4 * D; idx += kThreads) {
       const int hh = idx / D, d = idx % D;
@@ -319,6 +323,10 @@ Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
   if (p.layout != KvLayout::kTilePointers && (p.k_cache == nullptr || p.v_cache == nullptr))
     return bad("k_cache and v_cache must be set");
   switch (p.head_dim) {
+    case 16:
+      return dispatch_type<16>(p, stream);
+    case 32:
+      return dispatch_type<32>(p, stream);
     case 64:
       return dispatch_type<64>(p, stream);
     case 128:
@@ -326,7 +334,7 @@ Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
     case 256:
       return dispatch_type<256>(p, stream);
     default:
-      return bad("head_dim " + std::to_string(p.head_dim) + " is not 64, 128 or 256");
+      return bad("head_dim " + std::to_string(p.head_dim) + " is not 16, 32, 64, 128 or 256");
   }
 }
 

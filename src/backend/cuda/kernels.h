@@ -109,7 +109,7 @@ size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t
                                   int32_t max_position);
 
 // Causal attention of each query token over keys max(0, p - window + 1) .. p of its
-// sequence (the CPU's AttentionArgs contract, any layout). head_dim ∈ {64, 128, 256},
+// sequence (the CPU's AttentionArgs contract, any layout). head_dim ∈ {16, 32, 64, 128, 256},
 // num_heads / num_kv_heads ≤ 16 (GQA: one block serves a KV head's query group).
 Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream = 0);
 
