@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kv/pool_budget.h"
 #include "model/checkpoint.h"
 #include "model/flat_kv_cache.h"
 #include "model/layers.h"
@@ -233,6 +234,27 @@ TEST(LoaderTest, HugeConfigShapesAreRefusedBeforeAllocating) {
   c["max_position_embeddings"] = 0;
   write_text(d + "/config.json", c.dump());
   EXPECT_TRUE(load_fails_with(d, "field 'max_position_embeddings' must be in"));
+}
+
+// Issue #16 item 2: a default pool (one full context) larger than the machine's
+// memory is refused before it is allocated, naming the knob that caps it.
+TEST(LoaderTest, PoolLargerThanMemoryIsRefusedBeforeAllocating) {
+  std::string d = make_tiny("qwen3", 1, "bigpool");
+  auto cfg = read_json(d + "/config.json");
+  cfg["max_position_embeddings"] = int64_t{1} << 26;
+  write_text(d + "/config.json", cfg.dump());
+  auto m = load_model(d);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto want = kv::PoolBudget::resolve(pool_geometry((*m)->kv_geometry()), int64_t{1} << 26, {});
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  const uint64_t ram = physical_memory_bytes();
+  if (ram == 0 || want->initial_bytes <= ram)
+    GTEST_SKIP() << "this machine could hold the " << (want->initial_bytes >> 20) << " MiB pool";
+  auto c = make_paged_cache(**m);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(c.status().message().find("paged_cache_memory_mb"), std::string::npos)
+      << c.status().message();
 }
 
 // Issue #16 item 13: out-of-range values are refused, not silently used.
