@@ -69,7 +69,10 @@ StatusOr<std::string> resolve_model_dir(const std::string& model_flag) {
 
 StatusOr<std::unique_ptr<tokenizer::Tokenizer>> load_checkpoint_tokenizer(const std::string& dir) {
   const std::string path = join_path(dir, "tokenizer.json");
-  if (!is_file(path)) return std::unique_ptr<tokenizer::Tokenizer>();
+  // Absent: no tokenizer. Present but a FIFO, device or directory: load() names
+  // it ("not a regular file") instead of the tokenizer silently going missing.
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::unique_ptr<tokenizer::Tokenizer>();
   return tokenizer::Tokenizer::load(path);
 }
 

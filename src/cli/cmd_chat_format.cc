@@ -12,6 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/command_registry.h"
+#include "cli/tokenizer_cli_util.h"
 #include "tokenizer/chat_template.h"
 
 namespace pagedkv::cli {
@@ -65,6 +66,11 @@ bool format_line(const ChatTemplate& tmpl, const std::string& line, size_t line_
     result["rendered"] = *rendered;
   } else {
     result["error"] = err.message.empty() ? rendered.status().message() : err.message;
+    if (rendered.status().code() == StatusCode::kResourceExhausted) {
+      // A render budget (docs/limits.md) or memory ran out: not a template's answer.
+      out << dump_line(result) << "\n";
+      return false;
+    }
   }
   out << dump_line(result) << "\n";
   return true;
@@ -112,8 +118,13 @@ int run_chat_format(int argc, char** argv) {
   std::string line;
   size_t line_no = 0;
   bool all_ok = true;
-  while (std::getline(*in, line)) {
+  const uint64_t max_line = jsonl_max_line_bytes();
+  for (;;) {
     ++line_no;
+    auto got =
+        read_bounded_line(*in, &line, max_line, args.get("jsonl") + ":" + std::to_string(line_no));
+    if (!got.ok()) return report_error("chat-format", got.status());
+    if (!*got) break;
     if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
     all_ok = format_line(*tmpl, line, line_no, std::cout) && all_ok;
   }

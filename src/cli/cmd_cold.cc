@@ -88,7 +88,8 @@ int cmd_ls(ArgParser& args) {
     std::cout << cold::key_hex(info.key) << "  " << info.size << "  "
               << format_time(info.last_use_ns);
     if (longfmt) {
-      auto bytes = FileSystem::posix().read_file((*store)->object_path(info.key), 2ull << 30);
+      // Header and size first: never reads more than the object declares.
+      auto bytes = (*store)->read_object_file((*store)->object_path(info.key));
       auto dec =
           bytes.ok() ? cold::decode_object(*bytes) : StatusOr<cold::DecodedObject>(bytes.status());
       if (!dec.ok()) {

@@ -91,8 +91,23 @@ StatusOr<std::unique_ptr<ColdSession>> ColdSession::open_if_enabled(
     return std::unique_ptr<ColdSession>();
   }
   std::unique_ptr<ColdSession> s(new ColdSession());
-  PKV_ASSIGN_OR_RETURN(s->store_, cold::ColdStore::open(cold::resolve_cold_store_options(config)));
-  PKV_ASSIGN_OR_RETURN(std::string wid, weight_identity(model_dir));
+  // The tier is an optimisation: a directory that cannot be opened (mode 000, a
+  // file in the way, a full disk) degrades this process to uncached with one
+  // warning and a counted error; the answer is the same either way.
+  auto degrade = [&](const Status& st) {
+    PKV_LOG(kWarn) << "cold tier: disabled for this process, continuing uncached: "
+                   << st.to_string();
+    s->store_.reset();
+    s->open_errors_ = 1;
+    s->open_error_ = st.to_string();
+    return std::move(s);
+  };
+  auto store = cold::ColdStore::open(cold::resolve_cold_store_options(config));
+  if (!store.ok()) return degrade(store.status());
+  s->store_ = std::move(store).value();
+  auto wid_or = weight_identity(model_dir);
+  if (!wid_or.ok()) return degrade(wid_or.status());
+  const std::string wid = std::move(wid_or).value();
   const kv::KVGeometry pool = model::pool_geometry(model.kv_geometry());
   cold::ColdModelIdentity id;
   id.model_type = type;
@@ -109,6 +124,7 @@ StatusOr<std::unique_ptr<ColdSession>> ColdSession::open_if_enabled(
 }
 
 int64_t ColdSession::restore(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt) {
+  if (!store_) return 0;
   turn_start_ = store_->stats();
   auto r = walk_->restore_extend(adapter, prompt);
   last_restored_tokens_ = static_cast<int64_t>(r.restored) * walk_->fingerprint().block_size;
@@ -119,12 +135,13 @@ int64_t ColdSession::restore(kv::PagedKVCacheAdapter& adapter, std::span<const i
 }
 
 cold::CaptureResult ColdSession::capture(kv::PagedKVCacheAdapter& adapter) {
+  if (!store_) return cold::CaptureResult{};
   return walk_->capture_chain(adapter);
 }
 
 void ColdSession::end_turn(const cold::CaptureResult& capture) {
   ++turn_;
-  if (!trace_) return;
+  if (!store_ || !trace_) return;
   std::ostringstream extra;
   extra << "\"restoredTokens\":" << last_restored_tokens_ << ",\"captureBlocks\":" << capture.walked
         << ",\"captureEnqueued\":" << capture.enqueued << ",\"captureStop\":\"" << capture.stop
@@ -136,7 +153,21 @@ void ColdSession::end_turn(const cold::CaptureResult& capture) {
   turn_start_ = store_->stats();
 }
 
+cold::ColdCacheStats ColdSession::stats() const {
+  return store_ ? store_->stats() : cold::ColdCacheStats{};
+}
+
 std::string ColdSession::stats_line() const {
+  if (!store_) {
+    nlohmann::json j;
+    j["coldEnabled"] = false;
+    j["coldOpenErrors"] = open_errors_;
+    j["coldError"] = open_error_;
+    return "[cold] " + j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  // Drain the writer first, so the counters include every write this process
+  // queued (write errors of a run used to be counted after the line was printed).
+  store_->flush();
   return "[cold] " + cold::cold_stats_json(store_->stats());
 }
 

@@ -21,7 +21,9 @@ namespace pagedkv::cli {
 class ColdSession {
  public:
   // nullptr (and OK) when the tier is off for this model. `caller_flag` is the
-  // command's --persist-cache (nullopt when not given).
+  // command's --persist-cache (nullopt when not given). When the tier is on but
+  // its directory cannot be opened, a disabled session (restore/capture do
+  // nothing, stats_line says why, coldOpenErrors 1) after one warning.
   static StatusOr<std::unique_ptr<ColdSession>> open_if_enabled(const model::Model& model,
                                                                 const std::string& model_dir,
                                                                 std::optional<bool> caller_flag);
@@ -33,9 +35,11 @@ class ColdSession {
   // Appends the turn's JSONL line (best effort).
   void end_turn(const cold::CaptureResult& capture);
 
-  cold::ColdCacheStats stats() const { return store_->stats(); }
-  // "[cold] root=... hits=... misses=... ..." for --stats.
+  cold::ColdCacheStats stats() const;
+  // "[cold] {...counters...}" for --stats, after draining pending writes (so
+  // write errors are final); "[cold] {"coldEnabled":false,...}" when disabled.
   std::string stats_line() const;
+  bool disabled() const { return store_ == nullptr; }
 
  private:
   ColdSession() = default;
@@ -45,6 +49,8 @@ class ColdSession {
   cold::ColdCacheStats turn_start_;
   uint64_t turn_ = 0;
   int64_t last_restored_tokens_ = 0;
+  uint64_t open_errors_ = 0;
+  std::string open_error_;
 };
 
 // SHA-256 (hex) over config.json and every *.safetensors file of `model_dir` (name,

@@ -1,6 +1,8 @@
 // `pagedkv` entry point: dispatches argv[1] to a registered subcommand
 // (command_registry.h) and prints the command list for --help.
+#include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include "cli/command_registry.h"
@@ -46,5 +48,14 @@ int main(int argc, char** argv) {
   }
   std::string prog = "pagedkv " + name;
   argv[1] = prog.data();
-  return it->second.fn(argc - 1, argv + 1);
+  // The last line of defence: an exception a command did not turn into a
+  // Status (std::bad_alloc above all) is an error exit, never an abort or 0.
+  try {
+    return it->second.fn(argc - 1, argv + 1);
+  } catch (const std::bad_alloc&) {
+    std::cerr << "pagedkv " << name << ": out of memory\n";
+  } catch (const std::exception& e) {
+    std::cerr << "pagedkv " << name << ": internal error: " << e.what() << "\n";
+  }
+  return 1;
 }

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <system_error>
 
+#include "util/knobs.h"
+
 namespace pagedkv::cli {
 
 void add_tokenizer_options(ArgParser& args) {
@@ -15,6 +17,34 @@ void add_tokenizer_options(ArgParser& args) {
 
 StatusOr<std::unique_ptr<tokenizer::Tokenizer>> load_tokenizer(const ArgParser& args) {
   return tokenizer::Tokenizer::load(args.get("tokenizer"), args.get_optional("config"));
+}
+
+uint64_t jsonl_max_line_bytes() {
+  auto v = env_u64("PAGEDKV_JSONL_MAX_LINE_BYTES");
+  return v && *v > 0 ? *v : kDefaultJsonlMaxLineBytes;
+}
+
+StatusOr<bool> read_bounded_line(std::istream& in, std::string* line, uint64_t max_bytes,
+                                 const std::string& where) {
+  line->clear();
+  std::streambuf* buf = in.rdbuf();
+  bool any = false;
+  for (;;) {
+    int c = buf->sbumpc();
+    if (c == std::char_traits<char>::eof()) {
+      in.setstate(std::ios::eofbit);
+      return any;
+    }
+    any = true;
+    if (c == '\n') return true;
+    if (line->size() >= max_bytes) {
+      line->clear();
+      return resource_exhausted(where + ": line is longer than the limit of " +
+                                std::to_string(max_bytes) +
+                                " bytes (PAGEDKV_JSONL_MAX_LINE_BYTES)");
+    }
+    line->push_back(static_cast<char>(c));
+  }
 }
 
 Status for_each_jsonl_line(
@@ -28,10 +58,13 @@ Status for_each_jsonl_line(
   if (!in) return not_found("cannot open --jsonl " + path);
   std::string line;
   size_t lineno = 0;
-  while (std::getline(in, line)) {
+  const uint64_t max_line = jsonl_max_line_bytes();
+  for (;;) {
     ++lineno;
+    std::string where = path + ":" + std::to_string(lineno);
+    PKV_ASSIGN_OR_RETURN(bool got, read_bounded_line(in, &line, max_line, where));
+    if (!got) break;
     if (line.empty()) continue;
-    const std::string where = path + ":" + std::to_string(lineno);
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);

@@ -86,9 +86,13 @@ StatusOr<backend::RopeParams> parse_rope(const ConfigReader& cfg, int32_t head_d
       theta = keep_theta;
     }
   }
-  if (!(theta > 0.0)) return cfg.error("rope_theta", "must be positive");
+  if (!(theta > 0.0) || !std::isfinite(static_cast<float>(theta)))
+    return cfg.error("rope_theta", "must be positive and finite as a float");
   if (type == "linear") {
-    if (!(factor > 0.0)) return cfg.error("rope_parameters.factor", "must be positive");
+    // Positions are divided by the factor: 1e-300 would make every angle inf/NaN.
+    if (!(factor >= 1e-3 && factor <= 1e6))
+      return cfg.error("rope_parameters.factor",
+                       "must be in [1e-3, 1e6], got " + std::to_string(factor));
     p.position_scale = static_cast<float>(factor);
   } else if (type != "default") {
     return cfg.error("rope_parameters.rope_type",
@@ -137,6 +141,22 @@ int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache)
 
 bool resolve_use_block_paged_cache(const CacheConfig& c) {
   return resolve_knob<bool>("PAGEDKV_USE_BLOCK_PAGED_CACHE", c.use_block_paged_cache, true);
+}
+
+Status check_logits(const ForwardOutput& out) {
+  const size_t v = static_cast<size_t>(out.vocab_size);
+  for (size_t i = 0; i < out.logits.size(); ++i) {
+    if (!std::isnan(out.logits[i])) continue;
+    size_t logits_row = v == 0 ? 0 : i / v;
+    size_t row = 0;
+    while (row + 1 < out.row_begin.size() &&
+           static_cast<size_t>(out.row_begin[row + 1]) <= logits_row)
+      ++row;
+    return internal_error("the model produced a NaN logit (batch row " + std::to_string(row) +
+                          ", token id " + std::to_string(v == 0 ? 0 : i % v) +
+                          "): the checkpoint or its config.json is degenerate");
+  }
+  return ok_status();
 }
 
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size) {

@@ -52,6 +52,10 @@ int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache)
 // view of the right kind per row, block tables long enough.
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size);
 
+// A NaN logit is an error naming the batch row and vocabulary index, never a
+// token (a degenerate checkpoint or config would otherwise sample garbage).
+Status check_logits(const ForwardOutput& out);
+
 // Where each row's K/V live (f32 KV).
 class KVAccess {
  public:

@@ -47,6 +47,42 @@ struct Spec {
   float scale;   // half-width of the uniform distribution
 };
 
+Status write_weights(FileSystem& fs, const MakeModelOptions& o, const std::vector<Spec>& specs,
+                     const std::string& h, size_t esize, const std::string& tmp) {
+  PKV_ASSIGN_OR_RETURN(auto wf, fs.create_exclusive(tmp, 0644));
+  std::vector<uint8_t> buf(8);
+  uint64_t hl = h.size();
+  for (int i = 0; i < 8; ++i) buf[i] = static_cast<uint8_t>(hl >> (8 * i));
+  buf.insert(buf.end(), h.begin(), h.end());
+  PKV_RETURN_IF_ERROR(wf->append(buf));
+  uint64_t name_hash_base = splitmix(o.seed);
+  for (const Spec& s : specs) {
+    uint64_t key = name_hash_base;
+    for (char ch : s.name) key = splitmix(key ^ static_cast<uint8_t>(ch));
+    uint64_t n = 1;
+    for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
+    constexpr uint64_t kChunk = 1 << 20;
+    for (uint64_t start = 0; start < n; start += kChunk) {
+      uint64_t cnt = std::min(kChunk, n - start);
+      buf.resize(cnt * esize);
+      for (uint64_t i = 0; i < cnt; ++i) {
+        uint64_t r = splitmix(key + start + i);
+        float u = static_cast<float>(static_cast<double>(r >> 40) / 16777216.0) * 2.0f - 1.0f;
+        float v = s.center + s.scale * u;
+        if (o.dtype == DType::kF32) {
+          std::memcpy(buf.data() + i * 4, &v, 4);
+        } else {
+          uint16_t b = f32_to_bf16(v);
+          std::memcpy(buf.data() + i * 2, &b, 2);
+        }
+      }
+      PKV_RETURN_IF_ERROR(wf->append(buf));
+    }
+  }
+  PKV_RETURN_IF_ERROR(wf->sync(SyncMode::kFsync));
+  return wf->close();
+}
+
 }  // namespace
 
 std::vector<std::string> make_model_presets() { return {"tiny", "small", "qwen3-0.6b-shape"}; }
@@ -135,12 +171,9 @@ Status make_random_model(const MakeModelOptions& o) {
   std::sort(specs.begin(), specs.end(),
             [](const Spec& a, const Spec& b) { return a.name < b.name; });
 
-  auto& fs = FileSystem::posix();
+  auto& fs = o.fs != nullptr ? *o.fs : FileSystem::posix();
   PKV_RETURN_IF_ERROR(fs.create_dirs(o.out_dir, 0755));
   std::string cfg = c.dump(2) + "\n";
-  PKV_RETURN_IF_ERROR(write_file_durably(
-      fs, join_path(o.out_dir, "config.json"),
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(cfg.data()), cfg.size()), 0644));
 
   const size_t esize = dtype_size(o.dtype);
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -159,39 +192,23 @@ Status make_random_model(const MakeModelOptions& o) {
   std::string final_path = join_path(o.out_dir, "model.safetensors");
   std::string tmp = final_path + ".tmp";
   (void)fs.remove(tmp);
-  PKV_ASSIGN_OR_RETURN(auto wf, fs.create_exclusive(tmp, 0644));
-  std::vector<uint8_t> buf(8);
-  uint64_t hl = h.size();
-  for (int i = 0; i < 8; ++i) buf[i] = static_cast<uint8_t>(hl >> (8 * i));
-  buf.insert(buf.end(), h.begin(), h.end());
-  PKV_RETURN_IF_ERROR(wf->append(buf));
-  uint64_t name_hash_base = splitmix(o.seed);
-  for (const Spec& s : specs) {
-    uint64_t key = name_hash_base;
-    for (char ch : s.name) key = splitmix(key ^ static_cast<uint8_t>(ch));
-    uint64_t n = 1;
-    for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
-    constexpr uint64_t kChunk = 1 << 20;
-    for (uint64_t start = 0; start < n; start += kChunk) {
-      uint64_t cnt = std::min(kChunk, n - start);
-      buf.resize(cnt * esize);
-      for (uint64_t i = 0; i < cnt; ++i) {
-        uint64_t r = splitmix(key + start + i);
-        float u = static_cast<float>(static_cast<double>(r >> 40) / 16777216.0) * 2.0f - 1.0f;
-        float v = s.center + s.scale * u;
-        if (o.dtype == DType::kF32) {
-          std::memcpy(buf.data() + i * 4, &v, 4);
-        } else {
-          uint16_t b = f32_to_bf16(v);
-          std::memcpy(buf.data() + i * 2, &b, 2);
-        }
-      }
-      PKV_RETURN_IF_ERROR(wf->append(buf));
+  // The weights go to a temp file first; config.json is written only once they
+  // are complete, and the rename comes last. Any failure removes what this call
+  // wrote (no model.safetensors.tmp, no config.json without its weights).
+  Status st = write_weights(fs, o, specs, h, esize, tmp);
+  if (st.ok()) {
+    st = write_file_durably(
+        fs, join_path(o.out_dir, "config.json"),
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(cfg.data()), cfg.size()), 0644);
+    if (st.ok()) {
+      st = fs.rename(tmp, final_path);
+      if (!st.ok()) (void)fs.remove(join_path(o.out_dir, "config.json"));
     }
   }
-  PKV_RETURN_IF_ERROR(wf->sync(SyncMode::kFsync));
-  PKV_RETURN_IF_ERROR(wf->close());
-  PKV_RETURN_IF_ERROR(fs.rename(tmp, final_path));
+  if (!st.ok()) {
+    (void)fs.remove(tmp);
+    return st;
+  }
   return fs.sync_dir(o.out_dir);
 }
 

@@ -13,6 +13,7 @@
 
 #include "model/safetensors.h"
 #include "pagedkv/status.h"
+#include "util/file_system.h"
 
 namespace pagedkv::model {
 
@@ -27,6 +28,8 @@ struct MakeModelOptions {
   int32_t vocab_size = 0;
   // config.json eos_token_id (-1 = null), e.g. the eos of a tokenizer copied in.
   int32_t eos_token_id = -1;
+  // Where to write (default FileSystem::posix()); tests inject faults here.
+  FileSystem* fs = nullptr;
 };
 
 Status make_random_model(const MakeModelOptions& options);

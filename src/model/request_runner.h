@@ -27,9 +27,13 @@
 
 namespace pagedkv::model {
 
+// The machine's physical memory in bytes (0 when unknown).
+uint64_t physical_memory_bytes();
+
 // A PagedKVCache with bytes for `model` (host storage). Sizes: env > `config` >
 // defaults (kv/pool_budget.h); the model's config.json cache fields fill in what
-// `config` leaves unset.
+// `config` leaves unset. A pool whose initial bytes exceed physical memory is
+// ResourceExhausted (docs/limits.md) before anything is allocated.
 StatusOr<std::unique_ptr<kv::PagedKVCache>> make_paged_cache(const Model& model,
                                                              kv::PoolBudgetConfig config = {});
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -80,7 +81,8 @@ SafetensorsFile::~SafetensorsFile() {
 StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat refuses it below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     if (e == ENOENT) return not_found("safetensors file " + path + " does not exist");
@@ -89,7 +91,7 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return bad(path, "not a regular file");
+    return bad(path, "not a regular file (a FIFO, device or directory cannot hold tensors)");
   }
   uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) {
@@ -188,7 +190,15 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
                            " is past the end of the data section (" + std::to_string(data_size) +
                            " bytes; file truncated?)");
     }
-    uint64_t want = numel * dtype_size(t.dtype);
+    // numel <= 2^62 and the element size <= 8: the product can still wrap 64
+    // bits (2^61 + 1 I64 elements "need" 8 bytes). Checked for every tensor,
+    // unused ones too; past this, want == end - begin <= data size holds.
+    const uint64_t esize = dtype_size(t.dtype);
+    if (numel > std::numeric_limits<uint64_t>::max() / esize) {
+      return bad(path, where + ": shape " + t.shape_string() + " x " + ds +
+                           " needs more than 2^64 bytes");
+    }
+    uint64_t want = numel * esize;
     if (want != en - b) {
       return bad(path, where + ": shape " + t.shape_string() + " x " + ds + " needs " +
                            std::to_string(want) + " bytes but data_offsets span " +

@@ -104,6 +104,16 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::load(const Json& j, const std::str
     m->vocab_.emplace(it.key(), static_cast<int32_t>(id));
     max_id = std::max(max_id, id);
   }
+  // Ids index dense tables (here and in the Tokenizer): they must stay close to
+  // the vocabulary's size, or a tiny file could claim gigabytes (docs/limits.md).
+  const int64_t id_limit = static_cast<int64_t>(m->vocab_.size()) + kMaxVocabIdGap;
+  if (max_id >= id_limit) {
+    return json_error(where + ".vocab",
+                      "id " + std::to_string(max_id) + " is too large for a " +
+                          std::to_string(m->vocab_.size()) +
+                          "-entry vocabulary (ids must be below the entry count + " +
+                          std::to_string(kMaxVocabIdGap) + ")");
+  }
   m->id_to_token_.assign(static_cast<size_t>(max_id + 1), nullptr);
   m->bmp_char_id_.assign(0x10000, -1);
   for (const auto& [tok, id] : m->vocab_) {

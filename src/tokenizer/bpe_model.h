@@ -32,6 +32,10 @@ struct StringHash {
 };
 using VocabMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+// The most a vocabulary's largest id may exceed its entry count (holes in the
+// id space); docs/limits.md.
+inline constexpr int64_t kMaxVocabIdGap = 1 << 20;
+
 class BpeModel {
  public:
   static StatusOr<std::unique_ptr<BpeModel>> load(const Json& model, const std::string& path);

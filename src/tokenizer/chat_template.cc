@@ -7,6 +7,8 @@
 #include <system_error>
 
 #include "tokenizer/jinja_template.h"
+#include "tokenizer/tokenizer.h"
+#include "util/file_system.h"
 
 namespace pagedkv {
 namespace {
@@ -30,17 +32,16 @@ StatusOr<std::shared_ptr<const jinja::Template>> compile(const std::string& sour
 }  // namespace
 
 StatusOr<ChatTemplate> ChatTemplate::from_tokenizer_config(const std::string& path) {
-  // An ifstream opens a directory and then reads nothing ("not valid JSON").
+  // A directory gets its own message (not "not valid JSON").
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return invalid_argument("tokenizer config " + path + " is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open tokenizer config " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  // FIFOs and devices are refused without blocking; size budget in docs/limits.md.
+  auto bytes = read_regular_file(path, tokenizer::kMaxTokenizerConfigBytes);
+  if (!bytes.ok()) return bytes.status().with_context("tokenizer config");
   nlohmann::ordered_json config;
   try {
-    config = nlohmann::ordered_json::parse(ss.str());
+    config = nlohmann::ordered_json::parse(bytes->begin(), bytes->end());
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument(path + ": not valid JSON: " + e.what());
   }

@@ -181,7 +181,7 @@ class SequenceDecoder : public Decoder {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Decoder>> make_decoder(const Json& j, const std::string& path) {
+StatusOr<std::unique_ptr<Decoder>> make_decoder(const Json& j, const std::string& path, int depth) {
   if (j.is_null()) return std::unique_ptr<Decoder>();
   PKV_ASSIGN_OR_RETURN(std::string type, json_type(j, path));
   const std::string where = path + " (" + type + ")";
@@ -242,9 +242,10 @@ StatusOr<std::unique_ptr<Decoder>> make_decoder(const Json& j, const std::string
     auto it = j.find("decoders");
     if (it == j.end() || !it->is_array()) return json_error(where, "missing array 'decoders'");
     std::vector<std::unique_ptr<Decoder>> v;
+    PKV_RETURN_IF_ERROR(check_sequence_depth(depth + 1, where));
     for (size_t i = 0; i < it->size(); ++i) {
-      PKV_ASSIGN_OR_RETURN(auto d,
-                           make_decoder((*it)[i], path + ".decoders[" + std::to_string(i) + "]"));
+      PKV_ASSIGN_OR_RETURN(
+          auto d, make_decoder((*it)[i], path + ".decoders[" + std::to_string(i) + "]", depth + 1));
       if (d) v.push_back(std::move(d));
     }
     return std::unique_ptr<Decoder>(new SequenceDecoder(std::move(v)));

@@ -21,6 +21,7 @@ class Decoder {
 };
 
 // Null JSON → nullptr (Tokenizer then joins tokens with spaces, like Hugging Face).
-StatusOr<std::unique_ptr<Decoder>> make_decoder(const Json& j, const std::string& path);
+StatusOr<std::unique_ptr<Decoder>> make_decoder(const Json& j, const std::string& path,
+                                                int depth = 0);
 
 }  // namespace pagedkv::tokenizer

@@ -143,10 +143,19 @@ std::optional<double> parse_py_float(const std::string& raw) {
 }
 
 std::string indent_filter(const std::string& s_in, const Value& width, bool first, bool blank) {
+  if (!width.is_string()) {
+    RenderBudget::check_bytes(static_cast<uint64_t>(std::max<int64_t>(width.as_int(), 0)),
+                              "an indent() width");
+  }
   std::string indention =
-      width.is_string() ? width.as_string() : std::string(static_cast<size_t>(width.as_int()), ' ');
+      width.is_string()
+          ? width.as_string()
+          : std::string(static_cast<size_t>(std::max<int64_t>(width.as_int(), 0)), ' ');
   std::string s = s_in + "\n";
   std::vector<std::string> lines = py_splitlines(s);
+  RenderBudget::check_bytes(lines.size(), indention.size() + 1, "an indent() result");
+  RenderBudget::check_bytes(uint64_t{lines.size()} * (indention.size() + 1) + s.size(),
+                            "an indent() result");
   std::string rv;
   if (blank) {
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -177,6 +186,8 @@ Value tojson_filter(const Value& v, const CallArgs& a) {
   o.ensure_ascii = truthy(arg_or(a, 0, "ensure_ascii", Value::boolean(false)));
   Value indent = arg_or(a, 1, "indent", Value::none());
   if (indent.is_int() || indent.is_bool()) {
+    RenderBudget::check_bytes(static_cast<uint64_t>(std::max<int64_t>(0, indent.as_int())),
+                              "a tojson indent");
     o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), ' ');
   } else if (indent.is_string()) {
     o.indent = indent.as_string();
@@ -312,6 +323,7 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a) {
       if (!first) out += sep;
       first = false;
       out += py_str(attr.is_none() ? item : attr_path(item, py_str(attr)));
+      RenderBudget::check_bytes(out.size(), "a join() result");
     }
     return Value::string(out);
   }

@@ -94,6 +94,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
       if (count < 0 || done < count) {
         out += rep;
         ++done;
+        RenderBudget::check_bytes(out.size(), "a replace() result");
       }
       if (i < u.size()) append_utf8(out, u[i]);
     }
@@ -107,6 +108,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     if (f == std::string::npos) break;
     out.append(s, pos, f - pos);
     out += rep;
+    RenderBudget::check_bytes(out.size(), "a replace() result");
     pos = f + old.size();
     ++done;
   }
@@ -142,6 +144,7 @@ std::string pad(const std::string& s, int64_t width, const std::string& fill, in
   int64_t len = static_cast<int64_t>(utf8_length(s));
   if (width <= len) return s;
   int64_t total = width - len;
+  RenderBudget::check_bytes(static_cast<uint64_t>(total), fill.size() + 1, "a padded string");
   int64_t left = mode == 0 ? total / 2 + (total & width & 1) : mode == 1 ? 0 : total;
   int64_t right = total - left;
   std::string out;
@@ -330,6 +333,7 @@ Value call_str_method(const std::string& s, const std::string& m, CallArgs& a) {
     int64_t width = need_int(*w, "width");
     int64_t len = static_cast<int64_t>(utf8_length(s));
     if (width <= len) return Value::string(s);
+    RenderBudget::check_bytes(static_cast<uint64_t>(width), "a zfill() result");
     std::string zeros(static_cast<size_t>(width - len), '0');
     if (!s.empty() && (s[0] == '+' || s[0] == '-'))
       return Value::string(s.substr(0, 1) + zeros + s.substr(1));
@@ -423,6 +427,9 @@ int64_t mul_checked(int64_t a, int64_t b) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
+  // Refused before allocating when the result would pass the byte budget.
+  RenderBudget::check_bytes(static_cast<uint64_t>(std::max<int64_t>(n, 0)), shallow_bytes(seq),
+                            seq.is_string() ? "a repeated string" : "a repeated list");
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.as_string();
@@ -677,7 +684,11 @@ Value slice_value(const Value& obj, const Value& start_v, const Value& stop_v,
 }
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
-  if (op == "~") return Value::string(py_str(a) + py_str(b));
+  if (op == "~") {
+    std::string x = py_str(a), y = py_str(b);
+    RenderBudget::check_bytes(uint64_t{x.size()} + y.size(), "a concatenated string");
+    return Value::string(x + y);
+  }
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   bool nums = a.is_number() && b.is_number();
@@ -687,8 +698,13 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       if (any_float) return Value::number(a.as_double() + b.as_double());
       return Value::integer(add_checked(a.as_int(), b.as_int()));
     }
-    if (a.is_string() && b.is_string()) return Value::string(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      RenderBudget::check_bytes(uint64_t{a.as_string().size()} + b.as_string().size(),
+                                "a concatenated string");
+      return Value::string(a.as_string() + b.as_string());
+    }
     if (a.kind() == b.kind() && a.is_sequence_like()) {
+      RenderBudget::check_bytes(shallow_bytes(a) + shallow_bytes(b), "a concatenated list");
       List out = a.as_list();
       out.insert(out.end(), b.as_list().begin(), b.as_list().end());
       return a.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
@@ -763,8 +779,14 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       throw JinjaError(JinjaError::Kind::kValue, "0.0 cannot be raised to a negative power");
     }
     if (!any_float && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int(); ++i) r = mul_checked(r, a.as_int());
+      // Exponentiation by squaring: 64 rounds at most whatever the exponent
+      // (0 ** 2^63-1 used to loop once per unit).
+      int64_t r = 1, base = a.as_int(), e = b.as_int();
+      while (e > 0) {
+        if (e & 1) r = mul_checked(r, base);
+        e >>= 1;
+        if (e > 0) base = mul_checked(base, base);
+      }
       return Value::integer(r);
     }
     return Value::number(std::pow(a.as_double(), b.as_double()));

@@ -3,6 +3,7 @@
 // into a Status (plus a TemplateError) at compile()/render().
 #include "tokenizer/jinja_template.h"
 
+#include "tokenizer/jinja_budget.h"
 #include "tokenizer/jinja_builtins.h"
 #include "tokenizer/jinja_ops.h"
 #include "tokenizer/jinja_parser.h"
@@ -135,14 +136,22 @@ class Renderer {
     ~PushFrame() { r->frames_.pop_back(); }
   };
 
+  // Appends rendered text, within the output budget (jinja_budget.h).
+  static void emit(std::string& out, const std::string& text) {
+    RenderBudget::check_bytes(out.size() + text.size(), "the rendered output");
+    RenderBudget::charge_bytes(text.size());
+    out += text;
+  }
+
   Flow exec_stmt(const Stmt& s, std::string& out) {
     line_ = s.line;
+    RenderBudget::charge(1);
     switch (s.kind) {
       case StmtKind::kText:
-        out += s.text;
+        emit(out, s.text);
         return Flow::kNormal;
       case StmtKind::kOutput:
-        out += py_str(eval(*s.expr));
+        emit(out, py_str(eval(*s.expr)));
         return Flow::kNormal;
       case StmtKind::kIf:
         for (size_t i = 0; i < s.conds.size(); ++i) {
@@ -164,7 +173,7 @@ class Renderer {
         Value callee = eval(*call.args[0]);
         CallArgs args = eval_args(call, 1);
         args.keyword.emplace_back("caller", caller);
-        out += py_str(invoke(callee, args));
+        emit(out, py_str(invoke(callee, args)));
         return Flow::kNormal;
       }
       case StmtKind::kFilterBlock: {
@@ -173,7 +182,7 @@ class Renderer {
           PushFrame pf(this);
           exec(s.body, inner);
         }
-        out += py_str(apply_filters(s.filters, Value::string(inner)));
+        emit(out, py_str(apply_filters(s.filters, Value::string(inner))));
         return Flow::kNormal;
       }
       case StmtKind::kWith: {
@@ -250,6 +259,7 @@ class Renderer {
     }
     int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      RenderBudget::charge(1);  // an empty body still costs a step per iteration
       auto frame = std::make_shared<Frame>();
       auto loop = std::make_shared<Object>();
       loop->type_name = "LoopContext";
@@ -361,6 +371,7 @@ class Renderer {
 
   Value eval(const Expr& e) {
     line_ = e.line;
+    RenderBudget::charge(1);
     switch (e.kind) {
       case ExprKind::kConst:
         return e.value;
@@ -478,6 +489,8 @@ const char* kind_label(JinjaError::Kind k) {
       return "sandbox violation";
     case JinjaError::Kind::kValue:
       return "value error";
+    case JinjaError::Kind::kLimit:
+      return "render budget exceeded";
   }
   return "error";
 }
@@ -488,8 +501,10 @@ Status to_status(const JinjaError& e, TemplateError* out) {
     out->message = e.message();
     out->line = e.line();
   }
-  return invalid_argument(std::string("jinja template ") + kind_label(e.kind()) + " at line " +
-                          std::to_string(e.line()) + ": " + e.message());
+  std::string msg = std::string("jinja template ") + kind_label(e.kind()) + " at line " +
+                    std::to_string(e.line()) + ": " + e.message();
+  if (e.kind() == JinjaError::Kind::kLimit) return resource_exhausted(msg);
+  return invalid_argument(msg);
 }
 
 }  // namespace
@@ -508,8 +523,9 @@ StatusOr<std::shared_ptr<const Template>> Template::compile(const std::string& s
 }
 
 StatusOr<std::string> Template::render(const std::vector<std::pair<std::string, Value>>& vars,
-                                       TemplateError* error) const {
+                                       TemplateError* error, const RenderLimits* limits) const {
   Renderer r(vars);
+  RenderBudget budget(limits != nullptr ? *limits : RenderLimits::from_env());
   try {
     std::string out;
     r.exec(body_, out);
@@ -517,6 +533,8 @@ StatusOr<std::string> Template::render(const std::vector<std::pair<std::string, 
   } catch (JinjaError& e) {
     e.set_line_if_unknown(r.line());
     return to_status(e, error);
+  } catch (const std::bad_alloc&) {
+    return to_status(JinjaError(JinjaError::Kind::kLimit, "out of memory", r.line()), error);
   } catch (const std::exception& e) {
     return to_status(JinjaError(JinjaError::Kind::kValue, e.what(), r.line()), error);
   }

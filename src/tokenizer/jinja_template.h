@@ -19,6 +19,7 @@
 
 #include "pagedkv/status.h"
 #include "tokenizer/jinja_ast.h"
+#include "tokenizer/jinja_budget.h"
 
 namespace pagedkv::jinja {
 
@@ -36,8 +37,11 @@ class Template {
 
   // Renders with `vars` (name, value) on top of the globals (add_globals).
   // On failure returns a Status whose message names the line, and fills *error.
+  // Runs within `limits` (default: RenderLimits::from_env()); a budget that runs
+  // out is a ResourceExhausted Status (jinja_budget.h, docs/limits.md).
   StatusOr<std::string> render(const std::vector<std::pair<std::string, Value>>& vars,
-                               TemplateError* error = nullptr) const;
+                               TemplateError* error = nullptr,
+                               const RenderLimits* limits = nullptr) const;
 
  private:
   Body body_;

@@ -35,13 +35,33 @@ struct ValueDepth {
 
 }  // namespace
 
+uint64_t shallow_bytes(const Value& v) {
+  if (v.is_string()) return v.as_string().size();
+  if (!v.is_sequence_like()) return sizeof(Value);
+  uint64_t n = 0;
+  for (const Value& item : v.as_list()) n += sizeof(Value) + item.as_string().size();
+  return n;
+}
+
+namespace {
+void check_list_bytes(const List& items) {
+  uint64_t n = 0;
+  for (const Value& item : items) n += sizeof(Value) + item.as_string().size();
+  // Building a list costs a step per item plus its bytes.
+  RenderBudget::charge(items.size() + n / kBytesPerStep);
+  RenderBudget::check_bytes(n, "a list");
+}
+}  // namespace
+
 Value Value::list(List items) {
+  check_list_bytes(items);
   Value v(Kind::kList);
   v.list_ = std::make_shared<const List>(std::move(items));
   return v;
 }
 
 Value Value::tuple(List items) {
+  check_list_bytes(items);
   Value v(Kind::kTuple);
   v.list_ = std::make_shared<const List>(std::move(items));
   return v;

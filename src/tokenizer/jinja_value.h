@@ -23,13 +23,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/jinja_budget.h"
+
 namespace pagedkv::jinja {
 
 // A template error: `message` is what str() of the Python exception would be
 // (e.g. the text given to raise_exception), `line` the template line (0 = unknown).
 class JinjaError : public std::exception {
  public:
-  enum class Kind { kSyntax, kUndefined, kType, kRaised, kUnsupported, kSecurity, kValue };
+  // kLimit: a render budget ran out (jinja_budget.h); a ResourceExhausted Status.
+  enum class Kind { kSyntax, kUndefined, kType, kRaised, kUnsupported, kSecurity, kValue, kLimit };
   JinjaError(Kind kind, std::string message, int line = 0)
       : kind_(kind), message_(std::move(message)), line_(line) {}
   const char* what() const noexcept override { return message_.c_str(); }
@@ -91,6 +94,24 @@ enum class Kind {
 class Value {
  public:
   Value() = default;  // Undefined (no hint)
+  // Copies are counted against the current render's budget (jinja_budget.h): a
+  // template that copies a large string in a loop runs out of steps, not CPU.
+  Value(const Value& o)
+      : kind_(o.kind_),
+        int_(o.int_),
+        float_(o.float_),
+        str_((RenderBudget::charge_bytes(o.str_.size()), o.str_)),
+        list_(o.list_),
+        dict_(o.dict_),
+        object_(o.object_),
+        callable_(o.callable_) {}
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value& o) {
+    if (this != &o) *this = Value(o);
+    return *this;
+  }
+  Value& operator=(Value&&) noexcept = default;
+  ~Value() = default;
   static Value undefined(std::string message) {
     Value v;
     v.str_ = std::move(message);
@@ -113,6 +134,8 @@ class Value {
     return v;
   }
   static Value string(std::string s) {
+    RenderBudget::check_bytes(s.size(), "a string");
+    RenderBudget::charge_bytes(s.size());
     Value v(Kind::kString);
     v.str_ = std::move(s);
     return v;
@@ -167,6 +190,11 @@ struct CallArgs {
   // Returns the argument given at `index` or as `name`, else nullopt.
   std::optional<Value> get(size_t index, const std::string& name) const;
 };
+
+// The bytes a value holds at its top level, for the render budget: a string's
+// bytes; a list's or tuple's items as sizeof(Value) each plus their own string
+// bytes; sizeof(Value) for anything else.
+uint64_t shallow_bytes(const Value& v);
 
 // Python's type(x).__name__ ("str", "NoneType", "dict", ...).
 std::string type_name(const Value& v);

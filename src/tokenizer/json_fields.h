@@ -16,6 +16,15 @@ inline Status json_error(const std::string& path, const std::string& what) {
   return invalid_argument("tokenizer.json: " + path + ": " + what);
 }
 
+// Sequence normalizers / pre-tokenizers / decoders nest at most this deep (real
+// tokenizers use 2); deeper is an error before any recursion (docs/limits.md).
+inline constexpr int kMaxSequenceDepth = 16;
+inline Status check_sequence_depth(int depth, const std::string& path) {
+  if (depth < kMaxSequenceDepth) return ok_status();
+  return json_error(
+      path, "Sequence nesting deeper than the limit of " + std::to_string(kMaxSequenceDepth));
+}
+
 // The object's "type" string.
 StatusOr<std::string> json_type(const Json& j, const std::string& path);
 // A required string field.

@@ -99,7 +99,8 @@ class SequenceNormalizer : public Normalizer {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, const std::string& path) {
+StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, const std::string& path,
+                                                      int depth) {
   if (j.is_null()) return std::unique_ptr<Normalizer>();
   PKV_ASSIGN_OR_RETURN(std::string type, json_type(j, path));
   const std::string where = path + " (" + type + ")";
@@ -138,9 +139,11 @@ StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, const std::
     auto it = j.find("normalizers");
     if (it == j.end() || !it->is_array()) return json_error(where, "missing array 'normalizers'");
     std::vector<std::unique_ptr<Normalizer>> v;
+    PKV_RETURN_IF_ERROR(check_sequence_depth(depth + 1, where));
     for (size_t i = 0; i < it->size(); ++i) {
       PKV_ASSIGN_OR_RETURN(
-          auto n, make_normalizer((*it)[i], path + ".normalizers[" + std::to_string(i) + "]"));
+          auto n,
+          make_normalizer((*it)[i], path + ".normalizers[" + std::to_string(i) + "]", depth + 1));
       if (n) v.push_back(std::move(n));
     }
     return std::unique_ptr<Normalizer>(new SequenceNormalizer(std::move(v)));

@@ -20,6 +20,7 @@ class Normalizer {
 
 // Builds the normalizer described at `path` (null JSON → nullptr). Unknown
 // types and unsupported options are InvalidArgument naming them and the path.
-StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, const std::string& path);
+StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const Json& j, const std::string& path,
+                                                      int depth = 0);
 
 }  // namespace pagedkv::tokenizer

@@ -358,7 +358,8 @@ std::string byte_level_encode(std::string_view text) {
   return out;
 }
 
-StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, const std::string& path) {
+StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, const std::string& path,
+                                                           int depth) {
   if (j.is_null()) return std::unique_ptr<PreTokenizer>();
   PKV_ASSIGN_OR_RETURN(std::string type, json_type(j, path));
   const std::string where = path + " (" + type + ")";
@@ -446,9 +447,11 @@ StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, const 
     auto it = j.find("pretokenizers");
     if (it == j.end() || !it->is_array()) return json_error(where, "missing array 'pretokenizers'");
     std::vector<std::unique_ptr<PreTokenizer>> v;
+    PKV_RETURN_IF_ERROR(check_sequence_depth(depth + 1, where));
     for (size_t i = 0; i < it->size(); ++i) {
       PKV_ASSIGN_OR_RETURN(
-          auto p, make_pre_tokenizer((*it)[i], path + ".pretokenizers[" + std::to_string(i) + "]"));
+          auto p, make_pre_tokenizer((*it)[i], path + ".pretokenizers[" + std::to_string(i) + "]",
+                                     depth + 1));
       if (p) v.push_back(std::move(p));
     }
     return std::unique_ptr<PreTokenizer>(new SequencePre(std::move(v)));

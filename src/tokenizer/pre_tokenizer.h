@@ -68,6 +68,7 @@ std::string byte_level_encode(std::string_view text);
 void byte_level_encode_append(std::string_view text, std::string* out);
 
 // Null JSON → nullptr.
-StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, const std::string& path);
+StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, const std::string& path,
+                                                           int depth = 0);
 
 }  // namespace pagedkv::tokenizer

@@ -17,23 +17,21 @@
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/unicode_text.h"
+#include "util/file_system.h"
 #include "util/logging.h"
 
 namespace pagedkv::tokenizer {
 
 namespace {
 
-StatusOr<std::string> read_file(const std::string& path) {
-  // An ifstream opens a directory and then reads nothing ("not valid JSON").
+StatusOr<std::string> read_file(const std::string& path, uint64_t max_bytes) {
+  // A directory gets its own message; FIFOs and devices are refused without
+  // blocking, and a file over the budget without reading it (docs/limits.md).
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     return invalid_argument(path + " is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return io_error("error reading " + path);
-  return ss.str();
+  PKV_ASSIGN_OR_RETURN(auto bytes, read_regular_file(path, max_bytes));
+  return std::string(bytes.begin(), bytes.end());
 }
 
 StatusOr<Json> parse_json(std::string_view text, const std::string& what) {
@@ -63,15 +61,19 @@ Tokenizer::~Tokenizer() = default;
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(
     const std::string& tokenizer_json_path, const std::optional<std::string>& config_path) {
-  PKV_ASSIGN_OR_RETURN(std::string text, read_file(tokenizer_json_path));
+  PKV_ASSIGN_OR_RETURN(std::string text, read_file(tokenizer_json_path, kMaxTokenizerJsonBytes));
   std::optional<std::string> cfg_text;
   if (config_path) {
-    PKV_ASSIGN_OR_RETURN(cfg_text, read_file(*config_path));
+    PKV_ASSIGN_OR_RETURN(cfg_text, read_file(*config_path, kMaxTokenizerConfigBytes));
   } else {
     size_t slash = tokenizer_json_path.find_last_of('/');
     std::string dir = slash == std::string::npos ? "." : tokenizer_json_path.substr(0, slash);
-    auto c = read_file(dir + "/tokenizer_config.json");
-    if (c.ok()) cfg_text = std::move(*c);
+    auto c = read_file(dir + "/tokenizer_config.json", kMaxTokenizerConfigBytes);
+    if (c.ok()) {
+      cfg_text = std::move(*c);
+    } else if (c.status().code() != StatusCode::kNotFound) {
+      return c.status();  // present but a FIFO, a directory, too large, unreadable
+    }
   }
   std::unique_ptr<Tokenizer> t(new Tokenizer());
   Status s = t->init(text, cfg_text ? std::optional<std::string_view>(*cfg_text) : std::nullopt);

@@ -30,6 +30,11 @@ class BpeModel;
 class Decoder;
 class PostProcessor;
 
+// Input budgets (docs/limits.md): larger files are ResourceExhausted naming the
+// file and the limit, before anything is read.
+inline constexpr uint64_t kMaxTokenizerJsonBytes = 256ull << 20;
+inline constexpr uint64_t kMaxTokenizerConfigBytes = 64ull << 20;
+
 class Tokenizer {
  public:
   // Loads tokenizer.json. `config_path` names tokenizer_config.json; when not

@@ -157,6 +157,12 @@ StatusOr<std::vector<uint8_t>> FaultInjectionFileSystem::read_file(const std::st
   return data_or;
 }
 
+StatusOr<std::vector<uint8_t>> FaultInjectionFileSystem::read_file_prefix(const std::string& path,
+                                                                          uint64_t n) {
+  // Faults apply to the full read that follows a header check, not to the peek.
+  return base_.read_file_prefix(path, n);
+}
+
 Status FaultInjectionFileSystem::rename(const std::string& from, const std::string& to) {
   PKV_RETURN_IF_ERROR(maybe_fail(Op::kRename, from));
   PKV_RETURN_IF_ERROR(base_.rename(from, to));

@@ -71,6 +71,7 @@ class FaultInjectionFileSystem final : public FileSystem {
   StatusOr<std::unique_ptr<WritableFile>> create_exclusive(const std::string& path,
                                                            uint32_t mode) override;
   StatusOr<std::vector<uint8_t>> read_file(const std::string& path, uint64_t max_bytes) override;
+  StatusOr<std::vector<uint8_t>> read_file_prefix(const std::string& path, uint64_t n) override;
   Status rename(const std::string& from, const std::string& to) override;
   Status remove(const std::string& path) override;
   Status create_dirs(const std::string& path, uint32_t mode) override;

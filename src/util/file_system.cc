@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -19,6 +20,50 @@ Status errno_status(const std::string& what, const std::string& path, int err) {
   if (err == ENOENT) return not_found(msg);
   if (err == ENOSPC || err == EDQUOT) return resource_exhausted(msg);
   return io_error(msg);
+}
+
+// Reads a whole regular file. O_NONBLOCK so that opening a FIFO never waits for
+// a writer; fstat then refuses anything that is not a regular file.
+StatusOr<std::vector<uint8_t>> read_regular(const std::string& path, uint64_t max_bytes,
+                                            bool follow_symlinks, uint64_t prefix = UINT64_MAX) {
+  int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | (follow_symlinks ? 0 : O_NOFOLLOW);
+  int fd = ::open(path.c_str(), flags);
+  if (fd < 0) {
+    if (errno == ELOOP && !follow_symlinks)
+      return io_error("refusing to follow symlink '" + path + "'");
+    return errno_status("open", path, errno);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    return errno_status("stat", path, e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return io_error("'" + path + "' is not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return resource_exhausted("'" + path + "' is " + std::to_string(st.st_size) +
+                              " bytes, more than the limit of " + std::to_string(max_bytes));
+  }
+  std::vector<uint8_t> data(static_cast<size_t>(std::min<uint64_t>(st.st_size, prefix)));
+  size_t got = 0;
+  while (got < data.size()) {
+    ssize_t n = ::read(fd, data.data() + got, data.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      return errno_status("read", path, e);
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  data.resize(got);
+  return data;
 }
 
 class PosixWritableFile final : public WritableFile {
@@ -71,42 +116,11 @@ class PosixFileSystem final : public FileSystem {
   }
 
   StatusOr<std::vector<uint8_t>> read_file(const std::string& path, uint64_t max_bytes) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-      if (errno == ELOOP) return io_error("refusing to follow symlink '" + path + "'");
-      return errno_status("open", path, errno);
-    }
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-      int e = errno;
-      ::close(fd);
-      return errno_status("stat", path, e);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return io_error("'" + path + "' is not a regular file");
-    }
-    if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-      ::close(fd);
-      return resource_exhausted("'" + path + "' is " + std::to_string(st.st_size) +
-                                " bytes, more than the limit of " + std::to_string(max_bytes));
-    }
-    std::vector<uint8_t> data(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < data.size()) {
-      ssize_t n = ::read(fd, data.data() + got, data.size() - got);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        int e = errno;
-        ::close(fd);
-        return errno_status("read", path, e);
-      }
-      if (n == 0) break;
-      got += static_cast<size_t>(n);
-    }
-    ::close(fd);
-    data.resize(got);
-    return data;
+    return read_regular(path, max_bytes, /*follow_symlinks=*/false);
+  }
+
+  StatusOr<std::vector<uint8_t>> read_file_prefix(const std::string& path, uint64_t n) override {
+    return read_regular(path, UINT64_MAX, /*follow_symlinks=*/false, n);
   }
 
   Status rename(const std::string& from, const std::string& to) override {
@@ -206,9 +220,19 @@ StatusOr<DiskSpace> FileSystem::disk_space(const std::string& path) {
   return failed_precondition("disk_space is not supported by this FileSystem ('" + path + "')");
 }
 
+StatusOr<std::vector<uint8_t>> FileSystem::read_file_prefix(const std::string& path, uint64_t n) {
+  PKV_ASSIGN_OR_RETURN(auto data, read_file(path, UINT64_MAX));
+  if (data.size() > n) data.resize(static_cast<size_t>(n));
+  return data;
+}
+
 FileSystem& FileSystem::posix() {
   static PosixFileSystem fs;
   return fs;
+}
+
+StatusOr<std::vector<uint8_t>> read_regular_file(const std::string& path, uint64_t max_bytes) {
+  return read_regular(path, max_bytes, /*follow_symlinks=*/true);
 }
 
 std::string dir_name(const std::string& path) {
@@ -226,6 +250,16 @@ std::string join_path(const std::string& a, const std::string& b) {
 
 Status write_file_durably(FileSystem& fs, const std::string& path, std::span<const uint8_t> bytes,
                           uint32_t mode, SyncMode sync) {
+  // The rename would replace a device node, FIFO or socket (`--out /dev/full`)
+  // with a regular file: refuse any existing target that is not a regular file
+  // (a symlink is replaced, never followed).
+  auto existing = fs.stat(path);
+  if (existing.ok() &&
+      (existing->type == FileType::kOther || existing->type == FileType::kDirectory)) {
+    return invalid_argument("refusing to write '" + path +
+                            "': it exists and is not a regular file (a device, FIFO, socket "
+                            "or directory)");
+  }
   static std::atomic<uint64_t> counter{0};
   std::string tmp =
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter.fetch_add(1));

@@ -56,6 +56,10 @@ class FileSystem {
   // Reads a whole regular file; refuses symlinks, FIFOs and directories
   // (O_NOFOLLOW|O_NONBLOCK, then fstat). At most `max_bytes` are accepted.
   virtual StatusOr<std::vector<uint8_t>> read_file(const std::string& path, uint64_t max_bytes) = 0;
+  // The first min(n, size) bytes of a regular file, with read_file's refusals
+  // (a reader checks a header before reading a large body). The default reads
+  // the whole file through read_file, so existing test doubles keep compiling.
+  virtual StatusOr<std::vector<uint8_t>> read_file_prefix(const std::string& path, uint64_t n);
   virtual Status rename(const std::string& from, const std::string& to) = 0;
   virtual Status remove(const std::string& path) = 0;
   // mkdir -p with `mode` for directories it creates.
@@ -73,9 +77,17 @@ class FileSystem {
 };
 
 // temp (O_EXCL) → write → sync → rename → directory sync. The temp file lives in
-// the target's directory and is removed on any failure.
+// the target's directory and is removed on any failure. An existing target that
+// is a device, FIFO, socket or directory is refused (InvalidArgument), never
+// renamed over.
 Status write_file_durably(FileSystem& fs, const std::string& path, std::span<const uint8_t> bytes,
                           uint32_t mode, SyncMode sync = SyncMode::kFsync);
+
+// Reads a whole input file (a tokenizer, an ids file) outside the FileSystem seam,
+// following symlinks (Hugging Face caches link to blobs) but refusing FIFOs,
+// devices and directories without blocking (O_NONBLOCK, then fstat), and files
+// larger than `max_bytes` (ResourceExhausted naming the file and the limit).
+StatusOr<std::vector<uint8_t>> read_regular_file(const std::string& path, uint64_t max_bytes);
 
 // Directory part of a path ("." when none).
 std::string dir_name(const std::string& path);

@@ -4,6 +4,7 @@
 // reports the second prompt's prefix hit and gives the same tokens paged and
 // flat; bad input exits non-zero with a message naming the problem.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <cmath>
@@ -217,6 +218,149 @@ TEST(CliTest, GenerateStopsAtTheModelsContextOnBothPaths) {
               std::string::npos)
         << path << ": " << r.output;
   }
+}
+
+// Issue #16 items 5, 7, 8: hostile input files. FIFOs in place of an input are
+// refused at once (each command runs under `timeout`, so a regression fails
+// instead of hanging); --out on a FIFO is refused and the FIFO left alone; a
+// JSONL line over PAGEDKV_JSONL_MAX_LINE_BYTES is an error, not an abort.
+TEST(CliTest, HostileInputFilesAreRefused) {
+  const std::string m = testing_util::make_tiny("qwen3", 2, "cli_hostile");
+  const std::string d = testing_util::temp_dir("cli_hostile_files");
+  const std::string fifo = d + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto timed = [](const std::string& args) {
+    return test::run_command("timeout 60 " + test::pagedkv_command(args));
+  };
+  // --input-ids: text and .safetensors.
+  auto r = timed("logits --model " + m + " --input-ids " + fifo + " --out " + d + "/o.safetensors");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "blocked on the FIFO";
+  EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << r.output;
+  const std::string st_fifo = d + "/ids.safetensors";
+  ASSERT_EQ(mkfifo(st_fifo.c_str(), 0600), 0);
+  r = timed("logits --model " + m + " --input-ids " + st_fifo + " --out " + d + "/o.safetensors");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "blocked on the FIFO";
+  EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << r.output;
+  // --out on a special file: refused, never renamed over.
+  testing_util::write_text(d + "/ids.txt", "1 2 3");
+  r = timed("logits --model " + m + " --input-ids " + d + "/ids.txt --out " + fifo);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << r.output;
+  struct stat sb;
+  ASSERT_EQ(::lstat(fifo.c_str(), &sb), 0);
+  EXPECT_TRUE(S_ISFIFO(sb.st_mode)) << "--out replaced the FIFO";
+  // model.safetensors and tokenizer.json as FIFOs.
+  const std::string m2 = testing_util::make_tiny("qwen3", 2, "cli_hostile_model");
+  std::filesystem::remove(m2 + "/model.safetensors");
+  ASSERT_EQ(mkfifo((m2 + "/model.safetensors").c_str(), 0600), 0);
+  r = timed("generate --model " + m2 + " --prompt-ids 1 --max-tokens 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "blocked on the FIFO";
+  EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << r.output;
+  ASSERT_EQ(mkfifo((m + "/tokenizer.json").c_str(), 0600), 0);
+  r = timed("generate --model " + m + " --prompt hello --max-tokens 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "blocked on the FIFO";
+  EXPECT_NE(r.output.find("not a regular file"), std::string::npos) << r.output;
+  std::filesystem::remove(m + "/tokenizer.json");
+
+  // JSONL lines longer than the limit (1,000 bytes here) in the three readers.
+  auto comps =
+      testing_util::read_json(std::string(PAGEDKV_TEST_DATA_DIR) + "/tokenizer/components.json");
+  const std::string tok = d + "/tokenizer.json";
+  testing_util::write_text(tok, comps["variants"]["split_string_Removed_false"].dump());
+  testing_util::write_text(d + "/text.jsonl",
+                           "{\"text\":\"12 3\"}\n{\"text\":\"" + std::string(5000, '1') + "\"}\n");
+  testing_util::write_text(d + "/ids.jsonl",
+                           "{\"ids\":[1,2]}\n{\"ids\":[" + std::string(3000, '1') + "]}\n");
+  testing_util::write_text(d + "/chat.jsonl", "{\"messages\":[{\"role\":\"user\",\"content\":\"" +
+                                                  std::string(5000, 'x') + "\"}]}\n");
+  setenv("PAGEDKV_JSONL_MAX_LINE_BYTES", "1000", 1);
+  auto tk = timed("tokenize --tokenizer " + tok + " --jsonl " + d + "/text.jsonl");
+  auto dt = timed("detokenize --tokenizer " + tok + " --jsonl " + d + "/ids.jsonl");
+  auto cf = timed("chat-format --tokenizer-config " + std::string(PAGEDKV_TEST_DATA_DIR) +
+                  "/chat/qwen3_tokenizer_config.json --jsonl " + d + "/chat.jsonl");
+  unsetenv("PAGEDKV_JSONL_MAX_LINE_BYTES");
+  for (const auto* res : {&tk, &dt, &cf}) {
+    EXPECT_EQ(res->exit_code, 1) << res->output;
+    EXPECT_NE(res->output.find("line is longer than the limit of 1000 bytes"), std::string::npos)
+        << res->output;
+  }
+  EXPECT_NE(tk.output.find("text.jsonl:2"), std::string::npos) << tk.output;
+  EXPECT_NE(dt.output.find("ids.jsonl:2"), std::string::npos) << dt.output;
+  // Under the default limit the same files are fine.
+  EXPECT_EQ(timed("tokenize --tokenizer " + tok + " --jsonl " + d + "/text.jsonl").exit_code, 0);
+}
+
+// Issue #16 item 6: `generate --chat` with a template that would run for hours
+// stops at the render budget with an error (it used to hang).
+TEST(CliTest, GenerateChatWithARunawayTemplateFailsFast) {
+  const std::string m = testing_util::make_tiny("qwen3", 2, "cli_runaway");
+  auto comps =
+      testing_util::read_json(std::string(PAGEDKV_TEST_DATA_DIR) + "/tokenizer/components.json");
+  testing_util::write_text(m + "/tokenizer.json",
+                           comps["variants"]["split_string_Removed_false"].dump());
+  nlohmann::json cfg;
+  cfg["chat_template"] =
+      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+  testing_util::write_text(m + "/tokenizer_config.json", cfg.dump());
+  auto r = test::run_command(
+      "timeout 120 " +
+      test::pagedkv_command("generate --model " + m + " --chat --prompt hi --max-tokens 1"));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the render hung";
+  EXPECT_NE(r.output.find("PAGEDKV_CHAT_TEMPLATE_MAX_STEPS"), std::string::npos) << r.output;
+}
+
+// Issue #16 items 12 and 14: a cold-cache directory that cannot be opened makes
+// generate --persist-cache answer uncached (exit 0, a warning, a counted error);
+// a usable one prints its stats line only after the pending writes drained.
+TEST(CliTest, ColdTierFailuresDegradeAndStatsAreFinal) {
+  const std::string m = testing_util::make_tiny("qwen3", 2, "cli_cold");
+  const std::string d = testing_util::temp_dir("cli_cold_dir");
+  testing_util::write_text(d + "/file", "not a directory");
+  const std::string prompt =
+      "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 "
+      "26 27 28 29 30 31 32 33 34 35 36 37 38 39 40";
+  auto uncached =
+      run_pagedkv("generate --model " + m + " --max-tokens 4 --prompt-ids \"" + prompt + "\"");
+  ASSERT_EQ(uncached.exit_code, 0) << uncached.output;
+  setenv("PAGEDKV_COLD_CACHE_DIR", (d + "/file/cold").c_str(), 1);
+  auto r = run_pagedkv("generate --model " + m +
+                       " --persist-cache --stats --max-tokens 4 "
+                       "--prompt-ids \"" +
+                       prompt + "\"");
+  unsetenv("PAGEDKV_COLD_CACHE_DIR");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cold tier: disabled for this process"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"coldOpenErrors\":1"), std::string::npos) << r.output;
+  // The same answer as without the tier.
+  auto first_line = [](const std::string& out) {
+    size_t p = out.find("prompt 1 (");
+    return p == std::string::npos ? std::string("missing") : out.substr(p, out.find('\n', p) - p);
+  };
+  EXPECT_EQ(first_line(r.output), first_line(uncached.output));
+  // A working directory: every enqueued object is written (or counted as an
+  // error) by the time the stats line is printed.
+  const std::string cold_dir = d + "/cold";
+  setenv("PAGEDKV_COLD_CACHE_DIR", cold_dir.c_str(), 1);
+  r = run_pagedkv("generate --model " + m +
+                  " --persist-cache --stats --max-tokens 4 "
+                  "--prompt-ids \"" +
+                  prompt + "\"");
+  unsetenv("PAGEDKV_COLD_CACHE_DIR");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t at = r.output.find("[cold] {");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  auto j = nlohmann::json::parse(r.output.substr(at + 7, r.output.find('\n', at) - at - 7));
+  uint64_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(cold_dir)) files += e.is_regular_file();
+  EXPECT_GT(j["coldEnqueued"].get<uint64_t>(), 0u) << r.output;
+  EXPECT_EQ(j["coldEnqueued"].get<uint64_t>(), files + j["coldWriteErrors"].get<uint64_t>())
+      << r.output;
+  EXPECT_EQ(j["coldBytesWritten"].get<uint64_t>() > 0, files > 0) << r.output;
 }
 
 }  // namespace

@@ -3,18 +3,24 @@
 // optional real-checkpoint gate (PAGEDKV_TEST_MODEL_PATH). Every bad input is a
 // tiny crafted file and must produce a Status that names what is wrong.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "kv/pool_budget.h"
 #include "model/checkpoint.h"
 #include "model/flat_kv_cache.h"
+#include "model/layers.h"
 #include "model/model.h"
 #include "model/pool_kv_store.h"
 #include "model/request_runner.h"
 #include "model/safetensors.h"
 #include "test_util.h"
+#include "util/fault_injection_file_system.h"
 
 namespace pagedkv::model {
 namespace {
@@ -122,6 +128,36 @@ TEST(SafetensorsTest, DtypeShapeMismatchUnknownDtypeDuplicatesAndBadJson) {
                  "non-negative"));
 }
 
+// Issue #16 item 1: count x dtype size must fit in 64 bits and in the data
+// section, for every tensor (an unused one too), before anything reads it.
+TEST(SafetensorsTest, ElementCountTimesDtypeSizeOverflowIsRefused) {
+  // 2^61 + 1 elements of 8 bytes wrap to 8 bytes in 64 bits.
+  EXPECT_TRUE(fails_with(write_raw(R"({"input_ids":{"dtype":"I64","shape":[2305843009213693953],)"
+                                   R"("data_offsets":[0,8]}})",
+                                   8, "ovf1"),
+                         "needs more than 2^64 bytes"));
+  // 2^62 F32 elements wrap to 0 bytes: an unused tensor that claims it is refused.
+  EXPECT_TRUE(fails_with(
+      write_raw(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                R"("unused":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[16,16]}})",
+                16, "ovf2"),
+      "'unused'"));
+  // A huge dimension times a zero one is an empty tensor, still fine.
+  EXPECT_TRUE(
+      SafetensorsFile::open(write_raw(R"({"e":{"dtype":"I64","shape":[4611686018427387904,0],)"
+                                      R"("data_offsets":[0,0]}})",
+                                      0, "ovf3"))
+          .ok());
+}
+
+// Issue #16 item 7: a FIFO in place of the file is refused at once (no blocking
+// open waiting for a writer).
+TEST(SafetensorsTest, FifoIsRefusedWithoutBlocking) {
+  std::string path = temp_dir("fifo") + "/model.safetensors";
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  EXPECT_TRUE(fails_with(path, "not a regular file"));
+}
+
 ::testing::AssertionResult load_fails_with(const std::string& dir, const std::string& needle) {
   auto m = load_model(dir);
   if (m.ok()) return ::testing::AssertionFailure() << "loaded " << dir;
@@ -176,6 +212,136 @@ TEST(LoaderTest, ConfigErrorsNameTheFieldAndFile) {
   write_text(d + "/config.json", "{not json");
   EXPECT_TRUE(load_fails_with(d, "not valid JSON"));
   EXPECT_TRUE(load_fails_with(d + "/nope", "does not exist"));
+}
+
+// Issue #16 item 2: config.json shapes are checked against the checkpoint (and
+// a context bound) before they size anything: these used to allocate gigabytes
+// and abort.
+TEST(LoaderTest, HugeConfigShapesAreRefusedBeforeAllocating) {
+  std::string d = make_tiny("qwen3", 1, "huge");
+  auto cfg = read_json(d + "/config.json");
+  for (int64_t layers : {int64_t{1073741824}, int64_t{10000000}, int64_t{3}}) {
+    auto c = cfg;
+    c["num_hidden_layers"] = layers;
+    write_text(d + "/config.json", c.dump());
+    EXPECT_TRUE(load_fails_with(
+        d, "field 'num_hidden_layers' is " + std::to_string(layers) + " but the checkpoint"));
+  }
+  auto c = cfg;
+  c["max_position_embeddings"] = 1000000000;
+  write_text(d + "/config.json", c.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'max_position_embeddings' must be in [1, 67108864]"));
+  c["max_position_embeddings"] = 0;
+  write_text(d + "/config.json", c.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'max_position_embeddings' must be in"));
+}
+
+// Issue #16 item 2: a default pool (one full context) larger than the machine's
+// memory is refused before it is allocated, naming the knob that caps it.
+TEST(LoaderTest, PoolLargerThanMemoryIsRefusedBeforeAllocating) {
+  std::string d = make_tiny("qwen3", 1, "bigpool");
+  auto cfg = read_json(d + "/config.json");
+  cfg["max_position_embeddings"] = int64_t{1} << 26;
+  write_text(d + "/config.json", cfg.dump());
+  auto m = load_model(d);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  auto want = kv::PoolBudget::resolve(pool_geometry((*m)->kv_geometry()), int64_t{1} << 26, {});
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  const uint64_t ram = physical_memory_bytes();
+  if (ram == 0 || want->initial_bytes <= ram)
+    GTEST_SKIP() << "this machine could hold the " << (want->initial_bytes >> 20) << " MiB pool";
+  auto c = make_paged_cache(**m);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(c.status().message().find("paged_cache_memory_mb"), std::string::npos)
+      << c.status().message();
+}
+
+// Issue #16 item 13: out-of-range values are refused, not silently used.
+TEST(LoaderTest, OutOfRangeConfigValuesAreRefused) {
+  std::string d = make_tiny("qwen3", 1, "range");
+  auto cfg = read_json(d + "/config.json");
+  auto c = cfg;
+  c["rms_norm_eps"] = -1;
+  write_text(d + "/config.json", c.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'rms_norm_eps' must be in (0, 1]"));
+  c["rms_norm_eps"] = 1e-300;  // 0 as a float
+  write_text(d + "/config.json", c.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'rms_norm_eps'"));
+  c = cfg;
+  c.erase("rope_parameters");
+  c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 1e-300}};
+  write_text(d + "/config.json", c.dump());
+  EXPECT_TRUE(load_fails_with(d, "factor' must be in [1e-3, 1e6]"));
+  c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  write_text(d + "/config.json", c.dump());
+  EXPECT_TRUE(load_model(d).ok());
+  c = cfg;
+  c["eos_token_id"] = int64_t{1} << 40;  // used to be truncated to 0
+  write_text(d + "/config.json", c.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'eos_token_id' holds 1099511627776"));
+  c["eos_token_id"] = nlohmann::json::array({2, -5});
+  write_text(d + "/config.json", c.dump());
+  EXPECT_TRUE(load_fails_with(d, "field 'eos_token_id' holds -5"));
+}
+
+// Issue #16 item 13: a NaN logit is an error naming where, never a token.
+TEST(LoaderTest, NanLogitIsAnError) {
+  ForwardOutput out;
+  out.vocab_size = 4;
+  out.logits = {0, 1, 2, 3, 4, 5, std::nanf(""), 7};
+  out.row_begin = {0, 1};
+  out.row_count = {1, 1};
+  Status st = check_logits(out);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("NaN logit (batch row 1, token id 2)"), std::string::npos)
+      << st.to_string();
+  out.logits[6] = 6;
+  EXPECT_TRUE(check_logits(out).ok());
+  // End to end: a checkpoint whose final norm holds a NaN fails the forward.
+  std::string d = make_tiny("qwen3", 1, "nan");
+  rewrite_tensors(d, [](std::vector<OwnedTensor>& ts) {
+    for (auto& t : ts) {
+      if (t.name != "model.norm.weight") continue;
+      float nan = std::nanf("");
+      std::memcpy(t.bytes.data(), &nan, sizeof(nan));
+    }
+  });
+  auto m = load_model(d);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  FlatKVCache flat((*m)->kv_geometry());
+  ForwardBatch b;
+  b.path = KVPath::kFlat;
+  const std::vector<int32_t> ids = {1, 2, 3};
+  b.add_row(ids, 0, LogitsRequest::kLast).flat = &flat;
+  ForwardOutput o;
+  Status fs = (*m)->forward(b, &o);
+  EXPECT_FALSE(fs.ok());
+  EXPECT_NE(fs.message().find("NaN logit"), std::string::npos) << fs.to_string();
+}
+
+// Issue #16 item 9: make-model on a failed write (ENOSPC) leaves no debris: no
+// model.safetensors.tmp and no config.json without its weights.
+TEST(MakeModelTest, FailedWriteLeavesNoDebris) {
+  for (auto op : {FaultInjectionFileSystem::Op::kAppend, FaultInjectionFileSystem::Op::kSync,
+                  FaultInjectionFileSystem::Op::kRename}) {
+    FaultInjectionFileSystem fs;
+    // Weights: header append then data appends; config.json: one append. Fail
+    // in the middle of the weights, in the config's sync, at the last rename.
+    fs.fail_op(op, ENOSPC, 1, op == FaultInjectionFileSystem::Op::kAppend ? 3 : 1);
+    MakeModelOptions o;
+    o.preset = "tiny";
+    o.out_dir = temp_dir("enospc");
+    o.fs = &fs;
+    Status st = make_random_model(o);
+    EXPECT_FALSE(st.ok()) << static_cast<int>(op);
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.to_string();
+    std::vector<std::string> left;
+    for (const auto& e : std::filesystem::directory_iterator(o.out_dir))
+      left.push_back(e.path().filename().string());
+    EXPECT_TRUE(left.empty()) << static_cast<int>(op) << ": left " << left.size() << " files, "
+                              << (left.empty() ? "" : left[0]);
+  }
 }
 
 // qwen3_moe layer kinds: mlp_only_layers and decoder_sparse_step decide which

@@ -2,9 +2,14 @@
 // InvalidArgument whose message names the component and the JSON path, never
 // a crash and never a tokenizer that silently encodes differently.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagedkv::tokenizer {
@@ -181,6 +186,92 @@ TEST(Malformed, DirectoryIsNamedNotParsedAsEmptyJson) {
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find(dir + " is a directory"), std::string::npos)
       << c.status().message();
+}
+
+// Issue #16 item 3: a 68-byte file must not allocate gigabytes: ids are bounded
+// by the vocabulary's size.
+TEST(Malformed, VocabIdFarBeyondTheVocabularyIsRefused) {
+  auto t = Tokenizer::from_json(R"({"model":{"type":"BPE","vocab":{"a":1073741823},"merges":[]}})");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("model (BPE).vocab"), std::string::npos)
+      << t.status().message();
+  EXPECT_NE(t.status().message().find("1073741823"), std::string::npos) << t.status().message();
+  // A small hole in the id space is still fine.
+  Json j = base();
+  j["model"]["vocab"]["c"] = 1000;
+  EXPECT_TRUE(Tokenizer::from_json(j.dump()).ok());
+}
+
+// Issue #16 item 4: nested Sequence components are bounded in depth (a 10,000
+// deep file is refused at once instead of taking gigabytes).
+TEST(Malformed, DeeplyNestedSequencesAreRefused) {
+  // Built as text: `depth` Sequence wrappers around `leaf` in the field `field`.
+  auto nested = [](const std::string& field, const std::string& list_key, const Json& leaf,
+                   int depth) {
+    std::string open, close;
+    for (int i = 0; i < depth; ++i) {
+      open += R"({"type":"Sequence",")" + list_key + "\":[";
+      close += "]}";
+    }
+    Json j = base();
+    j.erase(field);
+    std::string text = j.dump();
+    text.pop_back();  // the closing brace
+    return text + ",\"" + field + "\":" + open + leaf.dump() + close + "}";
+  };
+  auto refused = [](const std::string& text, const std::string& field) {
+    auto t = Tokenizer::from_json(text);
+    ASSERT_FALSE(t.ok()) << field;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(field), std::string::npos) << t.status().message();
+    EXPECT_NE(t.status().message().find("Sequence nesting deeper than the limit of 16"),
+              std::string::npos)
+        << t.status().message();
+  };
+  for (int depth : {20, 10000}) {
+    refused(nested("normalizer", "normalizers", Json{{"type", "NFC"}}, depth), "normalizer");
+    refused(nested("pre_tokenizer", "pretokenizers", base()["pre_tokenizer"], depth),
+            "pre_tokenizer");
+    refused(nested("decoder", "decoders", base()["decoder"], depth), "decoder");
+  }
+  // Real tokenizers nest two or three levels: still loads.
+  EXPECT_TRUE(
+      Tokenizer::from_json(nested("normalizer", "normalizers", Json{{"type", "NFC"}}, 3)).ok());
+}
+
+// Issue #16 item 7: a FIFO in place of tokenizer.json or tokenizer_config.json
+// is refused at once, never opened for a blocking read.
+TEST(Malformed, FifoInPlaceOfATokenizerFileIsRefused) {
+  const std::string dir = ::testing::TempDir() + "/pkv_fifo_tok_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string fifo = dir + "/tokenizer.json";
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto t = Tokenizer::load(fifo);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("not a regular file"), std::string::npos)
+      << t.status().message();
+  const std::string good = std::string(PAGEDKV_TEST_DATA_DIR) + "/tokenizer/components.json";
+  auto c = Tokenizer::load(good, fifo);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("not a regular file"), std::string::npos)
+      << c.status().message();
+  // A FIFO named tokenizer_config.json beside tokenizer.json is refused too.
+  std::filesystem::copy_file(good, dir + "/real.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string cfg_fifo = dir + "/tokenizer_config.json";
+  std::filesystem::remove(cfg_fifo);
+  ASSERT_EQ(mkfifo(cfg_fifo.c_str(), 0600), 0);
+  auto b = Tokenizer::load(dir + "/real.json");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("tokenizer_config.json"), std::string::npos)
+      << b.status().message();
+  auto ct = ChatTemplate::from_tokenizer_config(cfg_fifo);
+  ASSERT_FALSE(ct.ok());
+  EXPECT_NE(ct.status().message().find("not a regular file"), std::string::npos)
+      << ct.status().message();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

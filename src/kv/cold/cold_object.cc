@@ -1,6 +1,7 @@
 // Cold object encode/decode (format: docs/cold-tier-format.md).
 #include "kv/cold/cold_object.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -231,6 +232,41 @@ StatusOr<DecodedObject> decode_object(std::span<const uint8_t> bytes, const Deco
     hd.tokens[i] = static_cast<int32_t>(get_u32(p + kFixedHeaderBytes + 4 * i));
   }
   return out;
+}
+
+StatusOr<uint64_t> declared_object_bytes(std::span<const uint8_t> prefix,
+                                         const DecodeLimits& limits) {
+  if (prefix.size() < kFixedHeaderBytes) {
+    return bad("truncated: " + std::to_string(prefix.size()) + " bytes, less than a header");
+  }
+  const uint8_t* p = prefix.data();
+  if (std::memcmp(p + kOffMagic, kColdMagic, 8) != 0) return bad("bad magic");
+  if (get_u32(p + kOffVersion) != kColdFormatVersion) {
+    return bad("format_version " + std::to_string(get_u32(p + kOffVersion)));
+  }
+  const uint32_t token_count = get_u32(p + kOffTokenCount);
+  if (token_count > limits.max_block_size) {
+    return bad("token_count " + std::to_string(token_count) + " exceeds limit " +
+               std::to_string(limits.max_block_size));
+  }
+  const uint64_t header_len = kFixedHeaderBytes + 4ull * token_count + kHeaderChecksumBytes;
+  if (get_u32(p + kOffHeaderLen) != header_len) return bad("header_len does not match");
+  ColdGeometry g;
+  g.dtype = get_u32(p + kOffDType);
+  g.num_layers = std::min(get_u32(p + kOffLayers), limits.max_layers + 1);
+  g.num_kv_heads = std::min(get_u32(p + kOffHeads), limits.max_kv_heads + 1);
+  g.head_dim = std::min(get_u32(p + kOffHeadDim), limits.max_head_dim + 1);
+  g.v_head_dim = std::min(get_u32(p + kOffVHeadDim), limits.max_head_dim + 1);
+  g.block_size = std::min(get_u32(p + kOffBlockSize), limits.max_block_size + 1);
+  bool overflow = false;
+  const uint64_t implied = g.payload_bytes(&overflow);
+  const uint64_t payload = get_u64(p + kOffPayloadBytes);
+  if (overflow || payload != implied || payload > limits.max_payload_bytes) {
+    return bad("payload_bytes " + std::to_string(payload) +
+               " is not what the dimensions imply within the limit of " +
+               std::to_string(limits.max_payload_bytes) + " bytes");
+  }
+  return header_len + payload;
 }
 
 Status check_expectation(const ColdObjectHeader& header, const ColdExpectation& expect) {

@@ -89,6 +89,14 @@ StatusOr<std::vector<uint8_t>> encode_object(const ColdObjectHeader& meta,
 StatusOr<DecodedObject> decode_object(std::span<const uint8_t> bytes,
                                       const DecodeLimits& limits = DecodeLimits());
 
+// The object size its fixed header declares (header + payload), from the first
+// kFixedHeaderBytes bytes alone: magic, version, token count, header length and
+// payload_bytes are checked against `limits` (payload_bytes must be what the
+// dimensions imply). Readers compare it with the file's size BEFORE reading the
+// rest, so a huge file at an object name costs one small read. kCorruption.
+StatusOr<uint64_t> declared_object_bytes(std::span<const uint8_t> prefix,
+                                         const DecodeLimits& limits = DecodeLimits());
+
 // What a reader expects of an object it asked for by key; checked after decode.
 struct ColdExpectation {
   ColdKey key{};

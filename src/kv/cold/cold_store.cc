@@ -120,7 +120,10 @@ Status ColdStore::scan_locked() {
         counters_.corruptions++;
         PKV_LOG(kWarn) << "cold store: refusing " << type_name(info->type) << " at object name "
                        << path;
-        if (info->type != FileType::kDirectory) fs_.remove(path).ignore_error();
+        // A read-only store (ls, verify, stats) changes nothing.
+        if (options_.start_writer && info->type != FileType::kDirectory) {
+          fs_.remove(path).ignore_error();
+        }
         continue;
       }
       index_[key] = Entry{info->size, info->mtime_ns};
@@ -168,6 +171,27 @@ void ColdStore::prune(const ColdKey& key, const std::string& why, bool unlink_fi
   }
 }
 
+StatusOr<std::vector<uint8_t>> ColdStore::read_object_file(const std::string& path) {
+  PKV_ASSIGN_OR_RETURN(FileInfo info, fs_.stat(path));
+  if (info.type == FileType::kMissing) return not_found("cold object " + path + " is absent");
+  if (info.type != FileType::kRegular) {
+    return corruption("cold object " + path + ": not a regular file: " + type_name(info.type));
+  }
+  PKV_ASSIGN_OR_RETURN(auto prefix, fs_.read_file_prefix(path, kFixedHeaderBytes));
+  auto declared = declared_object_bytes(prefix, options_.limits);
+  if (!declared.ok()) return declared.status().with_context(path);
+  if (*declared != info.size) {
+    return corruption("cold object " + path + ": the file is " + std::to_string(info.size) +
+                      " bytes but its header declares " + std::to_string(*declared));
+  }
+  auto bytes = fs_.read_file(path, *declared);
+  if (!bytes.ok() && bytes.status().code() == StatusCode::kResourceExhausted) {
+    // It grew between the stat and the read: larger than it declares.
+    return corruption(bytes.status().message());
+  }
+  return bytes;
+}
+
 StatusOr<ColdReadResult> ColdStore::read(const ColdExpectation& expect, bool count_hit) {
   const std::string path = object_path(expect.key);
   auto miss = [&](Status st) -> Status {
@@ -191,13 +215,11 @@ StatusOr<ColdReadResult> ColdStore::read(const ColdExpectation& expect, bool cou
     prune(expect.key, why, info->type != FileType::kDirectory);
     return miss(corruption("cold object " + path + ": " + why));
   }
-  const uint64_t max_bytes = options_.limits.max_payload_bytes + kFixedHeaderBytes +
-                             4ull * options_.limits.max_block_size + kHeaderChecksumBytes;
-  auto bytes = fs_.read_file(path, max_bytes);
+  auto bytes = read_object_file(path);
   if (!bytes.ok()) {
-    if (bytes.status().code() == StatusCode::kResourceExhausted) {  // opened, far too large
+    if (bytes.status().code() == StatusCode::kCorruption) {  // bad header or size
       prune(expect.key, bytes.status().message(), true);
-      return miss(corruption(bytes.status().message()));
+      return miss(bytes.status());
     }
     return miss(not_found("cold object read failed: " + bytes.status().message()));
   }
@@ -397,8 +419,6 @@ ColdVerifyReport ColdStore::verify(bool prune_bad) {
     return report;
   }
   std::sort(names->begin(), names->end());
-  const uint64_t max_bytes = options_.limits.max_payload_bytes + kFixedHeaderBytes +
-                             4ull * options_.limits.max_block_size + kHeaderChecksumBytes;
   for (const std::string& name : *names) {
     ColdKey key;
     if (!parse_key_hex(name, &key)) continue;
@@ -417,10 +437,10 @@ ColdVerifyReport ColdStore::verify(bool prune_bad) {
       why = std::string("not a regular file: ") + type_name(info->type);
       removable = info->type != FileType::kDirectory;
     } else {
-      auto bytes = fs_.read_file(path, max_bytes);
+      auto bytes = read_object_file(path);
       if (!bytes.ok()) {
         why = bytes.status().to_string();
-        removable = bytes.status().code() == StatusCode::kResourceExhausted;
+        removable = bytes.status().code() == StatusCode::kCorruption;
       } else {
         auto decoded = decode_object(*bytes, options_.limits);
         if (!decoded.ok()) {

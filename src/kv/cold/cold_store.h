@@ -21,7 +21,13 @@
 // Hostile contents: a symlink, FIFO, device or directory where an object should be
 // is refused and counted as a corruption — never opened, never followed (lstat
 // plus O_NOFOLLOW|O_NONBLOCK and an fstat regular-file check in read_file); a
-// symlink or FIFO entry is unlinked (unlink never follows), a directory left alone.
+// symlink or FIFO entry is unlinked (unlink never follows) by a store that writes,
+// a directory left alone. A read-only store (start_writer false: `cold ls`,
+// `verify`, `stats`) leaves them in place: it only counts and skips them (it
+// still removes temp files of dead writers, which hold no object).
+// Every object read first peeks at the fixed header and compares the size it
+// declares with the file's size, so a huge file at an object name costs one
+// small read, never its whole length.
 #pragma once
 
 #include <chrono>
@@ -135,6 +141,12 @@ class ColdStore {
   uint64_t total_bytes() const;
   size_t object_count() const;
   std::vector<ColdObjectInfo> list() const;
+
+  // The bytes of the object file at `path`, read only after its header's
+  // declared size matched the file's size (declared_object_bytes): kCorruption
+  // for a hostile entry, a bad header or a size mismatch; NotFound when absent;
+  // other errors from the file system.
+  StatusOr<std::vector<uint8_t>> read_object_file(const std::string& path);
 
   // Evicts least-recently-used objects until under quota and ≥5% of the disk free.
   void enforce_quota();

@@ -42,6 +42,11 @@ class Qwen3Model : public Model {
   std::vector<LayerWeights> layers_;
 };
 
+// The longest context a config.json may declare (2^26 tokens, beyond any
+// released model); docs/limits.md. The default KV pool holds one full context,
+// so this also bounds what a config alone can make the engine allocate.
+constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 26;
+
 Status positive(const ConfigReader& c, const char* field, int64_t v) {
   if (v <= 0 || v > (int64_t{1} << 30)) return c.error(field, "must be a positive integer");
   return ok_status();
@@ -81,19 +86,44 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   PKV_ASSIGN_OR_RETURN(mc.max_position_embeddings, c.get_int_or("max_position_embeddings", 32768));
   PKV_ASSIGN_OR_RETURN(mc.tie_word_embeddings, c.get_bool_or("tie_word_embeddings", false));
   PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
-  for (int64_t e : eos) mc.eos_token_ids.push_back(static_cast<int32_t>(e));
+  for (int64_t e : eos) {
+    if (e < 0 || e > INT32_MAX)
+      return c.error("eos_token_id", "holds " + std::to_string(e) + ", not a token id");
+    mc.eos_token_ids.push_back(static_cast<int32_t>(e));
+  }
   PKV_RETURN_IF_ERROR(merge_generation_config_eos(ckpt->dir(), &mc.eos_token_ids));
   PKV_ASSIGN_OR_RETURN(v, c.get_int_or("bos_token_id", -1));
+  if (v < -1 || v > INT32_MAX)
+    return c.error("bos_token_id", "holds " + std::to_string(v) + ", not a token id");
   mc.bos_token_id = static_cast<int32_t>(v);
   PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(c));
   double eps;
   PKV_ASSIGN_OR_RETURN(eps, c.get_double_or("rms_norm_eps", 1e-6));
+  // rsqrt(mean + eps): a non-positive (or float-underflowing) eps can divide by 0.
+  if (!(eps > 0.0 && eps <= 1.0) || !(static_cast<float>(eps) > 0.0f))
+    return c.error("rms_norm_eps",
+                   "must be in (0, 1] (and not 0 as a float), got " + std::to_string(eps));
   m->eps_ = static_cast<float>(eps);
   int64_t inter;
   PKV_ASSIGN_OR_RETURN(inter, c.get_int("intermediate_size"));
   PKV_RETURN_IF_ERROR(positive(c, "intermediate_size", inter));
   bool attn_bias;
   PKV_ASSIGN_OR_RETURN(attn_bias, c.get_bool_or("attention_bias", false));
+
+  // Shapes from config.json drive allocations (per-layer tables, the default KV
+  // pool): check them against the checkpoint before allocating anything.
+  if (ckpt->find("model.layers." + std::to_string(mc.num_hidden_layers - 1) +
+                 ".input_layernorm.weight") == nullptr) {
+    return c.error("num_hidden_layers",
+                   "is " + std::to_string(mc.num_hidden_layers) + " but the checkpoint in " +
+                       ckpt->dir() + " has no tensor model.layers." +
+                       std::to_string(mc.num_hidden_layers - 1) + ".input_layernorm.weight");
+  }
+  if (mc.max_position_embeddings < 1 || mc.max_position_embeddings > kMaxPositionEmbeddings) {
+    return c.error("max_position_embeddings",
+                   "must be in [1, " + std::to_string(kMaxPositionEmbeddings) + "], got " +
+                       std::to_string(mc.max_position_embeddings));
+  }
 
   // Layer types: explicit layer_types, else Qwen3's rule (sliding from
   // max_window_layers on when use_sliding_window).
@@ -102,6 +132,7 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   PKV_ASSIGN_OR_RETURN(use_sw, c.get_bool_or("use_sliding_window", false));
   int64_t sw, max_window_layers;
   PKV_ASSIGN_OR_RETURN(sw, c.get_int_or("sliding_window", 0));
+  if (sw < 0 || sw > INT32_MAX) return c.error("sliding_window", "must be in [0, 2^31-1]");
   PKV_ASSIGN_OR_RETURN(max_window_layers, c.get_int_or("max_window_layers", mc.num_hidden_layers));
   if (layer_types.empty()) {
     for (int32_t i = 0; i < mc.num_hidden_layers; ++i)
@@ -265,7 +296,7 @@ Status Qwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     std::memcpy(sel.data() + i * H, x.data() + pick[i] * H, H * sizeof(float));
   be.rms_norm(sel.data(), P, *final_norm_, eps_, false, sel.data());
   be.matmul(sel.data(), P, *lm_head_, out->logits.data());
-  return ok_status();
+  return check_logits(*out);
 }
 
 }  // namespace

@@ -332,5 +332,74 @@ TEST_F(ColdStoreTest, VerifyFindsAndPrunesBadObjects) {
   EXPECT_EQ(store->verify(false).bad.size(), 0u);
 }
 
+// Issue #16 item 10: a read-only store (cold ls/verify/stats) changes nothing at
+// open, and verify without prune reports the symlink and FIFO it found.
+TEST_F(ColdStoreTest, ReadOnlyOpenAndVerifyWithoutPruneChangeNothing) {
+  {
+    auto store = open();
+    for (uint64_t id = 0; id < 3; ++id) ASSERT_TRUE(write_id(*store, id));
+  }
+  const std::string outside = dir_ + "/outside";
+  std::ofstream(outside) << "x";
+  const std::string link = root_ + "/" + key_hex(synthetic_key(fp_, 7));
+  ASSERT_EQ(::symlink(outside.c_str(), link.c_str()), 0);
+  const std::string fifo = root_ + "/" + key_hex(synthetic_key(fp_, 8));
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto o = options();
+  o.start_writer = false;
+  auto ro = ColdStore::open(o);
+  ASSERT_TRUE(ro.ok()) << ro.status().to_string();
+  EXPECT_TRUE(exists(link));
+  EXPECT_TRUE(exists(fifo));
+  EXPECT_EQ((*ro)->stats().corruptions, 2u);  // counted, not removed
+  auto report = (*ro)->verify(false);
+  EXPECT_EQ(report.objects, 5u);
+  EXPECT_EQ(report.ok, 3u);
+  ASSERT_EQ(report.bad.size(), 2u);
+  EXPECT_NE(report.bad[0].second.find("not a regular file"), std::string::npos);
+  EXPECT_EQ(report.pruned, 0u);
+  EXPECT_TRUE(exists(link));
+  EXPECT_TRUE(exists(fifo));
+  // --prune removes them (never following the symlink).
+  report = (*ro)->verify(true);
+  EXPECT_EQ(report.pruned, 2u);
+  EXPECT_FALSE(exists(link));
+  EXPECT_FALSE(exists(fifo));
+  EXPECT_TRUE(exists(outside));
+}
+
+// Issue #16 item 11: the header's declared size is checked against the file's
+// size before the body is read, so a huge (sparse) file at an object name is
+// refused after one small read instead of being loaded whole.
+TEST_F(ColdStoreTest, OversizedObjectIsRefusedFromItsHeaderAlone) {
+  auto store = open();
+  ASSERT_TRUE(write_id(*store, 0));
+  ASSERT_TRUE(write_id(*store, 1));
+  const std::string p0 = store->object_path(synthetic_key(fp_, 0));
+  const std::string p1 = store->object_path(synthetic_key(fp_, 1));
+  const uint64_t obj = make_synthetic_object(fp_, 0).bytes->size();
+  ASSERT_EQ(::truncate(p0.c_str(), 900ll << 20), 0);  // sparse: costs no disk
+  ASSERT_EQ(::truncate(p1.c_str(), 900ll << 20), 0);
+  auto bytes = store->read_object_file(p0);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(bytes.status().message().find("its header declares " + std::to_string(obj)),
+            std::string::npos)
+      << bytes.status().message();
+  auto report = store->verify(false);
+  ASSERT_EQ(report.bad.size(), 2u);
+  EXPECT_NE(report.bad[0].second.find("header declares"), std::string::npos)
+      << report.bad[0].second;
+  // A read is a miss that prunes the object and counts one corruption.
+  EXPECT_EQ(read_id(*store, 0).code(), StatusCode::kCorruption);
+  EXPECT_FALSE(exists(p0));
+  EXPECT_EQ(store->stats().corruptions, 1u);
+  // A header that is not an object's at all is refused the same way.
+  std::ofstream(p1, std::ios::trunc) << std::string(300, 'z');
+  bytes = store->read_object_file(p1);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_NE(bytes.status().message().find("bad magic"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pagedkv::cold

@@ -332,5 +332,89 @@ TEST(JinjaErrors, CompileErrorsNameConstructAndLine) {
   EXPECT_NE(t.status().message().find("line 1"), std::string::npos);
 }
 
+// Issue #16 item 6: every render runs within a step and a byte budget. Each of
+// these used to hang, run for minutes or grow to gigabytes; now each stops with
+// a ResourceExhausted naming the limit (or, for **, answers at once).
+TEST(JinjaBudget, HostileTemplatesStopWithABudgetError) {
+  auto limited = [](const std::string& src) {
+    auto t = Template::compile(src);
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    if (!t.ok()) return Status(t.status());
+    TemplateError err;
+    auto out = (*t)->render({}, &err);
+    if (out.ok()) return Status(ok_status());
+    EXPECT_EQ(err.kind, JinjaError::Kind::kLimit) << src << ": " << out.status().message();
+    return out.status();
+  };
+  const char* step_hogs[] = {
+      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+      "{% macro f(n) %}{% if n < 40 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}"
+      "{{ f(0) }}",
+      "{% set ns = namespace(s='x' * 1000000) %}{% for i in range(100000) %}"
+      "{% set t = ns.s %}{% endfor %}",
+  };
+  for (const char* src : step_hogs) {
+    Status st = limited(src);
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << src << ": " << st.to_string();
+    EXPECT_NE(st.message().find("PAGEDKV_CHAT_TEMPLATE_MAX_"), std::string::npos) << st.message();
+  }
+  const char* size_hogs[] = {
+      "{{ 'a' * 10**10 }}",
+      "{{ ([1] * 10**9)|length }}",
+      "{{ 'x'.center(10**12) }}",
+      "{{ 'x'.ljust(10**12) }}",
+      "{{ 'x'.zfill(10**12) }}",
+      "{{ 'x\ny'|indent(10**12) }}",
+      "{{ [1]|tojson(indent=10**12) }}",
+      "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+      "{% endfor %}{{ ns.s|length }}",
+      "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
+      "{% endfor %}",
+      "{% set ns = namespace(l=[1, 2]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}"
+      "{% endfor %}",
+      "{{ ('a' * 1000000).replace('', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb') }}",
+      "{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}",
+  };
+  for (const char* src : size_hogs) {
+    Status st = limited(src);
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << src << ": " << st.to_string();
+    // (The doubling loops may run out of steps first: both are the budget.)
+    EXPECT_NE(st.message().find("PAGEDKV_CHAT_TEMPLATE_MAX_"), std::string::npos)
+        << src << ": " << st.message();
+  }
+  // Exponentiation by squaring: a huge exponent answers at once.
+  EXPECT_EQ(render("{{ 0 ** 9223372036854775807 }}"), "0");
+  EXPECT_EQ(render("{{ 1 ** 9223372036854775807 }}"), "1");
+  EXPECT_EQ(render("{{ (-1) ** 9223372036854775807 }}"), "-1");
+  EXPECT_EQ(render("{{ 3 ** 39 }}"), "4052555153018976267");
+  EXPECT_EQ(render("{{ 2 ** 62 }}"), "4611686018427387904");
+  EXPECT_NE(render("{{ 2 ** 63 }}").find("RENDER ERROR"), std::string::npos);
+  EXPECT_NE(render("{{ 2 ** 9223372036854775807 }}").find("RENDER ERROR"), std::string::npos);
+}
+
+TEST(JinjaBudget, LimitsAreConfigurableAndNormalTemplatesFitTheDefaults) {
+  auto t = Template::compile("{% for i in range(n) %}{{ i }},{% endfor %}");
+  ASSERT_TRUE(t.ok());
+  std::vector<std::pair<std::string, Value>> vars = {{"n", Value::integer(1000)}};
+  RenderLimits small;
+  small.max_steps = 100;
+  auto out = (*t)->render(vars, nullptr, &small);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(out.status().message().find("more than 100 steps"), std::string::npos);
+  RenderLimits tiny_output;
+  tiny_output.max_bytes = 100;
+  auto three = Template::compile("{{ s }}{{ s }}{{ s }}");
+  ASSERT_TRUE(three.ok());
+  out = (*three)->render({{"s", Value::string(std::string(60, 'x'))}}, nullptr, &tiny_output);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("the rendered output of 120 bytes"), std::string::npos)
+      << out.status().message();
+  // The defaults leave plenty of room for a long conversation.
+  out = (*t)->render(vars);
+  ASSERT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ(out->size(), 3890u);
+}
+
 }  // namespace
 }  // namespace pagedkv::jinja
