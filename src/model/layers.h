@@ -6,7 +6,8 @@
 // together, so adding a family is one file plus, at most, a new layer here.
 //
 // All layers process the whole flattened batch (T tokens of every row) with one
-// matrix product per projection; per-row work (attention) loops over rows. Every
+// matrix product per projection (the weights stream once per step for all rows);
+// attention runs every row's (token, head) tasks in one backend call. Every
 // result is per token and M-invariant (backend.h), so batching never changes bits.
 #pragma once
 
@@ -52,13 +53,17 @@ int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache)
 // view of the right kind per row, block tables long enough.
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size);
 
-// Where each row's K/V live (f32 KV).
+// Where each row's K/V live, in the geometry's element type (f32, bf16 or f16).
 class KVAccess {
  public:
   KVAccess(const ForwardBatch& batch, const KVGeometry& geom);
   // Destination of position `pos` of batch row `row` in `layer`.
-  float* k_slot(size_t row, int32_t layer, int32_t pos);
-  float* v_slot(size_t row, int32_t layer, int32_t pos);
+  std::byte* k_slot(size_t row, int32_t layer, int32_t pos);
+  std::byte* v_slot(size_t row, int32_t layer, int32_t pos);
+  // Writes n f32 values at dst in the KV element type (bf16/f16: rounded to nearest even).
+  void store(std::byte* dst, const float* src, int64_t n) const;
+  // The element type as the backend names it (AttentionArgs::kv_dtype).
+  backend::WeightDType element_type() const;
   // Tile pointers covering positions [0, num_tiles * block_size).
   void tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
              std::vector<const float*>* v);
