@@ -34,6 +34,13 @@ void add_bias(backend::Backend& be, float* y, int64_t T, const backend::Weight* 
 
 }  // namespace
 
+float* ScratchBuffer::acquire(int slot, size_t n) {
+  thread_local std::vector<float> buffers[kScratchSlots];
+  std::vector<float>& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
+
 StatusOr<WeightPtr> load_weight(const Checkpoint& ckpt, backend::Backend& be,
                                 const std::string& name, const std::vector<int64_t>& shape) {
   PKV_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.require(name, shape));
@@ -272,7 +279,10 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
                      float* out) {
   const int64_t qd = static_cast<int64_t>(s.num_heads) * s.head_dim;
   const int64_t kd = static_cast<int64_t>(s.num_kv_heads) * s.head_dim;
-  std::vector<float> q(static_cast<size_t>(T * qd)), k, v, attn(static_cast<size_t>(T * qd)), tmp;
+  ScratchBuffer q(kScratchQ, static_cast<size_t>(T * qd)),
+      attn(kScratchAttn, static_cast<size_t>(T * qd));
+  ScratchBuffer k(kScratchK, 0), v(kScratchV, 0);
+  std::vector<float> tmp;
   be.matmul(h, T, *w.q, q.data());
   add_bias(be, q.data(), T, w.q_bias.get(), qd, tmp);
   if (w.q_norm)
@@ -336,7 +346,8 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
 void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
                float* out) {
   int64_t inter = w.gate->rows();
-  std::vector<float> g(static_cast<size_t>(T * inter)), u(static_cast<size_t>(T * inter));
+  ScratchBuffer g(kScratchQ, static_cast<size_t>(T * inter)),
+      u(kScratchK, static_cast<size_t>(T * inter));
   be.matmul(h, T, *w.gate, g.data());
   be.matmul(h, T, *w.up, u.data());
   if (act == Activation::kSilu) {

@@ -26,6 +26,39 @@ namespace pagedkv::model {
 
 using WeightPtr = std::unique_ptr<backend::Weight>;
 
+// Activation scratch reused across layers and steps on this thread: a fresh
+// multi-megabyte vector per layer costs page faults (kernel zeroing, and the mm
+// lock with 16 compute threads) on every prefill. Each slot is one live buffer;
+// its contents are garbage until written. The slots in use at once must differ.
+enum ScratchSlot : int {
+  kScratchX = 0,  // the family's residual stream and its norms (x, h, y)
+  kScratchH,
+  kScratchY,
+  kScratchQ,  // attention q / MLP gate
+  kScratchK,  // attention k / MLP up
+  kScratchV,
+  kScratchAttn,
+  kScratchSlots
+};
+class ScratchBuffer {
+ public:
+  ScratchBuffer(int slot, size_t n) : slot_(slot), data_(acquire(slot, n)), size_(n) {}
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void resize(size_t n) {
+    data_ = acquire(slot_, n);
+    size_ = n;
+  }
+
+ private:
+  static float* acquire(int slot, size_t n);
+  int slot_;
+  float* data_;
+  size_t size_;
+};
+
 // Loads tensor `name` with exactly `shape` (1-D or 2-D) through the backend.
 StatusOr<WeightPtr> load_weight(const Checkpoint& ckpt, backend::Backend& be,
                                 const std::string& name, const std::vector<int64_t>& shape);

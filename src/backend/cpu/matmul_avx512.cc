@@ -47,15 +47,20 @@ PKV_AI __m512 bcast8(const float* p) { return _mm512_broadcast_f32x8(_mm256_load
 template <int D, int MT, int NP>
 PKV_AI void zmm_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t ldy) {
   __m512 acc[MT][NP];
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 16
     for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_ps();
   const int64_t k8 = k & ~int64_t{7};
   for (int64_t kk = 0; kk < k8; kk += 8) {
     __m512 wv[NP];
+#pragma GCC unroll 16
     for (int p = 0; p < NP; ++p)
       wv[p] = load_w2<D>(w, (n0 + 2 * p) * k + kk, (n0 + 2 * p + 1) * k + kk);
+#pragma GCC unroll 16
     for (int i = 0; i < MT; ++i) {
       __m512 xv = bcast8(x + i * k + kk);
+#pragma GCC unroll 16
       for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_fmadd_ps(xv, wv[p], acc[i][p]);
     }
   }
@@ -64,14 +69,18 @@ PKV_AI void zmm_tile(const float* x, int64_t k, const void* w, int64_t n0, float
     alignas(64) float wt[2 * NP][8];
     pad_x<MT>(x, k, k8, k, xt);
     pad_w<2 * NP>(w, D, k, n0, k8, wt);
+#pragma GCC unroll 16
     for (int i = 0; i < MT; ++i) {
       __m512 xv = bcast8(xt[i]);
+#pragma GCC unroll 16
       for (int p = 0; p < NP; ++p)
         acc[i][p] = _mm512_fmadd_ps(xv, _mm512_load_ps(wt[2 * p]), acc[i][p]);
     }
   }
   alignas(64) float l[16];
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 16
     for (int p = 0; p < NP; ++p) {
       _mm512_store_ps(l, acc[i][p]);
       y[i * ldy + n0 + 2 * p] = lane_tree(l);

@@ -49,12 +49,16 @@ PKV_AI __m256 load_w8(const void* w, int64_t off) {
 // Zero-padded tails: x rows into xt[MT][8], w columns into wt[NT][8].
 template <int MT>
 PKV_AI void pad_x(const float* x, int64_t ldx, int64_t k8, int64_t k, float (*xt)[8]) {
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 16
     for (int l = 0; l < 8; ++l) xt[i][l] = k8 + l < k ? x[i * ldx + k8 + l] : 0.0f;
 }
 template <int NT>
 PKV_AI void pad_w(const void* w, int D, int64_t k, int64_t n0, int64_t k8, float (*wt)[8]) {
+#pragma GCC unroll 16
   for (int j = 0; j < NT; ++j)
+#pragma GCC unroll 16
     for (int l = 0; l < 8; ++l)
       wt[j][l] = k8 + l < k ? widen_one(w, D, (n0 + j) * k + k8 + l) : 0.0f;
 }
@@ -63,14 +67,19 @@ template <int D, int MT, int NT>
 PKV_AI void ymm_tile(const float* x, int64_t ldx, int64_t k, const void* w, int64_t n0, float* y,
                      int64_t ldy) {
   __m256 acc[MT][NT];
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
   const int64_t k8 = k & ~int64_t{7};
   for (int64_t kk = 0; kk < k8; kk += 8) {
     __m256 wv[NT];
+#pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) wv[j] = load_w8<D>(w, (n0 + j) * k + kk);
+#pragma GCC unroll 16
     for (int i = 0; i < MT; ++i) {
       __m256 xv = _mm256_loadu_ps(x + i * ldx + kk);
+#pragma GCC unroll 16
       for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
     }
   }
@@ -79,12 +88,16 @@ PKV_AI void ymm_tile(const float* x, int64_t ldx, int64_t k, const void* w, int6
     alignas(32) float wt[NT][8];
     pad_x<MT>(x, ldx, k8, k, xt);
     pad_w<NT>(w, D, k, n0, k8, wt);
+#pragma GCC unroll 16
     for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 16
       for (int j = 0; j < NT; ++j)
         acc[i][j] = _mm256_fmadd_ps(_mm256_load_ps(xt[i]), _mm256_load_ps(wt[j]), acc[i][j]);
   }
   alignas(32) float l[8];
+#pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
+#pragma GCC unroll 16
     for (int j = 0; j < NT; ++j) {
       _mm256_store_ps(l, acc[i][j]);
       y[i * ldy + n0 + j] = lane_tree(l);
