@@ -39,9 +39,12 @@ double fma_peak_flops_avx2(int64_t iters) {
   // 12 independent FMA chains (enough to cover FMA latency × 2 ports).
   __m256 a[12];
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+#pragma GCC unroll 12
   for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(1.0f + 0.01f * static_cast<float>(i));
-  for (int64_t it = 0; it < iters; ++it)
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], m, c);
+  }
   float sink[8];
   __m256 s = a[0];
   for (int i = 1; i < 12; ++i) s = s + a[i];

@@ -134,9 +134,12 @@ double fma_peak_flops_avx512(int64_t iters) {
   // 12 independent FMA chains (enough to cover FMA latency × 2 ports).
   __m512 a[12];
   const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+#pragma GCC unroll 12
   for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(i));
-  for (int64_t it = 0; it < iters; ++it)
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+  }
   float sink[16];
   __m512 s = a[0];
   for (int i = 1; i < 12; ++i) s = s + a[i];
