@@ -476,9 +476,12 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
   // The output columns are split into one fixed contiguous range per thread (in
   // groups of 16 columns); every column is computed over all m rows by one thread,
   // so each weight tile is streamed from memory once per call for the whole batch.
-  // Hand work to the pool only when it outweighs a wake-up: ~a quarter million
-  // multiply-adds.
-  if (pool != nullptr && pool->num_threads() > 1 && m * n * k >= (int64_t{1} << 18)) {
+  // Hand work to the pool only when it outweighs a hand-off: ~a million
+  // multiply-adds (tens of µs on one core). On an idle machine a hand-off to a
+  // spinning worker costs ~1 µs, but on a loaded one a worker may not be running,
+  // and a region below this size is cheaper done alone (qwen3-0.6B's smallest
+  // decode projection, 1024×1024, still splits).
+  if (pool != nullptr && pool->num_threads() > 1 && m * n * k >= (int64_t{1} << 20)) {
     pool->parallel_for(n, 16, [&](int64_t b, int64_t e) { cols(a, b, e); });
   } else {
     cols(a, 0, n);
@@ -592,7 +595,7 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
   // Same rule as matmul: score + value work ≈ tasks × keys × head_dim × 2. Tasks
   // differ in cost (a long prompt's last token attends to all of it), so they are
   // handed out first come, first served.
-  if (pool != nullptr && tasks >= 2 && work_units >= (int64_t{1} << 18)) {
+  if (pool != nullptr && tasks >= 2 && work_units >= (int64_t{1} << 20)) {
     pool->parallel_dynamic(tasks, std::max<int64_t>(1, tasks / (8 * pool->num_threads())), work);
   } else {
     work(0, tasks);
