@@ -52,6 +52,11 @@ StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
     return invalid_argument("block_size must be in [0, 256] (0 = config/env/16), got " +
                             std::to_string(opts.block_size));
   backend::Backend& be = opts.backend != nullptr ? *opts.backend : backend::cpu_backend();
+  // AttentionArgs::kv_dtype is honoured by the CPU backend; another backend gets
+  // half-precision KV only once it says so here.
+  if (opts.kv_dtype != KVDType::kF32 && be.name() != "cpu")
+    return invalid_argument("KV dtype " + std::string(kv::kv_dtype_name(opts.kv_dtype)) +
+                            " is not supported by the " + be.name() + " backend (use f32)");
   return f(std::move(ckpt), opts, be);
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -167,6 +168,28 @@ TEST_P(KvDtypeParityTest, HalfKvStaysCloseToF32KvAndHalvesTheBytes) {
   }
   EXPECT_GT(max_diff, 0.0);  // the KV really is rounded
   EXPECT_LT(max_diff, 0.05 * max_mag + 1e-3) << "max |logit diff| " << max_diff;
+}
+
+TEST(KvDtypeKnobTest, EnvPicksTheKvDtypeAndABadNameIsNamed) {
+  const std::string dir = make_tiny("qwen3", 3, "kvdt_knob");
+  setenv("PAGEDKV_KV_DTYPE", "bf16", 1);
+  auto m = load_model(dir);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_EQ((*m)->kv_geometry().dtype, KVDType::kBF16);
+  LoadOptions f16;
+  f16.kv_dtype = KVDType::kF16;  // an explicit non-default choice wins over the env
+  auto m16 = load_model(dir, f16);
+  ASSERT_TRUE(m16.ok());
+  EXPECT_EQ((*m16)->kv_geometry().dtype, KVDType::kF16);
+  setenv("PAGEDKV_KV_DTYPE", "fp8", 1);
+  auto bad = load_model(dir);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().to_string().find("PAGEDKV_KV_DTYPE"), std::string::npos)
+      << bad.status().to_string();
+  unsetenv("PAGEDKV_KV_DTYPE");
+  auto plain = load_model(dir);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->kv_geometry().dtype, KVDType::kF32);
 }
 
 INSTANTIATE_TEST_SUITE_P(
