@@ -60,9 +60,9 @@ struct RopeParams {
 // Keys are addressed in tiles of `tile` tokens: tile t holds absolute positions
 // [t*tile, (t+1)*tile) at k_tiles[t] / v_tiles[t], each [tile][num_kv_heads][head_dim]
 // f32 (the layout of a paged block; a flat buffer is the same with tile pointers
-// spaced tile*row apart; elements of kv_dtype, f32 unless set). Query token i (absolute position
-// positions[i]) attends to keys max(0, pos - window + 1) .. pos (window 0 = unlimited), visiting
-// tiles in position order with an online softmax.
+// spaced tile*row apart). Query token i (absolute position positions[i]) attends to
+// keys max(0, pos - window + 1) .. pos (window 0 = unlimited), visiting tiles in
+// position order with an online softmax.
 struct AttentionArgs {
   const float* q = nullptr;  // [num_tokens][num_heads][head_dim]
   float* out = nullptr;      // [num_tokens][num_heads][head_dim]
