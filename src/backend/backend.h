@@ -77,6 +77,9 @@ struct AttentionArgs {
   const float* const* v_tiles = nullptr;
   int32_t num_tiles = 0;
   int32_t sliding_window = 0;
+  // Element type of the K/V tiles (the pointers above then address uint16_t
+  // bf16/f16 values); widened exactly to f32 on load.
+  WeightDType kv_dtype = WeightDType::kF32;
 };
 
 class Backend {
@@ -110,9 +113,17 @@ class Backend {
   virtual void topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k,
                           bool softmax_first, bool normalize, int32_t* ids, float* weights) = 0;
   virtual void attention(const AttentionArgs& a) = 0;
+  // The attentions of several batch rows at once (a backend may run them as one
+  // parallel region); each result equals attention(args[i]) alone.
+  virtual void attention_batch(const AttentionArgs* args, size_t count) {
+    for (size_t i = 0; i < count; ++i) attention(args[i]);
+  }
+  // One line for --verbose: the backend and the code path it takes on this machine.
+  virtual std::string describe() const { return name(); }
 };
 
-// The process-wide CPU backend (threads from PAGEDKV_CPU_THREADS, default 2).
+// The process-wide CPU backend (threads from PAGEDKV_CPU_THREADS, default: the
+// CPUs this process may run on).
 Backend& cpu_backend();
 
 }  // namespace pagedkv::backend

@@ -36,6 +36,7 @@
 #include <sstream>
 #include <thread>
 
+#include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/command_registry.h"
 #include "model/make_model.h"
@@ -378,6 +379,7 @@ int bench_main(int argc, char** argv) {
                "paged_cache_memory_mb (default: one full context; env "
                "PAGEDKV_PAGED_CACHE_MEMORY_MB wins)");
   p.add_flag("json", "print one JSON document instead of text");
+  p.add_flag("verbose", "also print (to stderr) the compute backend and the kernel path it takes");
   Status s = p.parse(argc, argv);
   if (!s.ok()) return report_error("bench", s);
   if (p.help_requested()) {
@@ -479,6 +481,7 @@ int bench_main(int argc, char** argv) {
 
   const bool json = p.has("json");
   const bool bar = !json && isatty(STDERR_FILENO);
+  if (p.has("verbose")) std::fprintf(stderr, "%s\n", backend::cpu_backend().describe().c_str());
   if (!json) {
     std::printf("model %s (%s, hidden %d, %d layers, vocab %d)\n",
                 temp.empty() ? dir.c_str() : ("make-model --preset " + p.get("preset")).c_str(),

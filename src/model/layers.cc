@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/half.h"
 #include "util/check.h"
 #include "util/knobs.h"
 
@@ -32,6 +33,13 @@ void add_bias(backend::Backend& be, float* y, int64_t T, const backend::Weight* 
 }
 
 }  // namespace
+
+float* ScratchBuffer::acquire(int slot, size_t n) {
+  thread_local std::vector<float> buffers[kScratchSlots];
+  std::vector<float>& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
 
 StatusOr<WeightPtr> load_weight(const Checkpoint& ckpt, backend::Backend& be,
                                 const std::string& name, const std::vector<int64_t>& shape) {
@@ -237,14 +245,43 @@ std::byte* KVAccess::v_base(size_t row, int32_t layer, int32_t tile) {
   return r.flat->v(layer) + static_cast<size_t>(tile) * geom_.block_size * token_bytes_;
 }
 
-float* KVAccess::k_slot(size_t row, int32_t layer, int32_t pos) {
+std::byte* KVAccess::k_slot(size_t row, int32_t layer, int32_t pos) {
   int32_t b = geom_.block_size;
-  return reinterpret_cast<float*>(k_base(row, layer, pos / b) + (pos % b) * token_bytes_);
+  return k_base(row, layer, pos / b) + (pos % b) * token_bytes_;
 }
 
-float* KVAccess::v_slot(size_t row, int32_t layer, int32_t pos) {
+std::byte* KVAccess::v_slot(size_t row, int32_t layer, int32_t pos) {
   int32_t b = geom_.block_size;
-  return reinterpret_cast<float*>(v_base(row, layer, pos / b) + (pos % b) * token_bytes_);
+  return v_base(row, layer, pos / b) + (pos % b) * token_bytes_;
+}
+
+void KVAccess::store(std::byte* dst, const float* src, int64_t n) const {
+  switch (geom_.dtype) {
+    case KVDType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case KVDType::kBF16: {
+      uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case KVDType::kF16: {
+      uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+  }
+}
+
+backend::WeightDType KVAccess::element_type() const {
+  switch (geom_.dtype) {
+    case KVDType::kBF16:
+      return backend::WeightDType::kBF16;
+    case KVDType::kF16:
+      return backend::WeightDType::kF16;
+    default:
+      return backend::WeightDType::kF32;
+  }
 }
 
 void KVAccess::tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
@@ -262,7 +299,10 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
                      float* out) {
   const int64_t qd = static_cast<int64_t>(s.num_heads) * s.head_dim;
   const int64_t kd = static_cast<int64_t>(s.num_kv_heads) * s.head_dim;
-  std::vector<float> q(static_cast<size_t>(T * qd)), k, v, attn(static_cast<size_t>(T * qd)), tmp;
+  ScratchBuffer q(kScratchQ, static_cast<size_t>(T * qd)),
+      attn(kScratchAttn, static_cast<size_t>(T * qd));
+  ScratchBuffer k(kScratchK, 0), v(kScratchV, 0);
+  std::vector<float> tmp;
   be.matmul(h, T, *w.q, q.data());
   add_bias(be, q.data(), T, w.q_bias.get(), qd, tmp);
   if (w.q_norm)
@@ -279,24 +319,30 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
     if (w.k_norm)
       be.rms_norm(k.data(), T * s.num_kv_heads, *w.k_norm, s.rms_eps, s.qk_norm_one_plus, k.data());
     be.rope(k.data(), T, s.num_kv_heads, s.head_dim, batch.positions.data(), s.rope);
-    // Write this step's K/V into every row's KV view, before any row attends.
+    // Write this step's K/V into every row's KV view (in its element type), before
+    // any row attends.
     for (size_t r = 0; r < batch.rows.size(); ++r) {
       const ForwardRow& row = batch.rows[r];
       for (int32_t i = 0; i < row.num_tokens; ++i) {
         int64_t t = row.first_token + i;
         int32_t pos = batch.positions[t];
-        std::memcpy(kv.k_slot(r, s.layer, pos), k.data() + t * kd, kd * sizeof(float));
-        std::memcpy(kv.v_slot(r, s.layer, pos), v.data() + t * kd, kd * sizeof(float));
+        kv.store(kv.k_slot(r, s.layer, pos), k.data() + t * kd, kd);
+        kv.store(kv.v_slot(r, s.layer, pos), v.data() + t * kd, kd);
       }
     }
   }
-  std::vector<const float*> kt, vt;
-  for (size_t r = 0; r < batch.rows.size(); ++r) {
+  // Every row's attention in one backend call: the CPU backend runs all (row,
+  // token, head) tasks as one parallel region; each task's bits are what the row
+  // alone would get.
+  const size_t R = batch.rows.size();
+  std::vector<std::vector<const float*>> kt(R), vt(R);
+  std::vector<backend::AttentionArgs> args(R);
+  for (size_t r = 0; r < R; ++r) {
     const ForwardRow& row = batch.rows[r];
     int32_t last = row.context_len + row.num_tokens - 1;
     int32_t ntiles = last / kv.block_size() + 1;
-    kv.tiles(r, s.kv_layer, ntiles, &kt, &vt);
-    backend::AttentionArgs a;
+    kv.tiles(r, s.kv_layer, ntiles, &kt[r], &vt[r]);
+    backend::AttentionArgs& a = args[r];
     a.q = q.data() + row.first_token * qd;
     a.out = attn.data() + row.first_token * qd;
     a.num_tokens = row.num_tokens;
@@ -306,12 +352,13 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
     a.positions = batch.positions.data() + row.first_token;
     a.scale = s.scale;
     a.tile = kv.block_size();
-    a.k_tiles = kt.data();
-    a.v_tiles = vt.data();
+    a.k_tiles = kt[r].data();
+    a.v_tiles = vt[r].data();
     a.num_tiles = ntiles;
     a.sliding_window = s.sliding_window;
-    be.attention(a);
+    a.kv_dtype = kv.element_type();
   }
+  be.attention_batch(args.data(), R);
   be.matmul(attn.data(), T, *w.o, out);
   add_bias(be, out, T, w.o_bias.get(), w.o->rows(), tmp);
 }
@@ -319,7 +366,8 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
 void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
                float* out) {
   int64_t inter = w.gate->rows();
-  std::vector<float> g(static_cast<size_t>(T * inter)), u(static_cast<size_t>(T * inter));
+  ScratchBuffer g(kScratchQ, static_cast<size_t>(T * inter)),
+      u(kScratchK, static_cast<size_t>(T * inter));
   be.matmul(h, T, *w.gate, g.data());
   be.matmul(h, T, *w.up, u.data());
   if (act == Activation::kSilu) {

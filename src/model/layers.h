@@ -6,7 +6,8 @@
 // together, so adding a family is one file plus, at most, a new layer here.
 //
 // All layers process the whole flattened batch (T tokens of every row) with one
-// matrix product per projection; per-row work (attention) loops over rows. Every
+// matrix product per projection (the weights stream once per step for all rows);
+// attention runs every row's (token, head) tasks in one backend call. Every
 // result is per token and M-invariant (backend.h), so batching never changes bits.
 #pragma once
 
@@ -24,6 +25,39 @@
 namespace pagedkv::model {
 
 using WeightPtr = std::unique_ptr<backend::Weight>;
+
+// Activation scratch reused across layers and steps on this thread: a fresh
+// multi-megabyte vector per layer costs page faults (kernel zeroing, and the mm
+// lock with 16 compute threads) on every prefill. Each slot is one live buffer;
+// its contents are garbage until written. The slots in use at once must differ.
+enum ScratchSlot : int {
+  kScratchX = 0,  // the family's residual stream and its norms (x, h, y)
+  kScratchH,
+  kScratchY,
+  kScratchQ,  // attention q / MLP gate
+  kScratchK,  // attention k / MLP up
+  kScratchV,
+  kScratchAttn,
+  kScratchSlots
+};
+class ScratchBuffer {
+ public:
+  ScratchBuffer(int slot, size_t n) : slot_(slot), data_(acquire(slot, n)), size_(n) {}
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  void resize(size_t n) {
+    data_ = acquire(slot_, n);
+    size_ = n;
+  }
+
+ private:
+  static float* acquire(int slot, size_t n);
+  int slot_;
+  float* data_;
+  size_t size_;
+};
 
 // Loads tensor `name` with exactly `shape` (1-D or 2-D) through the backend.
 StatusOr<WeightPtr> load_weight(const Checkpoint& ckpt, backend::Backend& be,
@@ -56,13 +90,17 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
 // token (a degenerate checkpoint or config would otherwise sample garbage).
 Status check_logits(const ForwardOutput& out);
 
-// Where each row's K/V live (f32 KV).
+// Where each row's K/V live, in the geometry's element type (f32, bf16 or f16).
 class KVAccess {
  public:
   KVAccess(const ForwardBatch& batch, const KVGeometry& geom);
   // Destination of position `pos` of batch row `row` in `layer`.
-  float* k_slot(size_t row, int32_t layer, int32_t pos);
-  float* v_slot(size_t row, int32_t layer, int32_t pos);
+  std::byte* k_slot(size_t row, int32_t layer, int32_t pos);
+  std::byte* v_slot(size_t row, int32_t layer, int32_t pos);
+  // Writes n f32 values at dst in the KV element type (bf16/f16: rounded to nearest even).
+  void store(std::byte* dst, const float* src, int64_t n) const;
+  // The element type as the backend names it (AttentionArgs::kv_dtype).
+  backend::WeightDType element_type() const;
   // Tile pointers covering positions [0, num_tiles * block_size).
   void tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
              std::vector<const float*>* v);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "util/file_system.h"
+#include "util/knobs.h"
 
 namespace pagedkv::model {
 namespace {
@@ -37,13 +38,26 @@ StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
     return ckpt->config().error("model_type",
                                 "'" + type + "' is not supported (supported: " + list + ")");
   }
-  if (options.kv_dtype != KVDType::kF32)
-    return invalid_argument("KV dtype other than f32 is not supported by the CPU backend yet");
-  if (options.block_size < 0 || options.block_size > 256)
+  LoadOptions opts = options;
+  // PAGEDKV_KV_DTYPE (f32 | bf16 | f16) picks the KV element type when the caller
+  // left the default f32; bf16/f16 halve the KV bytes (docs/knobs.md).
+  if (opts.kv_dtype == KVDType::kF32) {
+    if (auto e = env_string("PAGEDKV_KV_DTYPE"); e && !e->empty()) {
+      auto d = kv::parse_kv_dtype(*e);
+      if (!d.ok()) return invalid_argument("PAGEDKV_KV_DTYPE: " + d.status().message());
+      opts.kv_dtype = *d;
+    }
+  }
+  if (opts.block_size < 0 || opts.block_size > 256)
     return invalid_argument("block_size must be in [0, 256] (0 = config/env/16), got " +
-                            std::to_string(options.block_size));
-  backend::Backend& be = options.backend != nullptr ? *options.backend : backend::cpu_backend();
-  return f(std::move(ckpt), options, be);
+                            std::to_string(opts.block_size));
+  backend::Backend& be = opts.backend != nullptr ? *opts.backend : backend::cpu_backend();
+  // AttentionArgs::kv_dtype is honoured by the CPU backend; another backend gets
+  // half-precision KV only once it says so here.
+  if (opts.kv_dtype != KVDType::kF32 && be.name() != "cpu")
+    return invalid_argument("KV dtype " + std::string(kv::kv_dtype_name(opts.kv_dtype)) +
+                            " is not supported by the " + be.name() + " backend (use f32)");
+  return f(std::move(ckpt), opts, be);
 }
 
 }  // namespace pagedkv::model

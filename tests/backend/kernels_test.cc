@@ -5,6 +5,7 @@
 // is checked against straightforward double-precision references.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -328,6 +329,236 @@ TEST(CpuBackendTest, EmbeddingWidensRows) {
   EXPECT_EQ(y[1], 4.0f);
   EXPECT_EQ(y[2], 1.5f);
   EXPECT_EQ(y[5], 4.0f);
+}
+
+}  // namespace
+}  // namespace pagedkv::backend::cpu
+
+// ---- Issue 11: the fast paths keep every exactness property. ----
+
+namespace pagedkv::backend::cpu {
+namespace {
+
+std::vector<uint16_t> to_half(const std::vector<float>& v, bool bf16) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = bf16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+  return h;
+}
+
+class MatmulPathsTest : public ::testing::TestWithParam<Dims> {};
+
+// Every ISA build (AVX-512 where the CPU has it, AVX2+FMA, the baseline), every
+// thread count (1, 2, 4, 16) and every batch size give one row the same bits.
+TEST_P(MatmulPathsTest, IsaThreadCountAndBatchSizeNeverChangeABit) {
+  const auto [M, K, N] = GetParam();
+  auto x = randn(M * K, 21);
+  auto w = randn(N * K, 22, 0.05f);
+  auto wb = to_half(w, true), wh = to_half(w, false);
+  ThreadPool p1(1), p2(2), p4(4), p16(16);
+  for (WeightDType dt : {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF16}) {
+    const void* wp = dt == WeightDType::kF32    ? static_cast<const void*>(w.data())
+                     : dt == WeightDType::kBF16 ? static_cast<const void*>(wb.data())
+                                                : static_cast<const void*>(wh.data());
+    std::vector<float> ref(M * N);
+    matmul(x.data(), M, K, wp, dt, N, ref.data(), &p1);
+    for (Isa isa : {Isa::kAuto, Isa::kAvx2, Isa::kGeneric}) {
+      set_isa_for_testing(isa);
+      for (ThreadPool* p : {&p1, &p2, &p4, &p16}) {
+        std::vector<float> y(M * N, -1.0f);
+        matmul(x.data(), M, K, wp, dt, N, y.data(), p);
+        EXPECT_TRUE(same_bits(ref.data(), y.data(), y.size()))
+            << "isa " << static_cast<int>(isa) << " threads " << p->num_threads() << " dtype "
+            << static_cast<int>(dt);
+      }
+      // Row by row (M = 1, the decode shape) equals the batch.
+      std::vector<float> row(N);
+      for (int64_t m = 0; m < M; m += 3) {
+        matmul(x.data() + m * K, 1, K, wp, dt, N, row.data(), &p4);
+        EXPECT_TRUE(same_bits(row.data(), ref.data() + m * N, N)) << "row " << m;
+      }
+    }
+    set_isa_for_testing(Isa::kAuto);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulPathsTest,
+                         ::testing::Values(Dims{64, 64, 64}, Dims{1, 1024, 300}, Dims{8, 1000, 77},
+                                           Dims{130, 136, 203}, Dims{32, 3, 17}),
+                         [](const auto& info) {
+                           const Dims& d = info.param;
+                           return "M" + std::to_string(d.m) + "_K" + std::to_string(d.k) + "_N" +
+                                  std::to_string(d.n);
+                         });
+
+TEST(MatmulFmaTest, LanesUseFusedMultiplyAdd) {
+  // Lane 0 sees k = 0 (1·-1) then k = 8 (a·b = (1 + 2^-23)(1 - 2^-23) = 1 - 2^-46).
+  // A separate multiply rounds a·b to 1 and the lane ends at 0; a fused
+  // multiply-add computes a·b - 1 exactly: -2^-46.
+  const float a = 1.0f + std::ldexp(1.0f, -23), b = 1.0f - std::ldexp(1.0f, -23);
+  std::vector<float> x = {1.0f, 0, 0, 0, 0, 0, 0, 0, a};
+  std::vector<float> w = {-1.0f, 0, 0, 0, 0, 0, 0, 0, b};
+  for (Isa isa : {Isa::kAuto, Isa::kAvx2, Isa::kGeneric}) {
+    set_isa_for_testing(isa);
+    float y = 0;
+    matmul(x.data(), 1, 9, w.data(), WeightDType::kF32, 1, &y, nullptr);
+    EXPECT_EQ(y, -std::ldexp(1.0f, -46)) << "isa " << static_cast<int>(isa);
+  }
+  set_isa_for_testing(Isa::kAuto);
+  EXPECT_NE(std::string(isa_name()), "");
+}
+
+TEST(ThreadPoolTest, EveryIndexRunsExactlyOnceStaticAndDynamic) {
+  for (int threads : {1, 2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 7, 64, 1000}) {
+      for (int64_t grain : {1, 3, 16}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        });
+        pool.parallel_dynamic(n, grain, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 2) << n << " " << grain;
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, ParallelRmsNormAndRopeEqualSerial) {
+  const int64_t M = 200, D = 512;
+  auto x = randn(M * D, 31);
+  auto w = randn(D, 32, 0.3f);
+  ThreadPool p4(4);
+  std::vector<float> a(M * D), b(M * D);
+  rms_norm(x.data(), M, D, w.data(), WeightDType::kF32, 1e-6f, false, a.data(), nullptr);
+  rms_norm(x.data(), M, D, w.data(), WeightDType::kF32, 1e-6f, false, b.data(), &p4);
+  EXPECT_TRUE(same_bits(a.data(), b.data(), a.size()));
+  std::vector<int32_t> pos(M);
+  for (int64_t i = 0; i < M; ++i) pos[i] = static_cast<int32_t>(3 * i + 1);
+  RopeParams p;
+  p.rotary_dim = 64;
+  auto r1 = x, r2 = x;
+  rope(r1.data(), M, 4, 128, pos.data(), p, nullptr);
+  rope(r2.data(), M, 4, 128, pos.data(), p, &p4);
+  EXPECT_TRUE(same_bits(r1.data(), r2.data(), r1.size()));
+}
+
+// Keys/values of several rows with different lengths; returns tile pointers.
+struct KvRows {
+  int32_t NH = 4, KVH = 2, HD, B = 16;
+  std::vector<std::vector<float>> k, v, q;
+  std::vector<std::vector<int32_t>> pos;
+  KvRows(int32_t hd, const std::vector<std::pair<int32_t, int32_t>>& rows) : HD(hd) {
+    uint32_t seed = 100;
+    for (auto [ctx, ntok] : rows) {
+      int32_t total = ctx + ntok, tiles = (total + B - 1) / B;
+      k.push_back(randn(static_cast<size_t>(tiles) * B * KVH * HD, seed++));
+      v.push_back(randn(static_cast<size_t>(tiles) * B * KVH * HD, seed++));
+      q.push_back(randn(static_cast<size_t>(ntok) * NH * HD, seed++));
+      std::vector<int32_t> p(ntok);
+      for (int32_t i = 0; i < ntok; ++i) p[i] = ctx + i;
+      pos.push_back(p);
+    }
+  }
+};
+
+TEST(AttentionBatchTest, BatchedRowsEqualEachRowAloneForAnyThreadCount) {
+  KvRows d(128, {{0, 40}, {37, 1}, {200, 1}, {15, 17}, {0, 1}});
+  const size_t R = d.k.size();
+  std::vector<std::vector<const float*>> kt(R), vt(R);
+  std::vector<std::vector<float>> solo(R), batched(R);
+  std::vector<AttentionArgs> args(R);
+  for (size_t r = 0; r < R; ++r) {
+    int32_t tiles = static_cast<int32_t>(d.k[r].size() / (d.B * d.KVH * d.HD));
+    for (int32_t t = 0; t < tiles; ++t) {
+      kt[r].push_back(d.k[r].data() + t * d.B * d.KVH * d.HD);
+      vt[r].push_back(d.v[r].data() + t * d.B * d.KVH * d.HD);
+    }
+    solo[r].assign(d.q[r].size(), 0.0f);
+    batched[r].assign(d.q[r].size(), 0.0f);
+    AttentionArgs& a = args[r];
+    a.q = d.q[r].data();
+    a.num_tokens = static_cast<int32_t>(d.pos[r].size());
+    a.num_heads = d.NH;
+    a.num_kv_heads = d.KVH;
+    a.head_dim = d.HD;
+    a.positions = d.pos[r].data();
+    a.scale = 0.1f;
+    a.tile = d.B;
+    a.k_tiles = kt[r].data();
+    a.v_tiles = vt[r].data();
+    a.num_tiles = tiles;
+  }
+  for (size_t r = 0; r < R; ++r) {
+    AttentionArgs a = args[r];
+    a.out = solo[r].data();
+    attention(a, nullptr);
+  }
+  for (int threads : {1, 2, 4, 16}) {
+    ThreadPool pool(threads);
+    for (size_t r = 0; r < R; ++r) args[r].out = batched[r].data();
+    attention_batch(args.data(), R, &pool);
+    for (size_t r = 0; r < R; ++r)
+      EXPECT_TRUE(same_bits(solo[r].data(), batched[r].data(), solo[r].size()))
+          << "row " << r << " threads " << threads;
+  }
+}
+
+// bf16 / f16 K/V tiles give exactly the bits of f32 tiles holding the widened values.
+TEST(AttentionBatchTest, HalfPrecisionKvEqualsF32KvOfTheSameValues) {
+  for (int32_t hd : {24, 64, 128}) {
+    KvRows d(hd, {{0, 33}, {50, 1}});
+    for (bool bf16 : {true, false}) {
+      for (size_t r = 0; r < d.k.size(); ++r) {
+        auto kh = to_half(d.k[r], bf16), vh = to_half(d.v[r], bf16);
+        // A few f16 subnormals and zeros of both signs.
+        if (!bf16 && kh.size() > 8) {
+          kh[1] = 0x0001;
+          kh[2] = 0x83ff;
+          kh[3] = 0x8000;
+          vh[5] = 0x0200;
+        }
+        std::vector<float> kw(kh.size()), vw(vh.size());
+        for (size_t i = 0; i < kh.size(); ++i) {
+          kw[i] = bf16 ? bf16_to_f32(kh[i]) : f16_to_f32(kh[i]);
+          vw[i] = bf16 ? bf16_to_f32(vh[i]) : f16_to_f32(vh[i]);
+        }
+        const int64_t tile_elems = static_cast<int64_t>(d.B) * d.KVH * hd;
+        const int32_t tiles = static_cast<int32_t>(kh.size() / tile_elems);
+        std::vector<const float*> kt32, vt32, kt16, vt16;
+        for (int32_t t = 0; t < tiles; ++t) {
+          kt32.push_back(kw.data() + t * tile_elems);
+          vt32.push_back(vw.data() + t * tile_elems);
+          kt16.push_back(reinterpret_cast<const float*>(kh.data() + t * tile_elems));
+          vt16.push_back(reinterpret_cast<const float*>(vh.data() + t * tile_elems));
+        }
+        std::vector<float> o32(d.q[r].size()), o16(d.q[r].size());
+        AttentionArgs a;
+        a.q = d.q[r].data();
+        a.num_tokens = static_cast<int32_t>(d.pos[r].size());
+        a.num_heads = d.NH;
+        a.num_kv_heads = d.KVH;
+        a.head_dim = hd;
+        a.positions = d.pos[r].data();
+        a.scale = 0.1f;
+        a.tile = d.B;
+        a.num_tiles = tiles;
+        a.k_tiles = kt32.data();
+        a.v_tiles = vt32.data();
+        a.out = o32.data();
+        attention(a, nullptr);
+        a.k_tiles = kt16.data();
+        a.v_tiles = vt16.data();
+        a.out = o16.data();
+        a.kv_dtype = bf16 ? WeightDType::kBF16 : WeightDType::kF16;
+        ThreadPool two(2);
+        attention(a, &two);
+        EXPECT_TRUE(same_bits(o32.data(), o16.data(), o32.size()))
+            << (bf16 ? "bf16" : "f16") << " head_dim " << hd << " row " << r;
+      }
+    }
+  }
 }
 
 }  // namespace

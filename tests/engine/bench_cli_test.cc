@@ -87,3 +87,12 @@ TEST(BenchCli, TextReportAndUsageErrors) {
 }
 
 }  // namespace
+
+// --verbose names the backend and the matmul path it took (issue 11).
+TEST(BenchCliVerbose, NamesTheKernelPath) {
+  Result r = run_pagedkv(
+      "bench --preset tiny --workload nosharing --requests 1 --max-tokens 1 --verbose", true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cpu backend: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("matmul path "), std::string::npos) << r.output;
+}

@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
+#include <vector>
 
 namespace pagedkv::engine {
 namespace {
@@ -94,6 +97,76 @@ TEST(SamplerTest, StopTokens) {
   p.stop_token_ids = {3, 9};
   EXPECT_TRUE(p.is_stop(9));
   EXPECT_FALSE(p.is_stop(4));
+}
+
+}  // namespace
+}  // namespace pagedkv::engine
+
+namespace pagedkv::engine {
+namespace {
+
+// Issue 11's fast path (integer keys, nth_element for top-k) against the plain
+// comparator sort it replaced: the same tokens for every position and setting,
+// with ties, signed zeros and NaNs among the logits.
+int32_t reference_sample(std::span<const float> logits, const SamplingParams& p, int64_t position) {
+  std::vector<int32_t> idx;
+  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i)
+    if (!std::isnan(logits[i])) idx.push_back(i);
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  size_t keep = idx.size();
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = static_cast<size_t>(p.top_k);
+  std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
+  idx.resize(keep);
+  const double inv_t = 1.0 / p.temperature;
+  const double top = static_cast<double>(logits[idx[0]]) * inv_t;
+  std::vector<double> prob(idx.size());
+  double sum = 0;
+  for (size_t i = 0; i < idx.size(); ++i) sum += (prob[i] = std::exp(logits[idx[i]] * inv_t - top));
+  for (double& v : prob) v /= sum;
+  if (p.top_p < 1.0) {
+    double cum = 0;
+    size_t k = 0;
+    while (k < prob.size()) {
+      cum += prob[k++];
+      if (cum >= p.top_p) break;
+    }
+    prob.resize(k);
+  }
+  if (p.min_p > 0) {
+    double thr = p.min_p * prob[0];
+    size_t k = 1;
+    while (k < prob.size() && prob[k] >= thr) ++k;
+    prob.resize(k);
+  }
+  double total = 0;
+  for (double v : prob) total += v;
+  double u = uniform_for(p.seed, position) * total, cum = 0;
+  for (size_t i = 0; i < prob.size(); ++i)
+    if (u < (cum += prob[i])) return idx[i];
+  return idx[prob.size() - 1];
+}
+
+TEST(SamplerFastPathTest, SameTokensAsTheComparatorSort) {
+  std::mt19937 g(7);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<float> logits(3000);
+    for (auto& v : logits) v = std::round(d(g) * 4.0f) / 4.0f;  // many ties
+    logits[5] = -0.0f;
+    logits[6] = 0.0f;
+    logits[7] = std::nanf("");
+    SamplingParams p;
+    p.temperature = 0.5 + 0.05 * trial;
+    p.top_k = trial % 3 == 0 ? 0 : 1 + trial * 7;
+    p.top_p = trial % 2 ? 0.9 : 1.0;
+    p.min_p = trial % 5 == 0 ? 0.05 : 0.0;
+    p.seed = 1234 + trial;
+    for (int64_t pos = 0; pos < 20; ++pos)
+      ASSERT_EQ(sample_token(logits, p, pos), reference_sample(logits, p, pos))
+          << "trial " << trial << " pos " << pos;
+  }
 }
 
 }  // namespace

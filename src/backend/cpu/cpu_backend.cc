@@ -1,8 +1,11 @@
 // CpuBackend (see cpu_backend.h).
 #include "backend/cpu/cpu_backend.h"
 
+#include <sched.h>
+
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "backend/cpu/kernels.h"
 #include "backend/half.h"
@@ -13,7 +16,8 @@ namespace pagedkv::backend {
 
 Backend& cpu_backend() {
   static cpu::CpuBackend* b = [] {
-    int threads = static_cast<int>(resolve_knob<uint64_t>("PAGEDKV_CPU_THREADS", std::nullopt, 2));
+    int threads = static_cast<int>(
+        resolve_knob<uint64_t>("PAGEDKV_CPU_THREADS", std::nullopt, cpu::default_num_threads()));
     if (threads < 1) threads = 1;
     if (threads > 256) threads = 256;
     return new cpu::CpuBackend(threads);
@@ -25,6 +29,22 @@ namespace cpu {
 namespace {
 const CpuWeight& cw(const Weight& w) { return static_cast<const CpuWeight&>(w); }
 }  // namespace
+
+int default_num_threads() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc > 0 ? static_cast<int>(hc) : 1;
+}
+
+std::string CpuBackend::describe() const {
+  return "cpu backend: " + std::to_string(pool_.num_threads()) + " threads, matmul path " +
+         isa_name();
+}
 
 CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
 
@@ -60,32 +80,40 @@ void CpuBackend::embedding(const int32_t* ids, int64_t m, const Weight& table, f
 
 void CpuBackend::rms_norm(const float* x, int64_t m, const Weight& w, float eps,
                           bool one_plus_weight, float* y) {
-  cpu::rms_norm(x, m, w.cols(), cw(w).data(), w.dtype(), eps, one_plus_weight, y);
+  cpu::rms_norm(x, m, w.cols(), cw(w).data(), w.dtype(), eps, one_plus_weight, y, &pool_);
 }
 
 void CpuBackend::rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim,
                       const int32_t* positions, const RopeParams& p) {
-  cpu::rope(x, m, num_heads, head_dim, positions, p);
+  cpu::rope(x, m, num_heads, head_dim, positions, p, &pool_);
 }
 
+// Element-wise ops: every element is computed alone, so splitting the range over
+// threads cannot change a bit.
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    float g = gate[i];
-    out[i] = (g / (1.0f + std::exp(-g))) * up[i];
-  }
+  elementwise(n, &pool_, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float g = gate[i];
+      out[i] = (g / (1.0f + std::exp(-g))) * up[i];
+    }
+  });
 }
 
 void CpuBackend::gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
   const float k0 = 0.7978845608028654f;  // sqrt(2/pi)
-  for (int64_t i = 0; i < n; ++i) {
-    float g = gate[i];
-    float inner = k0 * (g + 0.044715f * (g * g * g));
-    out[i] = (0.5f * g * (1.0f + std::tanh(inner))) * up[i];
-  }
+  elementwise(n, &pool_, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float g = gate[i];
+      float inner = k0 * (g + 0.044715f * (g * g * g));
+      out[i] = (0.5f * g * (1.0f + std::tanh(inner))) * up[i];
+    }
+  });
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] + y[i];
+  elementwise(n, &pool_, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] = x[i] + y[i];
+  });
 }
 
 void CpuBackend::softmax(float* x, int64_t m, int64_t n) { cpu::softmax_rows(x, m, n); }
@@ -99,6 +127,14 @@ void CpuBackend::attention(const AttentionArgs& a) {
   PKV_CHECK(a.tile > 0 && a.tile <= 256);
   PKV_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0);
   cpu::attention(a, &pool_);
+}
+
+void CpuBackend::attention_batch(const AttentionArgs* args, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    PKV_CHECK(args[i].tile > 0 && args[i].tile <= 256);
+    PKV_CHECK(args[i].num_kv_heads > 0 && args[i].num_heads % args[i].num_kv_heads == 0);
+  }
+  cpu::attention_batch(args, count, &pool_);
 }
 
 }  // namespace cpu

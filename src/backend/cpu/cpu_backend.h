@@ -4,11 +4,15 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace pagedkv::backend::cpu {
+
+// The CPUs this process may run on (its affinity mask), the default thread count.
+int default_num_threads();
 
 class CpuWeight : public Weight {
  public:
@@ -44,6 +48,8 @@ class CpuBackend : public Backend {
   void topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k,
                   bool softmax_first, bool normalize, int32_t* ids, float* weights) override;
   void attention(const AttentionArgs& a) override;
+  void attention_batch(const AttentionArgs* args, size_t count) override;
+  std::string describe() const override;
 
  private:
   ThreadPool pool_;

@@ -1,14 +1,20 @@
-// CPU kernels (see kernels.h). Written with GCC vector extensions over 8 floats so
-// the compiler emits SIMD for whatever the target offers (SSE2 by default); the
-// arithmetic is per lane, so it is the same IEEE sequence whatever the width.
+// CPU kernels (see kernels.h). The matrix product dispatches at run time to the
+// AVX-512 or AVX2/FMA micro-kernels (matmul_avx512.cc, matmul_avx2.cc) or to the
+// baseline loop here, all of which compute the same bits (matmul_isa.h). The other
+// kernels are written with GCC vector extensions over 8 floats so the compiler
+// emits SIMD for whatever the target offers; the arithmetic is per lane, so it is
+// the same IEEE sequence whatever the width.
 #include "backend/cpu/kernels.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/matmul_isa.h"
 #include "backend/half.h"
 
 // The 8-float vectors never cross a translation unit boundary, so the ABI note is moot.
@@ -29,6 +35,29 @@ bool use_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   if (g_isa_override == Isa::kGeneric) return false;
   return has;
+}
+
+// The matmul path: the widest the CPU has unless a test forces a narrower one.
+bool cpu_has_avx2_fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return has;
+}
+bool cpu_has_avx512() {
+  static const bool has = cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  return has;
+}
+Isa matmul_isa() {
+  switch (g_isa_override) {
+    case Isa::kGeneric:
+      return Isa::kGeneric;
+    case Isa::kAvx2:
+      return cpu_has_avx2_fma() ? Isa::kAvx2 : Isa::kGeneric;
+    default:
+      return cpu_has_avx512() ? Isa::kAvx512 : cpu_has_avx2_fma() ? Isa::kAvx2 : Isa::kGeneric;
+  }
 }
 
 typedef float v8f __attribute__((vector_size(32)));
@@ -58,130 +87,43 @@ PKV_INLINE v8f widen_bf16(const uint16_t* p) {
   return f;
 }
 
-PKV_INLINE v8f widen_f16(const uint16_t* p) {
-  float t[8];
-  for (int i = 0; i < 8; ++i) t[i] = f16_to_f32(p[i]);
-  return load8(t);
-}
-
-template <WeightDType D>
-PKV_INLINE v8f load_w(const void* w, int64_t off) {
-  if constexpr (D == WeightDType::kF32) {
-    return load8(static_cast<const float*>(w) + off);
-  } else if constexpr (D == WeightDType::kBF16) {
-    return widen_bf16(static_cast<const uint16_t*>(w) + off);
-  } else {
-    return widen_f16(static_cast<const uint16_t*>(w) + off);
-  }
-}
-
-template <WeightDType D>
-PKV_INLINE v8f load_w_partial(const void* w, int64_t off, int64_t n) {
-  float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (D == WeightDType::kF32) {
-      t[i] = static_cast<const float*>(w)[off + i];
-    } else if constexpr (D == WeightDType::kBF16) {
-      t[i] = bf16_to_f32(static_cast<const uint16_t*>(w)[off + i]);
-    } else {
-      t[i] = f16_to_f32(static_cast<const uint16_t*>(w)[off + i]);
-    }
-  }
-  return load8(t);
-}
-
 PKV_INLINE float hsum(v8f a) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-// One tile: MT rows of x against NT rows of w, full K. Every (m, n) element follows
-// the same lane sequence as dot_f32.
-template <WeightDType D, int MT, int NT>
-PKV_INLINE void tile_kernel(const float* x, int64_t ldx, int64_t k, const void* w, int64_t n0,
-                            float* y, int64_t ldy) {
-  v8f acc[MT][NT];
-#pragma GCC unroll 4
-  for (int i = 0; i < MT; ++i)
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) acc[i][j] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t k8 = k & ~int64_t{7};
-  for (int64_t kk = 0; kk < k8; kk += 8) {
-    v8f xv[MT];
-#pragma GCC unroll 4
-    for (int i = 0; i < MT; ++i) xv[i] = load8(x + i * ldx + kk);
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      v8f wv = load_w<D>(w, (n0 + j) * k + kk);
-#pragma GCC unroll 4
-      for (int i = 0; i < MT; ++i) acc[i][j] += xv[i] * wv;
-    }
-  }
-  if (k8 < k) {
-    v8f xv[MT];
-    for (int i = 0; i < MT; ++i) xv[i] = load_partial(x + i * ldx + k8, k - k8);
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) {
-      v8f wv = load_w_partial<D>(w, (n0 + j) * k + k8, k - k8);
-#pragma GCC unroll 4
-      for (int i = 0; i < MT; ++i) acc[i][j] += xv[i] * wv;
-    }
-  }
-  for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) y[i * ldy + n0 + j] = hsum(acc[i][j]);
-}
-
 template <WeightDType D>
-PKV_INLINE void matmul_range_body(const float* x, int64_t m, int64_t k, const void* w, int64_t n,
-                                  int64_t nb, int64_t ne, float* y) {
-  (void)n;
-  constexpr int MT = 2;
-  int64_t mi = 0;
-  for (; mi + MT <= m; mi += MT) {
-    int64_t j = nb;
-    for (; j + 4 <= ne; j += 4) tile_kernel<D, MT, 4>(x + mi * k, k, k, w, j, y + mi * n, n);
-    for (; j < ne; ++j) tile_kernel<D, MT, 1>(x + mi * k, k, k, w, j, y + mi * n, n);
-  }
-  for (; mi < m; ++mi) {
-    int64_t j = nb;
-    for (; j + 4 <= ne; j += 4) tile_kernel<D, 1, 4>(x + mi * k, k, k, w, j, y + mi * n, n);
-    for (; j < ne; ++j) tile_kernel<D, 1, 1>(x + mi * k, k, k, w, j, y + mi * n, n);
-  }
-}
-
-template <WeightDType D>
-__attribute__((target("avx2"))) void matmul_range_avx2(const float* x, int64_t m, int64_t k,
-                                                       const void* w, int64_t n, int64_t nb,
-                                                       int64_t ne, float* y) {
-  matmul_range_body<D>(x, m, k, w, n, nb, ne, y);
-}
-
-template <WeightDType D>
-void matmul_range_generic(const float* x, int64_t m, int64_t k, const void* w, int64_t n,
-                          int64_t nb, int64_t ne, float* y) {
-  matmul_range_body<D>(x, m, k, w, n, nb, ne, y);
-}
-
-template <WeightDType D>
-void matmul_t(const float* x, int64_t m, int64_t k, const void* w, int64_t n, float* y,
-              ThreadPool* pool) {
-  // Column blocks keep a slab of W hot in cache while all M rows stream past it.
-  constexpr int64_t kColBlock = 64;
-  const bool avx2 = use_avx2();
-  auto run = [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; j += kColBlock) {
-      if (avx2) {
-        matmul_range_avx2<D>(x, m, k, w, n, j, std::min(e, j + kColBlock), y);
-      } else {
-        matmul_range_generic<D>(x, m, k, w, n, j, std::min(e, j + kColBlock), y);
-      }
-    }
-  };
-  // Hand work to the pool only when it outweighs a wake-up (~tens of µs, far more
-  // on a loaded machine): about half a million multiply-adds.
-  if (pool != nullptr && m * n * k >= (int64_t{1} << 19)) {
-    pool->parallel_for(n, 16, run);
+float widen_at(const void* w, int64_t i) {
+  if constexpr (D == WeightDType::kF32) {
+    return static_cast<const float*>(w)[i];
+  } else if constexpr (D == WeightDType::kBF16) {
+    return bf16_to_f32(static_cast<const uint16_t*>(w)[i]);
   } else {
-    run(0, n);
+    return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
+  }
+}
+
+// The baseline build of the matmul contract (matmul_isa.h): per output element 8
+// lanes of fused multiply-adds (fmaf is correctly rounded in software where the
+// CPU lacks FMA, so the bits equal the SIMD builds'), zero-padded tail, lane tree.
+template <WeightDType D>
+void cols_generic(const MatmulArgs& a, int64_t nb, int64_t ne) {
+  const int64_t k = a.k, k8 = k & ~int64_t{7};
+  for (int64_t m = 0; m < a.m; ++m) {
+    const float* x = a.x + m * k;
+    for (int64_t j = nb; j < ne; ++j) {
+      float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t kk = 0; kk < k8; kk += 8)
+        for (int i = 0; i < 8; ++i)
+          l[i] = __builtin_fmaf(x[kk + i], widen_at<D>(a.w, j * k + kk + i), l[i]);
+      if (k8 < k) {
+        for (int i = 0; i < 8; ++i) {
+          bool in = k8 + i < k;
+          l[i] = __builtin_fmaf(in ? x[k8 + i] : 0.0f, in ? widen_at<D>(a.w, j * k + k8 + i) : 0.0f,
+                                l[i]);
+        }
+      }
+      a.y[m * a.n + j] = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    }
   }
 }
 
@@ -196,6 +138,71 @@ inline float widen_scalar(const void* w, WeightDType d, int64_t i) {
   }
 }
 
+// Exact f16 → f32 of 8 values with integer vector operations (F. Giesen's
+// method: normals rebias the exponent, subnormals subtract 2^-14 exactly).
+PKV_INLINE v8f widen_f16_vec(const uint16_t* p) {
+  v8u16 h;
+  std::memcpy(&h, p, sizeof(h));
+  v8u32 u = __builtin_convertvector(h, v8u32);
+  const v8u32 sign = (u & 0x8000u) << 16;
+  v8u32 o = (u & 0x7fffu) << 13;
+  const v8u32 exp = o & (0x7c00u << 13);
+  o += (127u - 15u) << 23;
+  const v8u32 is_inf = reinterpret_cast<v8u32>(exp == (0x7c00u << 13));
+  const v8u32 is_den = reinterpret_cast<v8u32>(exp == 0u);
+  o += is_inf & ((128u - 16u) << 23);
+  o += is_den & (1u << 23);
+  v8f f;
+  std::memcpy(&f, &o, sizeof(f));
+  const float magic_f = 6.103515625e-05f;  // 2^-14
+  v8f fd = f - v8f{magic_f, magic_f, magic_f, magic_f, magic_f, magic_f, magic_f, magic_f};
+  v8u32 bits, bits_d;
+  std::memcpy(&bits, &f, sizeof(bits));
+  std::memcpy(&bits_d, &fd, sizeof(bits_d));
+  v8u32 r = ((bits_d & is_den) | (bits & ~is_den)) | sign;
+  v8f out;
+  std::memcpy(&out, &r, sizeof(out));
+  return out;
+}
+
+// 8 K/V elements at element offset `off` of a tile of dtype KD (0 f32, 1 bf16, 2 f16).
+template <int KD>
+PKV_INLINE v8f load_kv(const void* base, int64_t off) {
+  if constexpr (KD == 0) {
+    return load8(static_cast<const float*>(base) + off);
+  } else if constexpr (KD == 1) {
+    return widen_bf16(static_cast<const uint16_t*>(base) + off);
+  } else {
+    return widen_f16_vec(static_cast<const uint16_t*>(base) + off);
+  }
+}
+template <int KD>
+PKV_INLINE float kv_scalar(const void* base, int64_t off) {
+  if constexpr (KD == 0) {
+    return static_cast<const float*>(base)[off];
+  } else if constexpr (KD == 1) {
+    return bf16_to_f32(static_cast<const uint16_t*>(base)[off]);
+  } else {
+    return f16_to_f32(static_cast<const uint16_t*>(base)[off]);
+  }
+}
+template <int KD>
+PKV_INLINE v8f load_kv_partial(const void* base, int64_t off, int64_t n) {
+  float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) t[i] = kv_scalar<KD>(base, off + i);
+  return load8(t);
+}
+
+// Σ q[i]·k[i] over a K row of dtype KD, in dot_f32's lane order.
+template <int KD>
+PKV_INLINE float dot_kv(const float* a, const void* kb, int64_t off, int64_t n) {
+  v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t n8 = n & ~int64_t{7};
+  for (int64_t i = 0; i < n8; i += 8) acc += load8(a + i) * load_kv<KD>(kb, off + i);
+  if (n8 < n) acc += load_partial(a + n8, n - n8) * load_kv_partial<KD>(kb, off + n8, n - n8);
+  return hsum(acc);
+}
+
 PKV_INLINE float dot_body(const float* a, const float* b, int64_t n) {
   v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t n8 = n & ~int64_t{7};
@@ -204,7 +211,10 @@ PKV_INLINE float dot_body(const float* a, const float* b, int64_t n) {
   return hsum(acc);
 }
 
-// One query/head task of attention (see kernels.h / AttentionArgs).
+// One query/head task of attention (see kernels.h / AttentionArgs). KD is the
+// K/V element type (0 f32, 1 bf16, 2 f16), widened exactly on load, so a bf16 KV
+// cache gives the bits an f32 cache holding the same (rounded) values gives.
+template <int KD>
 PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, float* acc,
                                float* scores) {
   const int32_t hd = a.head_dim;
@@ -225,12 +235,11 @@ PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, flo
     for (int32_t tile = start / a.tile; tile <= pos / a.tile; ++tile) {
       int32_t j0 = std::max(start, tile * a.tile);
       int32_t j1 = std::min(pos + 1, (tile + 1) * a.tile);
-      const float* kt = a.k_tiles[tile];
-      const float* vt = a.v_tiles[tile];
+      const void* kt = a.k_tiles[tile];
+      const void* vt = a.v_tiles[tile];
       float tmax = -std::numeric_limits<float>::infinity();
       for (int32_t j = j0; j < j1; ++j) {
-        const float* kr = kt + (j - tile * a.tile) * kv_row + kvh * hd;
-        float sc = dot_body(q, kr, hd) * a.scale;
+        float sc = dot_kv<KD>(q, kt, (j - tile * a.tile) * kv_row + kvh * hd, hd) * a.scale;
         scores[j - j0] = sc;
         tmax = std::max(tmax, sc);
       }
@@ -247,12 +256,13 @@ PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, flo
       for (int32_t j = j0; j < j1; ++j) {
         float pj = std::exp(scores[j - j0] - mnew);
         l = l + pj;
-        const float* vr = vt + (j - tile * a.tile) * kv_row + kvh * hd;
+        const int64_t vo = (j - tile * a.tile) * kv_row + kvh * hd;
         if (vec) {
           v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
-          for (int32_t d = 0; d < hd; d += 8) store8(acc + d, load8(acc + d) + pv * load8(vr + d));
+          for (int32_t d = 0; d < hd; d += 8)
+            store8(acc + d, load8(acc + d) + pv * load_kv<KD>(vt, vo + d));
         } else {
-          for (int32_t d = 0; d < hd; ++d) acc[d] = acc[d] + pj * vr[d];
+          for (int32_t d = 0; d < hd; ++d) acc[d] = acc[d] + pj * kv_scalar<KD>(vt, vo + d);
         }
       }
       mval = mnew;
@@ -265,7 +275,7 @@ PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, flo
 // The same computation for a head_dim known at compile time (a multiple of 8):
 // the accumulator lives in registers and the loops unroll. Every operation is the
 // one attention_body performs, in the same order, so the bits are the same.
-template <int HD>
+template <int HD, int KD>
 PKV_INLINE void attention_fixed(const AttentionArgs& a, int64_t b, int64_t e, float* scores) {
   static_assert(HD % 8 == 0);
   constexpr int C = HD / 8;
@@ -287,12 +297,33 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, int64_t b, int64_t e, fl
     for (int32_t tile = start / a.tile; tile <= pos / a.tile; ++tile) {
       int32_t j0 = std::max(start, tile * a.tile);
       int32_t j1 = std::min(pos + 1, (tile + 1) * a.tile);
-      const float* kt = a.k_tiles[tile];
-      const float* vt = a.v_tiles[tile];
+      const void* kt = a.k_tiles[tile];
+      const void* vt = a.v_tiles[tile];
       float tmax = -std::numeric_limits<float>::infinity();
-      for (int32_t j = j0; j < j1; ++j) {
-        const float* kr = kt + (j - tile * a.tile) * kv_row + kvh * HD;
-        float sc = dot_body(q, kr, HD) * a.scale;
+      // Four keys at a time: four independent accumulator chains, each the exact
+      // dot_kv sequence of its key (so the bits are dot_kv's), four times the
+      // throughput of one latency-bound chain.
+      int32_t j = j0;
+      for (; j + 4 <= j1; j += 4) {
+        const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
+        v8f s0 = {0, 0, 0, 0, 0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
+#pragma GCC unroll 32
+        for (int c = 0; c < C; ++c) {
+          const v8f qv = load8(q + 8 * c);
+          s0 += qv * load_kv<KD>(kt, o0 + 8 * c);
+          s1 += qv * load_kv<KD>(kt, o0 + kv_row + 8 * c);
+          s2 += qv * load_kv<KD>(kt, o0 + 2 * kv_row + 8 * c);
+          s3 += qv * load_kv<KD>(kt, o0 + 3 * kv_row + 8 * c);
+        }
+        const float sc[4] = {hsum(s0) * a.scale, hsum(s1) * a.scale, hsum(s2) * a.scale,
+                             hsum(s3) * a.scale};
+        for (int r = 0; r < 4; ++r) {
+          scores[j - j0 + r] = sc[r];
+          tmax = std::max(tmax, sc[r]);
+        }
+      }
+      for (; j < j1; ++j) {
+        float sc = dot_kv<KD>(q, kt, (j - tile * a.tile) * kv_row + kvh * HD, HD) * a.scale;
         scores[j - j0] = sc;
         tmax = std::max(tmax, sc);
       }
@@ -305,10 +336,10 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, int64_t b, int64_t e, fl
       for (int32_t j = j0; j < j1; ++j) {
         float pj = std::exp(scores[j - j0] - mnew);
         l = l + pj;
-        const float* vr = vt + (j - tile * a.tile) * kv_row + kvh * HD;
+        const int64_t vo = (j - tile * a.tile) * kv_row + kvh * HD;
         v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
 #pragma GCC unroll 32
-        for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load8(vr + 8 * c);
+        for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
       }
       mval = mnew;
     }
@@ -320,26 +351,47 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, int64_t b, int64_t e, fl
   }
 }
 
-PKV_INLINE void attention_dispatch(const AttentionArgs& a, int64_t b, int64_t e, float* acc,
-                                   float* scores) {
+template <int KD>
+PKV_INLINE void attention_dispatch_kd(const AttentionArgs& a, int64_t b, int64_t e, float* acc,
+                                      float* scores) {
   switch (a.head_dim) {
     case 16:
-      return attention_fixed<16>(a, b, e, scores);
+      return attention_fixed<16, KD>(a, b, e, scores);
     case 32:
-      return attention_fixed<32>(a, b, e, scores);
+      return attention_fixed<32, KD>(a, b, e, scores);
     case 64:
-      return attention_fixed<64>(a, b, e, scores);
+      return attention_fixed<64, KD>(a, b, e, scores);
     case 128:
-      return attention_fixed<128>(a, b, e, scores);
+      return attention_fixed<128, KD>(a, b, e, scores);
     case 256:
-      return attention_fixed<256>(a, b, e, scores);
+      return attention_fixed<256, KD>(a, b, e, scores);
     default:
-      return attention_body(a, b, e, acc, scores);
+      return attention_body<KD>(a, b, e, acc, scores);
+  }
+}
+
+PKV_INLINE void attention_dispatch(const AttentionArgs& a, int64_t b, int64_t e, float* acc,
+                                   float* scores) {
+  switch (a.kv_dtype) {
+    case WeightDType::kF32:
+      return attention_dispatch_kd<0>(a, b, e, acc, scores);
+    case WeightDType::kBF16:
+      return attention_dispatch_kd<1>(a, b, e, acc, scores);
+    case WeightDType::kF16:
+      return attention_dispatch_kd<2>(a, b, e, acc, scores);
   }
 }
 
 __attribute__((target("avx2"))) void attention_avx2(const AttentionArgs& a, int64_t b, int64_t e,
                                                     float* acc, float* scores) {
+  attention_dispatch(a, b, e, acc, scores);
+}
+// The same code with 32 vector registers (AVX-512VL): the 8-float vectors and
+// their per-lane arithmetic are unchanged (no FMA: -ffp-contract=off), only
+// fewer accumulators spill.
+__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(const AttentionArgs& a,
+                                                                       int64_t b, int64_t e,
+                                                                       float* acc, float* scores) {
   attention_dispatch(a, b, e, acc, scores);
 }
 void attention_generic(const AttentionArgs& a, int64_t b, int64_t e, float* acc, float* scores) {
@@ -351,6 +403,10 @@ __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, i
 }
 float dot_generic(const float* a, const float* b, int64_t n) { return dot_body(a, b, n); }
 
+// Element-wise work below this many elements runs on the caller alone: a parallel
+// region costs microseconds.
+constexpr int64_t kParallelElems = 1 << 15;
+
 }  // namespace
 
 void set_isa_for_testing(Isa isa) { g_isa_override = isa; }
@@ -359,83 +415,188 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return use_avx2() ? dot_avx2(a, b, n) : dot_generic(a, b, n);
 }
 
+const char* isa_name() {
+  switch (matmul_isa()) {
+    case Isa::kAvx512:
+      return "avx512 (F/DQ/BW/VL, 2 columns x 8 lanes per zmm, FMA)";
+    case Isa::kAvx2:
+      return "avx2+fma (8 lanes per ymm, FMA)";
+    default:
+      return "generic (scalar fmaf lanes)";
+  }
+}
+
+double measure_fma_peak_gflops(ThreadPool* pool) {
+  const Isa isa = matmul_isa();
+  if (isa == Isa::kGeneric) return 0.0;
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t iters = 20'000'000;
+  std::vector<double> flops(static_cast<size_t>(threads), 0.0);
+  auto t0 = std::chrono::steady_clock::now();
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      flops[i] = isa == Isa::kAvx512 ? fma_peak_flops_avx512(iters) : fma_peak_flops_avx2(iters);
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(threads, 1, body);
+  } else {
+    body(0, 1);
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double total = 0;
+  for (double f : flops) total += f;
+  return total / s / 1e9;
+}
+
 void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, ThreadPool* pool) {
-  switch (wdt) {
-    case WeightDType::kF32:
-      matmul_t<WeightDType::kF32>(x, m, k, w, n, y, pool);
+  if (m <= 0 || n <= 0) return;
+  MatmulArgs a;
+  a.x = x;
+  a.m = m;
+  a.k = k;
+  a.w = w;
+  a.wdt = static_cast<int>(wdt);
+  a.n = n;
+  a.y = y;
+  void (*cols)(const MatmulArgs&, int64_t, int64_t) = nullptr;
+  switch (matmul_isa()) {
+    case Isa::kAvx512:
+      cols = matmul_cols_avx512;
       break;
-    case WeightDType::kBF16:
-      matmul_t<WeightDType::kBF16>(x, m, k, w, n, y, pool);
+    case Isa::kAvx2:
+      cols = matmul_cols_avx2;
       break;
-    case WeightDType::kF16:
-      matmul_t<WeightDType::kF16>(x, m, k, w, n, y, pool);
+    default:
+      cols = wdt == WeightDType::kF32    ? cols_generic<WeightDType::kF32>
+             : wdt == WeightDType::kBF16 ? cols_generic<WeightDType::kBF16>
+                                         : cols_generic<WeightDType::kF16>;
       break;
+  }
+  // The output columns are split into one fixed contiguous range per thread (in
+  // groups of 16 columns); every column is computed over all m rows by one thread,
+  // so each weight tile is streamed from memory once per call for the whole batch.
+  // Hand work to the pool only when it outweighs a hand-off: ~a million
+  // multiply-adds (tens of µs on one core). On an idle machine a hand-off to a
+  // spinning worker costs ~1 µs, but on a loaded one a worker may not be running,
+  // and a region below this size is cheaper done alone (qwen3-0.6B's smallest
+  // decode projection, 1024×1024, still splits).
+  if (pool != nullptr && pool->num_threads() > 1 && m * n * k >= (int64_t{1} << 20)) {
+    pool->parallel_for(n, 16, [&](int64_t b, int64_t e) { cols(a, b, e); });
+  } else {
+    cols(a, 0, n);
   }
 }
 
 void rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType wdt, float eps,
-              bool one_plus_weight, float* y) {
-  for (int64_t r = 0; r < m; ++r) {
-    const float* xr = x + r * d;
-    float* yr = y + r * d;
-    float ss = dot_f32(xr, xr, d);
-    float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-    for (int64_t i = 0; i < d; ++i) {
-      float wi = widen_scalar(w, wdt, i);
-      if (one_plus_weight) wi = 1.0f + wi;
-      yr[i] = wi * (xr[i] * inv);
+              bool one_plus_weight, float* y, ThreadPool* pool) {
+  auto rows = [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const float* xr = x + r * d;
+      float* yr = y + r * d;
+      float ss = dot_f32(xr, xr, d);
+      float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+      for (int64_t i = 0; i < d; ++i) {
+        float wi = widen_scalar(w, wdt, i);
+        if (one_plus_weight) wi = 1.0f + wi;
+        yr[i] = wi * (xr[i] * inv);
+      }
     }
+  };
+  if (pool != nullptr && m > 1 && m * d >= kParallelElems) {
+    pool->parallel_for(m, std::max<int64_t>(1, kParallelElems / 4 / d), rows);
+  } else {
+    rows(0, m);
   }
 }
 
 void rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
-          const RopeParams& p) {
+          const RopeParams& p, ThreadPool* pool) {
   int32_t rot = p.rotary_dim > 0 ? p.rotary_dim : head_dim;
   int32_t half = rot / 2;
-  std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int32_t i = 0; i < half; ++i) {
     float exponent = static_cast<float>(2 * i) / static_cast<float>(rot);
     inv_freq[i] = 1.0f / std::pow(p.theta, exponent);
   }
-  for (int64_t t = 0; t < m; ++t) {
-    float pos = static_cast<float>(positions[t]);
-    if (p.position_scale != 1.0f) pos = pos / p.position_scale;
-    for (int32_t i = 0; i < half; ++i) {
-      float ang = pos * inv_freq[i];
-      cs[i] = std::cos(ang);
-      sn[i] = std::sin(ang);
-    }
-    for (int32_t h = 0; h < num_heads; ++h) {
-      float* v = x + (t * num_heads + h) * head_dim;
+  auto tokens = [&](int64_t tb, int64_t te) {
+    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+    for (int64_t t = tb; t < te; ++t) {
+      float pos = static_cast<float>(positions[t]);
+      if (p.position_scale != 1.0f) pos = pos / p.position_scale;
       for (int32_t i = 0; i < half; ++i) {
-        float a = v[i], b = v[i + half];
-        v[i] = a * cs[i] - b * sn[i];
-        v[i + half] = b * cs[i] + a * sn[i];
+        float ang = pos * inv_freq[i];
+        cs[i] = std::cos(ang);
+        sn[i] = std::sin(ang);
+      }
+      for (int32_t h = 0; h < num_heads; ++h) {
+        float* v = x + (t * num_heads + h) * head_dim;
+        for (int32_t i = 0; i < half; ++i) {
+          float a = v[i], b = v[i + half];
+          v[i] = a * cs[i] - b * sn[i];
+          v[i + half] = b * cs[i] + a * sn[i];
+        }
       }
     }
+  };
+  const int64_t per_token = static_cast<int64_t>(num_heads) * head_dim;
+  if (pool != nullptr && m > 1 && m * per_token >= kParallelElems / 4) {
+    pool->parallel_for(m, std::max<int64_t>(1, kParallelElems / 16 / per_token), tokens);
+  } else {
+    tokens(0, m);
   }
 }
 
-void attention(const AttentionArgs& a, ThreadPool* pool) {
+void elementwise(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool != nullptr && n >= 2 * kParallelElems) {
+    pool->parallel_for(n, kParallelElems / 2, fn);
+  } else {
+    fn(0, n);
+  }
+}
+
+void attention(const AttentionArgs& a, ThreadPool* pool) { attention_batch(&a, 1, pool); }
+
+void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) {
+  // Tasks are (arg, token, head) triples numbered arg by arg; each is computed whole
+  // by one thread, so neither the batch nor the thread count changes a result.
+  std::vector<int64_t> first(count + 1, 0);
+  int64_t work_units = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const AttentionArgs& a = args[i];
+    first[i + 1] = first[i] + static_cast<int64_t>(a.num_tokens) * a.num_heads;
+    int64_t keys = 0;
+    for (int32_t t = 0; t < a.num_tokens; ++t) keys += a.positions[t] + 1;
+    work_units += keys * a.num_heads * a.head_dim * 2;
+  }
+  const int64_t tasks = first[count];
   const bool avx2 = use_avx2();
+  const bool avx512 = avx2 && g_isa_override == Isa::kAuto && cpu_has_avx512();
   auto work = [&](int64_t b, int64_t e) {
-    std::vector<float> acc(static_cast<size_t>(a.head_dim));
+    int32_t max_hd = 0;
+    for (size_t i = 0; i < count; ++i) max_hd = std::max(max_hd, args[i].head_dim);
+    std::vector<float> acc(static_cast<size_t>(max_hd));
     float scores[256];
-    if (avx2) {
-      attention_avx2(a, b, e, acc.data(), scores);
-    } else {
-      attention_generic(a, b, e, acc.data(), scores);
+    size_t i =
+        static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
+    while (b < e) {
+      while (first[i + 1] <= b) ++i;
+      const int64_t end = std::min(e, first[i + 1]);
+      if (avx512) {
+        attention_avx512(args[i], b - first[i], end - first[i], acc.data(), scores);
+      } else if (avx2) {
+        attention_avx2(args[i], b - first[i], end - first[i], acc.data(), scores);
+      } else {
+        attention_generic(args[i], b - first[i], end - first[i], acc.data(), scores);
+      }
+      b = end;
     }
   };
-  int64_t tasks = static_cast<int64_t>(a.num_tokens) * a.num_heads;
-  // Same rule for attention: score + value work ≈ tasks × keys × head_dim × 2.
-  int64_t keys = 0;
-  for (int32_t i = 0; i < a.num_tokens; ++i) keys += a.positions[i] + 1;
-  const int64_t work_units = keys * a.num_heads * a.head_dim * 2;
-  if (pool != nullptr && tasks >= 2 && work_units >= (int64_t{1} << 19)) {
-    pool->parallel_for(tasks, 1, work);
+  // Same rule as matmul: score + value work ≈ tasks × keys × head_dim × 2. Tasks
+  // differ in cost (a long prompt's last token attends to all of it), so they are
+  // handed out first come, first served.
+  if (pool != nullptr && tasks >= 2 && work_units >= (int64_t{1} << 20)) {
+    pool->parallel_dynamic(tasks, std::max<int64_t>(1, tasks / (8 * pool->num_threads())), work);
   } else {
     work(0, tasks);
   }

@@ -3,23 +3,35 @@
 // Every dot product over K — matmul rows, attention scores, RMSNorm's sum of
 // squares — is computed by one function shape: 8 independent lane accumulators,
 // element k goes to lane k % 8 (the tail is zero-padded into the same lanes),
-// lanes combined by the fixed tree ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
-// A kernel processes tiles of rows/columns at once for speed, but each output
-// element still sees exactly this sequence of IEEE operations, so M = 1 and
-// M = 64, 1 thread or 2, produce the same bits. No FMA (-ffp-contract=off).
+// lanes combined by the fixed tree ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). The
+// matrix product accumulates each lane with fused multiply-adds (matmul_isa.h);
+// attention and RMSNorm with a multiply then an add (-ffp-contract=off keeps the
+// compiler from fusing them). A kernel processes tiles of rows/columns at once
+// for speed, but each output element still sees exactly this sequence of IEEE
+// operations, so M = 1 and M = 64, 1 thread or 16, AVX-512 or AVX2 or the
+// baseline build, produce the same bits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "backend/backend.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace pagedkv::backend::cpu {
 
-// Which compiled variant the kernels use: kAuto = AVX2 when the CPU has it, else the
-// baseline build. Both give identical bits; the switch exists so tests can prove it.
-enum class Isa { kAuto, kGeneric };
+// Which compiled variant the kernels use: kAuto = the widest the CPU has (matmul:
+// AVX-512, else AVX2+FMA, else the baseline build; the other kernels: AVX2 or
+// baseline). kAvx2 caps matmul at AVX2. All give identical bits; the switch exists
+// so tests can prove it.
+enum class Isa { kAuto, kGeneric, kAvx2, kAvx512 };
 void set_isa_for_testing(Isa isa);
+// The matmul path taken on this CPU (for --verbose and the benchmarks).
+const char* isa_name();
+// Measured FMA throughput of all the pool's threads running register-only FMA
+// chains on the matmul path's vectors, GFLOP/s (0 on the baseline path).
+double measure_fma_peak_gflops(ThreadPool* pool);
 
 // Σ a[i]·b[i] in the fixed 8-lane order.
 float dot_f32(const float* a, const float* b, int64_t n);
@@ -28,13 +40,20 @@ float dot_f32(const float* a, const float* b, int64_t n);
 void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, ThreadPool* pool);
 
+// Rows in parallel when pool is given (each row computed whole by one thread).
 void rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType wdt, float eps,
-              bool one_plus_weight, float* y);
+              bool one_plus_weight, float* y, ThreadPool* pool = nullptr);
 
 void rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
-          const RopeParams& p);
+          const RopeParams& p, ThreadPool* pool = nullptr);
+
+// fn(begin, end) over [0, n) element ranges, split over the pool when n is large.
+void elementwise(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn);
 
 void attention(const AttentionArgs& a, ThreadPool* pool);
+// Several attentions (one per batch row) as one parallel region over all their
+// (row, token, head) tasks; each task's result is the one attention() computes.
+void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool);
 
 void softmax_rows(float* x, int64_t m, int64_t n);
 

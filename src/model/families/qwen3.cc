@@ -257,7 +257,8 @@ Status Qwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
   }
   KVAccess kv(batch, geom_);
-  std::vector<float> x(static_cast<size_t>(T * H)), h(x.size()), y(x.size());
+  const size_t TH = static_cast<size_t>(T * H);
+  ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
   be.embedding(batch.token_ids.data(), T, *embed_, x.data());
   for (const LayerWeights& L : layers_) {
     be.rms_norm(x.data(), T, *L.input_norm, eps_, false, h.data());

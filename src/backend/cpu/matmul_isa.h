@@ -1,0 +1,38 @@
+// The matrix-product micro-kernels compiled for one instruction set each
+// (matmul_avx2.cc, matmul_avx512.cc, the baseline in kernels.cc), behind one
+// plain-C signature so the ISA translation units share no inline library code
+// with the rest of the program (an AVX-512 copy of a std:: inline function must
+// never be the one the linker keeps).
+//
+// The contract every variant meets (docs/backend.md, "Exactness"): output
+// y[m][n] is one dot product over K with 8 lane accumulators; element k goes to
+// lane k % 8 by a fused multiply-add (the last partial chunk zero-padded), lanes
+// combined by the tree ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). How rows and columns
+// are tiled, which ISA runs, and which thread computes a column never changes
+// that sequence, so every variant, batch size and thread count gives the same bits.
+#pragma once
+
+#include <cstdint>
+
+namespace pagedkv::backend::cpu {
+
+struct MatmulArgs {
+  const float* x = nullptr;  // [m][k]
+  int64_t m = 0, k = 0;
+  const void* w = nullptr;  // [n][k] of wdt
+  int wdt = 0;              // 0 f32, 1 bf16, 2 f16 (WeightDType's values)
+  int64_t n = 0;
+  float* y = nullptr;  // [m][n]
+};
+
+// Computes y[0..m)[nb..ne).
+void matmul_cols_avx512(const MatmulArgs& a, int64_t nb, int64_t ne);
+void matmul_cols_avx2(const MatmulArgs& a, int64_t nb, int64_t ne);
+void matmul_cols_generic(const MatmulArgs& a, int64_t nb, int64_t ne);
+
+// A register-only loop of independent FMAs; returns the flops it performed (the
+// benchmarks' measured compute peak per core).
+double fma_peak_flops_avx512(int64_t iters);
+double fma_peak_flops_avx2(int64_t iters);
+
+}  // namespace pagedkv::backend::cpu
