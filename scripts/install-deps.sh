@@ -15,6 +15,7 @@ PACKAGES=(
   libbenchmark-dev      # Google Benchmark (make bench)
   libssl-dev            # OpenSSL libcrypto: SHA-256
   nlohmann-json3-dev    # JSON (config.json, safetensors headers, tokenizer.json)
+  libcpp-httplib-dev    # HTTP server of `pagedkv serve` (src/server)
   libicu-dev            # Unicode normalization (NFC) for tokenizers
   libpcre2-dev          # Unicode-aware regex (pre-tokenizer splits)
   clang-format          # make format
