@@ -3,7 +3,7 @@
 // small KV pool (pool pressure: preemption and eviction happen), runs N concurrent
 // streaming clients over the four APIs for a bounded time, then checks zero errors,
 // that every KV block came back (the stats endpoint: nothing in flight, used == 0,
-// used + cached + free == total) and the server's peak RSS, and prints p50/p99 time
+// every block but the null one free) and the server's peak RSS, and prints p50/p99 time
 // to first token, inter-token latency and throughput. First a single client runs
 // alone for a few seconds: the baseline the concurrent throughput is a ratio of.
 // Bounded: --duration-s of load plus at most --drain-s for what is in flight.

@@ -71,7 +71,7 @@ describe('400 naming the field', () => {
   test('unknown fields', async () => {
     openaiError(await post('/v1/chat/completions', chat({ frobnicate: true })), 400, { param: 'frobnicate', re: /frobnicate/ });
     openaiError(await post('/v1/completions', comp({ best_of: 2 })), 400, { param: 'best_of' });
-    openaiError(await post('/v1/responses', resp({ tools: [] })), 400, { param: 'tools' });
+    openaiError(await post('/v1/responses', resp({ tools: [{ type: 'function', name: 'f', parameters: { type: 'object' } }] })), 400, { param: 'tools' });
     openaiError(await post('/v1/responses', resp({ previous_response_id: 'resp_1' })), 400, { param: 'previous_response_id' });
     anthropicError(await post('/v1/messages', msgs({ frobnicate: 1 })), 400, 'invalid_request_error', /frobnicate/);
   });
@@ -103,7 +103,7 @@ describe('400 naming the field', () => {
     }
     anthropicError(await post('/v1/messages', msgs({ max_tokens: 'x' })), 400, 'invalid_request_error', /max_tokens/);
     anthropicError(await post('/v1/messages', msgs({ system: 3 })), 400, 'invalid_request_error', /system/);
-    anthropicError(await post('/v1/messages', msgs({ stop_sequences: 'x' })), 400, 'invalid_request_error', /stop_sequences/);
+    anthropicError(await post('/v1/messages', msgs({ stop_sequences: 5 })), 400, 'invalid_request_error', /stop_sequences/);
   });
 
   test('out of range values', async () => {

@@ -2,7 +2,7 @@
 // concurrent streaming clients over the four APIs for a few seconds on a small KV pool
 // (so admission waits and preemption happen), then: zero errors, every request
 // streamed to its terminal event with usage, and every KV block back (nothing in
-// flight, used == 0, used + cached + free == total). No timing is asserted.
+// flight, used == 0, every block but the null one free). No timing is asserted.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';

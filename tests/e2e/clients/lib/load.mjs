@@ -7,7 +7,7 @@
 // and count; loopback only. Used by bench/server/load.mjs and the small load test.
 
 import { readFileSync } from 'node:fs';
-import { longPrefix, getStats, getMetrics } from './server.mjs';
+import { longPrefix, getStats, getMetrics, poolReleased } from './server.mjs';
 
 const MODEL = 'default';
 const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/responses', '/v1/messages'];
@@ -172,14 +172,13 @@ export async function runLoad(srv, opts = {}) {
 }
 
 // The server-side view after a run: stats, preemptions, and whether every block is
-// back (idle, used == 0, used + cached + free == total).
+// back (idle, used == 0, free == total - the null block).
 export async function serverSummary(url) {
   const s = await getStats(url);
   const m = await getMetrics(url);
   return {
     engine: s.engine, pool: s.pool, server: s.server,
     preemptions: m.pagedkv_preemptions_total,
-    released: s.server.in_flight === 0 && s.engine.running === 0 && s.engine.waiting === 0 && s.pool.used_blocks === 0 &&
-      s.pool.used_blocks + s.pool.cached_blocks + s.pool.free_blocks === s.pool.num_blocks,
+    released: s.server.in_flight === 0 && s.engine.running === 0 && s.engine.waiting === 0 && poolReleased(s.pool),
   };
 }

@@ -135,14 +135,21 @@ export async function waitFor(fn, timeoutMs = 20000, everyMs = 50) {
   }
 }
 
+// Every block is back in the pool: none in use, all but the null block free (cached
+// ones included), the cached ones a subset of the free ones.
+export function poolReleased(p) {
+  return p.used_blocks === 0 && p.free_blocks === p.num_blocks - 1 && p.cached_blocks <= p.free_blocks;
+}
+
 // True once the server holds no request and no KV block: nothing in flight, nothing
-// running or waiting, and every pool block free or cached (used == 0) with the three
-// counts adding up to the pool. Returns {ok, stats}.
+// running or waiting, no block in use, and every block but the null block in the free
+// queue (EngineStats: free_blocks counts cached + unhashed free blocks; num_blocks
+// counts the null block). Returns {ok, stats}.
 export async function idleAndReleased(url, key) {
   const s = await getStats(url, key);
   const p = s.pool;
   const ok = s.server.in_flight === 0 && s.engine.running === 0 && s.engine.waiting === 0 &&
-    p.used_blocks === 0 && p.used_blocks + p.cached_blocks + p.free_blocks === p.num_blocks;
+    poolReleased(p);
   return { ok, stats: s };
 }
 
