@@ -114,7 +114,7 @@ test('abort mid-stream releases the request', async () => {
   try {
     for await (const ev of stream) {
       if (ev.type === 'content_block_delta') deltas++;
-      if (deltas === 3) stream.abort();
+      if (deltas === 3) { stream.abort(); break; }
     }
   } catch (e) {
     assert.ok(e.name === 'AbortError' || /abort/i.test(String(e)), String(e));

@@ -171,7 +171,7 @@ test('cancellation mid-stream releases the request and its blocks', async () => 
   try {
     for await (const chunk of stream) {
       if (chunk.choices[0]?.delta?.content) got++;
-      if (got === 3) ac.abort();
+      if (got === 3) { ac.abort(); break; }
     }
   } catch (e) {
     assert.ok(e.name === 'AbortError' || /abort/i.test(String(e)), String(e));
