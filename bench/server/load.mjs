@@ -27,7 +27,7 @@ const durationS = opt('duration-s', 60);
 const maxTokens = opt('max-tokens', 32);
 const poolBlocks = opt('pool-max-blocks', 512);
 const maxRssMiB = opt('max-rss-mib', 4096);
-const baselineS = opt('baseline-s', 5);
+const baselineS = opt('baseline-s', 10);
 
 const srv = await startServer({ args: ['--pool-max-blocks', String(poolBlocks), '--max-queue', String(Math.max(256, clients)),
   '--http-threads', String(Math.max(512, clients * 2))] });

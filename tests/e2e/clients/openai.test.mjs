@@ -217,3 +217,26 @@ test('metrics count requests by endpoint and status', async () => {
   }
   assert.ok(m.pagedkv_time_to_first_token_seconds_count > 0);
 });
+
+test('SIGTERM drains: an in-flight stream runs to its end, then the server exits 0', async () => {
+  const s = await startServer({ args: ['--drain-timeout-s', '60'] });
+  const c = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60000 });
+  const stream = await c.chat.completions.create({ model, stream: true, max_tokens: 48, temperature: 0,
+    stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'Tell me about Perl modules.' }] });
+  let chunks = 0;
+  let finish = null;
+  let usage = null;
+  let stopping = null;
+  for await (const chunk of stream) {
+    chunks++;
+    if (chunks === 2) stopping = s.stop(); // SIGTERM while the stream is running
+    if (chunk.usage) usage = chunk.usage;
+    for (const ch of chunk.choices) if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  assert.ok(stopping, 'SIGTERM was sent mid-stream');
+  assert.ok(finish === 'length' || finish === 'stop', `the stream finished normally: ${finish}`);
+  assert.ok(usage && usage.completion_tokens > 1, JSON.stringify(usage));
+  const r = await stopping;
+  assert.equal(r.killed, false);
+  assert.equal(r.code, 0, s.stderr());
+});
