@@ -3,7 +3,7 @@
 // is tests/e2e/clients/fuzz.test.mjs): the same case catalogue with every wrong value
 // in every field and many more seeded random mutations, bounded by --time-s.
 //
-//   node bench/server/fuzz.mjs [--seed 1] [--iterations 5000] [--time-s 120]
+//   node bench/server/fuzz.mjs [--seed 1] [--iterations 20000] [--time-s 120]
 // Exit 1 on any failing case (printed with the seed to replay it).
 
 import { startServer, waitFor, idleAndReleased } from '../../tests/e2e/clients/lib/server.mjs';
@@ -14,7 +14,7 @@ const args = Object.fromEntries(process.argv.slice(2).reduce((a, v, i, all) => {
   return a;
 }, []));
 const seed = Number(args.seed ?? 1);
-const iterations = Number(args.iterations ?? 5000);
+const iterations = Number(args.iterations ?? 20000);
 const timeS = Number(args['time-s'] ?? 120);
 const readTimeoutS = 2;
 

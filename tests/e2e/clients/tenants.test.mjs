@@ -137,3 +137,28 @@ test('a second server on the same state dir reuses the secret; a group-readable 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('without --api-keys a non-loopback bind is refused unless --insecure', async () => {
+  await assert.rejects(startServer({ args: ['--host', '0.0.0.0'] }), (e) => {
+    assert.match(e.message, /exited \(code [1-9]/);
+    assert.match(e.message, /insecure|api-keys/);
+    return true;
+  });
+});
+
+test('a malformed api-keys file is refused, naming the file and the line', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'pkv-e2e-keys-'));
+  try {
+    const f = join(dir, 'keys');
+    writeFileSync(f, '# keys\nkey-good-0123456 alpha\nshort beta\n');
+    await assert.rejects(startServer({ args: ['--api-keys', f] }), (e) => {
+      assert.match(e.message, /keys/);
+      assert.match(e.message, /line 3|:3/);
+      return true;
+    });
+    writeFileSync(f, 'key-dup-01234567 alpha\nkey-dup-01234567 beta\n');
+    await assert.rejects(startServer({ args: ['--api-keys', f] }), /line 2|:2/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

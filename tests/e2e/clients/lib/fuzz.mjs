@@ -87,8 +87,13 @@ export function* wrongTypeCases(valuesPerField = WRONG_VALUES.length, r = rng(1)
       const vals = valuesPerField >= WRONG_VALUES.length ? WRONG_VALUES
         : Array.from({ length: valuesPerField }, () => r.pick(WRONG_VALUES));
       for (const v of vals) {
+        // A large positive integer is a valid token limit: it would only make a long
+        // (context-bounded) generation, not a malformed request.
+        if (/max_(output_|completion_)?tokens$/.test(field) && Number.isInteger(v) && v > 64) continue;
+        // A non-empty string is a valid prompt_cache_key: its owner would keep its KV
+        // live (until the idle timeout), and the run's end checks that no block is held.
+        if (field === 'prompt_cache_key' && typeof v === 'string' && v.length > 0) continue;
         const body = setPath(ep.body(), field, v);
-        // Keep generation to one token unless the field under test is the limit.
         yield { name: `type ${path} ${field}=${JSON.stringify(v).slice(0, 30)}`, chunks: [httpRequest(path, JSON.stringify(body))],
           mustRespond: true };
       }

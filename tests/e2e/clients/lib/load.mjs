@@ -179,6 +179,6 @@ export async function serverSummary(url) {
   return {
     engine: s.engine, pool: s.pool, server: s.server,
     preemptions: m.pagedkv_preemptions_total,
-    released: s.server.in_flight === 0 && s.engine.running === 0 && s.engine.waiting === 0 && poolReleased(s.pool),
+    released: s.server.in_flight === 0 && s.engine.running === 0 && s.engine.waiting === 0 && s.engine.live_owners === 0 && poolReleased(s.pool),
   };
 }

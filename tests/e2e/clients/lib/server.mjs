@@ -142,13 +142,14 @@ export function poolReleased(p) {
 }
 
 // True once the server holds no request and no KV block: nothing in flight, nothing
-// running or waiting, no block in use, and every block but the null block in the free
+// running or waiting, no live owner (prompt_cache_key), no block in use, and every block but the null block in the free
 // queue (EngineStats: free_blocks counts cached + unhashed free blocks; num_blocks
 // counts the null block). Returns {ok, stats}.
 export async function idleAndReleased(url, key) {
   const s = await getStats(url, key);
   const p = s.pool;
   const ok = s.server.in_flight === 0 && s.engine.running === 0 && s.engine.waiting === 0 &&
+    s.engine.live_owners === 0 &&
     poolReleased(p);
   return { ok, stats: s };
 }
