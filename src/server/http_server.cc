@@ -183,10 +183,8 @@ class HttpServer::Run {
     };
     write(encoder->begin(c_));
     std::string text;
-    bool first = true;
     while (step(&text)) {
       if (!text.empty()) {
-        if (first) first = false;
         write(encoder->delta(text));
         text.clear();
       }
