@@ -91,6 +91,12 @@ class HttpServer::Run {
   // Appends newly final text to *text.
   bool step(std::string* text) {
     Generation::Event ev = gen_->next(kPoll);
+    // The client's socket is checked every kPoll, whether tokens flow or not.
+    const auto now = std::chrono::steady_clock::now();
+    if (!client_gone_ && now - last_probe_ >= kPoll) {
+      last_probe_ = now;
+      if (probe_.peer_gone()) lose_client();
+    }
     switch (ev.kind) {
       case Generation::Event::kToken:
         if (assembler_.stopped()) return true;  // output after a stop string
@@ -99,7 +105,6 @@ class HttpServer::Run {
         if (assembler_.stopped()) gen_->cancel();
         return true;
       case Generation::Event::kIdle:
-        if (!client_gone_ && probe_.peer_gone()) lose_client();
         return true;
       case Generation::Event::kDone:
         return false;
@@ -178,10 +183,8 @@ class HttpServer::Run {
     };
     write(encoder->begin(c_));
     std::string text;
-    bool first = true;
     while (step(&text)) {
       if (!text.empty()) {
-        if (first) first = false;
         write(encoder->delta(text));
         text.clear();
       }
@@ -249,6 +252,7 @@ class HttpServer::Run {
   int64_t tokens_ = 0;
   int status_ = 200;
   bool client_gone_ = false;
+  std::chrono::steady_clock::time_point last_probe_ = std::chrono::steady_clock::now();
   bool accounted_ = false;
 };
 

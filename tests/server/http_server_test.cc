@@ -6,8 +6,12 @@
 // no block stays held afterwards.
 #include "server/http_server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -199,7 +203,9 @@ TEST_F(ServerTest, StopStringsCutTheTextAndEndTheRequest) {
                                  {"stop_sequences", {stop}},
                                  {"messages", {{{"role", "user"}, {"content", "x"}}}}});
   Json mj = Json::parse(m->body);
-  if (mj["stop_reason"] == "stop_sequence") EXPECT_EQ(mj["stop_sequence"], stop);
+  if (mj["stop_reason"] == "stop_sequence") {
+    EXPECT_EQ(mj["stop_sequence"], stop);
+  }
 }
 
 TEST_F(ServerTest, ErrorsInEachApisShape) {
@@ -300,6 +306,7 @@ TEST_F(ServerTest, FullQueueIs429AndAStreamingDisconnectCancels) {
   eo.max_num_seqs = 1;
   start(opt, eo);
   std::atomic<int> chunks{0};
+  std::atomic<bool> hang_up{false};
   std::thread streamer([&] {
     Json body = chat_body("Write a long story.", 1900);
     body["stream"] = true;
@@ -309,8 +316,9 @@ TEST_F(ServerTest, FullQueueIs429AndAStreamingDisconnectCancels) {
     req.body = body.dump();
     req.set_header("Content-Type", "application/json");
     req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      // Abort (close the connection) after a few chunks.
-      return ++chunks < 5;
+      // Abort (close the connection) when told.
+      ++chunks;
+      return !hang_up.load();
     };
     auto c = client();
     c.send(req);
@@ -318,7 +326,8 @@ TEST_F(ServerTest, FullQueueIs429AndAStreamingDisconnectCancels) {
   for (int i = 0; i < 6000 && chunks.load() == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_GT(chunks.load(), 0);
-  if (server_->in_flight() == 1) {  // still running: the next request is over capacity
+  {  // The stream is still running: the next request is over capacity.
+    ASSERT_EQ(server_->in_flight(), 1);
     auto busy = post("/v1/messages", {{"model", "default"},
                                       {"max_tokens", 2},
                                       {"messages", {{{"role", "user"}, {"content", "x"}}}}});
@@ -327,6 +336,7 @@ TEST_F(ServerTest, FullQueueIs429AndAStreamingDisconnectCancels) {
     EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
     EXPECT_EQ(Json::parse(busy->body)["error"]["type"], "rate_limit_error");
   }
+  hang_up = true;
   streamer.join();
   ASSERT_TRUE(wait_idle());
   EngineSnapshot s = session_->stats();
@@ -336,17 +346,28 @@ TEST_F(ServerTest, FullQueueIs429AndAStreamingDisconnectCancels) {
 
 TEST_F(ServerTest, ANonStreamingClientThatGoesAwayIsCancelled) {
   start();
-  {
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_read_timeout(1, 0);  // gives up long before 1900 tokens
-    auto r = c.Post("/v1/completions",
-                    Json{{"model", "default"}, {"prompt", kPreamble}, {"max_tokens", 1900}}.dump(),
-                    "application/json");
-    EXPECT_FALSE(r);  // timed out
-  }
+  // A raw connection: send the request, wait until the engine runs it, hang up.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body =
+      Json{{"model", "default"}, {"prompt", kPreamble}, {"max_tokens", 1900}}.dump();
+  const std::string req =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  for (int i = 0; i < 6000 && session_->stats().completion_tokens == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  close(fd);
   ASSERT_TRUE(wait_idle());
   EngineSnapshot s = session_->stats();
   EXPECT_EQ(s.cancelled, 1u);
+  EXPECT_LT(s.completion_tokens, 1900u);
   EXPECT_EQ(s.running + s.waiting, 0);
 }
 
