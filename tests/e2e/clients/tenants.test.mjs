@@ -162,3 +162,16 @@ test('a malformed api-keys file is refused, naming the file and the line', async
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('prompt_cache_key keeps a conversation live, scoped to its tenant', async () => {
+  const msgs1 = [{ role: 'system', content: longPrefix('owner-conv', 6) }, { role: 'user', content: 'First question?' }];
+  const t1 = await oa(KEY_A).chat.completions.create({ model, max_tokens: 8, temperature: 0, prompt_cache_key: 'conv-1', messages: msgs1 });
+  const msgs2 = [...msgs1, { role: 'assistant', content: t1.choices[0].message.content }, { role: 'user', content: 'Second question?' }];
+  const t2 = await oa(KEY_A).chat.completions.create({ model, max_tokens: 8, temperature: 0, prompt_cache_key: 'conv-1', messages: msgs2 });
+  assert.ok(t2.usage.prompt_tokens_details.cached_tokens >= 64, `turn 2 continues the live conversation: ${JSON.stringify(t2.usage)}`);
+  // The same key from another tenant is another owner: nothing of alpha's is reused.
+  const b = await oa(KEY_B).chat.completions.create({ model, max_tokens: 8, temperature: 0, prompt_cache_key: 'conv-1', messages: msgs2 });
+  assert.equal(b.usage.prompt_tokens_details.cached_tokens, 0, JSON.stringify(b.usage));
+  const s = await (await fetch(srv.url + '/v1/stats', { headers: { authorization: `Bearer ${KEY_A}` } })).json();
+  assert.ok(s.engine.live_owners >= 1, `a live owner: ${JSON.stringify(s.engine)}`);
+});
