@@ -463,7 +463,11 @@ void HttpServer::install_routes() {
     // Anthropic's models.list reads these two.
     m["type"] = "model";
     m["display_name"] = opt_.served_model_name;
+    m["created_at"] = "1970-01-01T00:00:00Z";
     j["data"] = OrderedJson::array({m});
+    j["has_more"] = false;
+    j["first_id"] = opt_.served_model_name;
+    j["last_id"] = opt_.served_model_name;
     res.set_content(j.dump(), "application/json");
   });
   s.Get("/v1/stats", [this](const Request& req, Response& res) {

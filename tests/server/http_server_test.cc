@@ -371,6 +371,65 @@ TEST_F(ServerTest, ANonStreamingClientThatGoesAwayIsCancelled) {
   EXPECT_EQ(s.running + s.waiting, 0);
 }
 
+TEST_F(ServerTest, AStalledClientIsDropped) {
+  ServerOptions opt;
+  opt.read_timeout_s = 1;
+  start(opt);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  // Half a request, then silence: the server must hang up (not wait forever).
+  const std::string part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+  ASSERT_EQ(write(fd, part.data(), part.size()), static_cast<ssize_t>(part.size()));
+  timeval tv{60, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[256];
+  ssize_t n = 0;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) {
+  }
+  EXPECT_EQ(n, 0) << "the connection should be closed by the server, errno " << errno;
+  close(fd);
+}
+
+TEST_F(ServerTest, DrainDeadlineCancelsWithAnErrorEvent) {
+  ServerOptions opt;
+  opt.drain_timeout_s = 0;
+  start(opt);
+  std::atomic<int> chunks{0};
+  std::string body;
+  std::thread streamer([&] {
+    Json b = {{"model", "default"},
+              {"max_tokens", 1900},
+              {"stream", true},
+              {"messages", {{{"role", "user"}, {"content", "Write a long story."}}}}};
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/messages";
+    req.body = b.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+      body.append(d, n);
+      ++chunks;
+      return true;
+    };
+    auto c = client();
+    c.send(req);
+  });
+  for (int i = 0; i < 6000 && chunks.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_GT(chunks.load(), 0);
+  server_->shutdown();
+  streamer.join();
+  EXPECT_NE(body.find("event: error"), std::string::npos) << body.substr(0, 400);
+  EXPECT_NE(body.find("overloaded_error"), std::string::npos);
+  EXPECT_EQ(body.find("message_stop"), std::string::npos);
+  EXPECT_TRUE(wait_idle());
+}
+
 TEST_F(ServerTest, HealthMetricsStatsAndDashboard) {
   start();
   auto h = client().Get("/health");
