@@ -2,7 +2,8 @@
 # (scripts/install-deps.sh is a no-op when everything is present), so any of
 # them works as the first command on a fresh Debian 12 machine.
 #
-#   make run            the main job on the built-in default
+#   make run            serve the default model over HTTP on 127.0.0.1:$(PORT) (default 8000)
+#   make demo           the two-prompt prefix-cache demo (pagedkv generate)
 #   make test           build and run every test
 #   make bench          build and run the benchmarks (figures: docs/performance.md)
 #   make test-sanitize  unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
@@ -14,8 +15,9 @@ BUILD ?= build
 SAN_BUILD ?= build-sanitize
 BENCH_BUILD ?= build-bench
 CMAKE_FLAGS ?=
+PORT ?= 8000
 
-.PHONY: all deps build run test bench test-sanitize format clean
+.PHONY: all deps build run demo test bench test-sanitize format clean
 
 all: build
 
@@ -29,7 +31,10 @@ build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	@bash scripts/run-main.sh $(BUILD)
+	@bash scripts/run-server.sh $(BUILD) $(PORT)
+
+demo: build
+	@bash scripts/run-demo.sh $(BUILD)
 
 test: build
 	@bash scripts/fetch-test-assets.sh

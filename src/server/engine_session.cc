@@ -1,0 +1,164 @@
+// EngineSession: every call the server makes into the engine (engine_session.h).
+#include "server/engine_session.h"
+
+#include "engine/chat_formatter.h"
+#include "model/model.h"
+#include "pagedkv/engine.h"
+
+namespace pagedkv::server {
+
+Generation::Generation(std::shared_ptr<engine::RequestHandle> handle, std::shared_ptr<Wake> wake)
+    : handle_(std::move(handle)), wake_(std::move(wake)) {}
+
+Generation::~Generation() = default;
+
+Generation::Event Generation::next(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (auto t = handle_->try_next_token()) return {Event::kToken, *t};
+    if (handle_->done()) {
+      // finish() comes after the last push: take anything pushed meanwhile.
+      if (auto t = handle_->try_next_token()) return {Event::kToken, *t};
+      return {Event::kDone, -1};
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return {Event::kIdle, -1};
+    // on_token wakes us; the end of a request does not, so poll it every 5 ms.
+    std::unique_lock<std::mutex> lk(wake_->mu);
+    wake_->cv.wait_for(
+        lk,
+        std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(5)),
+        [&] { return wake_->flag; });
+    wake_->flag = false;
+  }
+}
+
+void Generation::cancel() { handle_->cancel(); }
+bool Generation::done() const { return handle_->done(); }
+uint64_t Generation::id() const { return handle_->id(); }
+
+GenerationResult Generation::result() const {
+  GenerationResult out;
+  if (!handle_->done()) return out;
+  const engine::RequestResult& r = handle_->wait();
+  switch (r.finish_reason) {
+    case engine::FinishReason::kStop:
+      out.finish = EngineFinish::kStop;
+      break;
+    case engine::FinishReason::kLength:
+      out.finish = EngineFinish::kLength;
+      break;
+    case engine::FinishReason::kCancelled:
+      out.finish = EngineFinish::kCancelled;
+      break;
+    case engine::FinishReason::kError:
+      out.finish = EngineFinish::kError;
+      break;
+    case engine::FinishReason::kNone:
+      out.finish = EngineFinish::kRunning;
+      break;
+  }
+  out.error = r.error;
+  out.prompt_tokens = r.usage.prompt_tokens;
+  out.cached_tokens = r.usage.cached_prompt_tokens;
+  out.completion_tokens = r.usage.completion_tokens;
+  out.ttft_ms = r.timings.ttft_ms;
+  out.total_ms = r.timings.total_ms;
+  out.token_ms = r.token_ms;
+  out.preemptions = r.preemptions;
+  return out;
+}
+
+StatusOr<std::unique_ptr<EngineSession>> EngineSession::open(const std::string& model_dir,
+                                                             const EngineSessionOptions& o) {
+  std::unique_ptr<EngineSession> s(new EngineSession());
+  PKV_ASSIGN_OR_RETURN(s->formatter_, engine::ChatFormatter::load(model_dir));
+  engine::EngineOptions eo;
+  eo.max_num_seqs = o.max_num_seqs;
+  eo.max_num_batched_tokens = o.max_num_batched_tokens;
+  eo.paged_cache_memory_mb = o.paged_cache_mb;
+  eo.pool_max_blocks = o.pool_max_blocks;
+  if (o.pool_max_blocks) eo.pool_initial_blocks = o.pool_max_blocks;
+  auto f = s->formatter_;
+  eo.formatter = [f](std::string_view messages_json) { return f->format(messages_json); };
+  PKV_ASSIGN_OR_RETURN(s->engine_, engine::Engine::open(model_dir, eo));
+  s->engine_->start();
+  return s;
+}
+
+EngineSession::~EngineSession() {
+  if (engine_) engine_->stop();
+}
+
+const tokenizer::Tokenizer& EngineSession::tokenizer() const { return formatter_->tokenizer(); }
+
+StatusOr<std::vector<int32_t>> EngineSession::format_chat(const std::string& messages_json) const {
+  return formatter_->format(messages_json);
+}
+
+std::string EngineSession::model_type() const { return engine_->model().config().model_type; }
+int32_t EngineSession::vocab_size() const { return engine_->model().config().vocab_size; }
+int64_t EngineSession::max_context() const {
+  return engine_->model().config().max_position_embeddings;
+}
+int32_t EngineSession::admission_width() const { return engine_->max_concurrent_sequences(); }
+
+StatusOr<std::shared_ptr<Generation>> EngineSession::submit(const GenerationSpec& spec) {
+  engine::GenerateRequest req;
+  req.prompt = spec.prompt;
+  req.sampling.temperature = spec.temperature;
+  req.sampling.top_k = spec.top_k;
+  req.sampling.top_p = spec.top_p;
+  req.sampling.min_p = spec.min_p;
+  req.sampling.seed = spec.seed;
+  req.sampling.max_tokens = spec.max_tokens;
+  req.cache_salt = spec.cache_salt;
+  req.owner = spec.owner;
+  auto wake = std::make_shared<Generation::Wake>();
+  req.on_token = [wake](int32_t) {
+    {
+      std::lock_guard<std::mutex> lk(wake->mu);
+      wake->flag = true;
+    }
+    wake->cv.notify_all();
+  };
+  PKV_ASSIGN_OR_RETURN(engine::RequestHandlePtr handle, engine_->submit(std::move(req)));
+  return std::shared_ptr<Generation>(new Generation(std::move(handle), std::move(wake)));
+}
+
+EngineSnapshot EngineSession::stats() const {
+  const engine::EngineStats s = engine_->stats();
+  EngineSnapshot o;
+  o.steps = s.steps;
+  o.submitted = s.submitted;
+  o.finished = s.finished;
+  o.cancelled = s.cancelled;
+  o.errors = s.errors;
+  o.rejected = s.rejected;
+  o.preemptions = s.preemptions;
+  o.prompt_tokens = s.prompt_tokens;
+  o.cached_prompt_tokens = s.cached_prompt_tokens;
+  o.completion_tokens = s.completion_tokens;
+  o.running = s.running;
+  o.waiting = s.waiting;
+  o.live_owners = s.live_owners;
+  o.num_blocks = s.pool.num_blocks;
+  o.max_blocks = s.pool.max_blocks;
+  o.used_blocks = s.pool.used_blocks;
+  o.free_blocks = s.pool.free_blocks;
+  o.cached_blocks = s.pool.cached_blocks;
+  o.block_size = s.pool.block_size;
+  return o;
+}
+
+void EngineSession::stop() { engine_->stop(); }
+
+Status EngineSession::settle_and_check(int32_t* held_blocks) {
+  engine_->stop();
+  engine_->run_until_idle();
+  PKV_RETURN_IF_ERROR(engine_->check_invariants());
+  if (held_blocks) *held_blocks = engine_->held_blocks();
+  return ok_status();
+}
+
+}  // namespace pagedkv::server

@@ -1,0 +1,143 @@
+// EngineSession: the server's ONE adapter over the public engine API
+// (include/pagedkv/engine.h) — every Engine call the server makes is in
+// engine_session.cc, so engine API changes touch one file. It opens the engine
+// (Engine::open, step loop on its own thread), loads the checkpoint's tokenizer
+// and chat formatter (the same ChatFormatter Engine::open installs) so the
+// server knows a prompt's length before it submits, submits requests and hands
+// back a Generation (one request's token stream), and snapshots stats.
+//
+// Threads: submit()/stats()/Generation methods are called from HTTP worker
+// threads; the engine's step thread owns all KV and scheduling state.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pagedkv/status.h"
+
+namespace pagedkv::engine {
+class Engine;
+class RequestHandle;
+class ChatFormatter;
+}  // namespace pagedkv::engine
+namespace pagedkv::tokenizer {
+class Tokenizer;
+}
+
+namespace pagedkv::server {
+
+struct EngineSessionOptions {
+  std::optional<int64_t> max_num_seqs;
+  std::optional<int64_t> max_num_batched_tokens;
+  std::optional<uint64_t> paged_cache_mb;
+  std::optional<int32_t> pool_max_blocks;
+};
+
+// What the server asks the engine to run.
+struct GenerationSpec {
+  std::vector<int32_t> prompt;
+  double temperature = 0;
+  int32_t top_k = 0;
+  double top_p = 1;
+  double min_p = 0;
+  uint64_t seed = 0;
+  int32_t max_tokens = 16;
+  std::string cache_salt;  // the engine salt (already tenant-derived)
+  std::string owner;       // the engine owner (already tenant-scoped)
+};
+
+// How a request ended, in engine terms.
+enum class EngineFinish { kRunning, kStop, kLength, kCancelled, kError };
+
+struct GenerationResult {
+  EngineFinish finish = EngineFinish::kRunning;
+  Status error;
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t completion_tokens = 0;  // tokens the engine produced
+  double ttft_ms = 0;
+  double total_ms = 0;
+  std::vector<double> token_ms;  // per token, ms since submit
+  int32_t preemptions = 0;
+};
+
+// One submitted request's stream. Thread-safe.
+class Generation {
+ public:
+  ~Generation();
+  struct Event {
+    enum Kind { kToken, kIdle, kDone } kind = kIdle;
+    int32_t token = -1;
+  };
+  // The next token (kToken), nothing within `timeout` (kIdle), or the end (kDone,
+  // every token taken).
+  Event next(std::chrono::milliseconds timeout);
+  // Asks the engine to stop this request (its blocks are released at the next step).
+  void cancel();
+  bool done() const;
+  // Valid once next() returned kDone (or done()).
+  GenerationResult result() const;
+  uint64_t id() const;
+
+ private:
+  friend class EngineSession;
+  struct Wake {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool flag = false;
+  };
+  Generation(std::shared_ptr<engine::RequestHandle> handle, std::shared_ptr<Wake> wake);
+  std::shared_ptr<engine::RequestHandle> handle_;
+  std::shared_ptr<Wake> wake_;
+};
+
+struct EngineSnapshot {
+  uint64_t steps = 0, submitted = 0, finished = 0, cancelled = 0, errors = 0, rejected = 0;
+  uint64_t preemptions = 0, prompt_tokens = 0, cached_prompt_tokens = 0, completion_tokens = 0;
+  int32_t running = 0, waiting = 0, live_owners = 0;
+  int32_t num_blocks = 0, max_blocks = 0, used_blocks = 0, free_blocks = 0, cached_blocks = 0;
+  int32_t block_size = 0;
+  // Cold-tier counters, once the engine reports them.
+  bool has_cold = false;
+  uint64_t cold_hits = 0, cold_misses = 0, cold_corruptions = 0, cold_bytes = 0;
+};
+
+class EngineSession {
+ public:
+  // Opens the model in `model_dir` and starts the engine's step loop.
+  static StatusOr<std::unique_ptr<EngineSession>> open(const std::string& model_dir,
+                                                       const EngineSessionOptions& options);
+  ~EngineSession();  // stops the engine
+
+  const tokenizer::Tokenizer& tokenizer() const;
+  // Renders chat messages (a JSON array of {"role","content"}) into prompt ids.
+  StatusOr<std::vector<int32_t>> format_chat(const std::string& messages_json) const;
+  std::string model_type() const;
+  int32_t vocab_size() const;
+  int64_t max_context() const;  // max_position_embeddings (0 = unknown)
+  int32_t admission_width() const;
+
+  // Validates and queues. InvalidArgument / ResourceExhausted from the engine.
+  StatusOr<std::shared_ptr<Generation>> submit(const GenerationSpec& spec);
+  EngineSnapshot stats() const;
+
+  // Stops the step loop (joins); unfinished requests stay queued. Then the
+  // engine may be inspected in sync mode (tests).
+  void stop();
+  // Sync mode (after stop()): runs remaining steps, then the engine's KV
+  // invariants and the blocks still held by requests or owners.
+  Status settle_and_check(int32_t* held_blocks);
+
+ private:
+  EngineSession() = default;
+  std::unique_ptr<engine::Engine> engine_;
+  std::shared_ptr<const engine::ChatFormatter> formatter_;
+};
+
+}  // namespace pagedkv::server

@@ -1,0 +1,127 @@
+// `pagedkv serve` as a subprocess: the ready line (with --port 0's real port),
+// a streaming request that is in flight when SIGTERM arrives still completes
+// (the drain), new connections are refused, and the process exits 0; a
+// non-loopback --host without --api-keys is refused.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include "run_command.h"
+
+namespace pagedkv::server {
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;
+};
+
+Child spawn(const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  return {pid, fds[0]};
+}
+
+// Reads stdout until the ready line; its port, or -1 (EOF).
+int read_port(int fd) {
+  std::string buf;
+  char c;
+  static const std::regex re("listening on http://127\\.0\\.0\\.1:(\\d+)");
+  while (read(fd, &c, 1) == 1) {
+    buf += c;
+    std::smatch m;
+    if (c == '\n' && std::regex_search(buf, m, re)) return std::stoi(m[1]);
+  }
+  return -1;
+}
+
+TEST(ServeCliTest, SigtermDrainsAnInFlightStreamAndExitsZero) {
+  const auto state =
+      std::filesystem::temp_directory_path() / ("pkv_serve_cli_" + std::to_string(getpid()));
+  Child child = spawn({PAGEDKV_BINARY, "serve", "--port", "0", "--state-dir", state.string(),
+                       "--drain-timeout-s", "120"});
+  ASSERT_GT(child.pid, 0);
+  const int port = read_port(child.out_fd);
+  ASSERT_GT(port, 0);
+  std::atomic<int> chunks{0};
+  std::string body;
+  bool ok = false;
+  std::thread streamer([&] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(300, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"model":"default","prompt":"The json module","max_tokens":150,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+      body.append(d, n);
+      ++chunks;
+      return true;
+    };
+    auto r = c.send(req);
+    ok = static_cast<bool>(r) && r->status == 200;
+  });
+  for (int i = 0; i < 30000 && chunks.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GT(chunks.load(), 0);
+  ASSERT_EQ(kill(child.pid, SIGTERM), 0);
+  streamer.join();
+  int status = 0;
+  ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
+  close(child.out_fd);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(ok);
+  // The stream ran to its natural end.
+  EXPECT_NE(body.find("\"finish_reason\":\"length\""), std::string::npos) << body;
+  EXPECT_NE(body.find("data: [DONE]"), std::string::npos);
+  // The secret was created 0600.
+  EXPECT_EQ(
+      std::filesystem::status(state / "server-secret").permissions() & std::filesystem::perms::all,
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::remove_all(state);
+}
+
+TEST(ServeCliTest, NonLoopbackWithoutKeysIsRefused) {
+  auto r = test::run_pagedkv("serve --host 0.0.0.0 --port 0 --state-dir /nonexistent-never");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--api-keys"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--insecure"), std::string::npos) << r.output;
+}
+
+TEST(ServeCliTest, BadKeysFileIsNamed) {
+  const auto f =
+      std::filesystem::temp_directory_path() / ("pkv_keys_" + std::to_string(getpid()) + ".txt");
+  {
+    FILE* fp = fopen(f.c_str(), "w");
+    fputs("only-one-field\n", fp);
+    fclose(fp);
+  }
+  auto r = test::run_pagedkv("serve --port 0 --api-keys " + test::shell_quote(f.string()));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(f.string() + ":1"), std::string::npos) << r.output;
+  std::filesystem::remove(f);
+}
+
+}  // namespace
+}  // namespace pagedkv::server
