@@ -2,7 +2,8 @@
 # (scripts/install-deps.sh is a no-op when everything is present), so any of
 # them works as the first command on a fresh Debian 12 machine.
 #
-#   make run            the main job on the built-in default
+#   make run            the main job on the built-in default (builds only the
+#                       pagedkv binary, not the test suite)
 #   make test           build and run every test
 #   make bench          build and run the benchmarks (figures: docs/performance.md)
 #   make test-sanitize  unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
@@ -15,6 +16,9 @@ SAN_BUILD ?= build-sanitize
 BENCH_BUILD ?= build-bench
 CMAKE_FLAGS ?=
 
+# No "gmake[1]: Entering directory" lines from the make that cmake --build runs.
+MAKEFLAGS += --no-print-directory
+
 .PHONY: all deps build run test bench test-sanitize format clean
 
 all: build
@@ -23,12 +27,16 @@ deps:
 	@bash scripts/install-deps.sh
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	@echo "pagedkv: first build of $(BUILD)/ — configuring and compiling takes a few minutes;"
+	@echo "         later builds only recompile what changed."
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# Only the binary the main job runs.
+run: deps $(BUILD)/CMakeCache.txt
+	@cmake --build $(BUILD) -j $(JOBS) --target pagedkv
 	@bash scripts/run-main.sh $(BUILD)
 
 test: build

@@ -17,6 +17,7 @@ PACKAGES=(
   nlohmann-json3-dev    # JSON (config.json, safetensors headers, tokenizer.json)
   libicu-dev            # Unicode normalization (NFC) for tokenizers
   libpcre2-dev          # Unicode-aware regex (pre-tokenizer splits)
+  libcli11-dev          # command-line parsing (src/cli/args.cc)
   clang-format          # make format
   ca-certificates
   curl

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/text_format.h"
 #include "model/pool_kv_store.h"
 #include "util/file_system.h"
 #include "util/logging.h"
@@ -137,7 +138,18 @@ void ColdSession::end_turn(const cold::CaptureResult& capture) {
 }
 
 std::string ColdSession::stats_line() const {
-  return "[cold] " + cold::cold_stats_json(store_->stats());
+  // The writer thread may still hold queued objects: wait for it, so that
+  // bytes_written counts every byte this run wrote.
+  store_->flush();
+  const cold::ColdCacheStats s = store_->stats();
+  std::ostringstream out;
+  out << "[cold] root=" << s.root << " hits=" << s.hits << " misses=" << s.misses
+      << " restored=" << human_bytes(s.bytes_restored) << " reads=" << s.reads
+      << " enqueued=" << s.enqueued << " queue_drops=" << s.queue_drops
+      << " written=" << human_bytes(s.bytes_written) << " evictions=" << s.evictions
+      << " corruptions=" << s.corruptions << " write_errors=" << s.write_errors
+      << " restore_declines=" << s.restore_declines << " quota=" << human_bytes(s.quota_bytes);
+  return out.str();
 }
 
 }  // namespace pagedkv::cli

@@ -34,7 +34,8 @@ class ColdSession {
   void end_turn(const cold::CaptureResult& capture);
 
   cold::ColdCacheStats stats() const { return store_->stats(); }
-  // "[cold] root=... hits=... misses=... ..." for --stats.
+  // "[cold] root=... hits=... misses=... written=1.5MiB ..." for --stats, after
+  // the writer has drained its queue (so written counts everything written).
   std::string stats_line() const;
 
  private:

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "jinja/jinja_ast.h"
 #include "pagedkv/status.h"
-#include "tokenizer/jinja_ast.h"
 
 namespace pagedkv::jinja {
 
