@@ -9,9 +9,10 @@
 # "model/model.h", say — fails the build with a message naming the file, the
 # include and the rule.
 #
-#   pagedkv_room_includes(<target> <room>)  include/, the generated include/ and
-#                                           src/ for <target> (PUBLIC for a
-#                                           library), and the layering check.
+#   pagedkv_room_includes(<target> <room>)  include/ and src/ for <target> (PUBLIC
+#                                           for a library), and the layering check.
+#   pagedkv_generated_includes(<target>)    build/include (the generated
+#                                           pagedkv/version.h), PRIVATE.
 include(${CMAKE_CURRENT_LIST_DIR}/rooms_table.cmake)
 
 file(GLOB_RECURSE PAGEDKV_LAYERED_SOURCES CONFIGURE_DEPENDS
@@ -40,9 +41,16 @@ function(pagedkv_room_includes target room)
   else()
     set(scope PUBLIC)
   endif()
+  # include/ then src/, the same two directories (and order) every compile has
+  # always had, so compiler-cache entries stay valid. The generated
+  # build/include (pagedkv/version.h) is added only where it is used
+  # (pagedkv_generated_includes).
   target_include_directories(${target} ${scope}
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>
-    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>)
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>)
   add_dependencies(${target} pkv_layering)
+endfunction()
+
+function(pagedkv_generated_includes target)
+  target_include_directories(${target} PRIVATE ${PROJECT_BINARY_DIR}/include)
 endfunction()
