@@ -3,6 +3,7 @@
 # them works as the first command on a fresh Debian 12 machine.
 #
 #   make run            serve the default model over HTTP on 127.0.0.1:$(PORT) (default 8000)
+#                       (builds only the pagedkv binary, not the test suite)
 #   make demo           the two-prompt prefix-cache demo (pagedkv generate)
 #   make test           build and run every test
 #   make bench          build and run the benchmarks (figures: docs/performance.md)
@@ -17,6 +18,9 @@ BENCH_BUILD ?= build-bench
 CMAKE_FLAGS ?=
 PORT ?= 8000
 
+# No "gmake[1]: Entering directory" lines from the make that cmake --build runs.
+MAKEFLAGS += --no-print-directory
+
 .PHONY: all deps build run demo test bench test-sanitize format clean
 
 all: build
@@ -25,15 +29,20 @@ deps:
 	@bash scripts/install-deps.sh
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	@echo "pagedkv: first build of $(BUILD)/ — configuring and compiling takes a few minutes;"
+	@echo "         later builds only recompile what changed."
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# Only the binary the main job runs.
+run: deps $(BUILD)/CMakeCache.txt
+	@cmake --build $(BUILD) -j $(JOBS) --target pagedkv
 	@bash scripts/run-server.sh $(BUILD) $(PORT)
 
-demo: build
+demo: deps $(BUILD)/CMakeCache.txt
+	@cmake --build $(BUILD) -j $(JOBS) --target pagedkv
 	@bash scripts/run-demo.sh $(BUILD)
 
 test: build

@@ -18,6 +18,7 @@ PACKAGES=(
   libcpp-httplib-dev    # HTTP server of `pagedkv serve` (src/server)
   libicu-dev            # Unicode normalization (NFC) for tokenizers
   libpcre2-dev          # Unicode-aware regex (pre-tokenizer splits)
+  libcli11-dev          # command-line parsing (src/cli/args.cc)
   clang-format          # make format
   ca-certificates
   curl

@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "pagedkv/sampling.h"
 #include "pagedkv/status.h"
 
 namespace pagedkv::model {
@@ -42,6 +42,10 @@ class Model;
 }
 
 namespace pagedkv::engine {
+
+namespace internal {
+class HandleAccess;  // the engine's side of a RequestHandle (src/engine/handle_access.h)
+}
 
 // Renders chat messages (a JSON array of {"role", "content"} objects, as the
 // OpenAI API sends them) into prompt token ids. Engine::open installs the
@@ -135,12 +139,13 @@ class RequestHandle {
   void cancel();
   bool cancel_requested() const { return cancel_.load(std::memory_order_acquire); }
 
-  // Engine side (step thread).
+ private:
+  // The engine side (step thread), reached through internal::HandleAccess only.
+  friend class internal::HandleAccess;
   RequestHandle(uint64_t id, std::function<void()> wake) : id_(id), wake_(std::move(wake)) {}
   void push_token(int32_t token);
   void finish(RequestResult result);
 
- private:
   const uint64_t id_;
   std::function<void()> wake_;
   std::atomic<bool> cancel_{false};
@@ -176,6 +181,20 @@ struct EngineOptions {
 
   // Renders GenerateRequest::messages_json (see PromptFormatter).
   PromptFormatter formatter;
+};
+
+// What the loaded model is (Engine::model_info): enough for a caller to build
+// valid requests (token ids below vocab_size) without the model's headers.
+struct ModelInfo {
+  std::string model_type;  // config.json model_type ("qwen3", ...)
+  std::string path;        // the checkpoint directory ("" when built in memory)
+  int32_t vocab_size = 0;  // valid token ids are [0, vocab_size)
+  int32_t hidden_size = 0;
+  int32_t num_layers = 0;
+  int64_t max_position_embeddings = 0;  // the longest sequence the model was made for
+  std::vector<int32_t> eos_token_ids;   // stop a request unless ignore_eos
+  int32_t bos_token_id = -1;            // -1: none
+  int32_t block_size = 0;               // KV block size in tokens (the prefix-reuse unit)
 };
 
 struct PoolStats {
@@ -265,6 +284,9 @@ class Engine {
   // Blocks held by running requests or live owners (sync mode only).
   int32_t held_blocks() const;
 
+  // The loaded model, described without its internal headers.
+  ModelInfo model_info() const;
+  // The model itself (engine-internal type: src/model/model.h).
   const model::Model& model() const;
 
   class Impl;

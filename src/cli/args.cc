@@ -1,24 +1,29 @@
-// ArgParser implementation (see args.h).
+// ArgParser implementation (see args.h): the option list is handed to CLI11 for
+// parsing; values are read back as strings and converted by get_int/get_double.
 #include "cli/args.h"
 
+#include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 
 #include "util/knobs.h"
+#include "util/logging.h"
 
 namespace pagedkv::cli {
 
 ArgParser::ArgParser(std::string command, std::string summary)
-    : command_(std::move(command)), summary_(std::move(summary)) {}
+    : command_(std::move(command)), summary_(std::move(summary)) {
+  add_flag("verbose", "print the engine's info log lines (pool sizing, growth, cold tier)");
+}
 
 void ArgParser::add_flag(const std::string& name, const std::string& help) {
-  specs_.push_back(Spec{name, "", help, std::nullopt, std::nullopt, false, false, {}});
+  specs_.push_back(Spec{name, "", help, std::nullopt, false, false, {}});
 }
 
 void ArgParser::add_option(const std::string& name, const std::string& value_name,
                            const std::string& help, std::optional<std::string> default_value) {
-  specs_.push_back(
-      Spec{name, value_name, help, std::move(default_value), std::nullopt, false, false, {}});
+  specs_.push_back(Spec{name, value_name, help, std::move(default_value), false, false, {}});
 }
 
 void ArgParser::add_repeated_option(const std::string& name, const std::string& value_name,
@@ -40,50 +45,56 @@ const ArgParser::Spec* ArgParser::find(const std::string& name) const {
 }
 
 Status ArgParser::parse(int argc, char** argv) {
+  // A fresh App per parse binds to specs_ in place (specs_ no longer grows).
+  CLI::App app(summary_, "pagedkv " + command_);
+  app.set_help_flag();  // --help/-h are handled below, before CLI11 sees them
+  app.allow_extras(false);
+  for (Spec& s : specs_) {
+    s.flag = false;
+    s.values.clear();
+    if (s.value_name.empty()) {
+      app.add_flag("--" + s.name, s.flag, s.help);
+    } else {
+      CLI::Option* opt = app.add_option("--" + s.name, s.values, s.help);
+      opt->type_name(s.value_name)->expected(1)->allow_extra_args(false);
+      // A single-valued option given twice keeps its last value.
+      opt->multi_option_policy(s.repeated ? CLI::MultiOptionPolicy::TakeAll
+                                          : CLI::MultiOptionPolicy::TakeLast);
+    }
+  }
   for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
+    const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       help_requested_ = true;
       return ok_status();
     }
-    if (arg.rfind("--", 0) != 0) {
-      return invalid_argument("unexpected argument '" + arg + "' (see --help)");
-    }
-    std::string name = arg.substr(2);
-    std::optional<std::string> inline_value;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      inline_value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    Spec* spec = find(name);
-    if (spec == nullptr) return invalid_argument("unknown option '--" + name + "' (see --help)");
-    spec->present = true;
-    if (spec->value_name.empty()) {
-      if (inline_value) return invalid_argument("option '--" + name + "' takes no value");
-      continue;
-    }
-    if (inline_value) {
-      spec->value = *inline_value;
-    } else {
-      if (i + 1 >= argc) {
-        return invalid_argument("option '--" + name + "' needs a value " + spec->value_name);
-      }
-      spec->value = argv[++i];
-    }
-    spec->values.push_back(*spec->value);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    return invalid_argument(msg + " (see --help)");
+  }
+  // The CLI's log policy: info lines only with --verbose; PAGEDKV_LOG_LEVEL wins.
+  const char* env_level = std::getenv("PAGEDKV_LOG_LEVEL");
+  if (env_level == nullptr || *env_level == '\0') {
+    set_log_threshold(has("verbose") ? LogLevel::kInfo : LogLevel::kWarn);
   }
   return ok_status();
 }
 
 bool ArgParser::has(const std::string& name) const {
   const Spec* s = find(name);
-  return s != nullptr && (s->present || s->default_value.has_value());
+  if (s == nullptr) return false;
+  if (s->value_name.empty()) return s->flag;
+  return !s->values.empty() || s->default_value.has_value();
 }
 
 std::optional<std::string> ArgParser::get_optional(const std::string& name) const {
   const Spec* s = find(name);
   if (s == nullptr) return std::nullopt;
-  if (s->value) return s->value;
+  if (!s->values.empty()) return s->values.back();
   return s->default_value;
 }
 
@@ -117,6 +128,7 @@ std::string ArgParser::help() const {
   std::ostringstream out;
   out << "usage: pagedkv " << command_ << " [options]\n\n" << summary_ << "\n\noptions:\n";
   for (const auto& s : specs_) {
+    if (s.name == "verbose") continue;  // listed last, with --help
     std::string left = "  --" + s.name + (s.value_name.empty() ? "" : " " + s.value_name);
     out << left;
     if (left.size() < 28)
@@ -128,6 +140,7 @@ std::string ArgParser::help() const {
     if (s.default_value) out << " (default: " << *s.default_value << ")";
     out << "\n";
   }
+  out << "  --verbose                 print the engine's info log lines\n";
   out << "  --help                    show this help\n";
   return out.str();
 }

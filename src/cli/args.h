@@ -1,7 +1,14 @@
-// A small command-line parser shared by every subcommand: `--name value`,
-// `--name=value` and boolean `--flag`. Unknown flags, missing values and stray
-// positional arguments are errors that name the offending argument. help()
-// renders the usage text that `--help` prints.
+// The command-line parser shared by every subcommand: `--name value`,
+// `--name=value` and boolean `--flag`. Parsing is CLI11's (Debian libcli11-dev;
+// args.cc is the only file that includes it); this interface keeps the command
+// files independent of it. Unknown flags, missing values and stray positional
+// arguments are errors that name the offending argument. help() renders the usage
+// text that `--help` prints from the same option list the parser uses, so the help
+// names exactly the options that parse.
+//
+// Every command also accepts --verbose: the engine's [pagedkv info] log lines
+// (pool sizing, growth, cold tier) are printed only with it (or when
+// PAGEDKV_LOG_LEVEL is set).
 #pragma once
 
 #include <optional>
@@ -27,6 +34,8 @@ class ArgParser {
                            const std::string& help);
 
   // argv[0] is skipped. `--help`/`-h` sets help_requested() and returns OK.
+  // Also sets the log threshold: info with --verbose, else warn (unless
+  // PAGEDKV_LOG_LEVEL is set, which then wins).
   Status parse(int argc, char** argv);
 
   bool help_requested() const { return help_requested_; }
@@ -47,10 +56,9 @@ class ArgParser {
     std::string value_name;  // empty for flags
     std::string help;
     std::optional<std::string> default_value;
-    std::optional<std::string> value;
-    bool present = false;
     bool repeated = false;
-    std::vector<std::string> values;  // every value given, in order
+    bool flag = false;                // a flag's value after parse
+    std::vector<std::string> values;  // every value given, in order (after parse)
   };
   Spec* find(const std::string& name);
   const Spec* find(const std::string& name) const;

@@ -359,7 +359,8 @@ int bench_main(int argc, char** argv) {
   p.add_option("preset", "NAME", "make-model preset when --model is not given", "small");
   p.add_option("layers", "N", "make-model: override the preset's layer count (0 = preset)", "0");
   p.add_option("vocab", "N", "make-model: override the preset's vocabulary size (0 = preset)", "0");
-  p.add_option("workload", "NAME", "chat | agent | nosharing", "chat");
+  p.add_option("workload", "NAME",
+               "chat | agent | nosharing (unique prompts; always runs as --sharing off)", "chat");
   p.add_option("concurrency", "N[,N...]",
                "closed-loop clients; a comma list runs a sweep (e.g. 1,2,4,8,16)", "4");
   p.add_option("requests", "N", "requests per run (agent: split into turns per client)", "32");
@@ -405,6 +406,8 @@ int bench_main(int argc, char** argv) {
   } else {
     return report_error("bench", invalid_argument("--sharing must be on, off or both"));
   }
+  // nosharing is the no-sharing baseline whatever --sharing says: report sharing=off.
+  if (base.workload == "nosharing") sharing_modes = {false};
   for (const char* name : {"requests", "system-tokens", "max-tokens", "seed"}) {
     auto v = p.get_int(name);
     if (!v.ok()) return report_error("bench", v.status());

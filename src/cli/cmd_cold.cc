@@ -15,6 +15,7 @@
 
 #include "cli/args.h"
 #include "cli/command_registry.h"
+#include "cli/text_format.h"
 #include "kv/cold/cold_store.h"
 #include "kv/cold/cold_synthetic.h"
 #include "kv/cold/cold_tier.h"
@@ -68,15 +69,15 @@ int cmd_stats(ArgParser& args) {
   if (!store.ok()) return report_error("cold stats", store.status());
   auto disk = FileSystem::posix().disk_space((*store)->root());
   auto s = (*store)->stats();
-  std::cout << "root: " << (*store)->root() << "\n"
-            << "objects: " << (*store)->object_count() << "\n"
-            << "bytes: " << (*store)->total_bytes() << "\n"
-            << "quota_bytes: " << (*store)->quota_bytes() << "\n";
+  // One key=value line, sizes in binary units (the [cold] line of --stats too).
+  std::cout << "root=" << (*store)->root() << " objects=" << (*store)->object_count()
+            << " size=" << human_bytes((*store)->total_bytes())
+            << " quota=" << human_bytes((*store)->quota_bytes());
   if (disk.ok()) {
-    std::cout << "disk_total_bytes: " << disk->total_bytes << "\n"
-              << "disk_free_bytes: " << disk->free_bytes << "\n";
+    std::cout << " disk_total=" << human_bytes(disk->total_bytes)
+              << " disk_free=" << human_bytes(disk->free_bytes);
   }
-  std::cout << "hostile_entries_refused: " << s.corruptions << "\n";
+  std::cout << " hostile_entries_refused=" << s.corruptions << "\n";
   return 0;
 }
 
@@ -136,8 +137,10 @@ int cmd_gc(ArgParser& args) {
   const uint64_t before = (*store)->total_bytes();
   (*store)->enforce_quota();
   auto s = (*store)->stats();
-  std::cout << "quota " << (*store)->quota_bytes() << " bytes: " << before << " -> "
-            << (*store)->total_bytes() << " bytes, " << s.evictions << " objects evicted\n";
+  std::cout << "quota=" << human_bytes((*store)->quota_bytes())
+            << " size_before=" << human_bytes(before)
+            << " size_after=" << human_bytes((*store)->total_bytes())
+            << " evicted_objects=" << s.evictions << "\n";
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include "cli/cold_session.h"
 #include "cli/command_registry.h"
 #include "cli/model_cli_util.h"
+#include "cli/text_format.h"
 #include "engine/chat_formatter.h"
 #include "engine/sampler.h"
 #include "model/request_runner.h"
@@ -286,7 +287,8 @@ int generate_main(int argc, char** argv) {
     s = runner.prefill(static_cast<int32_t>(*chunk), model::LogitsRequest::kLast, &logits);
     if (!s.ok()) return report_error("generate", s);
     double ttft = ms_since(t0);
-    std::cout << "prompt " << i + 1 << " (" << prompt.size() << " tokens, " << *cached
+    std::cout << "prompt " << i + 1 << " ("
+              << count_noun(static_cast<int64_t>(prompt.size()), "token") << ", " << *cached
               << " cached):";
     // Text mode streams the continuation on the next line(s), through a
     // StreamDecoder: only text that is final (never half a UTF-8 character) is

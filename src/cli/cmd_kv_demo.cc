@@ -27,7 +27,6 @@
 #include "cli/command_registry.h"
 #include "kv/paged_kv_cache_adapter.h"
 #include "kv/pool_budget.h"
-#include "util/logging.h"
 
 namespace pagedkv::cli {
 namespace {
@@ -193,7 +192,6 @@ int kv_demo_main(int argc, char** argv) {
                   "initial pool size (env PAGEDKV_PAGED_CACHE_INITIAL_MB wins)", "1");
   args.add_option("block-size", "N", "tokens per block (paged_block_size)", "16");
   args.add_option("seed", "N", "seed of the synthetic trace", "1");
-  args.add_flag("verbose", "also print the cache's info logs (pool creation, growth)");
   if (Status s = args.parse(argc, argv); !s.ok()) return report_error(cmd, s);
   if (args.help_requested()) {
     std::fputs(args.help().c_str(), stdout);
@@ -211,7 +209,6 @@ int kv_demo_main(int argc, char** argv) {
                                               "--paged-cache-initial-memory-mb must be >= 1, "
                                               "--block-size in [1, 4096]"));
   }
-  if (!args.has("verbose")) set_log_threshold(LogLevel::kWarn);
 
   // A small geometry (2 layers × 2 KV heads × head_dim 16, f32): 256 B per token
   // row pair per layer, so a few MiB hold thousands of tokens.

@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/command_registry.h"
 #include "cli/model_cli_util.h"
+#include "cli/text_format.h"
 #include "model/request_runner.h"
 #include "model/safetensors.h"
 
@@ -105,8 +106,8 @@ int logits_main(int argc, char** argv) {
                                 {"cached_tokens", std::to_string(cached)},
                                 {"kv_path", flat ? "flat" : "paged"}});
   if (!s.ok()) return report_error("logits", s);
-  std::cerr << "wrote logits [" << T << ", " << V << "] to " << outp << " (" << cached
-            << " tokens from the prefix cache)\n";
+  std::cerr << "wrote logits [" << T << ", " << V << "] to " << outp << " ("
+            << count_noun(cached, "token") << " from the prefix cache)\n";
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/text_format.h"
 #include "model/pool_kv_store.h"
 #include "util/file_system.h"
 #include "util/logging.h"
@@ -159,16 +160,23 @@ cold::ColdCacheStats ColdSession::stats() const {
 
 std::string ColdSession::stats_line() const {
   if (!store_) {
-    nlohmann::json j;
-    j["coldEnabled"] = false;
-    j["coldOpenErrors"] = open_errors_;
-    j["coldError"] = open_error_;
-    return "[cold] " + j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::ostringstream out;
+    out << "[cold] enabled=false open_errors=" << open_errors_ << " error=\"" << open_error_
+        << "\"";
+    return out.str();
   }
-  // Drain the writer first, so the counters include every write this process
-  // queued (write errors of a run used to be counted after the line was printed).
+  // The writer thread may still hold queued objects: wait for it, so that
+  // bytes_written counts every byte this run wrote.
   store_->flush();
-  return "[cold] " + cold::cold_stats_json(store_->stats());
+  const cold::ColdCacheStats s = store_->stats();
+  std::ostringstream out;
+  out << "[cold] root=" << s.root << " hits=" << s.hits << " misses=" << s.misses
+      << " restored=" << human_bytes(s.bytes_restored) << " reads=" << s.reads
+      << " enqueued=" << s.enqueued << " queue_drops=" << s.queue_drops
+      << " written=" << human_bytes(s.bytes_written) << " evictions=" << s.evictions
+      << " corruptions=" << s.corruptions << " write_errors=" << s.write_errors
+      << " restore_declines=" << s.restore_declines << " quota=" << human_bytes(s.quota_bytes);
+  return out.str();
 }
 
 }  // namespace pagedkv::cli

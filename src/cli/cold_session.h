@@ -23,7 +23,7 @@ class ColdSession {
   // nullptr (and OK) when the tier is off for this model. `caller_flag` is the
   // command's --persist-cache (nullopt when not given). When the tier is on but
   // its directory cannot be opened, a disabled session (restore/capture do
-  // nothing, stats_line says why, coldOpenErrors 1) after one warning.
+  // nothing, stats_line says why, open_errors=1) after one warning.
   static StatusOr<std::unique_ptr<ColdSession>> open_if_enabled(const model::Model& model,
                                                                 const std::string& model_dir,
                                                                 std::optional<bool> caller_flag);
@@ -36,8 +36,10 @@ class ColdSession {
   void end_turn(const cold::CaptureResult& capture);
 
   cold::ColdCacheStats stats() const;
-  // "[cold] {...counters...}" for --stats, after draining pending writes (so
-  // write errors are final); "[cold] {"coldEnabled":false,...}" when disabled.
+  // "[cold] root=... hits=... misses=... written=1.5MiB ..." for --stats, after
+  // the writer has drained its queue (so written counts everything written and
+  // write errors are final); "[cold] enabled=false open_errors=N error=..." when
+  // the tier could not be opened.
   std::string stats_line() const;
   bool disabled() const { return store_ == nullptr; }
 

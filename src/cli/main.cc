@@ -1,11 +1,13 @@
 // `pagedkv` entry point: dispatches argv[1] to a registered subcommand
-// (command_registry.h) and prints the command list for --help.
+// (command_registry.h), prints the command list for --help and the version for
+// --version.
 #include <exception>
 #include <iostream>
 #include <new>
 #include <string>
 
 #include "cli/command_registry.h"
+#include "pagedkv/version.h"
 
 namespace pagedkv::cli {
 
@@ -19,7 +21,8 @@ std::map<std::string, CommandInfo>& command_registry() {
 namespace {
 
 void print_usage(std::ostream& out) {
-  out << "usage: pagedkv <command> [options]\n\n"
+  out << "usage: pagedkv <command> [options]\n"
+         "       pagedkv --version\n\n"
          "pagedkv is an LLM inference engine built around a block-paged KV cache.\n\n"
          "commands:\n";
   for (const auto& [name, info] : pagedkv::cli::command_registry()) {
@@ -27,7 +30,8 @@ void print_usage(std::ostream& out) {
     out << left << std::string(left.size() < 18 ? 18 - left.size() : 1, ' ') << info.summary
         << "\n";
   }
-  out << "\nRun `pagedkv <command> --help` for a command's options.\n";
+  out << "\nRun `pagedkv <command> --help` for a command's options; every command also\n"
+         "takes --verbose (the engine's info log lines).\n";
 }
 
 }  // namespace
@@ -39,6 +43,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::string name = argv[1];
+  if (name == "--version" || name == "version") {
+    std::cout << "pagedkv " << PAGEDKV_VERSION << "\n";
+    return 0;
+  }
   auto& registry = pagedkv::cli::command_registry();
   auto it = registry.find(name);
   if (it == registry.end()) {

@@ -31,6 +31,7 @@
 #include <unordered_map>
 
 #include "engine/chat_formatter.h"
+#include "engine/handle_access.h"
 #include "engine/sampler.h"
 #include "kv/block_hasher.h"
 #include "kv/kv_storage.h"
@@ -331,7 +332,7 @@ StatusOr<RequestHandlePtr> Engine::Impl::submit(GenerateRequest req) {
   }
   seq->id = next_id_.fetch_add(1);
   std::weak_ptr<Inbox> weak = inbox_;
-  seq->handle = std::make_shared<RequestHandle>(seq->id, [weak] {
+  seq->handle = internal::HandleAccess::make(seq->id, [weak] {
     if (auto in = weak.lock()) in->notify();
   });
   seq->stop_ids = req.sampling.stop_token_ids;
@@ -677,7 +678,7 @@ void Engine::Impl::finish_waiting_or_inbox(std::unique_ptr<Seq> s, FinishReason 
     std::lock_guard<std::mutex> lk(inbox_->mu);
     live_.erase(s->id);
   }
-  s->handle->finish(std::move(r));
+  internal::HandleAccess::finish(*s->handle, std::move(r));
 }
 
 StepReport Engine::Impl::step() {
@@ -804,7 +805,7 @@ StepReport Engine::Impl::step() {
     s->result.token_ms.push_back(ms_between(s->submit_time, now));
     ++counters_.completion_tokens;
     if (s->req.on_token) s->req.on_token(tok);
-    s->handle->push_token(tok);
+    internal::HandleAccess::push_token(*s->handle, tok);
 
     FinishReason fr = FinishReason::kNone;
     if (std::find(s->stop_ids.begin(), s->stop_ids.end(), tok) != s->stop_ids.end()) {

@@ -17,24 +17,12 @@
 #include <span>
 #include <vector>
 
+#include "pagedkv/sampling.h"
 #include "pagedkv/status.h"
 
 namespace pagedkv::engine {
 
-struct SamplingParams {
-  double temperature = 0.0;  // <= 0: greedy
-  int32_t top_k = 0;         // 0: off
-  double top_p = 1.0;        // 1: off
-  double min_p = 0.0;        // 0: off
-  uint64_t seed = 0;
-  int32_t max_tokens = 16;
-  std::vector<int32_t> stop_token_ids;
-
-  // InvalidArgument naming the bad field (NaN/negative temperature, top_p outside
-  // (0, 1], min_p outside [0, 1], negative top_k or max_tokens).
-  Status validate() const;
-  bool is_stop(int32_t token) const;
-};
+// SamplingParams is public: include/pagedkv/sampling.h.
 
 // Greedy argmax, lowest id on ties. NaN logits are never chosen (unless all are NaN).
 int32_t argmax(std::span<const float> logits);

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <system_error>
 
-#include "tokenizer/jinja_template.h"
+#include "jinja/jinja_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/file_system.h"
 

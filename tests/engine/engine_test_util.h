@@ -17,6 +17,7 @@
 #include "model/make_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
+#include "temp_dir.h"
 
 namespace pagedkv::engine::testing_util {
 
@@ -26,6 +27,7 @@ inline std::string temp_dir(const std::string& tag) {
                   "_" + std::to_string(counter++);
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
+  ::pagedkv::test::remove_at_exit(d);  // tests/support/temp_dir.h
   return d;
 }
 

@@ -18,6 +18,7 @@
 
 #include "model/make_model.h"
 #include "model/safetensors.h"
+#include "temp_dir.h"
 
 namespace pagedkv::model::testing_util {
 
@@ -27,6 +28,7 @@ inline std::string temp_dir(const std::string& tag) {
                   "_" + std::to_string(counter++);
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
+  ::pagedkv::test::remove_at_exit(d);  // tests/support/temp_dir.h
   return d;
 }
 

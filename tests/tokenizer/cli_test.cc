@@ -8,6 +8,7 @@
 
 #include "real_tokenizer_files.h"
 #include "run_command.h"
+#include "temp_dir.h"
 
 namespace pagedkv::tokenizer {
 namespace {
@@ -19,6 +20,7 @@ test::CommandResult run(const std::string& cmd) { return test::run_command(cmd, 
 std::string tmp_file(const std::string& name, const std::string& content) {
   std::string path = ::testing::TempDir() + "/" + name;
   std::ofstream(path) << content;
+  test::remove_at_exit(path);
   return path;
 }
 

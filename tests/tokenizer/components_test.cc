@@ -84,18 +84,6 @@ TEST(SplitRanges, EveryBehavior) {
   EXPECT_TRUE(split_ranges(0, {}, SplitBehavior::kIsolated, false).empty());
 }
 
-TEST(Utf8, LossyReplacesMaximalSubparts) {
-  EXPECT_EQ(utf8_lossy("ab"), "ab");
-  // E3 81 is a truncated 3-byte sequence: one U+FFFD for both bytes.
-  EXPECT_EQ(utf8_lossy("\xE3\x81x"), "\xEF\xBF\xBDx");
-  // C0 and FF can never start a sequence: one U+FFFD each.
-  EXPECT_EQ(utf8_lossy("\xC0\xFF"), "\xEF\xBF\xBD\xEF\xBF\xBD");
-  // ED A0 80 is a surrogate: ED alone is the maximal subpart, then A0, 80.
-  EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
-  EXPECT_TRUE(is_valid_utf8("\xF0\x9F\x98\x80"));
-  EXPECT_FALSE(is_valid_utf8("\xF0\x9F\x98"));
-}
-
 TEST(ByteLevel, TableIsTheGpt2Mapping) {
   EXPECT_EQ(byte_level_char(' '), U'\u0120');   // 'Ġ'
   EXPECT_EQ(byte_level_char('\n'), U'\u010A');  // 'Ċ'

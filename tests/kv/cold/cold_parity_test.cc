@@ -17,6 +17,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include "cold_test_util.h"
@@ -50,8 +51,24 @@ GenRun generate(const std::string& env, const std::string& model, const std::str
     r.cached = std::stoll(m[2]);
     r.tokens = m[3];
   }
-  static const std::regex kCold(R"(\[cold\] (\{[^\n]*\}))");
-  if (std::regex_search(r.out, m, kCold)) r.cold = nlohmann::json::parse(m[1].str());
+  // "[cold] key=value ...": counters as numbers, sizes ("81.4KiB") as text.
+  static const std::regex kCold(R"(\[cold\]([^\n]*))");
+  if (std::regex_search(r.out, m, kCold)) {
+    r.cold = nlohmann::json::object();
+    std::istringstream fields(m[1].str());
+    for (std::string kv; fields >> kv;) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) continue;
+      const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+      const bool digits =
+          !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
+      if (digits) {
+        r.cold[key] = std::stoull(value);
+      } else {
+        r.cold[key] = value;
+      }
+    }
+  }
   return r;
 }
 
@@ -93,12 +110,12 @@ TEST_P(ColdParityTest, PersistRestoreAndBaselineAreByteIdentical) {
   EXPECT_EQ(capture.cached, 0);
   // 75 prompt + 11 decoded tokens = 5 full blocks captured; 4 restorable by a
   // 75-token prompt (its last token is always computed).
-  EXPECT_EQ(capture.cold["coldEnqueued"], 5) << capture.out;
-  EXPECT_EQ(capture.cold["coldWriteErrors"], 0);
+  EXPECT_EQ(capture.cold["enqueued"], 5) << capture.out;
+  EXPECT_EQ(capture.cold["write_errors"], 0);
   for (const GenRun* r : {&restore, &chunked}) {
     EXPECT_EQ(r->cached, 64) << r->out;
-    EXPECT_GT(r->cold["coldHits"].get<uint64_t>(), 0u) << r->out;
-    EXPECT_EQ(r->cold["coldCorruptions"], 0) << r->out;
+    EXPECT_GT(r->cold["hits"].get<uint64_t>(), 0u) << r->out;
+    EXPECT_EQ(r->cold["corruptions"], 0) << r->out;
   }
   EXPECT_TRUE(baseline.cold.is_null()) << baseline.out;  // persist off: no tier at all
   EXPECT_EQ(baseline.cached, 0);
@@ -138,8 +155,8 @@ TEST_P(ColdParityTest, ACorruptedObjectIsCountedAndTheAnswerDoesNotChange) {
   ASSERT_EQ(restore.rc, 0) << restore.out;
   EXPECT_EQ(restore.tokens, baseline.tokens);
   EXPECT_EQ(restore.cached, 32);  // blocks 0-1; block 2 failed verification
-  EXPECT_EQ(restore.cold["coldCorruptions"], 1) << restore.out;
-  EXPECT_EQ(restore.cold["coldHits"], 2);
+  EXPECT_EQ(restore.cold["corruptions"], 1) << restore.out;
+  EXPECT_EQ(restore.cold["hits"], 2);
   // The restoring process re-captured the chain: a third process restores it.
   GenRun again = generate(env_, model_, prompt, "--persist-cache");
   EXPECT_EQ(again.tokens, baseline.tokens);

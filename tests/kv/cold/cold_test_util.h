@@ -10,16 +10,14 @@
 
 #include "kv/cold/cold_store.h"
 #include "kv/cold/cold_synthetic.h"
+#include "temp_dir.h"
 
 namespace pagedkv::cold::testing {
 
+// A fresh directory (on /dev/shm when writable), removed at process exit even
+// when a test fails before removing it (tests/support/temp_dir.h).
 inline std::string make_scratch_dir(const char* tag) {
-  std::string base = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-  std::string tmpl = base + "/pkv_cold_" + tag + "_XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr) return "";
-  return std::string(buf.data());
+  return ::pagedkv::test::make_temp_dir(std::string("pkv_cold_") + tag + "_", /*tmpfs=*/true);
 }
 
 inline void remove_tree(const std::string& dir) {

@@ -1,7 +1,7 @@
 // The render budget (see jinja_budget.h).
-#include "tokenizer/jinja_budget.h"
+#include "jinja/jinja_budget.h"
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/jinja_value.h"
 #include "util/knobs.h"
 
 namespace pagedkv::jinja {

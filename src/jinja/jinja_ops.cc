@@ -1,11 +1,11 @@
 // Python/jinja2 semantics of operations on Jinja values (see jinja_ops.h).
-#include "tokenizer/jinja_ops.h"
+#include "jinja/jinja_ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-#include "tokenizer/jinja_unicode.h"
+#include "jinja/jinja_unicode.h"
 
 namespace pagedkv::jinja {
 namespace {

@@ -1,10 +1,10 @@
 // The Jinja parser (see jinja_parser.h): a recursive-descent transcription of
 // jinja2 3.1's parser.py for the constructs chat templates use.
-#include "tokenizer/jinja_parser.h"
+#include "jinja/jinja_parser.h"
 
 #include <set>
 
-#include "tokenizer/jinja_lexer.h"
+#include "jinja/jinja_lexer.h"
 
 namespace pagedkv::jinja {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "tokenizer/jinja_ast.h"
+#include "jinja/jinja_ast.h"
 
 namespace pagedkv::jinja {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 namespace pagedkv::jinja {
 

@@ -1,12 +1,12 @@
 // The Jinja renderer: walks the syntax tree with jinja2's runtime rules (see
 // jinja_template.h). Errors are thrown as JinjaError inside this module and turned
 // into a Status (plus a TemplateError) at compile()/render().
-#include "tokenizer/jinja_template.h"
+#include "jinja/jinja_template.h"
 
-#include "tokenizer/jinja_budget.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_ops.h"
-#include "tokenizer/jinja_parser.h"
+#include "jinja/jinja_budget.h"
+#include "jinja/jinja_builtins.h"
+#include "jinja/jinja_ops.h"
+#include "jinja/jinja_parser.h"
 
 namespace pagedkv::jinja {
 namespace {

@@ -1,13 +1,13 @@
 // Python object behaviour for Jinja values: equality, truthiness, str()/repr(),
 // float repr and json.dumps (see jinja_value.h).
-#include "tokenizer/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
-#include "tokenizer/jinja_unicode.h"
+#include "jinja/jinja_unicode.h"
 
 namespace pagedkv::jinja {
 

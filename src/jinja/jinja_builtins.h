@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 namespace pagedkv::jinja {
 

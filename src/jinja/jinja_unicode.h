@@ -7,13 +7,13 @@
 #include <string>
 #include <string_view>
 
+#include "util/utf8.h"
+
 namespace pagedkv::jinja {
 
-// Decodes UTF-8 into code points; invalid bytes decode as U+FFFD.
-std::u32string utf8_to_u32(std::string_view s);
-std::string u32_to_utf8(std::u32string_view s);
-void append_utf8(std::string& out, char32_t c);
-size_t utf8_length(std::string_view s);
+// UTF-8 decoding and encoding (utf8_to_u32, u32_to_utf8, utf8_length; invalid
+// bytes decode as U+FFFD) is the project's one codec, util/utf8.h.
+inline void append_utf8(std::string& out, char32_t c) { utf8_append(&out, c); }
 
 // Python's str.isspace() for one code point (also what `\s` matches in re).
 bool py_isspace(char32_t c);

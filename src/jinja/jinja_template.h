@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "jinja/jinja_ast.h"
+#include "jinja/jinja_budget.h"
 #include "pagedkv/status.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_budget.h"
 
 namespace pagedkv::jinja {
 

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/jinja_template.h"
+#include "jinja/jinja_template.h"
 
 namespace pagedkv::jinja {
 namespace {

@@ -1,5 +1,5 @@
 // jinja2's built-in filters, tests and globals (see jinja_builtins.h).
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/jinja_builtins.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +9,9 @@
 
 #include <unicode/uchar.h>
 
-#include "tokenizer/jinja_ops.h"
-#include "tokenizer/jinja_parser.h"
-#include "tokenizer/jinja_unicode.h"
+#include "jinja/jinja_ops.h"
+#include "jinja/jinja_parser.h"
+#include "jinja/jinja_unicode.h"
 
 namespace pagedkv::jinja {
 namespace {

@@ -1,10 +1,10 @@
 // The Jinja lexer (see jinja_lexer.h for the whitespace rules it reproduces).
-#include "tokenizer/jinja_lexer.h"
+#include "jinja/jinja_lexer.h"
 
 #include <cstring>
 
-#include "tokenizer/jinja_unicode.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/jinja_unicode.h"
+#include "jinja/jinja_value.h"
 
 namespace pagedkv::jinja {
 namespace {

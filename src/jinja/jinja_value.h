@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/jinja_budget.h"
+#include "jinja/jinja_budget.h"
 
 namespace pagedkv::jinja {
 

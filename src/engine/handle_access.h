@@ -1,0 +1,25 @@
+// internal::HandleAccess: the engine's side of a RequestHandle — making one,
+// queueing a token on it, finishing it. These are private in the public header
+// (include/pagedkv/engine.h) so a library user cannot push tokens into or finish
+// a request; only the step thread calls them, through this friend.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "pagedkv/engine.h"
+
+namespace pagedkv::engine::internal {
+
+class HandleAccess {
+ public:
+  static RequestHandlePtr make(uint64_t id, std::function<void()> wake) {
+    return RequestHandlePtr(new RequestHandle(id, std::move(wake)));
+  }
+  static void push_token(RequestHandle& h, int32_t token) { h.push_token(token); }
+  static void finish(RequestHandle& h, RequestResult result) { h.finish(std::move(result)); }
+};
+
+}  // namespace pagedkv::engine::internal
