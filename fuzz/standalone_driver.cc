@@ -78,8 +78,13 @@ void on_fatal_signal(int sig) {
 }
 
 void install_handlers() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // The sanitizer's own SEGV report (with the stack) is worth more than ours.
+  for (int sig : {SIGABRT, SIGALRM}) ::signal(sig, on_fatal_signal);
+#else
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM})
     ::signal(sig, on_fatal_signal);
+#endif
 }
 
 // splitmix64: deterministic and tiny.
