@@ -3,7 +3,8 @@
 # Non-interactive and idempotent: when every package is already present it does
 # nothing (no network); otherwise it runs `apt-get update` once and installs the
 # missing ones. Called by `make run`, `make test` and `make bench`, so each works
-# as the first command on a fresh Debian 12 machine.
+# as the first command on a fresh Debian 12 machine. `--fuzz` also installs what
+# `make fuzz` needs: clang and its libFuzzer/ASan/UBSan runtimes.
 set -euo pipefail
 
 PACKAGES=(
@@ -26,6 +27,13 @@ PACKAGES=(
   chromium              # headless browser for the dashboard test (tests/e2e/clients)
   chromium-driver       # its WebDriver; the test drives Chromium over CDP with playwright-core
 )
+
+if [[ "${1:-}" == --fuzz ]]; then
+  PACKAGES+=(
+    clang                 # make fuzz: clang++ 14 with -fsanitize=fuzzer
+    libclang-rt-14-dev    # libFuzzer, ASan and UBSan runtimes for clang 14
+  )
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -284,7 +284,8 @@ StatusOr<std::vector<float>> tensor_to_f32(const TensorInfo& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   switch (t.dtype) {
     case DType::kF32:
-      std::memcpy(out.data(), t.data, out.size() * 4);
+      // An empty tensor has no data pointer to copy from (memcpy(nullptr, ...) is UB).
+      if (!out.empty()) std::memcpy(out.data(), t.data, out.size() * 4);
       break;
     case DType::kBF16:
     case DType::kF16:

@@ -2,12 +2,18 @@
 // load (with quota churn) are killed with SIGKILL at random moments, 200 times;
 // after every kill a fresh store serves only verified objects with exactly the
 // synthetic bytes and counts no corruption. Then two processes share a directory.
+// A child is killed only after it has created its first file in the directory,
+// so a slow start (a ThreadSanitizer or Debug build, a loaded machine) cannot turn
+// every kill into a kill before the first write.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <set>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -52,6 +58,34 @@ pid_t spawn_stress(const std::string& dir, uint64_t start, uint64_t count, uint6
   int rc = posix_spawn(&pid, PAGEDKV_BINARY, &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   return rc == 0 ? pid : -1;
+}
+
+// Inode numbers of the entries of `dir` (empty when it does not exist yet).
+std::set<ino_t> inodes_in(const std::string& dir) {
+  std::set<ino_t> out;
+  auto names = FileSystem::posix().list_dir(dir);
+  if (!names.ok()) return out;
+  for (const auto& n : *names) {
+    struct stat st;
+    if (::lstat((dir + "/" + n).c_str(), &st) == 0) out.insert(st.st_ino);
+  }
+  return out;
+}
+
+// Waits until the directory holds an entry whose inode was not in `before` (the
+// child created a file: a temp file, or an object renamed from one) or the child
+// has exited; true when it wrote. Polls without a deadline of its own: a child that
+// never writes ends by itself (it writes or fails), and ctest's timeout bounds a hang.
+bool wait_for_first_write(const std::string& dir, const std::set<ino_t>& before, pid_t pid) {
+  for (;;) {
+    for (ino_t ino : inodes_in(dir))
+      if (!before.count(ino)) return true;
+    siginfo_t info{};  // exited? (WNOWAIT: left for the caller's waitpid)
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+        info.si_pid != 0)
+      return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 class ColdCrashTest : public testing::ColdDirTest {
@@ -99,9 +133,13 @@ TEST_F(ColdCrashTest, SigkillAtRandomMomentsNeverLeavesAnUnverifiedObject) {
   uint64_t max_served = 0;
   // Until 200 children were killed mid-run (one that finished first still counts
   // for verification, not towards the 200).
+  int never_wrote = 0;
   for (int i = 0; killed_mid_run < 200 && i < 400; ++i) {
+    const std::set<ino_t> before = inodes_in(root_);
     pid_t pid = spawn_stress(root_, (i * 37) % 1000, 400, i, kObjectsInQuota * obj, out);
     ASSERT_GT(pid, 0);
+    // Kill at a random moment after the child's first write (not before it).
+    if (!wait_for_first_write(root_, before, pid)) ++never_wrote;
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 15000));
     ::kill(pid, SIGKILL);
     int status = 0;
@@ -115,6 +153,7 @@ TEST_F(ColdCrashTest, SigkillAtRandomMomentsNeverLeavesAnUnverifiedObject) {
     if (HasFatalFailure() || HasNonfatalFailure()) break;
   }
   EXPECT_GE(killed_mid_run, 200);
+  EXPECT_EQ(never_wrote, 0) << "children that exited before creating any file";
   EXPECT_GT(max_served, 0u);  // the children did get objects onto disk
   // No temp files of the dead children survive a reopen.
   verify_all("final");
