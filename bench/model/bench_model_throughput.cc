@@ -5,6 +5,7 @@
 // prefix cache. Each figure is printed with the baseline it is a ratio to,
 // measured in the same run: prefill is compared with feeding the same prompt one
 // token at a time; cached TTFT with cold TTFT.
+// Every run goes through the Engine (step() mode), as every front end does.
 // Usage: bench_model_throughput [--quick]   (--quick skips the 0.6B-shape preset)
 #include <chrono>
 #include <cstdio>
@@ -16,7 +17,8 @@
 
 #include "engine/sampler.h"
 #include "model/make_model.h"
-#include "model/request_runner.h"
+#include "model/model.h"
+#include "pagedkv/engine.h"
 
 using namespace pagedkv;
 using Clock = std::chrono::steady_clock;
@@ -64,42 +66,59 @@ void check(const Status& s) {
   }
 }
 
-std::unique_ptr<kv::PagedKVCache> cache_for(model::Model& m) {
-  kv::PoolBudgetConfig c;
-  c.paged_cache_memory_mb = 4096;
-  c.paged_cache_initial_memory_mb = 64;
-  auto r = model::make_paged_cache(m, c);
-  check(r.status());
-  return std::move(*r);
+// An engine on `m` (paged KV, 64 MiB growing to 4 GiB), `chunk` prompt tokens per step.
+std::unique_ptr<engine::Engine> engine_for(const std::shared_ptr<model::Model>& m, int64_t chunk) {
+  engine::EngineOptions o;
+  o.paged_cache_memory_mb = 4096;
+  o.paged_cache_initial_memory_mb = 64;
+  o.max_num_batched_tokens = chunk;
+  auto e = engine::Engine::create(m, o);
+  check(e.status());
+  return std::move(*e);
+}
+
+std::shared_ptr<model::Model> load(const std::string& preset, model::DType dt) {
+  auto m = model::load_model(model_dir(preset, dt));
+  check(m.status());
+  return std::shared_ptr<model::Model>(std::move(*m));
+}
+
+// One greedy request through the engine (step() mode): the seconds until its
+// first token (prefill), the seconds after it (decode), and what it returned.
+struct Timed {
+  double first_s = 0, rest_s = 0;
+  engine::RequestResult result;
+};
+Timed run(engine::Engine& e, const std::vector<int32_t>& p, int max_tokens) {
+  engine::GenerateRequest r;
+  r.prompt = p;
+  r.sampling.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.return_logits = true;
+  auto h = e.submit(r);
+  check(h.status());
+  Timed t;
+  auto t0 = Clock::now();
+  while (!(*h)->done() && e.stats().completion_tokens == 0) e.step();
+  t.first_s = secs(t0);
+  t0 = Clock::now();
+  e.run_until_idle();
+  t.rest_s = secs(t0);
+  t.result = (*h)->wait();
+  if (t.result.finish_reason == engine::FinishReason::kError) check(t.result.error);
+  return t;
 }
 
 void throughput(const std::string& preset, model::DType dt, size_t prompt_len, int decode_tokens,
                 size_t serial_len) {
-  auto m = model::load_model(model_dir(preset, dt));
-  check(m.status());
-  auto c = cache_for(**m);
-  auto p = prompt(prompt_len, (*m)->config().vocab_size);
-  std::vector<float> logits;
-  // Prefill: the whole prompt in one step.
-  model::RequestRunner r(**m, model::KVPath::kPaged, c.get());
-  check(r.begin(p).status());
-  auto t = Clock::now();
-  check(r.prefill(0, model::LogitsRequest::kLast, &logits));
-  double prefill_s = secs(t);
-  // Decode.
-  t = Clock::now();
-  for (int i = 0; i < decode_tokens; ++i) check(r.decode(engine::argmax(logits), &logits));
-  double decode_s = secs(t);
-  r.end(false);
+  auto m = load(preset, dt);
+  auto p = prompt(prompt_len, m->config().vocab_size);
+  // Prefill: the whole prompt in one step; then decode.
+  Timed r = run(*engine_for(m, static_cast<int64_t>(prompt_len)), p, decode_tokens + 1);
+  const double prefill_s = r.first_s, decode_s = r.rest_s;
   // Baseline: the first serial_len prompt tokens fed one token per step, on a fresh cache.
-  auto c2 = cache_for(**m);
-  model::RequestRunner s(**m, model::KVPath::kPaged, c2.get());
-  std::vector<int32_t> head(p.begin(), p.begin() + serial_len);
-  check(s.begin(head).status());
-  t = Clock::now();
-  check(s.prefill(1, model::LogitsRequest::kLast, &logits));
-  double serial_s = secs(t);
-  s.end(false);
+  std::vector<int32_t> head(p.begin(), p.begin() + static_cast<ptrdiff_t>(serial_len));
+  const double serial_s = run(*engine_for(m, 1), head, 1).first_s;
   double prefill_tps = prompt_len / prefill_s, serial_tps = serial_len / serial_s;
   std::printf(
       "%-18s %-5s prefill %5zu tok: %9.1f tok/s (%.2fx one-token-per-step %.1f tok/s) | decode: "
@@ -110,38 +129,19 @@ void throughput(const std::string& preset, model::DType dt, size_t prompt_len, i
 }
 
 void ttft(const std::string& preset, model::DType dt) {
-  auto m = model::load_model(model_dir(preset, dt));
-  check(m.status());
-  auto p = prompt(2048, (*m)->config().vocab_size);
-  std::vector<float> cold_logits, warm_logits;
-  auto c = cache_for(**m);
-  model::RequestRunner cold(**m, model::KVPath::kPaged, c.get());
-  auto t = Clock::now();
-  check(cold.begin(p).status());
-  check(cold.prefill(0, model::LogitsRequest::kLast, &cold_logits));
-  double cold_s = secs(t);
-  cold.end(false);
-  auto c2 = cache_for(**m);
-  {
-    model::RequestRunner w(**m, model::KVPath::kPaged, c2.get());
-    std::vector<int32_t> head(p.begin(), p.begin() + 2032);
-    check(w.begin(head).status());
-    check(w.prefill(0, model::LogitsRequest::kNone, nullptr));
-    w.end(false);
-  }
-  model::RequestRunner hot(**m, model::KVPath::kPaged, c2.get());
-  t = Clock::now();
-  auto hit = hot.begin(p);
-  check(hit.status());
-  check(hot.prefill(0, model::LogitsRequest::kLast, &warm_logits));
-  double hot_s = secs(t);
-  hot.end(false);
-  bool same = cold_logits == warm_logits;
+  auto m = load(preset, dt);
+  auto p = prompt(2048, m->config().vocab_size);
+  Timed cold = run(*engine_for(m, 2048), p, 1);
+  auto e = engine_for(m, 2048);
+  run(*e, std::vector<int32_t>(p.begin(), p.begin() + 2032), 1);  // warms the prefix cache
+  Timed hot = run(*e, p, 1);
+  const bool same = cold.result.logits == hot.result.logits;
   std::printf(
       "%-18s %-5s TTFT 2048-token prompt: cold %.1f ms, %lld tokens cached %.2f ms → %.0fx faster; "
       "logits bit-identical: %s\n",
-      preset.c_str(), dt == model::DType::kBF16 ? "bf16" : "f32", cold_s * 1000,
-      static_cast<long long>(*hit), hot_s * 1000, cold_s / hot_s, same ? "yes" : "NO");
+      preset.c_str(), dt == model::DType::kBF16 ? "bf16" : "f32", cold.first_s * 1000,
+      static_cast<long long>(hot.result.usage.cached_prompt_tokens), hot.first_s * 1000,
+      cold.first_s / hot.first_s, same ? "yes" : "NO");
 }
 
 }  // namespace

@@ -11,8 +11,9 @@
 #include "cli/args.h"
 #include "cli/command_registry.h"
 #include "cli/model_cli_util.h"
-#include "model/request_runner.h"
+#include "model/model.h"
 #include "model/safetensors.h"
+#include "pagedkv/engine.h"
 
 namespace pagedkv::cli {
 namespace {
@@ -57,42 +58,47 @@ int logits_main(int argc, char** argv) {
     return report_error("logits",
                         invalid_argument("--warm-prefix needs the paged cache (drop --flat)"));
 
-  auto model = model::load_model(dir);
-  if (!model.ok()) return report_error("logits", model.status());
-  const int32_t V = (*model)->config().vocab_size;
+  auto loaded = model::load_model(dir);
+  if (!loaded.ok()) return report_error("logits", loaded.status());
+  std::shared_ptr<model::Model> model(std::move(*loaded));
+  const int32_t V = model->config().vocab_size;
   for (int32_t id : *ids)
     if (id >= V)
       return report_error("logits",
                           invalid_argument(in + ": token id " + std::to_string(id) +
                                            " is outside the vocabulary of " + std::to_string(V)));
-  std::unique_ptr<kv::PagedKVCache> cache;
-  if (!flat) {
-    auto c = model::make_paged_cache(**model);
-    if (!c.ok()) return report_error("logits", c.status());
-    cache = std::move(*c);
-  }
-  const auto path = flat ? model::KVPath::kFlat : model::KVPath::kPaged;
+  // Through the engine (step() mode): each run is a prefill-only request that
+  // keeps every computed position's logits; the --warm-prefix run is an earlier
+  // request, so the real one hits its blocks in the prefix cache.
+  engine::EngineOptions eo;
+  if (flat) eo.use_block_paged_cache = false;
+  eo.model_dir = dir;
+  eo.max_num_seqs = 1;
+  eo.max_num_batched_tokens = *chunk > 0 ? *chunk : T;  // 0: the whole input at once
+  auto eng = engine::Engine::create(model, eo);
+  if (!eng.ok()) return report_error("logits", eng.status());
+  auto run = [&](std::vector<int32_t> prompt) -> StatusOr<engine::RequestResult> {
+    engine::GenerateRequest rq;
+    rq.prompt = std::move(prompt);
+    rq.sampling.max_tokens = 0;
+    rq.return_prompt_logits = true;
+    PKV_ASSIGN_OR_RETURN(engine::RequestHandlePtr h, (*eng)->submit(std::move(rq)));
+    (*eng)->run_until_idle();
+    engine::RequestResult r = h->wait();
+    if (r.finish_reason == engine::FinishReason::kError) return r.error;
+    return r;
+  };
   std::vector<float> logits;
-  int64_t cached = 0;
   if (*warm > 0) {
-    model::RequestRunner w(**model, path, cache.get());
-    std::vector<int32_t> head(ids->begin(), ids->begin() + *warm);
-    auto c = w.begin(head);
-    if (!c.ok()) return report_error("logits", c.status());
-    s = w.prefill(static_cast<int32_t>(*chunk), model::LogitsRequest::kAll, &logits);
-    if (!s.ok()) return report_error("logits", s);
-    w.end(false);
+    auto w = run(std::vector<int32_t>(ids->begin(), ids->begin() + *warm));
+    if (!w.ok()) return report_error("logits", w.status());
+    logits = std::move(w->prompt_logits);
   }
-  model::RequestRunner r(**model, path, cache.get());
-  auto c = r.begin(*ids);
-  if (!c.ok()) return report_error("logits", c.status());
-  cached = *c;
-  std::vector<float> rest;
-  s = r.prefill(static_cast<int32_t>(*chunk), model::LogitsRequest::kAll, &rest);
-  if (!s.ok()) return report_error("logits", s);
-  r.end(false);
+  auto r = run(*ids);
+  if (!r.ok()) return report_error("logits", r.status());
+  const int64_t cached = r->prompt_logits_first;
   logits.resize(static_cast<size_t>(cached * V));  // rows 0..cached-1 from the warm run
-  logits.insert(logits.end(), rest.begin(), rest.end());
+  logits.insert(logits.end(), r->prompt_logits.begin(), r->prompt_logits.end());
   if (static_cast<int64_t>(logits.size()) != T * V)
     return report_error("logits", internal_error("logits rows do not add up"));
   std::vector<int64_t> ids64(ids->begin(), ids->end());

@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/kv_cache_factory.h"
+#include "engine/pool_kv_store.h"
 #include "model/checkpoint.h"
 #include "model/flat_kv_cache.h"
 #include "model/model.h"
-#include "model/pool_kv_store.h"
-#include "model/request_runner.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 
@@ -313,9 +313,9 @@ TEST(LoaderTest, MalformedBatchIsRejected) {
   std::vector<int32_t> ok = {1, 2};
   p.add_row(ok, 0, LogitsRequest::kLast);
   EXPECT_FALSE((*m)->forward(p, &out).ok());  // no kv_store, no block table
-  auto cache = make_paged_cache(**m);
+  auto cache = engine::make_paged_cache(**m);
   ASSERT_TRUE(cache.ok());
-  PoolKVBlockStore store((*cache)->pool());
+  engine::PoolKVBlockStore store((*cache)->pool());
   p.kv_store = &store;
   for (int32_t bad_block : {0, -1, 1 << 30}) {
     std::vector<int32_t> table = {bad_block};

@@ -41,16 +41,6 @@ ModelFingerprint fingerprint_for(const ColdModelIdentity& id, const kv::KVGeomet
   return fp;
 }
 
-std::vector<ExtraKey> to_cold_extra_keys(std::span<const kv::ExtraKey> extras) {
-  std::vector<ExtraKey> out;
-  out.reserve(extras.size());
-  for (const auto& e : extras) {
-    out.push_back(ExtraKey{static_cast<ExtraKeyTag>(static_cast<uint32_t>(e.type)),
-                           std::vector<uint8_t>(e.bytes.begin(), e.bytes.end())});
-  }
-  return out;
-}
-
 std::string CaptureResult::trace_line() const {
   std::ostringstream o;
   o << "cold_capture_walk blocks=" << walked << "/" << full_blocks
@@ -66,8 +56,7 @@ ColdTierWalk::ColdTierWalk(ColdStore* store, ModelFingerprint fingerprint, ColdC
       geometry_(ColdGeometry::from(fingerprint_)),
       budget_(budget) {}
 
-CaptureResult ColdTierWalk::capture_chain(kv::PagedKVCacheAdapter& adapter,
-                                          std::span<const kv::ExtraKey> extras) {
+CaptureResult ColdTierWalk::capture_chain(kv::PagedKVCacheAdapter& adapter) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto deadline = t0 + budget_.max_walk;
   CaptureResult r;
@@ -86,7 +75,7 @@ CaptureResult ColdTierWalk::capture_chain(kv::PagedKVCacheAdapter& adapter,
     return r;
   };
   if (pool == nullptr) return finish("no_pool");
-  const auto cold_extras = to_cold_extra_keys(extras);
+  const std::span<const ExtraKey> cold_extras = adapter.extra_keys();
   const uint32_t b = fingerprint_.block_size;
   const auto tokens = adapter.tokens();
   const auto table = adapter.block_table();
@@ -94,9 +83,9 @@ CaptureResult ColdTierWalk::capture_chain(kv::PagedKVCacheAdapter& adapter,
   ColdKey parent = root_parent_key();
   for (int32_t i = 0; i < r.full_blocks; ++i) {
     const auto toks = tokens.subspan(static_cast<size_t>(i) * b, b);
-    const ColdKey key = derive_cold_key(
-        ColdGroup::kFullAttention, fingerprint_digest_, parent, static_cast<uint64_t>(i), toks,
-        i == 0 ? std::span<const ExtraKey>(cold_extras) : std::span<const ExtraKey>());
+    const ColdKey key = derive_cold_key(ColdGroup::kFullAttention, fingerprint_digest_, parent,
+                                        static_cast<uint64_t>(i), toks,
+                                        i == 0 ? cold_extras : std::span<const ExtraKey>());
     if (store_->contains_or_pending(key)) {  // an index probe, no budget
       ++r.already_persisted;
       ++r.walked;
@@ -133,8 +122,7 @@ CaptureResult ColdTierWalk::capture_chain(kv::PagedKVCacheAdapter& adapter,
 }
 
 RestoreResult ColdTierWalk::restore_extend(kv::PagedKVCacheAdapter& adapter,
-                                           std::span<const int32_t> prompt,
-                                           std::span<const kv::ExtraKey> extras) {
+                                           std::span<const int32_t> prompt) {
   RestoreResult r;
   const int64_t b = fingerprint_.block_size;
   kv::LayerKVPool* pool = adapter.cache().pool();
@@ -145,17 +133,17 @@ RestoreResult ColdTierWalk::restore_extend(kv::PagedKVCacheAdapter& adapter,
   }
   r.hot_blocks = static_cast<int32_t>(adapter.num_tokens() / b);
   const int64_t limit = (static_cast<int64_t>(prompt.size()) - 1) / b;
-  const auto cold_extras = to_cold_extra_keys(extras);
+  const std::span<const ExtraKey> cold_extras = adapter.extra_keys();
   // Keys for blocks [0, limit): the chain starts at block 0.
   std::vector<ColdKey> keys;
   keys.reserve(static_cast<size_t>(limit));
   ColdKey parent = root_parent_key();
   r.stop = "limit";
   for (int64_t i = 0; i < limit; ++i) {
-    parent = derive_cold_key(
-        ColdGroup::kFullAttention, fingerprint_digest_, parent, static_cast<uint64_t>(i),
-        prompt.subspan(static_cast<size_t>(i * b), static_cast<size_t>(b)),
-        i == 0 ? std::span<const ExtraKey>(cold_extras) : std::span<const ExtraKey>());
+    parent = derive_cold_key(ColdGroup::kFullAttention, fingerprint_digest_, parent,
+                             static_cast<uint64_t>(i),
+                             prompt.subspan(static_cast<size_t>(i * b), static_cast<size_t>(b)),
+                             i == 0 ? cold_extras : std::span<const ExtraKey>());
     keys.push_back(parent);
     if (i >= r.hot_blocks) {
       if (!store_->contains(parent)) {

@@ -22,8 +22,10 @@
 // the run cut just before it, so wrong KV is never handed to inference.
 //
 // Keys: cold keys (cold_key.h) chain from block 0 over the request's tokens with
-// the request's extra keys (salt domain, adapter, media) mixed into block 0, bound
-// to the model fingerprint — a different model, dtype or block size never matches.
+// the request's extra keys (salt domain, adapter, media — taken from the adapter,
+// so a salted request can never read or write default-domain objects) mixed into
+// block 0, bound to the model fingerprint — a different model, dtype or block size
+// never matches.
 //
 // Runs on the engine's step-loop thread (it reads the pool); the store's writer
 // thread does the disk writes.
@@ -53,7 +55,6 @@ struct ColdModelIdentity {
 };
 
 ModelFingerprint fingerprint_for(const ColdModelIdentity& id, const kv::KVGeometry& geometry);
-std::vector<ExtraKey> to_cold_extra_keys(std::span<const kv::ExtraKey> extras);
 
 struct CaptureResult {
   int32_t full_blocks = 0;        // full blocks of the request
@@ -80,13 +81,13 @@ class ColdTierWalk {
 
   const ModelFingerprint& fingerprint() const { return fingerprint_; }
 
-  // See the file comment. `extras` are the request's block-0 extra keys.
-  CaptureResult capture_chain(kv::PagedKVCacheAdapter& adapter,
-                              std::span<const kv::ExtraKey> extras = {});
+  // See the file comment. Block 0's extra keys are the adapter's
+  // (PagedKVCacheAdapter::extra_keys(), set by reset_for_new_request): there is no
+  // separate argument that could disagree with the hot prefix table.
+  CaptureResult capture_chain(kv::PagedKVCacheAdapter& adapter);
   // Call right after adapter.find_cached_prefix(prompt). Returns what was restored;
   // the adapter's num_tokens() grows by restored × block_size.
-  RestoreResult restore_extend(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt,
-                               std::span<const kv::ExtraKey> extras = {});
+  RestoreResult restore_extend(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt);
 
  private:
   ColdStore* store_;

@@ -1,17 +1,17 @@
-// ColdSession (see cold_session.h).
-#include "cli/cold_session.h"
+// ColdTierRuntime (see cold_tier_runtime.h).
+#include "engine/cold_tier_runtime.h"
 
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "model/pool_kv_store.h"
+#include "engine/kv_cache_factory.h"
 #include "util/file_system.h"
 #include "util/logging.h"
 #include "util/sha256.h"
 
-namespace pagedkv::cli {
+namespace pagedkv::engine {
 namespace {
 
 constexpr uint64_t kWholeFileLimit = 256ull << 20;
@@ -79,26 +79,28 @@ StatusOr<std::string> weight_identity(const std::string& model_dir) {
   return to_hex(h.finish());
 }
 
-StatusOr<std::unique_ptr<ColdSession>> ColdSession::open_if_enabled(
-    const model::Model& model, const std::string& model_dir, std::optional<bool> caller_flag) {
-  const cold::ColdConfig config = read_cold_config(model_dir);
+StatusOr<std::unique_ptr<ColdTierRuntime>> ColdTierRuntime::open_if_enabled(
+    const model::Model& model, const std::string& model_dir, const ColdTierOptions& options) {
+  cold::ColdConfig config = read_cold_config(model_dir);
+  if (options.dir) config.cold_cache_dir = options.dir;
+  if (options.quota_mb) config.cold_cache_quota_mb = options.quota_mb;
   const std::string& type = model.config().model_type;
-  if (!cold::resolve_persist_cold(type, config.persist_paged_cache, caller_flag)) {
-    if ((caller_flag && *caller_flag) && !cold::cold_restore_supported(type)) {
+  if (!cold::resolve_persist_cold(type, config.persist_paged_cache, options.persist)) {
+    if ((options.persist && *options.persist) && !cold::cold_restore_supported(type)) {
       PKV_LOG(kWarn) << "cold tier: family '" << type
                      << "' is not in COLD_RESTORE_FAMILIES; persistence stays off";
     }
-    return std::unique_ptr<ColdSession>();
+    return std::unique_ptr<ColdTierRuntime>();
   }
-  std::unique_ptr<ColdSession> s(new ColdSession());
+  std::unique_ptr<ColdTierRuntime> s(new ColdTierRuntime());
   PKV_ASSIGN_OR_RETURN(s->store_, cold::ColdStore::open(cold::resolve_cold_store_options(config)));
   PKV_ASSIGN_OR_RETURN(std::string wid, weight_identity(model_dir));
-  const kv::KVGeometry pool = model::pool_geometry(model.kv_geometry());
+  const kv::KVGeometry pool = pool_geometry(model.kv_geometry());
   cold::ColdModelIdentity id;
   id.model_type = type;
   id.weight_identity = wid;  // covers config.json (RoPE, window, ...) and the weights
   s->walk_ = std::make_unique<cold::ColdTierWalk>(s->store_.get(), cold::fingerprint_for(id, pool));
-  auto trace = cold::ColdTraceWriter::open();
+  auto trace = cold::ColdTraceWriter::open(options.metrics_dir);
   if (trace.ok()) {
     s->trace_ = std::move(trace).value();
   } else {
@@ -108,36 +110,32 @@ StatusOr<std::unique_ptr<ColdSession>> ColdSession::open_if_enabled(
   return s;
 }
 
-int64_t ColdSession::restore(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt) {
-  turn_start_ = store_->stats();
-  auto r = walk_->restore_extend(adapter, prompt);
-  last_restored_tokens_ = static_cast<int64_t>(r.restored) * walk_->fingerprint().block_size;
+cold::RestoreResult ColdTierRuntime::restore(kv::PagedKVCacheAdapter& adapter,
+                                             std::span<const int32_t> prompt) {
+  cold::RestoreResult r = walk_->restore_extend(adapter, prompt);
   PKV_LOG(kDebug) << "[trace] paged cold_restore hot_blocks=" << r.hot_blocks
                   << " candidates=" << r.candidates << " restored=" << r.restored
                   << " stop=" << r.stop;
-  return last_restored_tokens_;
+  return r;
 }
 
-cold::CaptureResult ColdSession::capture(kv::PagedKVCacheAdapter& adapter) {
-  return walk_->capture_chain(adapter);
-}
-
-void ColdSession::end_turn(const cold::CaptureResult& capture) {
+cold::CaptureResult ColdTierRuntime::capture_and_end_turn(kv::PagedKVCacheAdapter& adapter,
+                                                          int64_t restored_tokens) {
+  cold::CaptureResult capture = walk_->capture_chain(adapter);
   ++turn_;
-  if (!trace_) return;
-  std::ostringstream extra;
-  extra << "\"restoredTokens\":" << last_restored_tokens_ << ",\"captureBlocks\":" << capture.walked
-        << ",\"captureEnqueued\":" << capture.enqueued << ",\"captureStop\":\"" << capture.stop
-        << "\",\"captureElapsedMs\":" << capture.elapsed_ms;
-  Status st = trace_->append_turn(turn_, turn_start_, store_->stats(), extra.str());
-  if (!st.ok()) {
-    PKV_LOG(kDebug) << "cold tier trace: " << st.to_string();
+  if (trace_) {
+    std::ostringstream extra;
+    extra << "\"restoredTokens\":" << restored_tokens << ",\"captureBlocks\":" << capture.walked
+          << ",\"captureEnqueued\":" << capture.enqueued << ",\"captureStop\":\"" << capture.stop
+          << "\",\"captureElapsedMs\":" << capture.elapsed_ms;
+    const cold::ColdCacheStats now = store_->stats();
+    Status st = trace_->append_turn(turn_, turn_start_, now, extra.str());
+    if (!st.ok()) {
+      PKV_LOG(kDebug) << "cold tier trace: " << st.to_string();
+    }
   }
   turn_start_ = store_->stats();
+  return capture;
 }
 
-std::string ColdSession::stats_line() const {
-  return "[cold] " + cold::cold_stats_json(store_->stats());
-}
-
-}  // namespace pagedkv::cli
+}  // namespace pagedkv::engine

@@ -1,0 +1,65 @@
+// ColdTierRuntime: the cold tier as the engine runs it (docs/cold-tier.md). It
+// decides whether the tier is on for a loaded model (resolve_persist_cold: the
+// family allowlist first, then the caller's EngineOptions::persist_paged_cache,
+// PAGEDKV_PERSIST_PAGED_CACHE, config.json persist_paged_cache), opens the store,
+// derives the model fingerprint, and on the step thread runs restore_extend after
+// a request's in-memory prefix hit and capture_chain when its turn ends, writing
+// one JSONL line of per-turn counter deltas (cold_stats.h, ColdTraceWriter).
+//
+// The extra keys (salt domain, adapter, media) of both walks come from the
+// request's adapter (PagedKVCacheAdapter::extra_keys()), so a walk can never
+// disagree with the hot prefix table about the request's domain.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "kv/cold/cold_stats.h"
+#include "kv/cold/cold_tier_walk.h"
+#include "kv/paged_kv_cache_adapter.h"
+#include "model/model.h"
+
+namespace pagedkv::engine {
+
+struct ColdTierOptions {
+  std::optional<bool> persist;  // the caller's flag (nullopt: env > config)
+  std::optional<std::string> dir;
+  std::optional<uint64_t> quota_mb;
+  std::optional<std::string> metrics_dir;
+};
+
+class ColdTierRuntime {
+ public:
+  // nullptr (and OK) when the tier is off for this model.
+  static StatusOr<std::unique_ptr<ColdTierRuntime>> open_if_enabled(const model::Model& model,
+                                                                    const std::string& model_dir,
+                                                                    const ColdTierOptions& options);
+
+  // After adapter.find_cached_prefix(prompt): blocks restored from disk.
+  cold::RestoreResult restore(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt);
+  // When a turn ends (before its blocks are released): persists its full blocks
+  // and appends the turn's JSONL line (best effort).
+  cold::CaptureResult capture_and_end_turn(kv::PagedKVCacheAdapter& adapter,
+                                           int64_t restored_tokens);
+
+  int32_t block_size() const { return walk_->fingerprint().block_size; }
+  cold::ColdCacheStats stats() const { return store_->stats(); }
+  // Waits until the writer queue is empty.
+  void flush() { store_->flush(); }
+
+ private:
+  ColdTierRuntime() = default;
+  std::unique_ptr<cold::ColdStore> store_;
+  std::unique_ptr<cold::ColdTierWalk> walk_;
+  std::optional<cold::ColdTraceWriter> trace_;
+  cold::ColdCacheStats turn_start_;
+  uint64_t turn_ = 0;
+};
+
+// SHA-256 (hex) over config.json and every *.safetensors file of `model_dir` (name,
+// size, and contents — whole files up to 256 MiB, else 64 KiB every 16 MiB).
+StatusOr<std::string> weight_identity(const std::string& model_dir);
+
+}  // namespace pagedkv::engine
