@@ -4,7 +4,10 @@
 // the first N tokens as an earlier request (its logits give rows 0..N-1), so the
 // real run hits the prefix cache at the last block boundary at or below N; rows
 // from the hit onward come from the cached run. By the project's principle the
-// file is byte-identical to the cold run's.
+// file is byte-identical to the cold run's. Every run goes through the engine,
+// so the cold tier (PAGEDKV_PERSIST_PAGED_CACHE, config persist_paged_cache)
+// applies too: rows of a prefix restored from disk are recomputed on the flat
+// path for their logits.
 #include <cstring>
 #include <iostream>
 
@@ -77,17 +80,19 @@ int logits_main(int argc, char** argv) {
   eo.max_num_batched_tokens = *chunk > 0 ? *chunk : T;  // 0: the whole input at once
   auto eng = engine::Engine::create(model, eo);
   if (!eng.ok()) return report_error("logits", eng.status());
-  auto run = [&](std::vector<int32_t> prompt) -> StatusOr<engine::RequestResult> {
+  auto run_on = [&](engine::Engine& e,
+                    std::vector<int32_t> prompt) -> StatusOr<engine::RequestResult> {
     engine::GenerateRequest rq;
     rq.prompt = std::move(prompt);
     rq.sampling.max_tokens = 0;
     rq.return_prompt_logits = true;
-    PKV_ASSIGN_OR_RETURN(engine::RequestHandlePtr h, (*eng)->submit(std::move(rq)));
-    (*eng)->run_until_idle();
+    PKV_ASSIGN_OR_RETURN(engine::RequestHandlePtr h, e.submit(std::move(rq)));
+    e.run_until_idle();
     engine::RequestResult r = h->wait();
     if (r.finish_reason == engine::FinishReason::kError) return r.error;
     return r;
   };
+  auto run = [&](std::vector<int32_t> prompt) { return run_on(**eng, std::move(prompt)); };
   std::vector<float> logits;
   if (*warm > 0) {
     auto w = run(std::vector<int32_t>(ids->begin(), ids->begin() + *warm));
@@ -97,7 +102,21 @@ int logits_main(int argc, char** argv) {
   auto r = run(*ids);
   if (!r.ok()) return report_error("logits", r.status());
   const int64_t cached = r->prompt_logits_first;
-  logits.resize(static_cast<size_t>(cached * V));  // rows 0..cached-1 from the warm run
+  const int64_t have = static_cast<int64_t>(logits.size()) / V;  // rows of the warm run
+  if (cached > have) {
+    // Rows the cache served that no run of this process computed (a prefix
+    // restored from the cold tier): their logits come from a flat recompute of
+    // that prefix, bit-identical by the project's principle.
+    engine::EngineOptions fo = eo;
+    fo.use_block_paged_cache = false;
+    fo.persist_paged_cache.reset();
+    auto flat_eng = engine::Engine::create(model, fo);
+    if (!flat_eng.ok()) return report_error("logits", flat_eng.status());
+    auto head = run_on(**flat_eng, std::vector<int32_t>(ids->begin(), ids->begin() + cached));
+    if (!head.ok()) return report_error("logits", head.status());
+    logits = std::move(head->prompt_logits);
+  }
+  logits.resize(static_cast<size_t>(cached * V));  // rows 0..cached-1 computed earlier
   logits.insert(logits.end(), r->prompt_logits.begin(), r->prompt_logits.end());
   if (static_cast<int64_t>(logits.size()) != T * V)
     return report_error("logits", internal_error("logits rows do not add up"));
@@ -109,7 +128,7 @@ int logits_main(int argc, char** argv) {
   s = model::write_safetensors(outp, tw,
                                {{"format", "pt"},
                                 {"cached_tokens", std::to_string(cached)},
-                                {"kv_path", flat ? "flat" : "paged"}});
+                                {"kv_path", (*eng)->paged() ? "paged" : "flat"}});
   if (!s.ok()) return report_error("logits", s);
   std::cerr << "wrote logits [" << T << ", " << V << "] to " << outp << " (" << cached
             << " tokens from the prefix cache)\n";
