@@ -252,7 +252,12 @@ struct ColdTierStats {
   uint64_t reads = 0;             // objects read
   uint64_t bytes_restored = 0;    // payload bytes copied into the pool
   uint64_t capture_turns = 0;     // turns whose full blocks were walked
-  uint64_t captured_blocks = 0;   // blocks the capture walks got past
+  uint64_t captured_blocks = 0;   // blocks the step thread's capture walks got past
+  // Capture continuation: blocks past the step thread's budget, pinned and
+  // written after the turn ended by the continuation thread.
+  uint64_t continued_turns = 0;
+  uint64_t continued_blocks = 0;  // ... handed to the writer
+  int64_t pinned_blocks = 0;      // blocks pinned for continuations now
 };
 
 struct EngineStats {
@@ -339,8 +344,9 @@ class Engine {
   int32_t held_blocks() const;
   // True when requests run on the paged KV path (false: flat).
   bool paged() const;
-  // Waits until the cold tier's writer has written everything queued (no-op when
-  // the tier is off). Any thread.
+  // Waits until the cold tier's capture continuations ended and its writer has
+  // written everything queued (no-op when the tier is off). Any thread; in sync
+  // mode it also unpins the continuations' blocks at once.
   void flush_cold_tier();
 
   const model::Model& model() const;

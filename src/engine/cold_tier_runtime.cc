@@ -120,8 +120,10 @@ cold::RestoreResult ColdTierRuntime::restore(kv::PagedKVCacheAdapter& adapter,
 }
 
 cold::CaptureResult ColdTierRuntime::capture_and_end_turn(kv::PagedKVCacheAdapter& adapter,
-                                                          int64_t restored_tokens) {
-  cold::CaptureResult capture = walk_->capture_chain(adapter);
+                                                          int64_t restored_tokens,
+                                                          cold::CaptureContinuation* rest,
+                                                          int32_t rest_limit) {
+  cold::CaptureResult capture = walk_->capture_chain(adapter, rest, rest_limit);
   ++turn_;
   if (trace_) {
     std::ostringstream extra;
@@ -136,6 +138,62 @@ cold::CaptureResult ColdTierRuntime::capture_and_end_turn(kv::PagedKVCacheAdapte
   }
   turn_start_ = store_->stats();
   return capture;
+}
+
+uint64_t ColdTierRuntime::continue_capture(cold::CaptureContinuation rest) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const uint64_t id = next_job_++;
+  cancel_.store(false, std::memory_order_release);
+  jobs_.emplace_back(id, std::move(rest));
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  cv_.notify_all();
+  return id;
+}
+
+void ColdTierRuntime::worker_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stop_ and drained
+    auto job = std::move(jobs_.front());
+    jobs_.pop_front();
+    busy_ = true;
+    lk.unlock();
+    const int32_t n = walk_->continue_capture(job.second, &cancel_);
+    continued_blocks_.fetch_add(static_cast<uint64_t>(n));
+    job.second = cold::CaptureContinuation();  // drop the generation view now
+    lk.lock();
+    busy_ = false;
+    finished_.push_back(job.first);
+    cv_.notify_all();
+  }
+}
+
+std::vector<uint64_t> ColdTierRuntime::take_finished() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<uint64_t> out;
+  out.swap(finished_);
+  return out;
+}
+
+void ColdTierRuntime::cancel_continuations() { cancel_.store(true, std::memory_order_release); }
+
+void ColdTierRuntime::flush() {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return jobs_.empty() && !busy_; });
+  }
+  store_->flush();
+}
+
+ColdTierRuntime::~ColdTierRuntime() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cancel_.store(true, std::memory_order_release);
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
 }
 
 }  // namespace pagedkv::engine

@@ -11,10 +11,16 @@
 // disagree with the hot prefix table about the request's domain.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kv/cold/cold_stats.h"
 #include "kv/cold/cold_tier_walk.h"
@@ -40,17 +46,46 @@ class ColdTierRuntime {
   // After adapter.find_cached_prefix(prompt): blocks restored from disk.
   cold::RestoreResult restore(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt);
   // When a turn ends (before its blocks are released): persists its full blocks
-  // and appends the turn's JSONL line (best effort).
+  // within the step thread's budget and appends the turn's JSONL line (best
+  // effort). Up to `rest_limit` blocks past the budget go to *rest for
+  // continue_capture (the caller pins them first).
   cold::CaptureResult capture_and_end_turn(kv::PagedKVCacheAdapter& adapter,
-                                           int64_t restored_tokens);
+                                           int64_t restored_tokens,
+                                           cold::CaptureContinuation* rest = nullptr,
+                                           int32_t rest_limit = 0);
+
+  // Capture continuation: the continuation thread encodes `rest`'s blocks and
+  // hands them to the store's writer, after the turn ended, so the step thread
+  // never waits on the disk. The caller keeps the blocks pinned until the job's
+  // id comes back from take_finished(). Returns the job id.
+  uint64_t continue_capture(cold::CaptureContinuation rest);
+  // Ids of continuation jobs that ended (their blocks may be unpinned now).
+  std::vector<uint64_t> take_finished();
+  // Pool pressure: running and queued continuations stop at their next block.
+  void cancel_continuations();
 
   int32_t block_size() const { return walk_->fingerprint().block_size; }
   cold::ColdCacheStats stats() const { return store_->stats(); }
-  // Waits until the writer queue is empty.
-  void flush() { store_->flush(); }
+  uint64_t continued_blocks() const { return continued_blocks_.load(); }
+  // Waits until every continuation ended and the writer queue is empty.
+  void flush();
+
+  ~ColdTierRuntime();
 
  private:
   ColdTierRuntime() = default;
+  void worker_loop();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<uint64_t, cold::CaptureContinuation>> jobs_;  // guarded by mu_
+  std::vector<uint64_t> finished_;                                   // guarded by mu_
+  bool busy_ = false;                                                // guarded by mu_
+  bool stop_ = false;                                                // guarded by mu_
+  uint64_t next_job_ = 1;                                            // guarded by mu_
+  std::atomic<bool> cancel_{false};
+  std::atomic<uint64_t> continued_blocks_{0};
+  std::thread worker_;  // started on the first continuation
   std::unique_ptr<cold::ColdStore> store_;
   std::unique_ptr<cold::ColdTierWalk> walk_;
   std::optional<cold::ColdTraceWriter> trace_;

@@ -148,6 +148,11 @@ class Engine::Impl {
   void flush_cold_tier() {
     if (cold_) cold_->flush();
   }
+  // Sync mode: after a flush, give the pinned blocks back now.
+  void release_pins_now() {
+    release_finished_pins();
+    update_stats_snapshot();
+  }
 
  private:
   enum class Admit { kAdmitted, kNoRoom, kFailed };
@@ -193,6 +198,14 @@ class Engine::Impl {
   bool paged_ = true;
   std::unique_ptr<kv::PagedKVCache> cache_;  // paged path only
   std::unique_ptr<ColdTierRuntime> cold_;    // the disk tier, when on
+  // Blocks pinned (one reference each) for capture continuations, by job id;
+  // released on the step thread when the continuation reports done.
+  std::unordered_map<uint64_t, std::vector<kv::BlockId>> capture_pins_;
+  int64_t pinned_blocks_ = 0;
+  void release_finished_pins();
+  void relieve_pressure() {
+    if (cold_ != nullptr && !capture_pins_.empty()) cold_->cancel_continuations();
+  }
 
   std::shared_ptr<Inbox> inbox_;
   std::vector<std::unique_ptr<Seq>> incoming_;                       // guarded by inbox_->mu
@@ -650,7 +663,10 @@ Engine::Impl::Admit Engine::Impl::try_admit(Seq* s) {
       return Admit::kFailed;
     }
     if (*ok) break;
-    if (!expire_lru_owner(owner)) return Admit::kNoRoom;
+    if (!expire_lru_owner(owner)) {
+      relieve_pressure();
+      return Admit::kNoRoom;
+    }
   }
   // It fits: bind and commit.
   if (!s->req.owner.empty()) {
@@ -746,6 +762,7 @@ Engine::Impl::Grow Engine::Impl::ensure_blocks(Seq* s, int64_t total, StepReport
   for (;;) {
     if (s->adapter->allocate_suffix_blocks(total).ok()) return Grow::kOk;
     if (expire_lru_owner(s->owner)) continue;
+    relieve_pressure();
     Seq* victim = running_.back().get();
     if (victim == s) {
       if (running_.size() == 1) {
@@ -766,10 +783,35 @@ Engine::Impl::Grow Engine::Impl::ensure_blocks(Seq* s, int64_t total, StepReport
 
 void Engine::Impl::capture_turn(Seq* s) {
   // Persist the turn's full blocks (prompt and completion) before they are
-  // released, within the capture budget (ColdTierWalk::capture_chain).
-  const cold::CaptureResult c = cold_->capture_and_end_turn(*s->adapter, s->restored_tokens);
+  // released: within the capture budget on this thread
+  // (ColdTierWalk::capture_chain), and the rest by the continuation thread after
+  // the turn ends — its blocks pinned here (one reference each, so they are
+  // neither evicted nor rewritten) until it reports done. Pins are capped at a
+  // quarter of the pool.
+  const int64_t cap = (cache_->max_blocks() - 1) / 4 - pinned_blocks_;
+  cold::CaptureContinuation rest;
+  const cold::CaptureResult c = cold_->capture_and_end_turn(
+      *s->adapter, s->restored_tokens, &rest, static_cast<int32_t>(std::max<int64_t>(0, cap)));
   ++counters_.cold.capture_turns;
   counters_.cold.captured_blocks += static_cast<uint64_t>(c.walked);
+  if (rest.empty()) return;
+  std::vector<kv::BlockId> pins = rest.blocks;
+  for (kv::BlockId b : pins) cache_->allocator().acquire(b);
+  pinned_blocks_ += static_cast<int64_t>(pins.size());
+  counters_.cold.continued_turns += 1;
+  const uint64_t job = cold_->continue_capture(std::move(rest));
+  capture_pins_.emplace(job, std::move(pins));
+}
+
+void Engine::Impl::release_finished_pins() {
+  if (cold_ == nullptr || capture_pins_.empty()) return;
+  for (uint64_t job : cold_->take_finished()) {
+    auto it = capture_pins_.find(job);
+    if (it == capture_pins_.end()) continue;
+    cache_->allocator().release_blocks(it->second);
+    pinned_blocks_ -= static_cast<int64_t>(it->second.size());
+    capture_pins_.erase(it);
+  }
 }
 
 void Engine::Impl::finish(Seq* s, FinishReason reason, Status error) {
@@ -809,6 +851,7 @@ void Engine::Impl::finish_waiting_or_inbox(std::unique_ptr<Seq> s, FinishReason 
 
 StepReport Engine::Impl::step() {
   StepReport rep;
+  release_finished_pins();
   drain_inbox(&rep);
   process_cancellations(&rep);
   expire_idle_owners(Clock::now());
@@ -1042,6 +1085,8 @@ void Engine::Impl::update_stats_snapshot() {
     s.cold.evictions = c.evictions;
     s.cold.restore_declines = c.restore_declines;
     s.cold.reads = c.reads;
+    s.cold.continued_blocks = cold_->continued_blocks();
+    s.cold.pinned_blocks = pinned_blocks_;
     s.cold.bytes_restored = c.bytes_restored;
   }
   std::lock_guard<std::mutex> lk(stats_mu_);
@@ -1081,6 +1126,8 @@ Status Engine::Impl::check_invariants() const {
     if (s->adapter != nullptr) return internal_error("waiting request still holds an adapter");
   }
   for (const auto& [key, o] : owners_) count(*o->adapter);
+  for (const auto& [job, pins] : capture_pins_)
+    for (kv::BlockId b : pins) ++holders[static_cast<size_t>(b)];
   for (int32_t b = 1; b < a.num_blocks(); ++b) {
     if (a.refcount(b) != holders[static_cast<size_t>(b)])
       return internal_error(
@@ -1148,6 +1195,9 @@ Status Engine::check_invariants() const { return impl_->check_invariants(); }
 int32_t Engine::held_blocks() const { return impl_->held_blocks(); }
 const model::Model& Engine::model() const { return impl_->model(); }
 bool Engine::paged() const { return impl_->paged(); }
-void Engine::flush_cold_tier() { impl_->flush_cold_tier(); }
+void Engine::flush_cold_tier() {
+  impl_->flush_cold_tier();
+  if (!impl_->running()) impl_->release_pins_now();
+}
 
 }  // namespace pagedkv::engine
