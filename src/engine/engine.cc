@@ -56,6 +56,7 @@ constexpr const char* kEnvMaxBatchedTokens = "PAGEDKV_MAX_NUM_BATCHED_TOKENS";
 constexpr const char* kEnvMaxNumSeqs = "PAGEDKV_MAX_NUM_SEQS";
 constexpr const char* kEnvFreeWatermark = "PAGEDKV_KV_FREE_WATERMARK";
 constexpr const char* kEnvOwnerIdleTimeout = "PAGEDKV_OWNER_IDLE_TIMEOUT_S";
+constexpr const char* kEnvCaptureContinue = "PAGEDKV_COLD_CAPTURE_CONTINUE";
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -202,6 +203,7 @@ class Engine::Impl {
   // released on the step thread when the continuation reports done.
   std::unordered_map<uint64_t, std::vector<kv::BlockId>> capture_pins_;
   int64_t pinned_blocks_ = 0;
+  bool capture_continue_ = true;  // PAGEDKV_COLD_CAPTURE_CONTINUE
   void release_finished_pins();
   void relieve_pressure() {
     if (cold_ != nullptr && !capture_pins_.empty()) cold_->cancel_continuations();
@@ -307,6 +309,7 @@ Status Engine::Impl::init() {
     pc.paged_cache_initial_memory_mb = options_.paged_cache_initial_memory_mb;
     PKV_ASSIGN_OR_RETURN(cache_, make_paged_cache(*model_, pc));
   }
+  capture_continue_ = resolve_knob<bool>(kEnvCaptureContinue, std::nullopt, true);
   ColdTierOptions co;
   co.persist = options_.persist_paged_cache;
   co.dir = options_.cold_cache_dir;
@@ -788,7 +791,8 @@ void Engine::Impl::capture_turn(Seq* s) {
   // the turn ends — its blocks pinned here (one reference each, so they are
   // neither evicted nor rewritten) until it reports done. Pins are capped at a
   // quarter of the pool.
-  const int64_t cap = (cache_->max_blocks() - 1) / 4 - pinned_blocks_;
+  const int64_t cap =
+      capture_continue_ ? (cache_->max_blocks() - 1) / 4 - pinned_blocks_ : int64_t{0};
   cold::CaptureContinuation rest;
   const cold::CaptureResult c = cold_->capture_and_end_turn(
       *s->adapter, s->restored_tokens, &rest, static_cast<int32_t>(std::max<int64_t>(0, cap)));
