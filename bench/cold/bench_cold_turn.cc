@@ -46,10 +46,10 @@ void check(const Status& s) {
 
 std::string model_dir(const std::string& preset) {
   const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
-  const std::string base = env && *env ? env
-                                       : std::string(std::getenv("HOME") ? std::getenv("HOME")
-                                                                         : "/tmp") +
-                                             "/.cache/pagedkv/models";
+  const std::string base = env && *env
+                               ? env
+                               : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
+                                     "/.cache/pagedkv/models";
   const std::string dir = base + "/qwen3-" + preset + "-f32-seed1";
   if (!std::filesystem::exists(dir + "/model.safetensors")) {
     model::MakeModelOptions o;
@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
   for (auto& x : prompt) x = d(g);
   const int64_t restorable = (tokens - 1) / b * b;
   std::printf("bench_cold_turn: %s preset, %lld-token prompt (%lld restorable tokens), dir %s\n",
-              preset.c_str(), static_cast<long long>(tokens),
-              static_cast<long long>(restorable), base.c_str());
+              preset.c_str(), static_cast<long long>(tokens), static_cast<long long>(restorable),
+              base.c_str());
   const std::string work = base + "/pkv_cold_turn_" + std::to_string(::getpid());
   const Turn off = run_turn(m, work + "/off", prompt, /*persist=*/false);
   std::printf("  persist off          turn %9.1f ms\n", off.turn_ms);

@@ -308,6 +308,61 @@ TEST(EngineTest, PreemptsTheNewestAndResumesExactly) {
   ASSERT_TRUE(engine->check_invariants().ok());
 }
 
+// A waiting request that does not fit changes nothing (no reference, no hit
+// counted, the free queue untouched: it is only probed), and after a preemption
+// the resumed request's re-hit blocks are reported (usage and stats).
+TEST(EngineTest, AdmissionWithoutSideEffectsAndResumeReportsReHits) {
+  EngineOptions o;
+  o.pool_max_blocks = 9;  // 8 usable blocks
+  o.kv_free_watermark = 0;
+  auto engine = make_engine(o);
+  std::mt19937_64 rng(17);
+  const int32_t vocab = shared_model()->config().vocab_size;
+  GenerateRequest a, b;
+  a.prompt = random_tokens(rng, 40, vocab);  // 3 blocks, grows to 80 tokens = 5
+  a.sampling.max_tokens = 40;
+  b.prompt = random_tokens(rng, 33, vocab);  // 3 blocks, grows to 73 tokens = 5
+  b.sampling.max_tokens = 40;
+  for (GenerateRequest* r : {&a, &b}) {
+    r->ignore_eos = true;
+    r->return_logits = true;
+  }
+  auto ha = *engine->submit(a);
+  auto hb = *engine->submit(b);
+  uint64_t waited_steps = 0;
+  EngineStats last = engine->stats();
+  while (!ha->done() || !hb->done()) {
+    engine->step();
+    ASSERT_TRUE(engine->check_invariants().ok());
+    const EngineStats st = engine->stats();
+    if (st.waiting > 0 && last.waiting > 0 && st.running == last.running) {
+      // b waited this step without fitting: nothing it would hit was taken.
+      ++waited_steps;
+      EXPECT_EQ(st.pool.lookups, last.pool.lookups);
+      EXPECT_EQ(st.pool.hit_blocks, last.pool.hit_blocks);
+      EXPECT_EQ(st.pool.cached_blocks,
+                last.pool.cached_blocks - (st.pool.evictions - last.pool.evictions));
+    }
+    last = st;
+  }
+  EXPECT_GT(waited_steps, 0u);
+  const RequestResult& rb = hb->wait();
+  EXPECT_EQ(ha->wait().preemptions, 0);
+  EXPECT_GE(rb.preemptions, 1);
+  // b's prompt was not cached at first admission; its three full blocks (two of
+  // the prompt, one filled by decoding) were re-hit when it resumed.
+  EXPECT_EQ(rb.usage.cached_prompt_tokens, 0);
+  EXPECT_EQ(rb.usage.resumed_cached_tokens, 48);
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.resumed_cached_tokens, 48u);
+  // Hit counters count admitted requests only: a, b, and b's resume.
+  EXPECT_EQ(st.pool.lookups, 3u);
+  EXPECT_EQ(st.pool.hit_tokens, 48u);
+  expect_matches_flat(ha->wait(), flat_run(*shared_model(), a), "a");
+  expect_matches_flat(rb, flat_run(*shared_model(), b), "b");
+  EXPECT_EQ(engine->held_blocks(), 0);
+}
+
 TEST(EngineTest, ThreadedLoopStreamsAndCancelsAcrossThreads) {
   auto engine = make_engine();
   engine->start();
