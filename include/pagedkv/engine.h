@@ -183,6 +183,11 @@ struct EngineOptions {
   // An idle owner's live KV is released after this many seconds
   // (config owner_idle_timeout_s, env PAGEDKV_OWNER_IDLE_TIMEOUT_S).
   std::optional<double> owner_idle_timeout_s;  // default 600
+  // Same-step prefix sharing: a waiting request whose prompt shares uncomputed
+  // full blocks with a running request's prompt waits until that request has
+  // published them, so a burst with a common uncached prefix computes it once
+  // (env PAGEDKV_SAME_STEP_PREFIX_SHARING wins).
+  std::optional<bool> same_step_prefix_sharing;  // default true
 
   // Pool sizing in MiB (the reference's config fields; env
   // PAGEDKV_PAGED_CACHE_MEMORY_MB / PAGEDKV_PAGED_CACHE_INITIAL_MB win).
@@ -270,6 +275,9 @@ struct EngineStats {
   uint64_t rejected = 0;  // submit() errors
   uint64_t preemptions = 0;
   uint64_t owners_expired = 0;
+  // Steps the head of the queue waited for a running request to publish the
+  // prefix blocks it shares (same-step prefix sharing).
+  uint64_t prefix_share_waits = 0;
   uint64_t prompt_tokens = 0;         // of admitted requests (first admission)
   uint64_t cached_prompt_tokens = 0;  // ... served from cache (hot + cold)
   uint64_t cached_prompt_tokens_hot = 0;

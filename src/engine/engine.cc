@@ -57,6 +57,7 @@ constexpr const char* kEnvMaxNumSeqs = "PAGEDKV_MAX_NUM_SEQS";
 constexpr const char* kEnvFreeWatermark = "PAGEDKV_KV_FREE_WATERMARK";
 constexpr const char* kEnvOwnerIdleTimeout = "PAGEDKV_OWNER_IDLE_TIMEOUT_S";
 constexpr const char* kEnvCaptureContinue = "PAGEDKV_COLD_CAPTURE_CONTINUE";
+constexpr const char* kEnvSameStepSharing = "PAGEDKV_SAME_STEP_PREFIX_SHARING";
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -156,7 +157,7 @@ class Engine::Impl {
   }
 
  private:
-  enum class Admit { kAdmitted, kNoRoom, kFailed };
+  enum class Admit { kAdmitted, kNoRoom, kFailed, kWaitForLeader };
   enum class Grow { kOk, kSelfGone };
 
   void loop();
@@ -203,7 +204,9 @@ class Engine::Impl {
   // released on the step thread when the continuation reports done.
   std::unordered_map<uint64_t, std::vector<kv::BlockId>> capture_pins_;
   int64_t pinned_blocks_ = 0;
-  bool capture_continue_ = true;  // PAGEDKV_COLD_CAPTURE_CONTINUE
+  bool capture_continue_ = true;   // PAGEDKV_COLD_CAPTURE_CONTINUE
+  bool same_step_sharing_ = true;  // PAGEDKV_SAME_STEP_PREFIX_SHARING
+  bool wait_for_leader(const Seq* s) const;
   void release_finished_pins();
   void relieve_pressure() {
     if (cold_ != nullptr && !capture_pins_.empty()) cold_->cancel_continuations();
@@ -310,6 +313,8 @@ Status Engine::Impl::init() {
     PKV_ASSIGN_OR_RETURN(cache_, make_paged_cache(*model_, pc));
   }
   capture_continue_ = resolve_knob<bool>(kEnvCaptureContinue, std::nullopt, true);
+  same_step_sharing_ =
+      resolve_knob<bool>(kEnvSameStepSharing, options_.same_step_prefix_sharing, true);
   ColdTierOptions co;
   co.persist = options_.persist_paged_cache;
   co.dir = options_.cold_cache_dir;
@@ -627,8 +632,41 @@ Engine::Impl::Admit Engine::Impl::try_admit_flat(Seq* s) {
   return Admit::kAdmitted;
 }
 
+// Same-step prefix sharing: a request whose prompt shares at least one more full
+// block with a running request that has NOT computed those blocks yet than the
+// prefix table holds now waits (at the head of the queue) until that leader
+// has computed and published them, then hits them instead of computing them
+// again. N requests that arrive together with a common uncached prefix (a burst
+// of chats with one system prompt) compute it once. The leader is running, so
+// it makes progress every step; the wait ends when it publishes, finishes or is
+// preempted.
+bool Engine::Impl::wait_for_leader(const Seq* s) const {
+  if (!same_step_sharing_ || running_.empty()) return false;
+  const int64_t b = cache_->block_size();
+  const int64_t limit = (static_cast<int64_t>(s->tokens.size()) - 1) / b;  // hittable blocks
+  if (limit == 0) return false;
+  int64_t shared_uncomputed = 0;
+  for (const auto& r : running_) {
+    if (r->salt != s->salt || r->computed >= r->prompt_len) continue;
+    const size_t n = std::min(s->tokens.size(), static_cast<size_t>(r->prompt_len));
+    size_t lcp = 0;
+    while (lcp < n && s->tokens[lcp] == r->tokens[lcp]) ++lcp;
+    const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(lcp) / b, limit);
+    if (blocks * b > r->computed) shared_uncomputed = std::max(shared_uncomputed, blocks);
+  }
+  if (shared_uncomputed == 0) return false;
+  kv::PagedKVCacheAdapter probe(cache_.get());
+  probe.reset_for_new_request(s->salt);
+  auto p = probe.probe_cached_prefix(s->tokens);
+  return p.ok() && p->hit_blocks < shared_uncomputed;
+}
+
 Engine::Impl::Admit Engine::Impl::try_admit(Seq* s) {
   if (!paged_) return try_admit_flat(s);
+  if (wait_for_leader(s)) {
+    ++counters_.prefix_share_waits;
+    return Admit::kWaitForLeader;
+  }
   const int64_t total = static_cast<int64_t>(s->tokens.size());
   if (blocks_for(total) > cache_->max_blocks() - 1) {
     return Admit::kFailed;  // (a preempted request whose completion outgrew the pool)
@@ -789,10 +827,10 @@ void Engine::Impl::capture_turn(Seq* s) {
   // released: within the capture budget on this thread
   // (ColdTierWalk::capture_chain), and the rest by the continuation thread after
   // the turn ends — its blocks pinned here (one reference each, so they are
-  // neither evicted nor rewritten) until it reports done. Pins are capped at a
-  // quarter of the pool.
-  const int64_t cap =
-      capture_continue_ ? (cache_->max_blocks() - 1) / 4 - pinned_blocks_ : int64_t{0};
+  // neither evicted nor rewritten) until it reports done. Pool pressure (a
+  // request that does not fit, a decode that needs a block) cancels running
+  // continuations, and their pins are released at the next step.
+  const int64_t cap = capture_continue_ ? (cache_->max_blocks() - 1) - pinned_blocks_ : int64_t{0};
   cold::CaptureContinuation rest;
   const cold::CaptureResult c = cold_->capture_and_end_turn(
       *s->adapter, s->restored_tokens, &rest, static_cast<int32_t>(std::max<int64_t>(0, cap)));
@@ -895,7 +933,7 @@ StepReport Engine::Impl::step() {
              std::min<int64_t>(max_seqs_, max_concurrent_sequences())) {
     Seq* s = waiting_.front().get();
     const Admit a = try_admit(s);
-    if (a == Admit::kNoRoom) break;
+    if (a == Admit::kNoRoom || a == Admit::kWaitForLeader) break;
     std::unique_ptr<Seq> owned = std::move(waiting_.front());
     waiting_.pop_front();
     if (a == Admit::kFailed) {

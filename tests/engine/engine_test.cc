@@ -363,6 +363,45 @@ TEST(EngineTest, AdmissionWithoutSideEffectsAndResumeReportsReHits) {
   EXPECT_EQ(engine->held_blocks(), 0);
 }
 
+// Same-step prefix sharing: requests that arrive together with a common,
+// uncached prefix compute it once — the others wait for the first to publish
+// its blocks and hit them — with the same answers; off, each computes it.
+TEST(EngineTest, ABurstWithACommonUncachedPrefixComputesItOnce) {
+  std::mt19937_64 rng(23);
+  const int32_t vocab = shared_model()->config().vocab_size;
+  const auto system = random_tokens(rng, 64, vocab);  // 4 full blocks
+  std::vector<GenerateRequest> reqs(8);
+  for (auto& r : reqs) {
+    r.prompt = system;
+    const auto user = random_tokens(rng, 10, vocab);
+    r.prompt.insert(r.prompt.end(), user.begin(), user.end());
+    r.sampling.max_tokens = 3;
+    r.ignore_eos = true;
+    r.return_logits = true;
+  }
+  uint64_t forward[2] = {0, 0};
+  for (const bool share : {true, false}) {
+    EngineOptions o;
+    o.same_step_prefix_sharing = share;
+    auto engine = make_engine(o);
+    std::vector<RequestHandlePtr> hs;
+    for (const auto& r : reqs) hs.push_back(*engine->submit(r));
+    engine->run_until_idle();
+    for (size_t i = 0; i < reqs.size(); ++i)
+      expect_matches_flat(hs[i]->wait(), flat_run(*shared_model(), reqs[i]),
+                          "req " + std::to_string(i) + (share ? " shared" : " unshared"));
+    const EngineStats st = engine->stats();
+    forward[share ? 0 : 1] = st.forward_tokens;
+    // Prompt tokens: the system prompt once (shared) or 8 times; decode: 2 per request.
+    const uint64_t expect = share ? 64 + 8 * 10 + 8 * 2 : 8 * 74 + 8 * 2;
+    EXPECT_EQ(st.forward_tokens, expect) << (share ? "shared" : "unshared");
+    EXPECT_EQ(st.cached_prompt_tokens, share ? 7u * 64 : 0u);
+    EXPECT_EQ(st.prefix_share_waits > 0, share);
+    EXPECT_EQ(engine->held_blocks(), 0);
+  }
+  EXPECT_LT(forward[0], forward[1]);
+}
+
 TEST(EngineTest, ThreadedLoopStreamsAndCancelsAcrossThreads) {
   auto engine = make_engine();
   engine->start();
