@@ -79,7 +79,8 @@ struct GenerateRequest {
   bool ignore_eos = false;
 
   // Separates content-addressed KV reuse between security domains (block 0's
-  // extra key); empty = the shared default domain. At most 256 bytes.
+  // extra key, in the hot prefix table and in the cold tier alike); empty = the
+  // shared default domain (the same meaning in every API). At most 256 bytes.
   std::string cache_salt;
   // prompt_cache_key: the owner (conversation) this request continues. A request
   // with an owner keeps the owner's KV live after it ends
@@ -90,6 +91,12 @@ struct GenerateRequest {
   // Keep a copy of the logits row of every sampled position in the result
   // (tests, logprobs). Costs vocab_size floats per token.
   bool return_logits = false;
+  // Keep the logits of every prompt position the engine computes (`pagedkv
+  // logits`, prompt logprobs): RequestResult::prompt_logits holds the rows of
+  // positions [prompt_logits_first, prompt length) — positions served from the
+  // prefix cache have none. With sampling.max_tokens == 0 the request only
+  // prefills (no token is sampled) and finishes with kLength.
+  bool return_prompt_logits = false;
   // Called on the step thread for every generated token, before it is queued
   // on the handle. Must be quick and must not call back into the engine.
   std::function<void(int32_t token)> on_token;
@@ -97,8 +104,16 @@ struct GenerateRequest {
 
 struct Usage {
   int64_t prompt_tokens = 0;
-  int64_t cached_prompt_tokens = 0;  // prompt tokens whose KV was reused at first admission
+  // Prompt tokens whose KV was reused at first admission: the total, and its two
+  // sources (hot: the in-memory prefix table or a live owner; cold: restored
+  // from the disk tier). cached_prompt_tokens == hot + cold.
+  int64_t cached_prompt_tokens = 0;
+  int64_t cached_prompt_tokens_hot = 0;
+  int64_t cached_prompt_tokens_cold = 0;
   int64_t completion_tokens = 0;
+  // Prompt tokens re-hit from the cache when the request was re-admitted after
+  // preemption(s) (not counted in cached_prompt_tokens).
+  int64_t resumed_cached_tokens = 0;
 };
 
 struct Timings {
@@ -113,7 +128,11 @@ struct RequestResult {
   Status error;                            // OK unless finish_reason == kError
   std::vector<int32_t> tokens;             // the completion (a stop token / sequence included)
   std::vector<std::vector<float>> logits;  // per sampled token, when return_logits
-  std::vector<double> token_ms;            // per token: ms since submit when it was produced
+  // return_prompt_logits: [prompt length - prompt_logits_first][vocab_size], row i
+  // for prompt position prompt_logits_first + i.
+  std::vector<float> prompt_logits;
+  int64_t prompt_logits_first = 0;
+  std::vector<double> token_ms;  // per token: ms since submit when it was produced
   Usage usage;
   Timings timings;
   int32_t preemptions = 0;  // times this request was preempted and recomputed
@@ -169,6 +188,11 @@ struct EngineOptions {
   // An idle owner's live KV is released after this many seconds
   // (config owner_idle_timeout_s, env PAGEDKV_OWNER_IDLE_TIMEOUT_S).
   std::optional<double> owner_idle_timeout_s;  // default 600
+  // Same-step prefix sharing: a waiting request whose prompt shares uncomputed
+  // full blocks with a running request's prompt waits until that request has
+  // published them, so a burst with a common uncached prefix computes it once
+  // (env PAGEDKV_SAME_STEP_PREFIX_SHARING wins).
+  std::optional<bool> same_step_prefix_sharing;  // default true
 
   // Pool sizing in MiB (the reference's config fields; env
   // PAGEDKV_PAGED_CACHE_MEMORY_MB / PAGEDKV_PAGED_CACHE_INITIAL_MB win).
@@ -178,6 +202,26 @@ struct EngineOptions {
   // knobs: for tests and benchmarks that need a given pressure.
   std::optional<int32_t> pool_max_blocks;
   std::optional<int32_t> pool_initial_blocks;
+
+  // The KV path: false selects the flat per-request path (no pool, no prefix
+  // sharing, bit-identical answers). nullopt/true: env
+  // PAGEDKV_USE_BLOCK_PAGED_CACHE > config.json use_block_paged_cache > paged.
+  std::optional<bool> use_block_paged_cache;
+
+  // The cold tier (docs/cold-tier.md), paged path only. persist_paged_cache is
+  // the caller's flag: nullopt = env PAGEDKV_PERSIST_PAGED_CACHE > config.json
+  // persist_paged_cache > off. A family off COLD_RESTORE_FAMILIES never persists.
+  std::optional<bool> persist_paged_cache;
+  // Env PAGEDKV_COLD_CACHE_DIR / PAGEDKV_COLD_CACHE_QUOTA_MB win over these,
+  // these over config.json cold_cache_dir / cold_cache_quota_mb.
+  std::optional<std::string> cold_cache_dir;
+  std::optional<uint64_t> cold_cache_quota_mb;
+  // Where the per-turn JSONL trace goes (traces/ under it); default env
+  // PAGEDKV_METRICS_DIR or the cache directory's metrics dir.
+  std::optional<std::string> metrics_dir;
+  // The checkpoint directory the cold tier fingerprints (config.json + weights);
+  // default: the model's own (ModelConfig::source_path). Engine::open sets it.
+  std::optional<std::string> model_dir;
 
   // Renders GenerateRequest::messages_json (see PromptFormatter).
   PromptFormatter formatter;
@@ -204,6 +248,45 @@ struct PoolStats {
   int32_t free_blocks = 0;    // in the free queue (cached + unhashed)
   int32_t cached_blocks = 0;  // free but keyed (evictable, still hittable)
   int32_t block_size = 0;
+  // Prefix-table counters of admitted requests (first admission and resumes).
+  uint64_t lookups = 0;
+  uint64_t lookup_blocks = 0;  // full prompt blocks those lookups examined
+  uint64_t hit_blocks = 0;     // ... served from memory
+  uint64_t hit_tokens = 0;
+  uint64_t evictions = 0;    // cached blocks reused for new content
+  uint64_t grow_events = 0;  // pool growths
+};
+
+// The disk tier as the engine uses it (all zero / false when it is off).
+struct ColdTierStats {
+  bool enabled = false;
+  // The tier was asked for but could not be opened (its directory unusable):
+  // the engine runs uncached (the answer is the same), counts it here and
+  // keeps the reason.
+  uint64_t open_errors = 0;
+  std::string open_error;
+  std::string root;
+  uint64_t quota_bytes = 0;
+  uint64_t hits = 0;             // objects read, verified and restored
+  uint64_t misses = 0;           // lookups that found no object
+  uint64_t restored_blocks = 0;  // blocks installed from disk at admission
+  uint64_t restored_tokens = 0;  // ... in tokens
+  uint64_t corruptions = 0;      // objects that failed verification (pruned)
+  uint64_t queue_drops = 0;      // captures the writer queue refused
+  uint64_t enqueued = 0;         // objects handed to the writer
+  uint64_t bytes_written = 0;    // bytes the writer wrote
+  uint64_t write_errors = 0;
+  uint64_t evictions = 0;         // objects removed by the quota
+  uint64_t restore_declines = 0;  // restores declined (geometry, pool)
+  uint64_t reads = 0;             // objects read
+  uint64_t bytes_restored = 0;    // payload bytes copied into the pool
+  uint64_t capture_turns = 0;     // turns whose full blocks were walked
+  uint64_t captured_blocks = 0;   // blocks the step thread's capture walks got past
+  // Capture continuation: blocks past the step thread's budget, pinned and
+  // written after the turn ended by the continuation thread.
+  uint64_t continued_turns = 0;
+  uint64_t continued_blocks = 0;  // ... handed to the writer
+  int64_t pinned_blocks = 0;      // blocks pinned for continuations now
 };
 
 struct EngineStats {
@@ -216,13 +299,21 @@ struct EngineStats {
   uint64_t rejected = 0;  // submit() errors
   uint64_t preemptions = 0;
   uint64_t owners_expired = 0;
+  // Steps the head of the queue waited for a running request to publish the
+  // prefix blocks it shares (same-step prefix sharing).
+  uint64_t prefix_share_waits = 0;
   uint64_t prompt_tokens = 0;         // of admitted requests (first admission)
-  uint64_t cached_prompt_tokens = 0;  // ... served from cache
+  uint64_t cached_prompt_tokens = 0;  // ... served from cache (hot + cold)
+  uint64_t cached_prompt_tokens_hot = 0;
+  uint64_t cached_prompt_tokens_cold = 0;
+  uint64_t resumed_cached_tokens = 0;  // re-hit at re-admission after preemption
   uint64_t completion_tokens = 0;
   int32_t running = 0;
   int32_t waiting = 0;
   int32_t live_owners = 0;
   PoolStats pool;
+  ColdTierStats cold;
+  bool paged = true;      // false: the flat per-request KV path
   double forward_ms = 0;  // wall time inside Model::forward
 };
 
@@ -283,6 +374,12 @@ class Engine {
   Status check_invariants() const;
   // Blocks held by running requests or live owners (sync mode only).
   int32_t held_blocks() const;
+  // True when requests run on the paged KV path (false: flat).
+  bool paged() const;
+  // Waits until the cold tier's capture continuations ended and its writer has
+  // written everything queued (no-op when the tier is off). Any thread; in sync
+  // mode it also unpins the continuations' blocks at once.
+  void flush_cold_tier();
 
   // The loaded model, described without its internal headers.
   ModelInfo model_info() const;

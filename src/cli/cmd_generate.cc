@@ -14,13 +14,13 @@
 
 #include "cli/args.h"
 #include "cli/checkpoint_text.h"
-#include "cli/cold_session.h"
 #include "cli/command_registry.h"
 #include "cli/model_cli_util.h"
 #include "cli/text_format.h"
 #include "engine/chat_formatter.h"
 #include "engine/sampler.h"
-#include "model/request_runner.h"
+#include "kv/cold/cold_stats.h"
+#include "pagedkv/engine.h"
 #include "tokenizer/stream_decoder.h"
 
 namespace pagedkv::cli {
@@ -44,6 +44,25 @@ std::vector<std::string> split_prompts(const std::string& s) {
   }
   out.push_back(cur);
   return out;
+}
+
+// The engine's cold-tier counters as one "[cold] key=value ..." line (sizes
+// readable); "[cold] enabled=false open_errors=N error=..." when the tier was
+// asked for but could not be opened.
+std::string cold_stats_line(const engine::ColdTierStats& e) {
+  std::ostringstream out;
+  if (!e.enabled) {
+    out << "[cold] enabled=false open_errors=" << e.open_errors << " error=\"" << e.open_error
+        << "\"";
+    return out.str();
+  }
+  out << "[cold] root=" << e.root << " hits=" << e.hits << " misses=" << e.misses
+      << " restored=" << human_bytes(e.bytes_restored) << " reads=" << e.reads
+      << " enqueued=" << e.enqueued << " queue_drops=" << e.queue_drops
+      << " written=" << human_bytes(e.bytes_written) << " evictions=" << e.evictions
+      << " corruptions=" << e.corruptions << " write_errors=" << e.write_errors
+      << " restore_declines=" << e.restore_declines << " quota=" << human_bytes(e.quota_bytes);
+  return out.str();
 }
 
 // One prompt to run: its ids and, for display, its text (empty for --prompt-ids).
@@ -214,10 +233,11 @@ int generate_main(int argc, char** argv) {
   if (!s.ok()) return report_error("generate", s);
 
   auto t_load = Clock::now();
-  auto model = model::load_model(dir);
-  if (!model.ok()) return report_error("generate", model.status());
+  auto loaded = model::load_model(dir);
+  if (!loaded.ok()) return report_error("generate", loaded.status());
   double load_ms = ms_since(t_load);
-  const auto& cfg = (*model)->config();
+  std::shared_ptr<model::Model> model(std::move(*loaded));
+  const auto& cfg = model->config();
   // A stop id outside the vocabulary could never end generation: name it.
   for (int32_t id : sp.stop_token_ids)
     if (id >= cfg.vocab_size)
@@ -225,7 +245,6 @@ int generate_main(int argc, char** argv) {
                           invalid_argument("--stop-ids: token id " + std::to_string(id) +
                                            " is outside the model's vocabulary of " +
                                            std::to_string(cfg.vocab_size)));
-  for (int32_t e : cfg.eos_token_ids) sp.stop_token_ids.push_back(e);
   for (size_t i = 0; i < prompts.size(); ++i)
     for (int32_t id : prompts[i].ids)
       if (id >= cfg.vocab_size)
@@ -236,94 +255,103 @@ int generate_main(int argc, char** argv) {
                              " is outside the model's vocabulary of " +
                              std::to_string(cfg.vocab_size)));
   // As the engine does: a prompt longer than the model's context is refused, and
-  // generation ends when prompt + output reach it (never decoding past it, which
-  // the paged pool has no room for and the flat path would do until --max-tokens).
+  // generation ends when prompt + output reach it.
   const int64_t max_context = cfg.max_position_embeddings;
-  for (size_t i = 0; i < prompts.size(); ++i)
+  int64_t longest = 1;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[i].ids.size()));
     if (max_context > 0 && static_cast<int64_t>(prompts[i].ids.size()) > max_context)
       return report_error("generate", invalid_argument("prompt " + std::to_string(i + 1) + " has " +
                                                        std::to_string(prompts[i].ids.size()) +
                                                        " tokens, more than the model's "
                                                        "max_position_embeddings (" +
                                                        std::to_string(max_context) + ")"));
-  bool paged = !p.has("flat") && model::resolve_use_block_paged_cache(cfg.cache);
+  }
+  const bool paged = !p.has("flat") && model::resolve_use_block_paged_cache(cfg.cache);
   if (p.has("persist-cache") && !paged)
     return report_error("generate",
                         invalid_argument("--persist-cache needs the paged KV path, and --flat, "
                                          "use_block_paged_cache: false or "
                                          "PAGEDKV_USE_BLOCK_PAGED_CACHE=0 selected the flat one"));
-  std::unique_ptr<kv::PagedKVCache> cache;
-  if (paged) {
-    auto c = model::make_paged_cache(**model);
-    if (!c.ok()) return report_error("generate", c.status());
-    cache = std::move(*c);
-  }
-  std::unique_ptr<ColdSession> cold;
-  if (paged) {
-    auto c = ColdSession::open_if_enabled(
-        **model, dir, p.has("persist-cache") ? std::optional<bool>(true) : std::nullopt);
-    if (!c.ok()) return report_error("generate", c.status());
-    cold = std::move(*c);
-  }
+  // Every prompt runs through the engine, one request at a time, on the caller's
+  // thread (step() mode): the paged or flat KV path, the prefix cache and the
+  // cold tier are the engine's.
+  engine::EngineOptions eo;
+  if (!paged) eo.use_block_paged_cache = false;
+  if (p.has("persist-cache")) eo.persist_paged_cache = true;
+  eo.model_dir = dir;
+  eo.max_num_seqs = 1;
+  eo.max_num_batched_tokens = *chunk > 0 ? *chunk : longest;  // 0: whole prompt at once
+  auto eng_or = engine::Engine::create(model, eo);
+  if (!eng_or.ok()) return report_error("generate", eng_or.status());
+  engine::Engine& eng = **eng_or;
   const bool stats = p.has("stats");
   if (stats) {
     std::cout << "[model] " << cfg.model_type << " layers=" << cfg.num_hidden_layers
               << " hidden=" << cfg.hidden_size << " vocab=" << cfg.vocab_size
               << " kv_path=" << (paged ? "paged" : "flat")
-              << " block_size=" << (*model)->kv_geometry().block_size << " load_ms=" << load_ms
+              << " block_size=" << model->kv_geometry().block_size << " load_ms=" << load_ms
               << " dir=" << dir << "\n";
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
-    model::RequestRunner runner(**model, paged ? model::KVPath::kPaged : model::KVPath::kFlat,
-                                cache.get());
-    engine::SamplingParams rsp = sp;
-    rsp.seed = sp.seed + i;
-    auto t0 = Clock::now();
     const std::vector<int32_t>& prompt = prompts[i].ids;
-    auto cached = runner.begin(prompt);
-    if (!cached.ok()) return report_error("generate", cached.status());
-    if (cold) *cached += cold->restore(*runner.adapter(), prompt);
-    std::vector<float> logits;
-    s = runner.prefill(static_cast<int32_t>(*chunk), model::LogitsRequest::kLast, &logits);
-    if (!s.ok()) return report_error("generate", s);
-    double ttft = ms_since(t0);
-    std::cout << "prompt " << i + 1 << " ("
-              << count_noun(static_cast<int64_t>(prompt.size()), "token") << ", " << *cached
-              << " cached):";
+    engine::GenerateRequest rq;
+    rq.prompt = prompt;
+    rq.sampling = sp;
+    rq.sampling.seed = sp.seed + i;
+    const engine::EngineStats before = eng.stats();
+    auto h = eng.submit(std::move(rq));
+    if (!h.ok()) return report_error("generate", h.status());
     // Text mode streams the continuation on the next line(s), through a
     // StreamDecoder: only text that is final (never half a UTF-8 character) is
     // printed, and special tokens (an eos) are not shown.
     std::optional<tokenizer::StreamDecoder> stream;
-    if (text_tok != nullptr) {
-      stream.emplace(*text_tok, /*skip_special_tokens=*/true);
-      std::cout << "\n";
-      if (p.has("show-prompt")) std::cout << prompts[i].text;
-    }
-    std::cout.flush();
+    bool header = false;
+    int64_t cached = 0, cached_cold = 0;
     std::vector<int32_t> out;
-    auto t1 = Clock::now();
-    std::string stop_reason = "max_tokens";
-    for (int32_t n = 0; n < rsp.max_tokens; ++n) {
-      int32_t id = engine::sample_token(logits, rsp, runner.num_tokens());
-      out.push_back(id);
-      if (stream)
-        std::cout << stream->step(id);
-      else
-        std::cout << " " << id;
+    auto print_header = [&] {
+      const engine::EngineStats now = eng.stats();
+      cached = static_cast<int64_t>(now.cached_prompt_tokens - before.cached_prompt_tokens);
+      cached_cold =
+          static_cast<int64_t>(now.cached_prompt_tokens_cold - before.cached_prompt_tokens_cold);
+      std::cout << "prompt " << i + 1 << " ("
+                << count_noun(static_cast<int64_t>(prompt.size()), "token") << ", " << cached
+                << " cached):";
+      if (text_tok != nullptr) {
+        stream.emplace(*text_tok, /*skip_special_tokens=*/true);
+        std::cout << "\n";
+        if (p.has("show-prompt")) std::cout << prompts[i].text;
+      }
       std::cout.flush();
-      if (rsp.is_stop(id)) {
-        stop_reason = "stop";
-        break;
+      header = true;
+    };
+    auto drain = [&] {
+      while (auto id = (*h)->try_next_token()) {
+        out.push_back(*id);
+        if (stream)
+          std::cout << stream->step(*id);
+        else
+          std::cout << " " << *id;
       }
-      if (n + 1 == rsp.max_tokens) break;
-      if (max_context > 0 && static_cast<int64_t>(prompt.size() + out.size()) >= max_context) {
-        stop_reason = "max_position_embeddings";
-        break;
-      }
-      s = runner.decode(id, &logits);
-      if (!s.ok()) return report_error("generate", s);
+      std::cout.flush();
+    };
+    while (!(*h)->done()) {
+      eng.step();
+      if (!header && (eng.stats().prompt_tokens > before.prompt_tokens || (*h)->done()))
+        print_header();
+      if (header) drain();
     }
-    double decode_ms = ms_since(t1);
+    if (!header) print_header();
+    drain();
+    const engine::RequestResult& res = (*h)->wait();
+    if (res.finish_reason == engine::FinishReason::kError)
+      return report_error("generate", res.error);
+    std::string stop_reason = "max_tokens";
+    if (res.finish_reason == engine::FinishReason::kStop) {
+      stop_reason = "stop";
+    } else if (static_cast<int64_t>(out.size()) < sp.max_tokens) {
+      stop_reason = "max_position_embeddings";
+    }
     if (stream) std::cout << stream->finish();
     std::cout << "\n";
     if (stop_reason == "max_position_embeddings")
@@ -335,25 +363,30 @@ int generate_main(int argc, char** argv) {
       std::cout << "\n";
     }
     if (stats) {
+      const double decode_ms = res.timings.decode_ms;
+      const double rate = decode_ms > 0 && out.size() > 1
+                              ? 1000.0 * static_cast<double>(out.size() - 1) / decode_ms
+                              : 0.0;
       std::cout << "[stats] prompt " << i + 1 << ": prompt_tokens=" << prompt.size()
-                << " cached_tokens=" << *cached << " computed_tokens=" << prompt.size() - *cached
-                << " generated=" << out.size() << " finish=" << stop_reason << " ttft_ms=" << ttft
-                << " decode_tok_s="
-                << (decode_ms > 0 ? 1000.0 * static_cast<double>(out.size()) / decode_ms : 0.0)
-                << "\n";
+                << " cached_tokens=" << cached;
+      if (eng.stats().cold.enabled) std::cout << " cold_cached_tokens=" << cached_cold;
+      std::cout << " computed_tokens=" << static_cast<int64_t>(prompt.size()) - cached
+                << " generated=" << out.size() << " finish=" << stop_reason
+                << " ttft_ms=" << res.timings.ttft_ms << " decode_tok_s=" << rate << "\n";
     }
-    if (cold) cold->end_turn(cold->capture(*runner.adapter()));
-    runner.end(false);
   }
-  if (stats && cold) std::cout << cold->stats_line() << "\n";
-  if (stats && cache) {
-    const auto& cs = cache->stats();
-    const auto& al = cache->allocator();
-    std::cout << "[cache] lookups=" << cs.lookups << " lookup_blocks=" << cs.lookup_blocks
-              << " hit_blocks=" << cs.hit_blocks << " hit_tokens=" << cs.hit_tokens
-              << " blocks=" << al.num_blocks() << " free=" << al.num_free_blocks()
-              << " free_cached=" << al.num_free_cached_blocks()
-              << " evictions=" << al.stats().evictions << " grows=" << cs.grow_events << "\n";
+  eng.flush_cold_tier();  // "bytes written" below counts what is on disk
+  const engine::EngineStats st = eng.stats();
+  if (stats && (st.cold.enabled || st.cold.open_errors > 0)) {
+    std::cout << cold_stats_line(st.cold) << "\n";
+  }
+  if (stats && paged) {
+    std::cout << "[cache] lookups=" << st.pool.lookups << " lookup_blocks=" << st.pool.lookup_blocks
+              << " hit_blocks=" << st.pool.hit_blocks << " hit_tokens=" << st.pool.hit_tokens
+              << " cold_restored_tokens=" << st.cold.restored_tokens
+              << " blocks=" << st.pool.num_blocks << " free=" << st.pool.free_blocks
+              << " free_cached=" << st.pool.cached_blocks << " evictions=" << st.pool.evictions
+              << " grows=" << st.pool.grow_events << "\n";
   }
   return 0;
 }

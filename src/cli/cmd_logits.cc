@@ -4,7 +4,10 @@
 // the first N tokens as an earlier request (its logits give rows 0..N-1), so the
 // real run hits the prefix cache at the last block boundary at or below N; rows
 // from the hit onward come from the cached run. By the project's principle the
-// file is byte-identical to the cold run's.
+// file is byte-identical to the cold run's. Every run goes through the engine,
+// so the cold tier (PAGEDKV_PERSIST_PAGED_CACHE, config persist_paged_cache)
+// applies too: rows of a prefix restored from disk are recomputed on the flat
+// path for their logits.
 #include <cstring>
 #include <iostream>
 
@@ -12,8 +15,9 @@
 #include "cli/command_registry.h"
 #include "cli/model_cli_util.h"
 #include "cli/text_format.h"
-#include "model/request_runner.h"
+#include "model/model.h"
 #include "model/safetensors.h"
+#include "pagedkv/engine.h"
 
 namespace pagedkv::cli {
 namespace {
@@ -58,42 +62,63 @@ int logits_main(int argc, char** argv) {
     return report_error("logits",
                         invalid_argument("--warm-prefix needs the paged cache (drop --flat)"));
 
-  auto model = model::load_model(dir);
-  if (!model.ok()) return report_error("logits", model.status());
-  const int32_t V = (*model)->config().vocab_size;
+  auto loaded = model::load_model(dir);
+  if (!loaded.ok()) return report_error("logits", loaded.status());
+  std::shared_ptr<model::Model> model(std::move(*loaded));
+  const int32_t V = model->config().vocab_size;
   for (int32_t id : *ids)
     if (id >= V)
       return report_error("logits",
                           invalid_argument(in + ": token id " + std::to_string(id) +
                                            " is outside the vocabulary of " + std::to_string(V)));
-  std::unique_ptr<kv::PagedKVCache> cache;
-  if (!flat) {
-    auto c = model::make_paged_cache(**model);
-    if (!c.ok()) return report_error("logits", c.status());
-    cache = std::move(*c);
-  }
-  const auto path = flat ? model::KVPath::kFlat : model::KVPath::kPaged;
+  // Through the engine (step() mode): each run is a prefill-only request that
+  // keeps every computed position's logits; the --warm-prefix run is an earlier
+  // request, so the real one hits its blocks in the prefix cache.
+  engine::EngineOptions eo;
+  if (flat) eo.use_block_paged_cache = false;
+  eo.model_dir = dir;
+  eo.max_num_seqs = 1;
+  eo.max_num_batched_tokens = *chunk > 0 ? *chunk : T;  // 0: the whole input at once
+  auto eng = engine::Engine::create(model, eo);
+  if (!eng.ok()) return report_error("logits", eng.status());
+  auto run_on = [&](engine::Engine& e,
+                    std::vector<int32_t> prompt) -> StatusOr<engine::RequestResult> {
+    engine::GenerateRequest rq;
+    rq.prompt = std::move(prompt);
+    rq.sampling.max_tokens = 0;
+    rq.return_prompt_logits = true;
+    PKV_ASSIGN_OR_RETURN(engine::RequestHandlePtr h, e.submit(std::move(rq)));
+    e.run_until_idle();
+    engine::RequestResult r = h->wait();
+    if (r.finish_reason == engine::FinishReason::kError) return r.error;
+    return r;
+  };
+  auto run = [&](std::vector<int32_t> prompt) { return run_on(**eng, std::move(prompt)); };
   std::vector<float> logits;
-  int64_t cached = 0;
   if (*warm > 0) {
-    model::RequestRunner w(**model, path, cache.get());
-    std::vector<int32_t> head(ids->begin(), ids->begin() + *warm);
-    auto c = w.begin(head);
-    if (!c.ok()) return report_error("logits", c.status());
-    s = w.prefill(static_cast<int32_t>(*chunk), model::LogitsRequest::kAll, &logits);
-    if (!s.ok()) return report_error("logits", s);
-    w.end(false);
+    auto w = run(std::vector<int32_t>(ids->begin(), ids->begin() + *warm));
+    if (!w.ok()) return report_error("logits", w.status());
+    logits = std::move(w->prompt_logits);
   }
-  model::RequestRunner r(**model, path, cache.get());
-  auto c = r.begin(*ids);
-  if (!c.ok()) return report_error("logits", c.status());
-  cached = *c;
-  std::vector<float> rest;
-  s = r.prefill(static_cast<int32_t>(*chunk), model::LogitsRequest::kAll, &rest);
-  if (!s.ok()) return report_error("logits", s);
-  r.end(false);
-  logits.resize(static_cast<size_t>(cached * V));  // rows 0..cached-1 from the warm run
-  logits.insert(logits.end(), rest.begin(), rest.end());
+  auto r = run(*ids);
+  if (!r.ok()) return report_error("logits", r.status());
+  const int64_t cached = r->prompt_logits_first;
+  const int64_t have = static_cast<int64_t>(logits.size()) / V;  // rows of the warm run
+  if (cached > have) {
+    // Rows the cache served that no run of this process computed (a prefix
+    // restored from the cold tier): their logits come from a flat recompute of
+    // that prefix, bit-identical by the project's principle.
+    engine::EngineOptions fo = eo;
+    fo.use_block_paged_cache = false;
+    fo.persist_paged_cache.reset();
+    auto flat_eng = engine::Engine::create(model, fo);
+    if (!flat_eng.ok()) return report_error("logits", flat_eng.status());
+    auto head = run_on(**flat_eng, std::vector<int32_t>(ids->begin(), ids->begin() + cached));
+    if (!head.ok()) return report_error("logits", head.status());
+    logits = std::move(head->prompt_logits);
+  }
+  logits.resize(static_cast<size_t>(cached * V));  // rows 0..cached-1 computed earlier
+  logits.insert(logits.end(), r->prompt_logits.begin(), r->prompt_logits.end());
   if (static_cast<int64_t>(logits.size()) != T * V)
     return report_error("logits", internal_error("logits rows do not add up"));
   std::vector<int64_t> ids64(ids->begin(), ids->end());
@@ -104,7 +129,7 @@ int logits_main(int argc, char** argv) {
   s = model::write_safetensors(outp, tw,
                                {{"format", "pt"},
                                 {"cached_tokens", std::to_string(cached)},
-                                {"kv_path", flat ? "flat" : "paged"}});
+                                {"kv_path", (*eng)->paged() ? "paged" : "flat"}});
   if (!s.ok()) return report_error("logits", s);
   std::cerr << "wrote logits [" << T << ", " << V << "] to " << outp << " ("
             << count_noun(cached, "token") << " from the prefix cache)\n";

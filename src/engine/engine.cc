@@ -31,16 +31,18 @@
 #include <unordered_map>
 
 #include "engine/chat_formatter.h"
+#include "engine/cold_tier_runtime.h"
 #include "engine/handle_access.h"
+#include "engine/kv_cache_factory.h"
+#include "engine/pool_kv_store.h"
 #include "engine/sampler.h"
 #include "kv/block_hasher.h"
 #include "kv/kv_storage.h"
 #include "kv/paged_kv_cache.h"
 #include "kv/paged_kv_cache_adapter.h"
 #include "kv/pool_budget.h"
+#include "model/flat_kv_cache.h"
 #include "model/model.h"
-#include "model/pool_kv_store.h"
-#include "model/request_runner.h"
 #include "pagedkv/engine.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -55,6 +57,8 @@ constexpr const char* kEnvMaxBatchedTokens = "PAGEDKV_MAX_NUM_BATCHED_TOKENS";
 constexpr const char* kEnvMaxNumSeqs = "PAGEDKV_MAX_NUM_SEQS";
 constexpr const char* kEnvFreeWatermark = "PAGEDKV_KV_FREE_WATERMARK";
 constexpr const char* kEnvOwnerIdleTimeout = "PAGEDKV_OWNER_IDLE_TIMEOUT_S";
+constexpr const char* kEnvCaptureContinue = "PAGEDKV_COLD_CAPTURE_CONTINUE";
+constexpr const char* kEnvSameStepSharing = "PAGEDKV_SAME_STEP_PREFIX_SHARING";
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -94,6 +98,10 @@ struct Seq {
   std::vector<int32_t> stop_ids;  // stop_token_ids + EOS unless ignore_eos
   std::unique_ptr<kv::PagedKVCacheAdapter> own_adapter;
   kv::PagedKVCacheAdapter* adapter = nullptr;  // own_adapter, or the owner's
+  std::unique_ptr<model::FlatKVCache> flat;    // the flat KV path's per-request cache
+  bool bound = false;                          // holds KV (admitted and running)
+  int64_t restored_tokens = 0;                 // restored from the cold tier (first admission)
+  int64_t prompt_logits_next = 0;              // next prompt position whose logits to keep
   Owner* owner = nullptr;                      // bound owner while admitted
   bool admitted_once = false;
   bool preempted = false;  // waiting after a preemption
@@ -105,6 +113,8 @@ struct Seq {
   int64_t completion() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
   // Next input is exactly one sampled token.
   bool is_decode() const { return completion() > 0 && pending() == 1; }
+  // A return_prompt_logits request with max_tokens == 0: prefill, sample nothing.
+  bool prefill_only() const { return req.sampling.max_tokens == 0; }
 };
 
 struct Owner {
@@ -137,9 +147,18 @@ class Engine::Impl {
   Status check_invariants() const;
   int32_t held_blocks() const;
   const model::Model& model() const { return *model_; }
+  bool paged() const { return paged_; }
+  void flush_cold_tier() {
+    if (cold_) cold_->flush();
+  }
+  // Sync mode: after a flush, give the pinned blocks back now.
+  void release_pins_now() {
+    release_finished_pins();
+    update_stats_snapshot();
+  }
 
  private:
-  enum class Admit { kAdmitted, kNoRoom, kFailed };
+  enum class Admit { kAdmitted, kNoRoom, kFailed, kWaitForLeader };
   enum class Grow { kOk, kSelfGone };
 
   void loop();
@@ -166,6 +185,9 @@ class Engine::Impl {
     return static_cast<int64_t>(cache_->allocator().num_free_blocks()) +
            (cache_->max_blocks() - cache_->num_blocks());
   }
+  Admit try_admit_flat(Seq* s);
+  void note_first_admission(Seq* s, int64_t cached, int64_t cold_tokens);
+  void capture_turn(Seq* s);
 
   std::shared_ptr<model::Model> model_;
   EngineOptions options_;
@@ -176,7 +198,20 @@ class Engine::Impl {
   int64_t max_context_ = 0;
   int32_t vocab_size_ = 0;
 
-  std::unique_ptr<kv::PagedKVCache> cache_;
+  bool paged_ = true;
+  std::unique_ptr<kv::PagedKVCache> cache_;  // paged path only
+  std::unique_ptr<ColdTierRuntime> cold_;    // the disk tier, when on
+  // Blocks pinned (one reference each) for capture continuations, by job id;
+  // released on the step thread when the continuation reports done.
+  std::unordered_map<uint64_t, std::vector<kv::BlockId>> capture_pins_;
+  int64_t pinned_blocks_ = 0;
+  bool capture_continue_ = true;   // PAGEDKV_COLD_CAPTURE_CONTINUE
+  bool same_step_sharing_ = true;  // PAGEDKV_SAME_STEP_PREFIX_SHARING
+  bool wait_for_leader(const Seq* s) const;
+  void release_finished_pins();
+  void relieve_pressure() {
+    if (cold_ != nullptr && !capture_pins_.empty()) cold_->cancel_continuations();
+  }
 
   std::shared_ptr<Inbox> inbox_;
   std::vector<std::unique_ptr<Seq>> incoming_;                       // guarded by inbox_->mu
@@ -236,13 +271,27 @@ Status Engine::Impl::init() {
   vocab_size_ = mc.vocab_size;
   max_context_ = mc.max_position_embeddings;
   const model::KVGeometry& mg = model_->kv_geometry();
+  // The KV path: a caller's false forces flat; otherwise env > config.json > paged.
+  paged_ = options_.use_block_paged_cache.value_or(true) &&
+           model::resolve_use_block_paged_cache(mc.cache);
+  counters_.paged = paged_;
+  if (!paged_) {
+    if (options_.persist_paged_cache.value_or(false))
+      return invalid_argument(
+          "persist_paged_cache needs the paged KV path, and use_block_paged_cache: false (or "
+          "PAGEDKV_USE_BLOCK_PAGED_CACHE=0) selected the flat one");
+    PKV_LOG(kInfo) << "engine: flat KV path (use_block_paged_cache off) max_num_batched_tokens="
+                   << max_batched_ << " max_num_seqs=" << max_seqs_;
+    update_stats_snapshot();
+    return ok_status();
+  }
   if (mg.groups.size() != 1 || mg.groups[0].kind != model::CacheGroupKind::kFullAttention)
     return invalid_argument("engine: the model declares " + std::to_string(mg.groups.size()) +
                             " cache groups; the engine pages exactly one full-attention group "
                             "for now");
   if (options_.pool_max_blocks) {
     kv::PoolBudget budget;
-    budget.geometry = model::pool_geometry(mg);
+    budget.geometry = pool_geometry(mg);
     PKV_RETURN_IF_ERROR(budget.geometry.validate());
     budget.bytes_per_block = budget.geometry.bytes_per_block();
     budget.max_blocks = *options_.pool_max_blocks;
@@ -262,7 +311,25 @@ Status Engine::Impl::init() {
     kv::PoolBudgetConfig pc;
     pc.paged_cache_memory_mb = options_.paged_cache_memory_mb;
     pc.paged_cache_initial_memory_mb = options_.paged_cache_initial_memory_mb;
-    PKV_ASSIGN_OR_RETURN(cache_, model::make_paged_cache(*model_, pc));
+    PKV_ASSIGN_OR_RETURN(cache_, make_paged_cache(*model_, pc));
+  }
+  capture_continue_ = resolve_knob<bool>(kEnvCaptureContinue, std::nullopt, true);
+  same_step_sharing_ =
+      resolve_knob<bool>(kEnvSameStepSharing, options_.same_step_prefix_sharing, true);
+  ColdTierOptions co;
+  co.persist = options_.persist_paged_cache;
+  co.dir = options_.cold_cache_dir;
+  co.quota_mb = options_.cold_cache_quota_mb;
+  co.metrics_dir = options_.metrics_dir;
+  const std::string model_dir = options_.model_dir.value_or(mc.source_path);
+  if (!model_dir.empty() || co.persist.value_or(false)) {
+    Status cold_open_error;
+    PKV_ASSIGN_OR_RETURN(
+        cold_, ColdTierRuntime::open_if_enabled(*model_, model_dir, co, &cold_open_error));
+    if (!cold_open_error.ok()) {
+      counters_.cold.open_errors = 1;
+      counters_.cold.open_error = cold_open_error.to_string();
+    }
   }
   watermark_blocks_ = std::max<int64_t>(
       1, static_cast<int64_t>(std::floor(wm * static_cast<double>(cache_->max_blocks() - 1))));
@@ -276,6 +343,7 @@ Status Engine::Impl::init() {
 }
 
 int32_t Engine::Impl::max_concurrent_sequences() const {
+  if (!paged_) return static_cast<int32_t>(max_seqs_);
   const int64_t usable = static_cast<int64_t>(cache_->max_blocks()) - 1 - watermark_blocks_;
   return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(max_seqs_, usable)));
 }
@@ -316,8 +384,8 @@ StatusOr<RequestHandlePtr> Engine::Impl::submit(GenerateRequest req) {
     return reject(invalid_argument("request: the prompt has " + std::to_string(plen) +
                                    " tokens, more than the model's max_position_embeddings (" +
                                    std::to_string(max_context_) + ")"));
-  const int64_t usable = cache_->max_blocks() - 1;
-  if (blocks_for(plen) > usable)
+  const int64_t usable = paged_ ? cache_->max_blocks() - 1 : INT64_MAX;
+  if (paged_ && blocks_for(plen) > usable)
     return reject(resource_exhausted(
         "request: the prompt of " + std::to_string(plen) + " tokens needs " +
         std::to_string(blocks_for(plen)) + " KV blocks of " + std::to_string(cache_->block_size()) +
@@ -442,7 +510,7 @@ void Engine::Impl::drain_inbox(StepReport* rep) {
   }
   for (auto& s : in) {
     ++counters_.submitted;
-    if (s->req.sampling.max_tokens == 0) {
+    if (s->req.sampling.max_tokens == 0 && !s->req.return_prompt_logits) {
       finish_waiting_or_inbox(std::move(s), FinishReason::kLength, ok_status());
       ++rep->finished;
       continue;
@@ -508,6 +576,12 @@ bool Engine::Impl::expire_lru_owner(const Owner* except) {
 }
 
 void Engine::Impl::unbind(Seq* s, bool keep_live) {
+  if (s->flat != nullptr) {
+    s->flat->clear();  // the flat path keeps nothing between requests
+    s->bound = false;
+    s->computed = 0;
+    return;
+  }
   if (s->owner != nullptr) {
     Owner* o = s->owner;
     if (keep_live) {
@@ -528,15 +602,121 @@ void Engine::Impl::unbind(Seq* s, bool keep_live) {
     s->own_adapter.reset();
   }
   s->adapter = nullptr;
+  s->bound = false;
   s->computed = 0;
 }
 
+void Engine::Impl::note_first_admission(Seq* s, int64_t cached, int64_t cold_tokens) {
+  if (!s->admitted_once) {
+    s->admitted_once = true;
+    Usage& u = s->result.usage;
+    u.prompt_tokens = s->prompt_len;
+    u.cached_prompt_tokens = std::min(cached, s->prompt_len);
+    u.cached_prompt_tokens_cold = std::min(cold_tokens, u.cached_prompt_tokens);
+    u.cached_prompt_tokens_hot = u.cached_prompt_tokens - u.cached_prompt_tokens_cold;
+    s->restored_tokens = u.cached_prompt_tokens_cold;
+    s->result.timings.queue_ms = ms_between(s->submit_time, Clock::now());
+    s->prompt_logits_next = s->computed;
+    s->result.prompt_logits_first = s->computed;
+    counters_.prompt_tokens += static_cast<uint64_t>(s->prompt_len);
+    counters_.cached_prompt_tokens += static_cast<uint64_t>(u.cached_prompt_tokens);
+    counters_.cached_prompt_tokens_hot += static_cast<uint64_t>(u.cached_prompt_tokens_hot);
+    counters_.cached_prompt_tokens_cold += static_cast<uint64_t>(u.cached_prompt_tokens_cold);
+  } else {
+    // A resume after preemption: the re-hit blocks are reported separately.
+    s->result.usage.resumed_cached_tokens += cached;
+    counters_.resumed_cached_tokens += static_cast<uint64_t>(cached);
+  }
+  s->preempted = false;
+}
+
+Engine::Impl::Admit Engine::Impl::try_admit_flat(Seq* s) {
+  if (s->flat == nullptr) s->flat = std::make_unique<model::FlatKVCache>(model_->kv_geometry());
+  s->flat->clear();
+  s->computed = 0;
+  s->bound = true;
+  note_first_admission(s, 0, 0);
+  return Admit::kAdmitted;
+}
+
+// Same-step prefix sharing: a request whose prompt shares at least one more full
+// block with a running request that has NOT computed those blocks yet than the
+// prefix table holds now waits (at the head of the queue) until that leader
+// has computed and published them, then hits them instead of computing them
+// again. N requests that arrive together with a common uncached prefix (a burst
+// of chats with one system prompt) compute it once. The leader is running, so
+// it makes progress every step; the wait ends when it publishes, finishes or is
+// preempted.
+bool Engine::Impl::wait_for_leader(const Seq* s) const {
+  if (!same_step_sharing_ || running_.empty()) return false;
+  const int64_t b = cache_->block_size();
+  const int64_t limit = (static_cast<int64_t>(s->tokens.size()) - 1) / b;  // hittable blocks
+  if (limit == 0) return false;
+  int64_t shared_uncomputed = 0;
+  for (const auto& r : running_) {
+    if (r->salt != s->salt || r->computed >= r->prompt_len) continue;
+    const size_t n = std::min(s->tokens.size(), static_cast<size_t>(r->prompt_len));
+    size_t lcp = 0;
+    while (lcp < n && s->tokens[lcp] == r->tokens[lcp]) ++lcp;
+    const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(lcp) / b, limit);
+    if (blocks * b > r->computed) shared_uncomputed = std::max(shared_uncomputed, blocks);
+  }
+  if (shared_uncomputed == 0) return false;
+  kv::PagedKVCacheAdapter probe(cache_.get());
+  probe.reset_for_new_request(s->salt);
+  auto p = probe.probe_cached_prefix(s->tokens);
+  return p.ok() && p->hit_blocks < shared_uncomputed;
+}
+
 Engine::Impl::Admit Engine::Impl::try_admit(Seq* s) {
+  if (!paged_) return try_admit_flat(s);
+  if (wait_for_leader(s)) {
+    ++counters_.prefix_share_waits;
+    return Admit::kWaitForLeader;
+  }
   const int64_t total = static_cast<int64_t>(s->tokens.size());
   if (blocks_for(total) > cache_->max_blocks() - 1) {
     return Admit::kFailed;  // (a preempted request whose completion outgrew the pool)
   }
-  // Bind an owner (continuing its live conversation) or a private adapter.
+  // The adapter this request would run on: its owner's live one (continuing the
+  // conversation) or a private one. Nothing is bound yet.
+  Owner* owner = nullptr;
+  if (!s->req.owner.empty()) {
+    auto it = owners_.find(s->req.owner);
+    if (it != owners_.end() && it->second->active == nullptr && !it->second->release_requested &&
+        it->second->salt == s->salt)
+      owner = it->second.get();
+  }
+  const int64_t reserve = running_.empty() ? 0 : watermark_blocks_;
+  // Side-effect-free probe: how many tokens would hit, and what the hit would
+  // take out of (or give back to) the free queue. A request that does not fit
+  // takes no reference, counts no hit and leaves the LRU queue as it was.
+  auto fits = [&]() -> StatusOr<bool> {
+    kv::PagedKVCacheAdapter::PrefixProbe p;
+    if (owner != nullptr) {
+      PKV_ASSIGN_OR_RETURN(p, owner->adapter->probe_cached_prefix(s->tokens));
+    } else {
+      kv::PagedKVCacheAdapter probe(cache_.get());
+      probe.reset_for_new_request(s->salt);
+      PKV_ASSIGN_OR_RETURN(p, probe.probe_cached_prefix(s->tokens));
+    }
+    const int64_t need = blocks_for(total) - p.table_blocks;
+    const int64_t avail = available_blocks() + p.freed_blocks - p.idle_hit_blocks;
+    return need <= avail - reserve;
+  };
+  for (;;) {
+    auto ok = fits();
+    if (!ok.ok()) {
+      s->result.error = ok.status();
+      return Admit::kFailed;
+    }
+    if (*ok) break;
+    if (!expire_lru_owner(owner)) {
+      relieve_pressure();
+      return Admit::kNoRoom;
+    }
+  }
+  // It fits: bind and commit.
   if (!s->req.owner.empty()) {
     auto it = owners_.find(s->req.owner);
     if (it == owners_.end()) {
@@ -564,35 +744,35 @@ Engine::Impl::Admit Engine::Impl::try_admit(Seq* s) {
     s->own_adapter->reset_for_new_request(s->salt);
     s->adapter = s->own_adapter.get();
   }
+  s->bound = true;
   auto cached = s->adapter->find_cached_prefix(s->tokens);
   if (!cached.ok()) {
     unbind(s, /*keep_live=*/false);
     s->result.error = cached.status();
     return Admit::kFailed;
   }
-  const int64_t need = blocks_for(total) - static_cast<int64_t>(s->adapter->block_table().size());
-  const int64_t reserve = running_.empty() ? 0 : watermark_blocks_;
-  while (need > available_blocks() - reserve) {
-    if (!expire_lru_owner(s->owner)) break;
-  }
-  if (need > available_blocks() - reserve) {
-    unbind(s, /*keep_live=*/true);
-    return Admit::kNoRoom;
+  const int64_t hot = *cached;
+  int64_t cold_tokens = 0;
+  if (cold_ != nullptr) {
+    // Extend the hot hit through the cold chain (restore before prefill).
+    const cold::RestoreResult r = cold_->restore(*s->adapter, s->tokens);
+    cold_tokens = static_cast<int64_t>(r.restored) * cold_->block_size();
+    counters_.cold.restored_blocks += static_cast<uint64_t>(r.restored);
+    counters_.cold.restored_tokens += static_cast<uint64_t>(cold_tokens);
   }
   if (Status st = s->adapter->allocate_suffix_blocks(total); !st.ok()) {
+    // The probe said it fits; only a refused pool growth (memory cap) gets here.
     unbind(s, /*keep_live=*/true);
     return Admit::kNoRoom;
   }
   s->computed = s->adapter->num_tokens();
-  if (!s->admitted_once) {
-    s->admitted_once = true;
-    s->result.usage.prompt_tokens = s->prompt_len;
-    s->result.usage.cached_prompt_tokens = std::min(s->computed, s->prompt_len);
-    s->result.timings.queue_ms = ms_between(s->submit_time, Clock::now());
-    counters_.prompt_tokens += static_cast<uint64_t>(s->prompt_len);
-    counters_.cached_prompt_tokens += static_cast<uint64_t>(s->result.usage.cached_prompt_tokens);
-  }
-  s->preempted = false;
+  // Prefix-table counters of admitted requests only.
+  const int64_t b = cache_->block_size();
+  ++counters_.pool.lookups;
+  counters_.pool.lookup_blocks += static_cast<uint64_t>(std::max<int64_t>(0, (total - 1) / b));
+  counters_.pool.hit_blocks += static_cast<uint64_t>(s->adapter->last_hit_tokens() / b);
+  counters_.pool.hit_tokens += static_cast<uint64_t>(s->adapter->last_hit_tokens());
+  note_first_admission(s, hot + cold_tokens, cold_tokens);
   return Admit::kAdmitted;
 }
 
@@ -630,6 +810,7 @@ Engine::Impl::Grow Engine::Impl::ensure_blocks(Seq* s, int64_t total, StepReport
   for (;;) {
     if (s->adapter->allocate_suffix_blocks(total).ok()) return Grow::kOk;
     if (expire_lru_owner(s->owner)) continue;
+    relieve_pressure();
     Seq* victim = running_.back().get();
     if (victim == s) {
       if (running_.size() == 1) {
@@ -648,15 +829,51 @@ Engine::Impl::Grow Engine::Impl::ensure_blocks(Seq* s, int64_t total, StepReport
   }
 }
 
+void Engine::Impl::capture_turn(Seq* s) {
+  // Persist the turn's full blocks (prompt and completion) before they are
+  // released: within the capture budget on this thread
+  // (ColdTierWalk::capture_chain), and the rest by the continuation thread after
+  // the turn ends — its blocks pinned here (one reference each, so they are
+  // neither evicted nor rewritten) until it reports done. Pool pressure (a
+  // request that does not fit, a decode that needs a block) cancels running
+  // continuations, and their pins are released at the next step.
+  const int64_t cap = capture_continue_ ? (cache_->max_blocks() - 1) - pinned_blocks_ : int64_t{0};
+  cold::CaptureContinuation rest;
+  const cold::CaptureResult c = cold_->capture_and_end_turn(
+      *s->adapter, s->restored_tokens, &rest, static_cast<int32_t>(std::max<int64_t>(0, cap)));
+  ++counters_.cold.capture_turns;
+  counters_.cold.captured_blocks += static_cast<uint64_t>(c.walked);
+  if (rest.empty()) return;
+  std::vector<kv::BlockId> pins = rest.blocks;
+  for (kv::BlockId b : pins) cache_->allocator().acquire(b);
+  pinned_blocks_ += static_cast<int64_t>(pins.size());
+  counters_.cold.continued_turns += 1;
+  const uint64_t job = cold_->continue_capture(std::move(rest));
+  capture_pins_.emplace(job, std::move(pins));
+}
+
+void Engine::Impl::release_finished_pins() {
+  if (cold_ == nullptr || capture_pins_.empty()) return;
+  for (uint64_t job : cold_->take_finished()) {
+    auto it = capture_pins_.find(job);
+    if (it == capture_pins_.end()) continue;
+    cache_->allocator().release_blocks(it->second);
+    pinned_blocks_ -= static_cast<int64_t>(it->second.size());
+    capture_pins_.erase(it);
+  }
+}
+
 void Engine::Impl::finish(Seq* s, FinishReason reason, Status error) {
   std::unique_ptr<Seq> owned = take_running(s);
+  if (cold_ != nullptr && owned->adapter != nullptr && reason != FinishReason::kError)
+    capture_turn(owned.get());
   unbind(owned.get(), /*keep_live=*/reason != FinishReason::kError);
   finish_waiting_or_inbox(std::move(owned), reason, std::move(error));
 }
 
 void Engine::Impl::finish_waiting_or_inbox(std::unique_ptr<Seq> s, FinishReason reason,
                                            Status error) {
-  if (s->adapter != nullptr) unbind(s.get(), reason != FinishReason::kError);
+  if (s->bound) unbind(s.get(), reason != FinishReason::kError);
   const auto now = Clock::now();
   RequestResult& r = s->result;
   r.finish_reason = reason;
@@ -683,6 +900,7 @@ void Engine::Impl::finish_waiting_or_inbox(std::unique_ptr<Seq> s, FinishReason 
 
 StepReport Engine::Impl::step() {
   StepReport rep;
+  release_finished_pins();
   drain_inbox(&rep);
   process_cancellations(&rep);
   expire_idle_owners(Clock::now());
@@ -701,7 +919,7 @@ StepReport Engine::Impl::step() {
       ++i;
       continue;
     }
-    if (ensure_blocks(s, s->computed + 1, &rep) == Grow::kSelfGone)
+    if (paged_ && ensure_blocks(s, s->computed + 1, &rep) == Grow::kSelfGone)
       continue;  // index i now holds the next
     sched.push_back({s, 1});
     --budget;
@@ -722,7 +940,7 @@ StepReport Engine::Impl::step() {
              std::min<int64_t>(max_seqs_, max_concurrent_sequences())) {
     Seq* s = waiting_.front().get();
     const Admit a = try_admit(s);
-    if (a == Admit::kNoRoom) break;
+    if (a == Admit::kNoRoom || a == Admit::kWaitForLeader) break;
     std::unique_ptr<Seq> owned = std::move(waiting_.front());
     waiting_.pop_front();
     if (a == Admit::kFailed) {
@@ -749,18 +967,28 @@ StepReport Engine::Impl::step() {
 
   // 4. One forward over every scheduled row.
   model::ForwardBatch batch;
-  batch.path = model::KVPath::kPaged;
-  model::PoolKVBlockStore store(cache_->pool());  // per step: the pool may have grown
-  batch.kv_store = &store;
+  batch.path = paged_ ? model::KVPath::kPaged : model::KVPath::kFlat;
+  std::optional<PoolKVBlockStore> store;  // per step: the pool may have grown
+  if (paged_) {
+    store.emplace(cache_->pool());
+    batch.kv_store = &*store;
+  }
   batch.rows.reserve(sched.size());
   for (const Sched& sc : sched) {
     Seq* s = sc.seq;
     const bool last = s->computed + sc.n == static_cast<int64_t>(s->tokens.size());
+    // Prompt logits: every position of a slice that still covers the prompt.
+    const bool all = s->req.return_prompt_logits && s->computed < s->prompt_len;
     model::ForwardRow& row = batch.add_row(
         std::span<const int32_t>(s->tokens.data() + s->computed, static_cast<size_t>(sc.n)),
         static_cast<int32_t>(s->computed),
-        last ? model::LogitsRequest::kLast : model::LogitsRequest::kNone);
-    row.block_tables.push_back(s->adapter->block_table());
+        all ? model::LogitsRequest::kAll
+            : (last ? model::LogitsRequest::kLast : model::LogitsRequest::kNone));
+    if (paged_) {
+      row.block_tables.push_back(s->adapter->block_table());
+    } else {
+      row.flat = s->flat.get();
+    }
     if (s->is_decode()) {
       ++rep.decode_rows;
     } else {
@@ -789,10 +1017,36 @@ StepReport Engine::Impl::step() {
     Seq* s = sched[r].seq;
     const std::span<const int32_t> fed(s->tokens.data() + s->computed,
                                        static_cast<size_t>(sched[r].n));
-    Status rs = s->adapter->record_tokens(fed);
-    PKV_CHECK_MSG(rs.ok(), rs.to_string().c_str());
+    if (paged_) {
+      Status rs = s->adapter->record_tokens(fed);
+      PKV_CHECK_MSG(rs.ok(), rs.to_string().c_str());
+    }
+    const int64_t first = s->computed;
     s->computed += sched[r].n;
-    if (batch.rows[r].logits != model::LogitsRequest::kLast) continue;
+    if (batch.rows[r].logits == model::LogitsRequest::kAll) {
+      // Keep each prompt position's row once (a recompute after preemption
+      // produces the same bits; the rows already kept are skipped).
+      for (int32_t i = 0; i < sched[r].n; ++i) {
+        const int64_t pos = first + i;
+        if (pos != s->prompt_logits_next || pos >= s->prompt_len) continue;
+        const std::span<const float> row = out.row_logits(r, i);
+        s->result.prompt_logits.insert(s->result.prompt_logits.end(), row.begin(), row.end());
+        ++s->prompt_logits_next;
+      }
+    }
+    if (s->computed != static_cast<int64_t>(s->tokens.size())) continue;
+    if (s->prefill_only()) {
+      if (s->prompt_logits_next != s->prompt_len) {
+        finish(s, FinishReason::kError,
+               internal_error("request: prompt logits from position " +
+                              std::to_string(s->prompt_logits_next) +
+                              " were served from the cache after a preemption"));
+      } else {
+        finish(s, FinishReason::kLength);
+      }
+      ++rep.finished;
+      continue;
+    }
     const std::span<const float> logits = out.last_logits(r);
     const int64_t pos = static_cast<int64_t>(s->tokens.size());
     const int32_t tok = sample_token(logits, s->req.sampling, pos);
@@ -852,13 +1106,38 @@ void Engine::Impl::update_stats_snapshot() {
   s.running = static_cast<int32_t>(running_.size());
   s.waiting = static_cast<int32_t>(waiting_.size());
   s.live_owners = static_cast<int32_t>(owners_.size());
-  const kv::BlockAllocator& a = cache_->allocator();
-  s.pool.num_blocks = cache_->num_blocks();
-  s.pool.max_blocks = cache_->max_blocks();
-  s.pool.used_blocks = a.num_used_blocks();
-  s.pool.free_blocks = a.num_free_blocks();
-  s.pool.cached_blocks = a.num_free_cached_blocks();
-  s.pool.block_size = cache_->block_size();
+  if (paged_) {
+    const kv::BlockAllocator& a = cache_->allocator();
+    s.pool.num_blocks = cache_->num_blocks();
+    s.pool.max_blocks = cache_->max_blocks();
+    s.pool.used_blocks = a.num_used_blocks();
+    s.pool.free_blocks = a.num_free_blocks();
+    s.pool.cached_blocks = a.num_free_cached_blocks();
+    s.pool.block_size = cache_->block_size();
+    s.pool.evictions = a.stats().evictions;
+    s.pool.grow_events = cache_->stats().grow_events;
+  } else {
+    s.pool.block_size = model_->kv_geometry().block_size;
+  }
+  if (cold_ != nullptr) {
+    const cold::ColdCacheStats c = cold_->stats();
+    s.cold.enabled = true;
+    s.cold.root = c.root;
+    s.cold.quota_bytes = c.quota_bytes;
+    s.cold.hits = c.hits;
+    s.cold.misses = c.misses;
+    s.cold.corruptions = c.corruptions;
+    s.cold.queue_drops = c.queue_drops;
+    s.cold.enqueued = c.enqueued;
+    s.cold.bytes_written = c.bytes_written;
+    s.cold.write_errors = c.write_errors;
+    s.cold.evictions = c.evictions;
+    s.cold.restore_declines = c.restore_declines;
+    s.cold.reads = c.reads;
+    s.cold.continued_blocks = cold_->continued_blocks();
+    s.cold.pinned_blocks = pinned_blocks_;
+    s.cold.bytes_restored = c.bytes_restored;
+  }
   std::lock_guard<std::mutex> lk(stats_mu_);
   s.rejected = rejected_;
   snapshot_ = s;
@@ -870,6 +1149,14 @@ EngineStats Engine::Impl::stats() const {
 }
 
 Status Engine::Impl::check_invariants() const {
+  if (!paged_) {
+    for (const auto& s : running_) {
+      if (s->flat == nullptr || s->flat->length() != s->computed)
+        return internal_error("request " + std::to_string(s->id) +
+                              ": its flat cache does not hold its computed tokens");
+    }
+    return ok_status();
+  }
   const kv::BlockAllocator& a = cache_->allocator();
   PKV_RETURN_IF_ERROR(a.verify_integrity());
   std::vector<int32_t> holders(static_cast<size_t>(a.num_blocks()), 0);
@@ -888,6 +1175,8 @@ Status Engine::Impl::check_invariants() const {
     if (s->adapter != nullptr) return internal_error("waiting request still holds an adapter");
   }
   for (const auto& [key, o] : owners_) count(*o->adapter);
+  for (const auto& [job, pins] : capture_pins_)
+    for (kv::BlockId b : pins) ++holders[static_cast<size_t>(b)];
   for (int32_t b = 1; b < a.num_blocks(); ++b) {
     if (a.refcount(b) != holders[static_cast<size_t>(b)])
       return internal_error(
@@ -897,7 +1186,9 @@ Status Engine::Impl::check_invariants() const {
   return ok_status();
 }
 
-int32_t Engine::Impl::held_blocks() const { return cache_->allocator().num_used_blocks(); }
+int32_t Engine::Impl::held_blocks() const {
+  return paged_ ? cache_->allocator().num_used_blocks() : 0;
+}
 
 // ---------------------------------------------------------------------------
 // Engine: forwards to Impl.
@@ -909,6 +1200,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir,
                                                const EngineOptions& options) {
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> m, model::load_model(model_dir));
   EngineOptions opts = options;
+  if (!opts.model_dir) opts.model_dir = model_dir;
   if (!opts.formatter) {
     // The model's own chat template + tokenizer render messages_json when present.
     auto f = make_chat_formatter_for_dir(model_dir);
@@ -951,5 +1243,10 @@ int32_t Engine::max_num_batched_tokens() const { return impl_->max_num_batched_t
 Status Engine::check_invariants() const { return impl_->check_invariants(); }
 int32_t Engine::held_blocks() const { return impl_->held_blocks(); }
 const model::Model& Engine::model() const { return impl_->model(); }
+bool Engine::paged() const { return impl_->paged(); }
+void Engine::flush_cold_tier() {
+  impl_->flush_cold_tier();
+  if (!impl_->running()) impl_->release_pins_now();
+}
 
 }  // namespace pagedkv::engine

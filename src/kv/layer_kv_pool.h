@@ -37,19 +37,13 @@
 #include <vector>
 
 #include "kv/block_allocator.h"
+#include "kv/kv_dtype.h"
 #include "kv/kv_storage.h"
 #include "pagedkv/status.h"
 
 namespace pagedkv::kv {
 
 class MemoryCoordinator;
-
-enum class KVDType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
-
-size_t kv_dtype_size(KVDType dtype);
-std::string_view kv_dtype_name(KVDType dtype);  // "f32" | "bf16" | "f16"
-// Accepts f32/float32, bf16/bfloat16, f16/float16 (case-insensitive).
-StatusOr<KVDType> parse_kv_dtype(std::string_view name);
 
 inline constexpr int32_t kDefaultBlockSize = 16;
 

@@ -20,6 +20,7 @@ PagedKVCacheAdapter::~PagedKVCacheAdapter() { release_request(); }
 
 void PagedKVCacheAdapter::reset_for_new_request(std::span<const ExtraKey> extra_keys) {
   release_request();
+  extra_keys_.assign(extra_keys.begin(), extra_keys.end());
   encoded_extras_ = encode_extra_keys(extra_keys);
   extras_digest_ = encoded_extras_.empty() ? kZeroDigest : sha256(encoded_extras_);
   last_hit_tokens_ = 0;
@@ -102,6 +103,47 @@ StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_
   stats.hit_tokens += static_cast<uint64_t>(hit_blocks * b);
   last_hit_tokens_ = hit_blocks * b;
   return num_tokens();
+}
+
+StatusOr<PagedKVCacheAdapter::PrefixProbe> PagedKVCacheAdapter::probe_cached_prefix(
+    std::span<const int32_t> prompt) const {
+  if (prompt.empty()) return invalid_argument("probe_cached_prefix: the prompt is empty");
+  const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;
+  const int64_t b = cache_->block_size();
+  const BlockAllocator& alloc = cache_->allocator();
+  PrefixProbe p;
+  int64_t own = 0;
+  size_t kept_blocks = 0;
+  if (!tokens_.empty() || !block_table_.empty()) {
+    if (!kept_live_) {
+      return failed_precondition("probe_cached_prefix: the adapter still holds " +
+                                 std::to_string(num_tokens()) + " tokens of an unfinished request");
+    }
+    const size_t max_common = std::min<size_t>(tokens_.size(), static_cast<size_t>(limit));
+    size_t common = 0;
+    while (common < max_common && tokens_[common] == prompt[common]) ++common;
+    own = static_cast<int64_t>(common);
+    if (own % b != 0 && own / b < static_cast<int64_t>(keys_.size())) own = own / b * b;
+    kept_blocks = static_cast<size_t>((own + b - 1) / b);
+    for (size_t i = kept_blocks; i < block_table_.size(); ++i)
+      if (alloc.refcount(block_table_[i]) == 1) ++p.freed_blocks;
+  }
+  int64_t hits = 0;
+  if (own % b == 0) {
+    BlockKey parent = own == 0 ? root_parent_key() : keys_[static_cast<size_t>(own / b) - 1];
+    for (int64_t i = own / b; i < limit / b; ++i) {
+      const auto toks = prompt.subspan(static_cast<size_t>(i * b), static_cast<size_t>(b));
+      const BlockId hit = alloc.lookup_content(parent, i == 0 ? extras_digest_ : kZeroDigest, toks);
+      if (hit == kNullBlock) break;
+      if (alloc.refcount(hit) == 0) ++p.idle_hit_blocks;
+      parent = *alloc.key_of(hit);
+      ++hits;
+    }
+  }
+  p.hit_blocks = static_cast<int32_t>(hits);
+  p.cached_tokens = own + hits * b;
+  p.table_blocks = static_cast<int32_t>(kept_blocks + static_cast<size_t>(hits));
+  return p;
 }
 
 Status PagedKVCacheAdapter::allocate_suffix_blocks(int64_t total_tokens) {

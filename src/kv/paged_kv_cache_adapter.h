@@ -56,8 +56,13 @@ class PagedKVCacheAdapter {
   // 0 key includes `extra_keys` (salt domain, adapter, media digest; order matters
   // and is part of the key).
   void reset_for_new_request(std::span<const ExtraKey> extra_keys = {});
-  // Same, with an optional cache_salt domain as the only extra key.
+  // Same, with an optional cache_salt domain as the only extra key (nullopt, like
+  // an empty cache_salt everywhere in the API, is the shared default domain).
   void reset_for_new_request(const std::optional<SaltDomain>& salt);
+  // The extra keys of the current request (block 0's), as reset_for_new_request
+  // received them; empty = the default domain. The cold tier keys its objects
+  // with exactly these.
+  std::span<const ExtraKey> extra_keys() const { return extra_keys_; }
 
   // Hits the longest run of FULL cached blocks at the start of `prompt` (after the
   // live history of a kept-live owner, see the file comment) and returns the number
@@ -67,6 +72,19 @@ class PagedKVCacheAdapter {
   // InvalidArgument for an empty prompt; FailedPrecondition when the adapter
   // already holds tokens that are not a kept-live history.
   StatusOr<int64_t> find_cached_prefix(std::span<const int32_t> prompt);
+
+  // What find_cached_prefix(prompt) would do now, with NO side effect: no
+  // reference taken, no counter touched, the LRU free queue untouched. Admission
+  // asks this first and only commits (find_cached_prefix + allocate) when the
+  // request fits, so a waiting request that does not fit changes nothing.
+  struct PrefixProbe {
+    int64_t cached_tokens = 0;    // find_cached_prefix's result
+    int32_t hit_blocks = 0;       // blocks it would hit in the prefix table
+    int32_t idle_hit_blocks = 0;  // ... of which are idle (ref 0): they leave the free queue
+    int32_t freed_blocks = 0;     // kept-live blocks a rollback would return to the free queue
+    int32_t table_blocks = 0;     // the block table's size afterwards
+  };
+  StatusOr<PrefixProbe> probe_cached_prefix(std::span<const int32_t> prompt) const;
 
   // Ensures the block table covers positions [0, total_tokens). All-or-nothing:
   // grows the pool first when the allocation would otherwise evict (one grow before
@@ -149,6 +167,7 @@ class PagedKVCacheAdapter {
 
   PagedKVCache* cache_;
   BlockHasher hasher_;
+  std::vector<ExtraKey> extra_keys_;
   std::string encoded_extras_;  // encode_extra_keys() of the request's extra keys
   Digest256 extras_digest_{};   // SHA-256 of encoded_extras_ (zero when none)
   std::vector<BlockId> block_table_;

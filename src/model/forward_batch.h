@@ -38,7 +38,7 @@
 #include <span>
 #include <vector>
 
-#include "kv/layer_kv_pool.h"
+#include "kv/kv_dtype.h"
 
 namespace pagedkv::model {
 

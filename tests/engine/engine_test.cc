@@ -308,6 +308,100 @@ TEST(EngineTest, PreemptsTheNewestAndResumesExactly) {
   ASSERT_TRUE(engine->check_invariants().ok());
 }
 
+// A waiting request that does not fit changes nothing (no reference, no hit
+// counted, the free queue untouched: it is only probed), and after a preemption
+// the resumed request's re-hit blocks are reported (usage and stats).
+TEST(EngineTest, AdmissionWithoutSideEffectsAndResumeReportsReHits) {
+  EngineOptions o;
+  o.pool_max_blocks = 9;  // 8 usable blocks
+  o.kv_free_watermark = 0;
+  auto engine = make_engine(o);
+  std::mt19937_64 rng(17);
+  const int32_t vocab = shared_model()->config().vocab_size;
+  GenerateRequest a, b;
+  a.prompt = random_tokens(rng, 40, vocab);  // 3 blocks, grows to 80 tokens = 5
+  a.sampling.max_tokens = 40;
+  b.prompt = random_tokens(rng, 33, vocab);  // 3 blocks, grows to 73 tokens = 5
+  b.sampling.max_tokens = 40;
+  for (GenerateRequest* r : {&a, &b}) {
+    r->ignore_eos = true;
+    r->return_logits = true;
+  }
+  auto ha = *engine->submit(a);
+  auto hb = *engine->submit(b);
+  uint64_t waited_steps = 0;
+  EngineStats last = engine->stats();
+  while (!ha->done() || !hb->done()) {
+    engine->step();
+    ASSERT_TRUE(engine->check_invariants().ok());
+    const EngineStats st = engine->stats();
+    if (st.waiting > 0 && last.waiting > 0 && st.running == last.running) {
+      // b waited this step without fitting: nothing it would hit was taken.
+      ++waited_steps;
+      EXPECT_EQ(st.pool.lookups, last.pool.lookups);
+      EXPECT_EQ(st.pool.hit_blocks, last.pool.hit_blocks);
+      EXPECT_EQ(st.pool.cached_blocks,
+                last.pool.cached_blocks - (st.pool.evictions - last.pool.evictions));
+    }
+    last = st;
+  }
+  EXPECT_GT(waited_steps, 0u);
+  const RequestResult& rb = hb->wait();
+  EXPECT_EQ(ha->wait().preemptions, 0);
+  EXPECT_GE(rb.preemptions, 1);
+  // b's prompt was not cached at first admission; its three full blocks (two of
+  // the prompt, one filled by decoding) were re-hit when it resumed.
+  EXPECT_EQ(rb.usage.cached_prompt_tokens, 0);
+  EXPECT_EQ(rb.usage.resumed_cached_tokens, 48);
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.resumed_cached_tokens, 48u);
+  // Hit counters count admitted requests only: a, b, and b's resume.
+  EXPECT_EQ(st.pool.lookups, 3u);
+  EXPECT_EQ(st.pool.hit_tokens, 48u);
+  expect_matches_flat(ha->wait(), flat_run(*shared_model(), a), "a");
+  expect_matches_flat(rb, flat_run(*shared_model(), b), "b");
+  EXPECT_EQ(engine->held_blocks(), 0);
+}
+
+// Same-step prefix sharing: requests that arrive together with a common,
+// uncached prefix compute it once — the others wait for the first to publish
+// its blocks and hit them — with the same answers; off, each computes it.
+TEST(EngineTest, ABurstWithACommonUncachedPrefixComputesItOnce) {
+  std::mt19937_64 rng(23);
+  const int32_t vocab = shared_model()->config().vocab_size;
+  const auto system = random_tokens(rng, 64, vocab);  // 4 full blocks
+  std::vector<GenerateRequest> reqs(8);
+  for (auto& r : reqs) {
+    r.prompt = system;
+    const auto user = random_tokens(rng, 10, vocab);
+    r.prompt.insert(r.prompt.end(), user.begin(), user.end());
+    r.sampling.max_tokens = 3;
+    r.ignore_eos = true;
+    r.return_logits = true;
+  }
+  uint64_t forward[2] = {0, 0};
+  for (const bool share : {true, false}) {
+    EngineOptions o;
+    o.same_step_prefix_sharing = share;
+    auto engine = make_engine(o);
+    std::vector<RequestHandlePtr> hs;
+    for (const auto& r : reqs) hs.push_back(*engine->submit(r));
+    engine->run_until_idle();
+    for (size_t i = 0; i < reqs.size(); ++i)
+      expect_matches_flat(hs[i]->wait(), flat_run(*shared_model(), reqs[i]),
+                          "req " + std::to_string(i) + (share ? " shared" : " unshared"));
+    const EngineStats st = engine->stats();
+    forward[share ? 0 : 1] = st.forward_tokens;
+    // Prompt tokens: the system prompt once (shared) or 8 times; decode: 2 per request.
+    const uint64_t expect = share ? 64 + 8 * 10 + 8 * 2 : 8 * 74 + 8 * 2;
+    EXPECT_EQ(st.forward_tokens, expect) << (share ? "shared" : "unshared");
+    EXPECT_EQ(st.cached_prompt_tokens, share ? 7u * 64 : 0u);
+    EXPECT_EQ(st.prefix_share_waits > 0, share);
+    EXPECT_EQ(engine->held_blocks(), 0);
+  }
+  EXPECT_LT(forward[0], forward[1]);
+}
+
 TEST(EngineTest, ThreadedLoopStreamsAndCancelsAcrossThreads) {
   auto engine = make_engine();
   engine->start();

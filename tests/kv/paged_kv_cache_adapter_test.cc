@@ -380,3 +380,72 @@ TEST(PagedKVCacheAdapterTest, NoEvictionWhileThePoolCanGrow) {
 
 }  // namespace
 }  // namespace pagedkv::kv
+
+namespace pagedkv::kv {
+namespace {
+
+// Admission asks probe_cached_prefix first: it must answer exactly what
+// find_cached_prefix would, and change nothing — no reference, no counter, and
+// the LRU free queue in the same order (vLLM's rule for a request that does not fit).
+TEST(PagedKVCacheAdapterTest, ProbeIsSideEffectFreeAndAgreesWithFind) {
+  auto cache = PagedKVCache::create_logical(16, 12, 12);
+  ASSERT_TRUE(cache.ok());
+  BlockAllocator& alloc = (*cache)->allocator();
+  const auto p = testing::tokens(70, 3);  // 4 full blocks + 6
+  {
+    PagedKVCacheAdapter w((*cache).get());
+    w.reset_for_new_request();
+    ASSERT_TRUE(w.find_cached_prefix(p).ok());
+    ASSERT_TRUE(w.allocate_suffix_blocks(70).ok());
+    ASSERT_TRUE(w.record_tokens(p).ok());
+    w.release_request();
+  }
+  const std::vector<BlockId> queue = alloc.free_queue();
+  const PagedKVCacheStats stats = (*cache)->stats();
+  const uint64_t hits = alloc.stats().hits;
+  PagedKVCacheAdapter a((*cache).get());
+  a.reset_for_new_request();
+  auto probe = a.probe_cached_prefix(p);
+  ASSERT_TRUE(probe.ok());
+  EXPECT_EQ(probe->cached_tokens, 64);
+  EXPECT_EQ(probe->hit_blocks, 4);
+  EXPECT_EQ(probe->idle_hit_blocks, 4);
+  EXPECT_EQ(probe->table_blocks, 4);
+  EXPECT_EQ(alloc.free_queue(), queue);  // same order, nothing unlinked
+  EXPECT_EQ((*cache)->stats().lookups, stats.lookups);
+  EXPECT_EQ((*cache)->stats().hit_blocks, stats.hit_blocks);
+  EXPECT_EQ(alloc.stats().hits, hits);
+  for (BlockId b = 1; b < alloc.num_blocks(); ++b) EXPECT_EQ(alloc.refcount(b), 0);
+  EXPECT_TRUE(a.block_table().empty());
+  // A salted request would hit nothing (another domain).
+  PagedKVCacheAdapter s((*cache).get());
+  auto dom = salt_domain("tenant");
+  ASSERT_TRUE(dom.ok());
+  s.reset_for_new_request(std::optional<SaltDomain>(*dom));
+  EXPECT_EQ(s.probe_cached_prefix(p)->cached_tokens, 0);
+  // find agrees with the probe.
+  auto found = a.find_cached_prefix(p);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(*found, probe->cached_tokens);
+  EXPECT_EQ(static_cast<int32_t>(a.block_table().size()), probe->table_blocks);
+  // A kept-live owner whose next turn diverges inside a published block: the
+  // probe reports the rollback and the blocks it would free.
+  ASSERT_TRUE(a.allocate_suffix_blocks(70).ok());
+  ASSERT_TRUE(a.record_tokens(std::span(p).subspan(64)).ok());
+  a.finalize_turn_keep_live();
+  auto next = p;
+  next[40] ^= 1;  // block 2 differs
+  auto kp = a.probe_cached_prefix(next);
+  ASSERT_TRUE(kp.ok());
+  EXPECT_EQ(kp->cached_tokens, 32);
+  EXPECT_EQ(kp->table_blocks, 2);
+  EXPECT_EQ(kp->freed_blocks, 3);  // blocks 2, 3, 4 held only by the owner
+  auto kf = a.find_cached_prefix(next);
+  ASSERT_TRUE(kf.ok());
+  EXPECT_EQ(*kf, kp->cached_tokens);
+  a.release_request();
+  EXPECT_TRUE(alloc.verify_integrity().ok());
+}
+
+}  // namespace
+}  // namespace pagedkv::kv

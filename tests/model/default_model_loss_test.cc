@@ -4,7 +4,7 @@
 // ids[512w : 512w+512], targets ids[512w+1 : 512w+513], mean NLL in nats over
 // the 4,096 targets, fp32 compute. It must agree with PyTorch's
 // loss_fp32_cpu within 1e-3 and stay below the bound in docs/default-model.md.
-// The same loss is computed twice: in process (RequestRunner, flat KV path) and
+// The same loss is computed twice: in process (the engine, flat KV path) and
 // through the CLI (`pagedkv logits`, paged KV path, one process per window);
 // the two must be bit-identical (caching never changes an answer).
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 
 #include "default_model_util.h"
 #include "model/registry.h"
-#include "model/request_runner.h"
 #include "model/safetensors.h"
+#include "pagedkv/engine.h"
 #include "run_command.h"
 #include "test_util.h"
 
@@ -35,6 +35,12 @@ TEST(DefaultModelLossTest, SliceLossAgreesWithPyTorchInProcessAndThroughPagedkvL
   auto m = load_model(dm::model_dir());
   ASSERT_TRUE(m.ok()) << m.status().to_string();
   const int32_t V = (*m)->config().vocab_size;
+  engine::EngineOptions eo;
+  eo.use_block_paged_cache = false;
+  eo.max_num_batched_tokens = dm::kWindow;
+  auto flat_engine_or = engine::Engine::create(std::shared_ptr<Model>(std::move(*m)), eo);
+  ASSERT_TRUE(flat_engine_or.ok()) << flat_engine_or.status().to_string();
+  auto& flat_engine = *flat_engine_or;
   const std::string tmp = testing_util::temp_dir("default_loss");
 
   double total_engine = 0, total_cli = 0;
@@ -42,12 +48,15 @@ TEST(DefaultModelLossTest, SliceLossAgreesWithPyTorchInProcessAndThroughPagedkvL
     const size_t start = static_cast<size_t>(w) * dm::kWindow;
     std::vector<int32_t> in(ids.begin() + start, ids.begin() + start + dm::kWindow);
 
-    // In process, flat KV path.
-    RequestRunner r(**m, KVPath::kFlat);
-    ASSERT_TRUE(r.begin(in).ok());
-    std::vector<float> logits;
-    ASSERT_TRUE(r.prefill(0, LogitsRequest::kAll, &logits).ok());
-    r.end();
+    // In process, through the engine on the flat KV path.
+    engine::GenerateRequest rq;
+    rq.prompt = in;
+    rq.sampling.max_tokens = 0;
+    rq.return_prompt_logits = true;
+    auto h = flat_engine->submit(rq);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    flat_engine->run_until_idle();
+    const std::vector<float>& logits = (*h)->wait().prompt_logits;
     ASSERT_EQ(logits.size(), static_cast<size_t>(dm::kWindow) * V);
     const double sum_engine = dm::window_nll_sum(logits, V, ids, start);
 

@@ -11,13 +11,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/kv_cache_factory.h"
+#include "engine/pool_kv_store.h"
 #include "kv/pool_budget.h"
 #include "model/checkpoint.h"
 #include "model/flat_kv_cache.h"
 #include "model/layers.h"
 #include "model/model.h"
-#include "model/pool_kv_store.h"
-#include "model/request_runner.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 #include "util/fault_injection_file_system.h"
@@ -245,12 +245,13 @@ TEST(LoaderTest, PoolLargerThanMemoryIsRefusedBeforeAllocating) {
   write_text(d + "/config.json", cfg.dump());
   auto m = load_model(d);
   ASSERT_TRUE(m.ok()) << m.status().to_string();
-  auto want = kv::PoolBudget::resolve(pool_geometry((*m)->kv_geometry()), int64_t{1} << 26, {});
+  auto want =
+      kv::PoolBudget::resolve(engine::pool_geometry((*m)->kv_geometry()), int64_t{1} << 26, {});
   ASSERT_TRUE(want.ok()) << want.status().to_string();
-  const uint64_t ram = physical_memory_bytes();
+  const uint64_t ram = engine::physical_memory_bytes();
   if (ram == 0 || want->initial_bytes <= ram)
     GTEST_SKIP() << "this machine could hold the " << (want->initial_bytes >> 20) << " MiB pool";
-  auto c = make_paged_cache(**m);
+  auto c = engine::make_paged_cache(**m);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(c.status().message().find("paged_cache_memory_mb"), std::string::npos)
@@ -479,9 +480,9 @@ TEST(LoaderTest, MalformedBatchIsRejected) {
   std::vector<int32_t> ok = {1, 2};
   p.add_row(ok, 0, LogitsRequest::kLast);
   EXPECT_FALSE((*m)->forward(p, &out).ok());  // no kv_store, no block table
-  auto cache = make_paged_cache(**m);
+  auto cache = engine::make_paged_cache(**m);
   ASSERT_TRUE(cache.ok());
-  PoolKVBlockStore store((*cache)->pool());
+  engine::PoolKVBlockStore store((*cache)->pool());
   p.kv_store = &store;
   for (int32_t bad_block : {0, -1, 1 << 30}) {
     std::vector<int32_t> table = {bad_block};

@@ -93,7 +93,7 @@ ColdKey derive_cold_key(ColdGroup group, const Digest256& fingerprint_digest,
   for (int32_t t : token_ids) hash_u32(h, static_cast<uint32_t>(t));
   hash_u64(h, extra_keys.size());
   for (const ExtraKey& e : extra_keys) {
-    hash_u32(h, static_cast<uint32_t>(e.tag));
+    hash_u32(h, static_cast<uint32_t>(e.type));
     hash_u64(h, e.bytes.size());
     h.update(e.bytes.data(), e.bytes.size());
   }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/block_hasher.h"
 #include "util/sha256.h"
 
 namespace pagedkv::cold {
@@ -62,14 +63,11 @@ struct ModelFingerprint {
   Digest256 digest() const;
 };
 
-// A tagged extra key mixed into a block's key (tags keep sources apart).
-// Same numbering as kv::ExtraKeyType (block_hasher.h), so a request's extra keys
-// convert one to one.
-enum class ExtraKeyTag : uint32_t { kSaltDomain = 1, kAdapter = 2, kMediaDigest = 3 };
-struct ExtraKey {
-  ExtraKeyTag tag;
-  std::vector<uint8_t> bytes;
-};
+// A tagged extra key mixed into a block's key (tags keep sources apart): the
+// hot tier's own type (kv::ExtraKey, block_hasher.h), so a request's extra keys
+// mean the same thing in both tiers. No extra key = the shared default domain.
+using ExtraKey = kv::ExtraKey;
+using ExtraKeyTag = kv::ExtraKeyType;
 
 // The all-zero key: the parent of block 0.
 inline ColdKey root_parent_key() { return ColdKey{}; }

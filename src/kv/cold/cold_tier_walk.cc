@@ -41,16 +41,6 @@ ModelFingerprint fingerprint_for(const ColdModelIdentity& id, const kv::KVGeomet
   return fp;
 }
 
-std::vector<ExtraKey> to_cold_extra_keys(std::span<const kv::ExtraKey> extras) {
-  std::vector<ExtraKey> out;
-  out.reserve(extras.size());
-  for (const auto& e : extras) {
-    out.push_back(ExtraKey{static_cast<ExtraKeyTag>(static_cast<uint32_t>(e.type)),
-                           std::vector<uint8_t>(e.bytes.begin(), e.bytes.end())});
-  }
-  return out;
-}
-
 std::string CaptureResult::trace_line() const {
   std::ostringstream o;
   o << "cold_capture_walk blocks=" << walked << "/" << full_blocks
@@ -66,8 +56,40 @@ ColdTierWalk::ColdTierWalk(ColdStore* store, ModelFingerprint fingerprint, ColdC
       geometry_(ColdGeometry::from(fingerprint_)),
       budget_(budget) {}
 
+ColdObjectHeader ColdTierWalk::header_for(const ColdKey& key, const ColdKey& parent, uint64_t index,
+                                          std::span<const int32_t> tokens) const {
+  ColdObjectHeader meta;
+  meta.group = ColdGroup::kFullAttention;
+  meta.fingerprint = fingerprint_digest_;
+  meta.key = key;
+  meta.parent_key = parent;
+  meta.block_index = index;
+  meta.geometry = geometry_;
+  meta.tokens.assign(tokens.begin(), tokens.end());
+  return meta;
+}
+
+namespace {
+
+// One block's object bytes, its K/V copied out of `gen` (per layer: K then V).
+template <typename Gen>
+StatusOr<std::vector<uint8_t>> encode_block(const ColdObjectHeader& meta, Gen& gen,
+                                            kv::BlockId block, uint32_t num_layers,
+                                            size_t per_layer) {
+  return encode_object(meta, [&](std::span<uint8_t> out) {
+    for (uint32_t l = 0; l < num_layers; ++l) {
+      std::memcpy(out.data() + (2 * l) * per_layer, gen.k_block(static_cast<int32_t>(l), block),
+                  per_layer);
+      std::memcpy(out.data() + (2 * l + 1) * per_layer, gen.v_block(static_cast<int32_t>(l), block),
+                  per_layer);
+    }
+  });
+}
+
+}  // namespace
+
 CaptureResult ColdTierWalk::capture_chain(kv::PagedKVCacheAdapter& adapter,
-                                          std::span<const kv::ExtraKey> extras) {
+                                          CaptureContinuation* rest, int32_t rest_limit) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto deadline = t0 + budget_.max_walk;
   CaptureResult r;
@@ -86,55 +108,89 @@ CaptureResult ColdTierWalk::capture_chain(kv::PagedKVCacheAdapter& adapter,
     return r;
   };
   if (pool == nullptr) return finish("no_pool");
-  const auto cold_extras = to_cold_extra_keys(extras);
+  const std::span<const ExtraKey> cold_extras = adapter.extra_keys();
   const uint32_t b = fingerprint_.block_size;
   const auto tokens = adapter.tokens();
   const auto table = adapter.block_table();
   const size_t per_layer = pool->block_bytes_per_layer();
   ColdKey parent = root_parent_key();
+  const char* stopped = nullptr;  // the budget ran out at block i
   for (int32_t i = 0; i < r.full_blocks; ++i) {
     const auto toks = tokens.subspan(static_cast<size_t>(i) * b, b);
-    const ColdKey key = derive_cold_key(
-        ColdGroup::kFullAttention, fingerprint_digest_, parent, static_cast<uint64_t>(i), toks,
-        i == 0 ? std::span<const ExtraKey>(cold_extras) : std::span<const ExtraKey>());
+    const ColdKey key = derive_cold_key(ColdGroup::kFullAttention, fingerprint_digest_, parent,
+                                        static_cast<uint64_t>(i), toks,
+                                        i == 0 ? cold_extras : std::span<const ExtraKey>());
     if (store_->contains_or_pending(key)) {  // an index probe, no budget
-      ++r.already_persisted;
-      ++r.walked;
+      if (stopped == nullptr) {
+        ++r.already_persisted;
+        ++r.walked;
+      }
       parent = key;
       continue;
     }
-    if (static_cast<uint64_t>(r.enqueued) >= budget_.max_blocks) return finish("blocks");
-    if (std::chrono::steady_clock::now() >= deadline) return finish("deadline");
-    ColdObjectHeader meta;
-    meta.group = ColdGroup::kFullAttention;
-    meta.fingerprint = fingerprint_digest_;
-    meta.key = key;
-    meta.parent_key = parent;
-    meta.block_index = static_cast<uint64_t>(i);
-    meta.geometry = geometry_;
-    meta.tokens.assign(toks.begin(), toks.end());
-    const kv::BlockId block = table[static_cast<size_t>(i)];
-    auto bytes = encode_object(meta, [&](std::span<uint8_t> out) {
-      for (uint32_t l = 0; l < fingerprint_.num_layers; ++l) {
-        std::memcpy(out.data() + (2 * l) * per_layer, pool->k_block(static_cast<int32_t>(l), block),
-                    per_layer);
-        std::memcpy(out.data() + (2 * l + 1) * per_layer,
-                    pool->v_block(static_cast<int32_t>(l), block), per_layer);
+    if (stopped == nullptr) {
+      if (static_cast<uint64_t>(r.enqueued) >= budget_.max_blocks) {
+        stopped = "blocks";
+      } else if (std::chrono::steady_clock::now() >= deadline) {
+        stopped = "deadline";
       }
-    });
-    if (!bytes.ok()) return finish("encode");
-    auto shared = std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value());
-    if (!store_->enqueue_before(key, std::move(shared), deadline)) return finish("queue");
-    ++r.enqueued;
-    ++r.walked;
+    }
+    if (stopped == nullptr) {
+      const kv::BlockId block = table[static_cast<size_t>(i)];
+      auto bytes = encode_block(header_for(key, parent, static_cast<uint64_t>(i), toks), *pool,
+                                block, fingerprint_.num_layers, per_layer);
+      if (!bytes.ok()) return finish("encode");
+      auto shared = std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value());
+      if (store_->enqueue_before(key, std::move(shared), deadline)) {
+        ++r.enqueued;
+        ++r.walked;
+        parent = key;
+        continue;
+      }
+      stopped = "queue";
+    }
+    // Past the step thread's budget: the rest goes to the continuation.
+    if (rest == nullptr || static_cast<int32_t>(rest->blocks.size()) >= rest_limit) break;
+    if (rest->generation == nullptr) rest->generation = pool->generation();
+    rest->blocks.push_back(table[static_cast<size_t>(i)]);
+    rest->keys.push_back(key);
+    rest->parents.push_back(parent);
+    rest->indices.push_back(static_cast<uint64_t>(i));
+    rest->tokens.insert(rest->tokens.end(), toks.begin(), toks.end());
     parent = key;
   }
-  return finish("complete");
+  if (stopped == nullptr) return finish("complete");
+  if (rest != nullptr && !rest->empty()) return finish("continued");
+  return finish(stopped);
+}
+
+int32_t ColdTierWalk::continue_capture(const CaptureContinuation& rest,
+                                       const std::atomic<bool>* cancel) {
+  if (rest.empty() || rest.generation == nullptr) return 0;
+  const kv::PoolGeneration& gen = *rest.generation;
+  const uint32_t b = fingerprint_.block_size;
+  const size_t per_layer = gen.geometry().block_bytes_per_layer();
+  int32_t enqueued = 0;
+  for (size_t i = 0; i < rest.blocks.size(); ++i) {
+    if (cancel != nullptr && cancel->load(std::memory_order_acquire)) break;
+    if (store_->contains_or_pending(rest.keys[i])) continue;
+    const std::span<const int32_t> toks(rest.tokens.data() + i * b, b);
+    auto bytes = encode_block(header_for(rest.keys[i], rest.parents[i], rest.indices[i], toks), gen,
+                              rest.blocks[i], fingerprint_.num_layers, per_layer);
+    if (!bytes.ok()) break;
+    auto shared = std::make_shared<const std::vector<uint8_t>>(std::move(bytes).value());
+    // Waits for a writer slot: this thread may wait on the disk, the step thread
+    // never does. A disk that frees no slot in 2 s ends the continuation (one drop).
+    if (!store_->enqueue_before(rest.keys[i], std::move(shared),
+                                std::chrono::steady_clock::now() + std::chrono::seconds(2)))
+      break;
+    ++enqueued;
+  }
+  return enqueued;
 }
 
 RestoreResult ColdTierWalk::restore_extend(kv::PagedKVCacheAdapter& adapter,
-                                           std::span<const int32_t> prompt,
-                                           std::span<const kv::ExtraKey> extras) {
+                                           std::span<const int32_t> prompt) {
   RestoreResult r;
   const int64_t b = fingerprint_.block_size;
   kv::LayerKVPool* pool = adapter.cache().pool();
@@ -145,17 +201,17 @@ RestoreResult ColdTierWalk::restore_extend(kv::PagedKVCacheAdapter& adapter,
   }
   r.hot_blocks = static_cast<int32_t>(adapter.num_tokens() / b);
   const int64_t limit = (static_cast<int64_t>(prompt.size()) - 1) / b;
-  const auto cold_extras = to_cold_extra_keys(extras);
+  const std::span<const ExtraKey> cold_extras = adapter.extra_keys();
   // Keys for blocks [0, limit): the chain starts at block 0.
   std::vector<ColdKey> keys;
   keys.reserve(static_cast<size_t>(limit));
   ColdKey parent = root_parent_key();
   r.stop = "limit";
   for (int64_t i = 0; i < limit; ++i) {
-    parent = derive_cold_key(
-        ColdGroup::kFullAttention, fingerprint_digest_, parent, static_cast<uint64_t>(i),
-        prompt.subspan(static_cast<size_t>(i * b), static_cast<size_t>(b)),
-        i == 0 ? std::span<const ExtraKey>(cold_extras) : std::span<const ExtraKey>());
+    parent = derive_cold_key(ColdGroup::kFullAttention, fingerprint_digest_, parent,
+                             static_cast<uint64_t>(i),
+                             prompt.subspan(static_cast<size_t>(i * b), static_cast<size_t>(b)),
+                             i == 0 ? cold_extras : std::span<const ExtraKey>());
     keys.push_back(parent);
     if (i >= r.hot_blocks) {
       if (!store_->contains(parent)) {

@@ -22,14 +22,18 @@
 // the run cut just before it, so wrong KV is never handed to inference.
 //
 // Keys: cold keys (cold_key.h) chain from block 0 over the request's tokens with
-// the request's extra keys (salt domain, adapter, media) mixed into block 0, bound
-// to the model fingerprint — a different model, dtype or block size never matches.
+// the request's extra keys (salt domain, adapter, media — taken from the adapter,
+// so a salted request can never read or write default-domain objects) mixed into
+// block 0, bound to the model fingerprint — a different model, dtype or block size
+// never matches.
 //
 // Runs on the engine's step-loop thread (it reads the pool); the store's writer
 // thread does the disk writes.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,14 +57,29 @@ struct ColdModelIdentity {
 };
 
 ModelFingerprint fingerprint_for(const ColdModelIdentity& id, const kv::KVGeometry& geometry);
-std::vector<ExtraKey> to_cold_extra_keys(std::span<const kv::ExtraKey> extras);
+
+// The blocks a capture walk left when its step-thread budget ran out, with all a
+// continuation needs to encode them away from the adapter: the pool generation
+// they are read from (kept alive by this shared_ptr even if the pool grows), each
+// block's id, key, parent key, index and tokens. The CALLER keeps every block
+// pinned (ref >= 1, so it is neither evicted nor rewritten; a full published
+// block's bytes never change) until continue_capture returns.
+struct CaptureContinuation {
+  std::shared_ptr<const kv::PoolGeneration> generation;
+  std::vector<kv::BlockId> blocks;
+  std::vector<ColdKey> keys;
+  std::vector<ColdKey> parents;
+  std::vector<uint64_t> indices;
+  std::vector<int32_t> tokens;  // block_size per block, back to back
+  bool empty() const { return blocks.empty(); }
+};
 
 struct CaptureResult {
   int32_t full_blocks = 0;        // full blocks of the request
   int32_t walked = 0;             // blocks the walk got past (persisted or captured)
   int32_t already_persisted = 0;  // ... of which were an index hit
   int32_t enqueued = 0;           // ... of which were written this turn
-  std::string stop;               // complete | blocks | deadline | queue | encode | no_pool
+  std::string stop;  // complete | blocks | deadline | queue | encode | no_pool | continued
   double elapsed_ms = 0.0;
   // "cold_capture_walk blocks=<walked>/<full> persisted=... enqueued=... stop=... elapsed_ms=..."
   std::string trace_line() const;
@@ -80,13 +99,23 @@ class ColdTierWalk {
 
   const ModelFingerprint& fingerprint() const { return fingerprint_; }
 
-  // See the file comment. `extras` are the request's block-0 extra keys.
-  CaptureResult capture_chain(kv::PagedKVCacheAdapter& adapter,
-                              std::span<const kv::ExtraKey> extras = {});
+  // See the file comment. Block 0's extra keys are the adapter's
+  // (PagedKVCacheAdapter::extra_keys(), set by reset_for_new_request): there is no
+  // separate argument that could disagree with the hot prefix table.
+  //
+  // With `rest` (and `rest_limit` > 0), a walk that stops on its block or time
+  // budget (or a full queue) does not end there: it hands up to `rest_limit` of
+  // the remaining unpersisted blocks to *rest (stop = "continued"), for
+  // continue_capture on another thread. The step thread's share stays bounded by
+  // the budget, and every full block can become restorable after one turn.
+  CaptureResult capture_chain(kv::PagedKVCacheAdapter& adapter, CaptureContinuation* rest = nullptr,
+                              int32_t rest_limit = 0);
+  // Encodes and enqueues a continuation's blocks (any thread; waits for writer
+  // queue slots). Stops early when *cancel becomes true. Returns blocks enqueued.
+  int32_t continue_capture(const CaptureContinuation& rest, const std::atomic<bool>* cancel);
   // Call right after adapter.find_cached_prefix(prompt). Returns what was restored;
   // the adapter's num_tokens() grows by restored × block_size.
-  RestoreResult restore_extend(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt,
-                               std::span<const kv::ExtraKey> extras = {});
+  RestoreResult restore_extend(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt);
 
  private:
   ColdStore* store_;
@@ -94,6 +123,9 @@ class ColdTierWalk {
   Digest256 fingerprint_digest_;
   ColdGeometry geometry_;
   ColdCaptureBudget budget_;
+
+  ColdObjectHeader header_for(const ColdKey& key, const ColdKey& parent, uint64_t index,
+                              std::span<const int32_t> tokens) const;
 };
 
 }  // namespace pagedkv::cold

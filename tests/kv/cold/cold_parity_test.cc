@@ -6,7 +6,9 @@
 // must print byte-identical tokens and equal token counts, with hits > 0 and
 // corruptions == 0 in the restoring process (so a fail-open restore cannot pass as
 // parity). Variants: the restoring process prefills in odd-sized chunks; a
-// corrupted object is detected (one corruption), and the answer is still identical.
+// corrupted object is detected (one corruption), and the answer is still identical;
+// `pagedkv logits` (every position's logits) through the engine's cold tier in
+// three processes writes byte-identical logits.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -161,6 +163,43 @@ TEST_P(ColdParityTest, ACorruptedObjectIsCountedAndTheAnswerDoesNotChange) {
   GenRun again = generate(env_, model_, prompt, "--persist-cache");
   EXPECT_EQ(again.tokens, baseline.tokens);
   EXPECT_EQ(again.cached, 64) << again.out;
+}
+
+// The bytes after a safetensors file's JSON header (the tensors), and the header.
+std::pair<std::string, std::string> safetensors_parts(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (all.size() < 8) return {};
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<uint8_t>(all[static_cast<size_t>(i)]);
+  if (8 + n > all.size()) return {};
+  return {all.substr(8 + n), all.substr(8, n)};
+}
+
+TEST_P(ColdParityTest, LogitsThroughTheEngineColdTierAreByteIdenticalAcrossProcesses) {
+  const std::string ids = dir_ + "/ids.txt";
+  std::ofstream(ids) << prompt_ids(75, 3);
+  auto logits = [&](const std::string& env, const std::string& out) {
+    return test::run_command(env + " " +
+                             test::pagedkv_command("logits --model " + model_ + " --input-ids " +
+                                                   ids + " --out " + dir_ + "/" + out));
+  };
+  const std::string on = env_ + " PAGEDKV_PERSIST_PAGED_CACHE=1";
+  auto capture = logits(on, "capture.safetensors");
+  ASSERT_EQ(capture.exit_code, 0) << capture.output;
+  auto restore = logits(on, "restore.safetensors");
+  ASSERT_EQ(restore.exit_code, 0) << restore.output;
+  auto baseline = logits(env_, "baseline.safetensors");
+  ASSERT_EQ(baseline.exit_code, 0) << baseline.output;
+  const auto [cap_data, cap_header] = safetensors_parts(dir_ + "/capture.safetensors");
+  const auto [res_data, res_header] = safetensors_parts(dir_ + "/restore.safetensors");
+  const auto [base_data, base_header] = safetensors_parts(dir_ + "/baseline.safetensors");
+  ASSERT_FALSE(base_data.empty());
+  EXPECT_TRUE(cap_data == base_data);
+  EXPECT_TRUE(res_data == base_data);
+  // The restoring process served 4 full blocks from disk (75 tokens: 64 restorable).
+  EXPECT_NE(res_header.find("\"cached_tokens\":\"64\""), std::string::npos) << res_header;
+  EXPECT_NE(cap_header.find("\"cached_tokens\":\"0\""), std::string::npos) << cap_header;
 }
 
 // `pagedkv cold` on a directory that does not exist names it and creates

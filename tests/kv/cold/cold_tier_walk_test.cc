@@ -61,7 +61,7 @@ RestoreResult run_turn(kv::PagedKVCacheAdapter& a, std::span<const int32_t> prom
   auto cached = a.find_cached_prefix(prompt);
   EXPECT_TRUE(cached.ok());
   RestoreResult r;
-  if (walk) r = walk->restore_extend(a, prompt, extras);
+  if (walk) r = walk->restore_extend(a, prompt);
   EXPECT_TRUE(a.allocate_suffix_blocks(static_cast<int64_t>(prompt.size())).ok());
   kv::LayerKVPool* pool = a.cache().pool();
   for (int64_t p = a.num_tokens(); p < static_cast<int64_t>(prompt.size()); ++p) {
@@ -119,7 +119,7 @@ class ColdTierWalkTest : public testing::ColdDirTest {
     kv::PagedKVCacheAdapter a(cache.get());
     ColdTierWalk walk(store.get(), model_fp(), budget);
     run_turn(a, prompt, &walk, extras);
-    auto r = walk.capture_chain(a, extras);
+    auto r = walk.capture_chain(a);
     store->flush();
     return r;
   }

@@ -1,18 +1,17 @@
-// ColdSession (see cold_session.h).
-#include "cli/cold_session.h"
+// ColdTierRuntime (see cold_tier_runtime.h).
+#include "engine/cold_tier_runtime.h"
 
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "cli/text_format.h"
-#include "model/pool_kv_store.h"
+#include "engine/kv_cache_factory.h"
 #include "util/file_system.h"
 #include "util/logging.h"
 #include "util/sha256.h"
 
-namespace pagedkv::cli {
+namespace pagedkv::engine {
 namespace {
 
 constexpr uint64_t kWholeFileLimit = 256ull << 20;
@@ -80,28 +79,30 @@ StatusOr<std::string> weight_identity(const std::string& model_dir) {
   return to_hex(h.finish());
 }
 
-StatusOr<std::unique_ptr<ColdSession>> ColdSession::open_if_enabled(
-    const model::Model& model, const std::string& model_dir, std::optional<bool> caller_flag) {
-  const cold::ColdConfig config = read_cold_config(model_dir);
+StatusOr<std::unique_ptr<ColdTierRuntime>> ColdTierRuntime::open_if_enabled(
+    const model::Model& model, const std::string& model_dir, const ColdTierOptions& options,
+    Status* open_error) {
+  cold::ColdConfig config = read_cold_config(model_dir);
+  if (options.dir) config.cold_cache_dir = options.dir;
+  if (options.quota_mb) config.cold_cache_quota_mb = options.quota_mb;
   const std::string& type = model.config().model_type;
-  if (!cold::resolve_persist_cold(type, config.persist_paged_cache, caller_flag)) {
-    if ((caller_flag && *caller_flag) && !cold::cold_restore_supported(type)) {
+  if (!cold::resolve_persist_cold(type, config.persist_paged_cache, options.persist)) {
+    if ((options.persist && *options.persist) && !cold::cold_restore_supported(type)) {
       PKV_LOG(kWarn) << "cold tier: family '" << type
                      << "' is not in COLD_RESTORE_FAMILIES; persistence stays off";
     }
-    return std::unique_ptr<ColdSession>();
+    return std::unique_ptr<ColdTierRuntime>();
   }
-  std::unique_ptr<ColdSession> s(new ColdSession());
+  std::unique_ptr<ColdTierRuntime> s(new ColdTierRuntime());
   // The tier is an optimisation: a directory that cannot be opened (mode 000, a
-  // file in the way, a full disk) degrades this process to uncached with one
-  // warning and a counted error; the answer is the same either way.
+  // file in the way, a full disk) or a model directory whose files cannot be read
+  // degrades this process to uncached with one warning and a counted error
+  // (*open_error); the answer is the same either way.
   auto degrade = [&](const Status& st) {
     PKV_LOG(kWarn) << "cold tier: disabled for this process, continuing uncached: "
                    << st.to_string();
-    s->store_.reset();
-    s->open_errors_ = 1;
-    s->open_error_ = st.to_string();
-    return std::move(s);
+    if (open_error != nullptr) *open_error = st;
+    return std::unique_ptr<ColdTierRuntime>();
   };
   auto store = cold::ColdStore::open(cold::resolve_cold_store_options(config));
   if (!store.ok()) return degrade(store.status());
@@ -109,12 +110,12 @@ StatusOr<std::unique_ptr<ColdSession>> ColdSession::open_if_enabled(
   auto wid_or = weight_identity(model_dir);
   if (!wid_or.ok()) return degrade(wid_or.status());
   const std::string wid = std::move(wid_or).value();
-  const kv::KVGeometry pool = model::pool_geometry(model.kv_geometry());
+  const kv::KVGeometry pool = pool_geometry(model.kv_geometry());
   cold::ColdModelIdentity id;
   id.model_type = type;
   id.weight_identity = wid;  // covers config.json (RoPE, window, ...) and the weights
   s->walk_ = std::make_unique<cold::ColdTierWalk>(s->store_.get(), cold::fingerprint_for(id, pool));
-  auto trace = cold::ColdTraceWriter::open();
+  auto trace = cold::ColdTraceWriter::open(options.metrics_dir);
   if (trace.ok()) {
     s->trace_ = std::move(trace).value();
   } else {
@@ -124,59 +125,90 @@ StatusOr<std::unique_ptr<ColdSession>> ColdSession::open_if_enabled(
   return s;
 }
 
-int64_t ColdSession::restore(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt) {
-  if (!store_) return 0;
-  turn_start_ = store_->stats();
-  auto r = walk_->restore_extend(adapter, prompt);
-  last_restored_tokens_ = static_cast<int64_t>(r.restored) * walk_->fingerprint().block_size;
+cold::RestoreResult ColdTierRuntime::restore(kv::PagedKVCacheAdapter& adapter,
+                                             std::span<const int32_t> prompt) {
+  cold::RestoreResult r = walk_->restore_extend(adapter, prompt);
   PKV_LOG(kDebug) << "[trace] paged cold_restore hot_blocks=" << r.hot_blocks
                   << " candidates=" << r.candidates << " restored=" << r.restored
                   << " stop=" << r.stop;
-  return last_restored_tokens_;
+  return r;
 }
 
-cold::CaptureResult ColdSession::capture(kv::PagedKVCacheAdapter& adapter) {
-  if (!store_) return cold::CaptureResult{};
-  return walk_->capture_chain(adapter);
-}
-
-void ColdSession::end_turn(const cold::CaptureResult& capture) {
+cold::CaptureResult ColdTierRuntime::capture_and_end_turn(kv::PagedKVCacheAdapter& adapter,
+                                                          int64_t restored_tokens,
+                                                          cold::CaptureContinuation* rest,
+                                                          int32_t rest_limit) {
+  cold::CaptureResult capture = walk_->capture_chain(adapter, rest, rest_limit);
   ++turn_;
-  if (!store_ || !trace_) return;
-  std::ostringstream extra;
-  extra << "\"restoredTokens\":" << last_restored_tokens_ << ",\"captureBlocks\":" << capture.walked
-        << ",\"captureEnqueued\":" << capture.enqueued << ",\"captureStop\":\"" << capture.stop
-        << "\",\"captureElapsedMs\":" << capture.elapsed_ms;
-  Status st = trace_->append_turn(turn_, turn_start_, store_->stats(), extra.str());
-  if (!st.ok()) {
-    PKV_LOG(kDebug) << "cold tier trace: " << st.to_string();
+  if (trace_) {
+    std::ostringstream extra;
+    extra << "\"restoredTokens\":" << restored_tokens << ",\"captureBlocks\":" << capture.walked
+          << ",\"captureEnqueued\":" << capture.enqueued << ",\"captureStop\":\"" << capture.stop
+          << "\",\"captureElapsedMs\":" << capture.elapsed_ms;
+    const cold::ColdCacheStats now = store_->stats();
+    Status st = trace_->append_turn(turn_, turn_start_, now, extra.str());
+    if (!st.ok()) {
+      PKV_LOG(kDebug) << "cold tier trace: " << st.to_string();
+    }
   }
   turn_start_ = store_->stats();
+  return capture;
 }
 
-cold::ColdCacheStats ColdSession::stats() const {
-  return store_ ? store_->stats() : cold::ColdCacheStats{};
+uint64_t ColdTierRuntime::continue_capture(cold::CaptureContinuation rest) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const uint64_t id = next_job_++;
+  cancel_.store(false, std::memory_order_release);
+  jobs_.emplace_back(id, std::move(rest));
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+  cv_.notify_all();
+  return id;
 }
 
-std::string ColdSession::stats_line() const {
-  if (!store_) {
-    std::ostringstream out;
-    out << "[cold] enabled=false open_errors=" << open_errors_ << " error=\"" << open_error_
-        << "\"";
-    return out.str();
+void ColdTierRuntime::worker_loop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stop_ and drained
+    auto job = std::move(jobs_.front());
+    jobs_.pop_front();
+    busy_ = true;
+    lk.unlock();
+    const int32_t n = walk_->continue_capture(job.second, &cancel_);
+    continued_blocks_.fetch_add(static_cast<uint64_t>(n));
+    job.second = cold::CaptureContinuation();  // drop the generation view now
+    lk.lock();
+    busy_ = false;
+    finished_.push_back(job.first);
+    cv_.notify_all();
   }
-  // The writer thread may still hold queued objects: wait for it, so that
-  // bytes_written counts every byte this run wrote.
-  store_->flush();
-  const cold::ColdCacheStats s = store_->stats();
-  std::ostringstream out;
-  out << "[cold] root=" << s.root << " hits=" << s.hits << " misses=" << s.misses
-      << " restored=" << human_bytes(s.bytes_restored) << " reads=" << s.reads
-      << " enqueued=" << s.enqueued << " queue_drops=" << s.queue_drops
-      << " written=" << human_bytes(s.bytes_written) << " evictions=" << s.evictions
-      << " corruptions=" << s.corruptions << " write_errors=" << s.write_errors
-      << " restore_declines=" << s.restore_declines << " quota=" << human_bytes(s.quota_bytes);
-  return out.str();
 }
 
-}  // namespace pagedkv::cli
+std::vector<uint64_t> ColdTierRuntime::take_finished() {
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<uint64_t> out;
+  out.swap(finished_);
+  return out;
+}
+
+void ColdTierRuntime::cancel_continuations() { cancel_.store(true, std::memory_order_release); }
+
+void ColdTierRuntime::flush() {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return jobs_.empty() && !busy_; });
+  }
+  store_->flush();
+}
+
+ColdTierRuntime::~ColdTierRuntime() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cancel_.store(true, std::memory_order_release);
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+}  // namespace pagedkv::engine

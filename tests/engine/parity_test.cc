@@ -1,8 +1,9 @@
 // Parity tests — DESIGN.md's "caching never changes an answer" made concrete on
-// tiny qwen3 and qwen3_moe models written by make_random_model: the paged path
-// equals the flat path byte for byte (logits and greedy tokens) for prompts of
-// 1, 15, 16, 17, 100 and 1000 tokens with 64 generated tokens; a prefix-cache hit
-// at every split 1..64 equals the cold run; a second dialog turn that continues a
+// tiny qwen3 and qwen3_moe models written by make_random_model, every request
+// driven through the Engine (the one request lifecycle): the paged path equals
+// the flat path byte for byte (logits and greedy tokens) for prompts of 1, 15,
+// 16, 17, 100 and 1000 tokens with 64 generated tokens; a prefix-cache hit at
+// every split 1..64 equals the cold run; a second dialog turn that continues a
 // kept-live owner equals a cold run of the whole conversation; chunked prefill of
 // any chunk size equals one-shot prefill; and rows batched together (M > 1, mixed
 // prefill and decode) equal each row run alone.
@@ -12,20 +13,25 @@
 #include <cstring>
 #include <random>
 
+#include "engine/kv_cache_factory.h"
+#include "engine/pool_kv_store.h"
 #include "engine/sampler.h"
+#include "engine_test_util.h"
+#include "kv/paged_kv_cache_adapter.h"
+#include "model/flat_kv_cache.h"
 #include "model/model.h"
-#include "model/pool_kv_store.h"
-#include "model/request_runner.h"
-#include "test_util.h"
+#include "pagedkv/engine.h"
 
 namespace pagedkv::model {
 namespace {
 
-using testing_util::make_tiny;
+using engine::Engine;
+using engine::EngineOptions;
+using engine::GenerateRequest;
 
 struct RunResult {
-  std::vector<float> prefill_logits;  // as requested
-  std::vector<float> decode_logits;   // one row per generated token
+  std::vector<float> prefill_logits;  // the last prompt position's row, or every computed one
+  std::vector<float> decode_logits;   // one row per generated token (after feeding it)
   std::vector<int32_t> tokens;        // greedy continuation
   int64_t cached = 0;
 };
@@ -38,26 +44,39 @@ std::vector<int32_t> random_prompt(size_t n, uint32_t seed, int32_t vocab) {
   return v;
 }
 
-RunResult run(RequestRunner& r, const std::vector<int32_t>& prompt, int gen, int32_t chunk = 0,
-              LogitsRequest req = LogitsRequest::kLast, bool keep_live = false) {
+// One request through `e` (step() mode): `gen` greedy tokens, each of them fed
+// back (so the request samples gen + 1 and the KV ends holding prompt + gen).
+RunResult run(Engine& e, const std::vector<int32_t>& prompt, int gen, bool all = false,
+              const std::string& owner = "") {
   RunResult out;
-  auto c = r.begin(prompt);
-  EXPECT_TRUE(c.ok()) << c.status().to_string();
-  out.cached = *c;
-  Status s = r.prefill(chunk, req, &out.prefill_logits);
-  EXPECT_TRUE(s.ok()) << s.to_string();
-  const size_t V =
-      out.prefill_logits.size() / (req == LogitsRequest::kAll ? prompt.size() - out.cached : 1);
-  std::vector<float> last(out.prefill_logits.end() - static_cast<long>(V),
-                          out.prefill_logits.end());
-  for (int i = 0; i < gen; ++i) {
-    int32_t t = engine::argmax(last);
-    out.tokens.push_back(t);
-    s = r.decode(t, &last);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    out.decode_logits.insert(out.decode_logits.end(), last.begin(), last.end());
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.sampling.max_tokens = gen == 0 && all ? 0 : gen + 1;
+  r.ignore_eos = true;
+  r.return_logits = true;
+  r.return_prompt_logits = all;
+  r.owner = owner;
+  if (gen == 0 && !all) {
+    r.sampling.max_tokens = 1;  // prefill + the first token's logits
   }
-  r.end(keep_live);
+  auto h = e.submit(r);
+  EXPECT_TRUE(h.ok()) << h.status().to_string();
+  if (!h.ok()) return out;
+  e.run_until_idle();
+  const engine::RequestResult& res = (*h)->wait();
+  EXPECT_NE(res.finish_reason, engine::FinishReason::kError) << res.error.to_string();
+  EXPECT_TRUE(e.check_invariants().ok());
+  out.cached = res.usage.cached_prompt_tokens;
+  if (all) {
+    out.prefill_logits = res.prompt_logits;
+  } else if (!res.logits.empty()) {
+    out.prefill_logits = res.logits[0];
+  }
+  for (int i = 0; i < gen; ++i) {
+    out.tokens.push_back(res.tokens[static_cast<size_t>(i)]);
+    const auto& row = res.logits[static_cast<size_t>(i) + 1];
+    out.decode_logits.insert(out.decode_logits.end(), row.begin(), row.end());
+  }
   return out;
 }
 
@@ -68,35 +87,41 @@ bool bytes_equal(const std::vector<float>& a, const std::vector<float>& b) {
 class ParityTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    dir_ = make_tiny(GetParam(), 11, "parity_" + GetParam());
-    auto m = load_model(dir_);
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    model_ = std::move(*m);
+    model_ = engine::testing_util::tiny_model(GetParam(), 11);
+    ASSERT_NE(model_, nullptr);
+  }
+  // An engine on the paged or flat path; `chunk` > 0 caps each step's prefill.
+  std::unique_ptr<Engine> engine(bool paged = true, int64_t chunk = 0) {
+    EngineOptions o;
+    if (!paged) o.use_block_paged_cache = false;
+    o.max_num_batched_tokens = chunk > 0 ? chunk : 4096;
+    auto e = Engine::create(model_, o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return std::move(*e);
   }
   std::unique_ptr<kv::PagedKVCache> cache() {
-    auto c = make_paged_cache(*model_);
+    auto c = engine::make_paged_cache(*model_);
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     return std::move(*c);
   }
-  std::string dir_;
-  std::unique_ptr<Model> model_;
+  std::shared_ptr<Model> model_;
 };
 
 TEST_P(ParityTest, PagedEqualsFlatForPromptLengthsAroundBlockBoundaries) {
-  auto c = cache();
+  auto paged = engine(true);
+  auto flat = engine(false);
+  ASSERT_TRUE(paged->paged());
+  ASSERT_FALSE(flat->paged());
   for (size_t len : {1, 15, 16, 17, 100, 1000}) {
     auto prompt = random_prompt(len, static_cast<uint32_t>(len), model_->config().vocab_size);
-    RequestRunner flat(*model_, KVPath::kFlat);
-    RequestRunner paged(*model_, KVPath::kPaged, c.get());
-    RunResult f = run(flat, prompt, 64);
-    RunResult p = run(paged, prompt, 64);
+    RunResult f = run(*flat, prompt, 64);
+    RunResult p = run(*paged, prompt, 64);
     EXPECT_EQ(p.cached, 0);
     EXPECT_TRUE(bytes_equal(f.prefill_logits, p.prefill_logits)) << "len " << len;
     EXPECT_TRUE(bytes_equal(f.decode_logits, p.decode_logits)) << "len " << len;
     EXPECT_EQ(f.tokens, p.tokens) << "len " << len;
     // The same prompt again hits every full block but the last token's.
-    RequestRunner again(*model_, KVPath::kPaged, c.get());
-    RunResult h = run(again, prompt, 64);
+    RunResult h = run(*paged, prompt, 64);
     EXPECT_EQ(h.cached, static_cast<int64_t>((len - 1) / 16 * 16)) << "len " << len;
     EXPECT_TRUE(bytes_equal(f.decode_logits, h.decode_logits)) << "len " << len;
     EXPECT_EQ(f.tokens, h.tokens);
@@ -104,22 +129,18 @@ TEST_P(ParityTest, PagedEqualsFlatForPromptLengthsAroundBlockBoundaries) {
                               f.prefill_logits.end());
     EXPECT_TRUE(bytes_equal(f_last, h.prefill_logits));
   }
-  EXPECT_TRUE(c->allocator().verify_integrity().ok());
+  EXPECT_TRUE(paged->check_invariants().ok());
 }
 
 TEST_P(ParityTest, EveryWarmPrefixSplitEqualsTheColdRun) {
   const int32_t V = model_->config().vocab_size;
   auto prompt = random_prompt(80, 77, V);
-  auto cold_cache = cache();
-  RequestRunner cold_r(*model_, KVPath::kPaged, cold_cache.get());
-  RunResult cold = run(cold_r, prompt, 8, 0, LogitsRequest::kAll);
+  RunResult cold = run(*engine(), prompt, 8, /*all=*/true);
   for (int n = 1; n <= 64; ++n) {
-    auto c = cache();
-    RequestRunner warm(*model_, KVPath::kPaged, c.get());
+    auto e = engine();
     std::vector<int32_t> head(prompt.begin(), prompt.begin() + n);
-    run(warm, head, 0);
-    RequestRunner real(*model_, KVPath::kPaged, c.get());
-    RunResult r = run(real, prompt, 8, 0, LogitsRequest::kAll);
+    run(*e, head, 0);
+    RunResult r = run(*e, prompt, 8, /*all=*/true);
     ASSERT_EQ(r.cached, n / 16 * 16) << "split " << n;
     std::vector<float> want(cold.prefill_logits.begin() + r.cached * V, cold.prefill_logits.end());
     EXPECT_TRUE(bytes_equal(want, r.prefill_logits)) << "split " << n;
@@ -130,44 +151,40 @@ TEST_P(ParityTest, EveryWarmPrefixSplitEqualsTheColdRun) {
 
 TEST_P(ParityTest, SecondTurnContinuesTheKeptLiveOwnerAndEqualsAColdRun) {
   const int32_t V = model_->config().vocab_size;
-  auto c = cache();
-  RequestRunner owner(*model_, KVPath::kPaged, c.get());
+  auto e = engine();
   auto turn1 = random_prompt(40, 5, V);
-  RunResult t1 = run(owner, turn1, 20, 0, LogitsRequest::kLast, /*keep_live=*/true);
+  RunResult t1 = run(*e, turn1, 20, false, "owner");
   std::vector<int32_t> turn2 = turn1;
   turn2.insert(turn2.end(), t1.tokens.begin(), t1.tokens.end());
   auto user2 = random_prompt(15, 6, V);
   turn2.insert(turn2.end(), user2.begin(), user2.end());
-  RunResult t2 = run(owner, turn2, 30, 0, LogitsRequest::kLast, /*keep_live=*/true);
+  RunResult t2 = run(*e, turn2, 30, false, "owner");
   // The live history holds turn1 + the 20 generated tokens (run() feeds each one),
   // all of which turn 2 repeats: 60 tokens come from the cache, including the
   // partial block 48..59 that only a kept-live owner can reuse.
   EXPECT_EQ(t2.cached, 40 + 20);
-  RequestRunner flat(*model_, KVPath::kFlat);
-  RunResult cold = run(flat, turn2, 30);
+  RunResult cold = run(*engine(false), turn2, 30);
   EXPECT_TRUE(bytes_equal(cold.prefill_logits, t2.prefill_logits));
   EXPECT_TRUE(bytes_equal(cold.decode_logits, t2.decode_logits));
   EXPECT_EQ(cold.tokens, t2.tokens);
   // A different owner sending the same conversation hits the published blocks.
-  RequestRunner other(*model_, KVPath::kPaged, c.get());
-  RunResult o = run(other, turn2, 30);
+  RunResult o = run(*e, turn2, 30);
   EXPECT_EQ(o.cached, static_cast<int64_t>(turn2.size() - 1) / 16 * 16);
   EXPECT_EQ(cold.tokens, o.tokens);
-  owner.end(false);
-  EXPECT_TRUE(c->allocator().verify_integrity().ok());
+  e->release_owner("owner");
+  e->run_until_idle();
+  e->step();
+  EXPECT_TRUE(e->check_invariants().ok());
+  EXPECT_EQ(e->held_blocks(), 0);
 }
 
 TEST_P(ParityTest, ChunkedPrefillEqualsOneShot) {
   const int32_t V = model_->config().vocab_size;
   auto prompt = random_prompt(70, 9, V);
-  for (KVPath path : {KVPath::kFlat, KVPath::kPaged}) {
-    auto c = cache();
-    RequestRunner one(*model_, path, c.get());
-    RunResult base = run(one, prompt, 16, 0, LogitsRequest::kAll);
+  for (bool paged : {false, true}) {
+    RunResult base = run(*engine(paged), prompt, 16, /*all=*/true);
     for (int32_t chunk : {1, 3, 15, 16, 17, 50}) {
-      auto c2 = cache();
-      RequestRunner r(*model_, path, c2.get());
-      RunResult x = run(r, prompt, 16, chunk, LogitsRequest::kAll);
+      RunResult x = run(*engine(paged, chunk), prompt, 16, /*all=*/true);
       EXPECT_TRUE(bytes_equal(base.prefill_logits, x.prefill_logits)) << "chunk " << chunk;
       EXPECT_TRUE(bytes_equal(base.decode_logits, x.decode_logits)) << "chunk " << chunk;
     }
@@ -183,9 +200,7 @@ TEST_P(ParityTest, BatchedRowsEqualEachRowAlone) {
                                                  random_prompt(21, 3, V), random_prompt(1, 4, V)};
     std::vector<std::vector<float>> solo;
     for (const auto& p : prompts) {
-      auto cs = cache();
-      RequestRunner r(*model_, path, cs.get());
-      solo.push_back(run(r, p, 0, 0, LogitsRequest::kAll).prefill_logits);
+      solo.push_back(run(*engine(path == KVPath::kPaged), p, 0, /*all=*/true).prefill_logits);
     }
     // Row 2 is a decode row: its first 20 tokens were computed earlier, alone.
     std::vector<std::unique_ptr<kv::PagedKVCacheAdapter>> ad;
@@ -210,7 +225,7 @@ TEST_P(ParityTest, BatchedRowsEqualEachRowAlone) {
       std::vector<int32_t> head(prompts[2].begin(), prompts[2].begin() + 20);
       auto& row = pre.add_row(head, 0, LogitsRequest::kNone);
       attach(pre, row, 2, 20);
-      PoolKVBlockStore store(c->pool());
+      engine::PoolKVBlockStore store(c->pool());
       pre.kv_store = &store;
       ForwardOutput o;
       ASSERT_TRUE(model_->forward(pre, &o).ok());
@@ -229,7 +244,7 @@ TEST_P(ParityTest, BatchedRowsEqualEachRowAlone) {
     attach(b, *r2, 2, 21);
     ForwardRow* r3 = &b.add_row(prompts[3], 0, LogitsRequest::kLast);
     attach(b, *r3, 3, 1);
-    PoolKVBlockStore store(c->pool());
+    engine::PoolKVBlockStore store(c->pool());
     b.kv_store = &store;
     ForwardOutput o;
     ASSERT_TRUE(model_->forward(b, &o).ok());
@@ -253,6 +268,18 @@ TEST_P(ParityTest, FlatRollbackKnob) {
   setenv("PAGEDKV_USE_BLOCK_PAGED_CACHE", "0", 1);
   cfg.use_block_paged_cache = true;
   EXPECT_FALSE(resolve_use_block_paged_cache(cfg));
+  // The engine honours it: env 0 selects its flat path, and answers stay the same.
+  setenv("PAGEDKV_USE_BLOCK_PAGED_CACHE", "0", 1);
+  auto rolled_back = engine(true);
+  EXPECT_FALSE(rolled_back->paged());
+  const auto prompt = random_prompt(37, 3, model_->config().vocab_size);
+  RunResult f = run(*rolled_back, prompt, 8);
+  unsetenv("PAGEDKV_USE_BLOCK_PAGED_CACHE");
+  auto paged = engine(true);
+  EXPECT_TRUE(paged->paged());
+  RunResult p = run(*paged, prompt, 8);
+  EXPECT_TRUE(bytes_equal(f.decode_logits, p.decode_logits));
+  EXPECT_EQ(f.tokens, p.tokens);
   setenv("PAGEDKV_USE_BLOCK_PAGED_CACHE", "bogus", 1);
   EXPECT_TRUE(resolve_use_block_paged_cache(cfg));
   unsetenv("PAGEDKV_USE_BLOCK_PAGED_CACHE");

@@ -1,0 +1,148 @@
+// Capture after ONE turn (issue #10): how much of an 8,192-token prompt a later
+// process can restore after a single turn, and what the capture costs the
+// engine's step thread. The reference captures within a per-turn budget (128
+// blocks / 250 ms), so one turn leaves ~25% of a 512-block prompt restorable; the
+// engine's capture continuation pins the blocks past that budget and writes
+// them after the turn on its own thread.
+//
+// Per mode — continuation on (default) vs off (PAGEDKV_COLD_CAPTURE_CONTINUE=0,
+// the reference's behaviour) — and a persist-off baseline:
+//   turn      one request (the prompt + 1 token) through an Engine with the
+//             cold tier on: wall ms of the step loop (run_until_idle), which
+//             includes the step thread's share of the capture;
+//   drain     ms until the continuation and the writer are done (flush);
+//   restore   a fresh Engine on the same directory runs the same prompt:
+//             restored tokens / restorable tokens, and its TTFT.
+// Usage: bench_cold_turn [--tokens N] [--preset small] [--dir BASE]
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/make_model.h"
+#include "model/model.h"
+#include "pagedkv/engine.h"
+
+using namespace pagedkv;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+void check(const Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
+    std::exit(1);
+  }
+}
+
+std::string model_dir(const std::string& preset) {
+  const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
+  const std::string base = env && *env
+                               ? env
+                               : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
+                                     "/.cache/pagedkv/models";
+  const std::string dir = base + "/qwen3-" + preset + "-f32-seed1";
+  if (!std::filesystem::exists(dir + "/model.safetensors")) {
+    model::MakeModelOptions o;
+    o.preset = preset;
+    o.seed = 1;
+    o.out_dir = dir;
+    check(model::make_random_model(o));
+  }
+  return dir;
+}
+
+struct Turn {
+  double turn_ms = 0, drain_ms = 0;
+  engine::EngineStats stats;
+  engine::RequestResult result;
+};
+
+Turn run_turn(const std::shared_ptr<model::Model>& m, const std::string& dir,
+              const std::vector<int32_t>& prompt, bool persist) {
+  engine::EngineOptions o;
+  o.persist_paged_cache = persist;
+  o.cold_cache_dir = dir + "/cold";
+  o.metrics_dir = dir + "/metrics";
+  o.max_num_batched_tokens = static_cast<int64_t>(prompt.size());
+  auto e = engine::Engine::create(m, o);
+  check(e.status());
+  engine::GenerateRequest r;
+  r.prompt = prompt;
+  r.sampling.max_tokens = 1;
+  r.ignore_eos = true;
+  auto h = (*e)->submit(r);
+  check(h.status());
+  Turn t;
+  auto t0 = Clock::now();
+  (*e)->run_until_idle();
+  t.turn_ms = ms_since(t0);
+  t0 = Clock::now();
+  (*e)->flush_cold_tier();
+  t.drain_ms = ms_since(t0);
+  t.result = (*h)->wait();
+  t.stats = (*e)->stats();
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t tokens = 8192;
+  std::string preset = "small";
+  std::string base = "/tmp";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--tokens") tokens = std::atoll(argv[i + 1]);
+    if (a == "--preset") preset = argv[i + 1];
+    if (a == "--dir") base = argv[i + 1];
+  }
+  unsetenv("PAGEDKV_PERSIST_PAGED_CACHE");
+  unsetenv("PAGEDKV_COLD_CACHE_DIR");
+  auto loaded = model::load_model(model_dir(preset));
+  check(loaded.status());
+  std::shared_ptr<model::Model> m(std::move(*loaded));
+  const int32_t b = m->kv_geometry().block_size;
+  std::mt19937 g(5);
+  std::uniform_int_distribution<int32_t> d(0, m->config().vocab_size - 1);
+  std::vector<int32_t> prompt(static_cast<size_t>(tokens));
+  for (auto& x : prompt) x = d(g);
+  const int64_t restorable = (tokens - 1) / b * b;
+  std::printf("bench_cold_turn: %s preset, %lld-token prompt (%lld restorable tokens), dir %s\n",
+              preset.c_str(), static_cast<long long>(tokens), static_cast<long long>(restorable),
+              base.c_str());
+  const std::string work = base + "/pkv_cold_turn_" + std::to_string(::getpid());
+  const Turn off = run_turn(m, work + "/off", prompt, /*persist=*/false);
+  std::printf("  persist off          turn %9.1f ms\n", off.turn_ms);
+  for (const bool cont : {true, false}) {
+    setenv("PAGEDKV_COLD_CAPTURE_CONTINUE", cont ? "1" : "0", 1);
+    const std::string dir = work + (cont ? "/on" : "/ref");
+    std::filesystem::remove_all(dir);
+    const Turn first = run_turn(m, dir, prompt, true);
+    const Turn second = run_turn(m, dir, prompt, true);  // a "restarted process"
+    const int64_t restored = second.result.usage.cached_prompt_tokens_cold;
+    const bool same = second.result.tokens == off.result.tokens;
+    std::printf(
+        "  continuation %-3s    turn %9.1f ms (x%.3f of persist off; step-thread capture %llu "
+        "blocks) | drain %8.1f ms (%llu blocks after the turn) | after ONE turn: %lld of %lld "
+        "tokens restorable (%.1f%%), restart TTFT %.1f ms vs %.1f ms cold, tokens identical: %s\n",
+        cont ? "on" : "off", first.turn_ms, first.turn_ms / off.turn_ms,
+        static_cast<unsigned long long>(first.stats.cold.captured_blocks), first.drain_ms,
+        static_cast<unsigned long long>(first.stats.cold.continued_blocks),
+        static_cast<long long>(restored), static_cast<long long>(restorable),
+        100.0 * static_cast<double>(restored) / static_cast<double>(restorable),
+        second.result.timings.ttft_ms, off.result.timings.ttft_ms, same ? "yes" : "NO");
+  }
+  unsetenv("PAGEDKV_COLD_CAPTURE_CONTINUE");
+  std::filesystem::remove_all(work);
+  return 0;
+}

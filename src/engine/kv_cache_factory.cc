@@ -1,0 +1,53 @@
+// The paged-cache factory (see kv_cache_factory.h).
+#include "engine/kv_cache_factory.h"
+
+#include <unistd.h>
+
+#include <string>
+
+#include "kv/kv_storage.h"
+
+namespace pagedkv::engine {
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+}
+
+kv::KVGeometry pool_geometry(const model::KVGeometry& g) {
+  kv::KVGeometry p;
+  p.num_layers = g.num_layers;
+  p.num_kv_heads = g.num_kv_heads;
+  p.head_dim = g.head_dim;
+  p.block_size = g.block_size;
+  p.dtype = g.dtype;
+  return p;
+}
+
+StatusOr<std::unique_ptr<kv::PagedKVCache>> make_paged_cache(const model::Model& model,
+                                                             kv::PoolBudgetConfig config) {
+  const model::CacheConfig& cc = model.config().cache;
+  if (!config.paged_cache_memory_mb) config.paged_cache_memory_mb = cc.paged_cache_memory_mb;
+  if (!config.paged_cache_initial_memory_mb)
+    config.paged_cache_initial_memory_mb = cc.paged_cache_initial_memory_mb;
+  PKV_ASSIGN_OR_RETURN(kv::PoolBudget budget,
+                       kv::PoolBudget::resolve(pool_geometry(model.kv_geometry()),
+                                               model.config().max_position_embeddings, config));
+  // The pool's initial bytes are allocated now: more than the machine's memory
+  // (a huge max_position_embeddings sizing the default one-context pool) is an
+  // error naming the knob, not a bad_alloc abort after gigabytes.
+  const uint64_t ram = physical_memory_bytes();
+  if (ram != 0 && budget.initial_bytes > ram) {
+    return resource_exhausted("the paged KV pool needs " +
+                              std::to_string(budget.initial_bytes >> 20) + " MiB up front (" +
+                              budget.describe() + "), more than this machine's " +
+                              std::to_string(ram >> 20) +
+                              " MiB of memory; cap it with paged_cache_memory_mb (config.json) or "
+                              "PAGEDKV_PAGED_CACHE_MEMORY_MB");
+  }
+  return kv::PagedKVCache::create(budget, kv::host_kv_storage());
+}
+
+}  // namespace pagedkv::engine

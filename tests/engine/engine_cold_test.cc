@@ -1,0 +1,176 @@
+// The cold tier inside the engine: a request's full blocks are captured when it
+// finishes and restored by a later engine (a restart) before prefill, with
+// identical tokens and logits; the capture continuation makes every full block
+// restorable after ONE turn even when the step thread's budget covers only a
+// few; and a salted request never reads or writes default-domain objects (keys
+// belong to the request).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <random>
+
+#include "engine_test_util.h"
+
+namespace pagedkv::engine {
+namespace {
+
+using testing_util::same_bits;
+using testing_util::temp_dir;
+
+class EngineColdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("PAGEDKV_PERSIST_PAGED_CACHE");
+    unsetenv("PAGEDKV_COLD_CACHE_DIR");
+    unsetenv("PAGEDKV_COLD_CAPTURE_BLOCKS_PER_TURN");
+    dir_ = temp_dir("cold");
+    // The checkpoint stays on disk: the cold tier fingerprints its files.
+    model::MakeModelOptions o;
+    o.family = "qwen3";
+    o.preset = "tiny";
+    o.seed = 21;
+    o.out_dir = dir_ + "/model";
+    ASSERT_TRUE(model::make_random_model(o).ok());
+    auto m = model::load_model(o.out_dir);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    model_ = std::shared_ptr<model::Model>(std::move(*m));
+  }
+  void TearDown() override {
+    unsetenv("PAGEDKV_COLD_CAPTURE_BLOCKS_PER_TURN");
+    std::filesystem::remove_all(dir_);
+  }
+  // An engine (a "process") on the shared cold directory.
+  std::unique_ptr<Engine> engine(bool persist = true) {
+    EngineOptions o;
+    o.persist_paged_cache = persist;
+    o.cold_cache_dir = dir_ + "/cold";
+    o.metrics_dir = dir_ + "/metrics";
+    auto e = Engine::create(model_, o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return std::move(*e);
+  }
+  RequestResult run(Engine& e, const std::vector<int32_t>& prompt, const std::string& salt = "") {
+    GenerateRequest r;
+    r.prompt = prompt;
+    r.sampling.max_tokens = 6;
+    r.ignore_eos = true;
+    r.return_logits = true;
+    r.cache_salt = salt;
+    auto h = e.submit(r);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    e.run_until_idle();
+    EXPECT_TRUE(e.check_invariants().ok()) << e.check_invariants().to_string();
+    return (*h)->wait();
+  }
+  std::vector<int32_t> prompt(size_t n, uint32_t seed) {
+    std::mt19937 g(seed);
+    std::uniform_int_distribution<int32_t> d(0, model_->config().vocab_size - 1);
+    std::vector<int32_t> v(n);
+    for (auto& x : v) x = d(g);
+    return v;
+  }
+  std::string dir_;
+  std::shared_ptr<model::Model> model_;
+};
+
+TEST_F(EngineColdTest, ARestartedEngineRestoresBeforePrefillWithIdenticalTokensAndLogits) {
+  const auto p = prompt(150, 1);  // 9 full blocks restorable (the last token is computed)
+  RequestResult base = run(*engine(/*persist=*/false), p);
+  ASSERT_EQ(base.finish_reason, FinishReason::kLength);
+  {
+    auto e = engine();
+    RequestResult first = run(*e, p);
+    EXPECT_EQ(first.usage.cached_prompt_tokens, 0);
+    EXPECT_EQ(first.tokens, base.tokens);
+    e->flush_cold_tier();
+    EXPECT_GT(e->stats().cold.enqueued, 0u);
+    EXPECT_TRUE(e->stats().cold.enabled);
+  }
+  auto e = engine();
+  RequestResult again = run(*e, p);
+  EXPECT_EQ(again.usage.cached_prompt_tokens_cold, 144);
+  EXPECT_EQ(again.usage.cached_prompt_tokens_hot, 0);
+  EXPECT_EQ(again.usage.cached_prompt_tokens, 144);
+  EXPECT_EQ(again.tokens, base.tokens);
+  ASSERT_EQ(again.logits.size(), base.logits.size());
+  for (size_t i = 0; i < base.logits.size(); ++i)
+    EXPECT_TRUE(same_bits(again.logits[i], base.logits[i])) << "token " << i;
+  const EngineStats st = e->stats();
+  EXPECT_EQ(st.cold.hits, 9u);
+  EXPECT_EQ(st.cold.restored_tokens, 144u);
+  EXPECT_EQ(st.cached_prompt_tokens_cold, 144u);
+  EXPECT_EQ(st.cold.corruptions, 0u);
+  // The same prompt again in this engine is a hot hit, not a cold one.
+  RequestResult hot = run(*e, p);
+  EXPECT_EQ(hot.usage.cached_prompt_tokens_hot, 144);
+  EXPECT_EQ(hot.usage.cached_prompt_tokens_cold, 0);
+}
+
+TEST_F(EngineColdTest, TheContinuationMakesEveryFullBlockRestorableAfterOneTurn) {
+  // The step thread may capture only 2 blocks per turn; the continuation thread
+  // writes the rest after the turn, with the blocks pinned until it is done.
+  setenv("PAGEDKV_COLD_CAPTURE_BLOCKS_PER_TURN", "2", 1);
+  const auto p = prompt(400, 2);  // 24 full blocks restorable, 25 captured with the output
+  {
+    auto e = engine();
+    run(*e, p);
+    const EngineStats before = e->stats();
+    EXPECT_EQ(before.cold.captured_blocks, 2u);
+    EXPECT_EQ(before.cold.continued_turns, 1u);
+    EXPECT_TRUE(e->check_invariants().ok());  // pins count as holders
+    e->flush_cold_tier();
+    const EngineStats st = e->stats();
+    EXPECT_EQ(st.cold.continued_blocks, 23u);  // 25 full blocks of prompt + output
+    EXPECT_EQ(st.cold.pinned_blocks, 0);
+    EXPECT_EQ(e->held_blocks(), 0);
+    EXPECT_TRUE(e->check_invariants().ok());
+  }
+  auto e = engine();
+  RequestResult r = run(*e, p);
+  EXPECT_EQ(r.usage.cached_prompt_tokens_cold, 384);  // every restorable block, one turn
+}
+
+TEST_F(EngineColdTest, ASaltedRequestNeverReadsOrWritesDefaultDomainObjects) {
+  const auto p = prompt(100, 3);  // 6 full blocks restorable
+  {
+    auto e = engine();
+    run(*e, p);  // default domain
+    e->flush_cold_tier();
+  }
+  {
+    auto e = engine();
+    RequestResult salted = run(*e, p, "tenant-a");
+    EXPECT_EQ(salted.usage.cached_prompt_tokens, 0);  // cannot read default-domain objects
+    EXPECT_EQ(e->stats().cold.hits, 0u);
+    e->flush_cold_tier();
+    EXPECT_GT(e->stats().cold.enqueued, 0u);  // wrote its own domain's objects
+  }
+  {
+    auto e = engine();
+    RequestResult other = run(*e, p, "tenant-b");
+    EXPECT_EQ(other.usage.cached_prompt_tokens, 0);
+    RequestResult a = run(*e, p, "tenant-a");  // its own objects: restored (cold)
+    EXPECT_EQ(a.usage.cached_prompt_tokens_cold, 96);
+  }
+  // The default domain sees only its own objects: tenant-a's writes did not
+  // replace or add default-domain ones (a fresh default run restores exactly its chain).
+  auto e = engine();
+  RequestResult d = run(*e, p);
+  EXPECT_EQ(d.usage.cached_prompt_tokens_cold, 96);
+  EXPECT_EQ(e->stats().cold.hits, 6u);
+}
+
+TEST_F(EngineColdTest, PersistWithTheFlatPathIsRefused) {
+  EngineOptions o;
+  o.use_block_paged_cache = false;
+  o.persist_paged_cache = true;
+  o.cold_cache_dir = dir_ + "/cold";
+  auto e = Engine::create(model_, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("persist_paged_cache needs the paged KV path"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagedkv::engine
