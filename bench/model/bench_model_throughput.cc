@@ -6,15 +6,32 @@
 // measured in the same run: prefill is compared with feeding the same prompt one
 // token at a time; cached TTFT with cold TTFT.
 // Every run goes through the Engine (step() mode), as every front end does.
-// Usage: bench_model_throughput [--quick]   (--quick skips the 0.6B-shape preset)
+//
+// Issue 11's table (--table, or as part of the full run): on the qwen3-0.6b-shape
+// bf16 checkpoint, prefill of one 512-token prompt, pure decode throughput at 1, 8
+// and 32 concurrent requests (each request = a shared 512-token prefix, from the
+// prefix cache, + 16 own tokens; the engine batches every decode row of a step in
+// one forward, and only the pure-decode steps are timed), GEMM GFLOP/s at a
+// prefill shape against the measured FMA peak of all threads, and a STREAM-like
+// memory bandwidth with decode's fraction of that roofline.
+// Usage: bench_model_throughput [--quick | --table [PRESET]]
+//   --quick skips the 0.6B-shape preset; --table runs only issue 11's table
+//   (on PRESET, default qwen3-0.6b-shape).
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/kernels.h"
+#include "backend/half.h"
 #include "engine/sampler.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -66,11 +83,13 @@ void check(const Status& s) {
   }
 }
 
-// An engine on `m` (paged KV, 64 MiB growing to 4 GiB), `chunk` prompt tokens per step.
-std::unique_ptr<engine::Engine> engine_for(const std::shared_ptr<model::Model>& m, int64_t chunk) {
+// An engine on `m` (paged KV, `initial_mb` MiB growing to 4 GiB), `chunk` prompt
+// tokens per step.
+std::unique_ptr<engine::Engine> engine_for(const std::shared_ptr<model::Model>& m, int64_t chunk,
+                                           uint64_t initial_mb = 64) {
   engine::EngineOptions o;
   o.paged_cache_memory_mb = 4096;
-  o.paged_cache_initial_memory_mb = 64;
+  o.paged_cache_initial_memory_mb = initial_mb;
   o.max_num_batched_tokens = chunk;
   auto e = engine::Engine::create(m, o);
   check(e.status());
@@ -144,10 +163,177 @@ void ttft(const std::string& preset, model::DType dt) {
       cold.first_s / hot.first_s, same ? "yes" : "NO");
 }
 
+engine::RequestHandlePtr submit(engine::Engine& e, const std::vector<int32_t>& p, int max_tokens) {
+  engine::GenerateRequest r;
+  r.prompt = p;
+  r.sampling.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  auto h = e.submit(r);
+  check(h.status());
+  return *h;
+}
+
+void check_finished(const engine::RequestHandlePtr& h) {
+  const engine::RequestResult& r = h->wait();
+  if (r.finish_reason == engine::FinishReason::kError) check(r.error);
+}
+
+// Aggregate decode tok/s at `n` concurrent requests through the engine: a
+// 512-token prefix is computed once (the prefix cache), then n requests of that
+// prefix + 16 own tokens each are submitted together; the engine prefills their
+// suffixes and then runs one forward of n decode rows per step. Only the steps
+// with no prefill row are timed.
+double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t prefix_len, int steps) {
+  const int32_t V = m->config().vocab_size;
+  auto e = engine_for(m, 2048, 2048);  // allocated up front: no pool growth while timed
+  auto prefix = prompt(prefix_len, V);
+  auto warm = submit(*e, prefix, 1);
+  e->run_until_idle();
+  check_finished(warm);
+  std::vector<engine::RequestHandlePtr> hs;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = prefix;
+    std::mt19937 g(1000 + i);
+    for (int j = 0; j < 16; ++j) p.push_back(static_cast<int32_t>(g() % V));
+    hs.push_back(submit(*e, p, steps + 1));  // the first token comes from prefill
+  }
+  double sec = 0;
+  int64_t tokens = 0;
+  for (;;) {
+    const bool pure_decode = e->stats().running == n && e->stats().waiting == 0;
+    auto t = Clock::now();
+    engine::StepReport rep = e->step();
+    const double dt = secs(t);
+    if (rep.idle()) break;
+    if (pure_decode && rep.prefill_rows == 0 && rep.decode_rows == n) {
+      sec += dt;
+      tokens += rep.decode_rows;
+    }
+  }
+  for (auto& h : hs) check_finished(h);
+  if (e->stats().cached_prompt_tokens < static_cast<uint64_t>(n) * (prefix_len / 16 * 16)) {
+    std::fprintf(stderr, "error: the shared prefix was not served from the prefix cache\n");
+    std::exit(1);
+  }
+  return sec > 0 ? tokens / sec : 0;
+}
+
+// STREAM-like bandwidth over `bytes` with every thread of the backend's pool:
+// read (sum of 64-bit words) and copy (memcpy; read + write bytes counted).
+void bandwidth(size_t bytes, double* read_gbs, double* copy_gbs) {
+  auto* pool = static_cast<backend::cpu::CpuBackend&>(backend::cpu_backend()).pool();
+  const size_t words = bytes / 8;
+  std::vector<uint64_t> a(words), b(words);
+  pool->parallel_for(static_cast<int64_t>(words), 4096, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; ++i) a[i] = static_cast<uint64_t>(i), b[i] = 0;
+  });
+  std::vector<uint64_t> sums(words / 4096 + 1);
+  double best_r = 0, best_c = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t = Clock::now();
+    pool->parallel_for(static_cast<int64_t>(words), 1 << 16, [&](int64_t s, int64_t e) {
+      uint64_t acc = 0;
+      for (int64_t i = s; i < e; ++i) acc += a[i];
+      sums[s / 4096] = acc;
+    });
+    best_r = std::max(best_r, bytes / secs(t) / 1e9);
+    t = Clock::now();
+    pool->parallel_for(static_cast<int64_t>(words), 1 << 16, [&](int64_t s, int64_t e) {
+      std::memcpy(b.data() + s, a.data() + s, static_cast<size_t>(e - s) * 8);
+    });
+    best_c = std::max(best_c, 2.0 * bytes / secs(t) / 1e9);
+  }
+  *read_gbs = best_r;
+  *copy_gbs = best_c;
+}
+
+// GEMM GFLOP/s of the backend's matmul at one shape (bf16 weights).
+double gemm_gflops(int64_t M, int64_t K, int64_t N, int reps) {
+  auto* pool = static_cast<backend::cpu::CpuBackend&>(backend::cpu_backend()).pool();
+  std::mt19937 g(3);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));
+  std::vector<uint16_t> w(static_cast<size_t>(N * K));
+  for (auto& v : x) v = d(g);
+  for (auto& v : w) v = f32_to_bf16(0.05f * d(g));
+  backend::cpu::matmul(x.data(), M, K, w.data(), backend::WeightDType::kBF16, N, y.data(), pool);
+  auto t = Clock::now();
+  for (int r = 0; r < reps; ++r)
+    backend::cpu::matmul(x.data(), M, K, w.data(), backend::WeightDType::kBF16, N, y.data(), pool);
+  return 2.0 * M * N * K * reps / secs(t) / 1e9;
+}
+
+void issue11_table(const std::string& preset) {
+  backend::Backend& be = backend::cpu_backend();
+  std::printf("== issue 11 table (%s bf16): %s\n", preset.c_str(), be.describe().c_str());
+  const std::string dir = model_dir(preset, model::DType::kBF16);
+  auto m = load(preset, model::DType::kBF16);
+  const auto& c = m->config();
+  // Weight bytes streamed per decode step: every matrix once (the tied embedding
+  // is read once, as lm_head) = the checkpoint's size, give or take its header.
+  const double weight_bytes =
+      static_cast<double>(std::filesystem::file_size(dir + "/model.safetensors"));
+  // Prefill: one 512-token prompt in one step (best of 2, fresh engine each).
+  double prefill_tps = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    auto e = engine_for(m, 512, 1024);  // allocated up front: no pool growth while timed
+    auto h = submit(*e, prompt(512, c.vocab_size), 1);
+    auto t = Clock::now();
+    engine::StepReport r = e->step();
+    const double s = secs(t);
+    check_finished(h);
+    if (r.prefill_rows != 1 || r.tokens != 512) {
+      std::fprintf(stderr, "error: the 512-token prefill took more than one step\n");
+      std::exit(1);
+    }
+    prefill_tps = std::max(prefill_tps, 512 / s);
+  }
+  std::printf("prefill, 512-token prompt        %8.1f tok/s   (llama.cpp on the H200 host: 753)\n",
+              prefill_tps);
+  const double llama[3] = {55, 162, 243};
+  const int ns[3] = {1, 8, 32};
+  double d1 = 0;
+  for (int i = 0; i < 3; ++i) {
+    double tps = batched_decode(m, ns[i], 512, ns[i] == 1 ? 24 : 12);
+    if (i == 0) d1 = tps;
+    std::printf(
+        "decode, %2d request%s             %8.1f tok/s   (llama.cpp: %.0f; x%.2f of 1 request)\n",
+        ns[i], ns[i] == 1 ? " " : "s", tps, llama[i], tps / d1);
+  }
+  double peak =
+      backend::cpu::measure_fma_peak_gflops(static_cast<backend::cpu::CpuBackend&>(be).pool());
+  for (auto [M, K, N] : {std::array<int64_t, 3>{512, 1024, 3072},
+                         {512, 3072, 1024},
+                         {1, 1024, 3072},
+                         {32, 1024, 3072}}) {
+    double gf = gemm_gflops(M, K, N, M == 1 ? 200 : 5);
+    std::printf(
+        "GEMM M=%-4lld K=%-4lld N=%-4lld bf16   %8.1f GFLOP/s = %.0f%% of the measured FMA peak "
+        "%.0f GFLOP/s\n",
+        static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N), gf,
+        peak > 0 ? 100.0 * gf / peak : 0.0, peak);
+  }
+  double rd = 0, cp = 0;
+  bandwidth(size_t{1} << 30, &rd, &cp);
+  const double roof = rd * 1e9 / weight_bytes;
+  std::printf(
+      "memory bandwidth (STREAM-like, 1 GiB, all threads): read %.1f GB/s, copy %.1f GB/s\n", rd,
+      cp);
+  std::printf(
+      "decode roofline: %.0f MB of bf16 weights per step -> %.1f tok/s at the read "
+      "bandwidth; 1-request decode reaches %.0f%% of it\n",
+      weight_bytes / 1e6, roof, 100.0 * d1 / roof);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool table = argc > 1 && std::string(argv[1]) == "--table";
+  if (table) {
+    issue11_table(argc > 2 ? argv[2] : "qwen3-0.6b-shape");
+    return 0;
+  }
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     char buf[128] = {0};
     if (std::fgets(buf, sizeof(buf), f)) std::printf("load average at start: %s", buf);
@@ -162,5 +348,6 @@ int main(int argc, char** argv) {
   std::printf("== time to first token, cold vs prefix-cached\n");
   ttft("tiny", model::DType::kF32);
   ttft("small", model::DType::kF32);
+  if (!quick) issue11_table("qwen3-0.6b-shape");
   return 0;
 }

@@ -6,9 +6,9 @@ cd "$(dirname "$0")"
 cat $OUT/lscpu.txt
 t0=$(date +%s)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPAGEDKV_BUILD_BENCH=ON > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
-cmake --build build -j16 --target backend_tests model_kv_dtype_parity_tests model_parity_tests bench_model_throughput >> $OUT/build.log 2>&1 || { grep -B2 -A8 error $OUT/build.log | head -60; exit 1; }
+cmake --build build -j16 --target backend_tests engine_kv_dtype_parity_tests engine_parity_tests bench_model_throughput >> $OUT/build.log 2>&1 || { grep -B2 -A8 error $OUT/build.log | head -60; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
-( ./build/tests/backend/backend_tests; ./build/tests/model/model_kv_dtype_parity_tests; ./build/tests/model/model_parity_tests ) > $OUT/tests.log 2>&1
+( ./build/tests/backend/backend_tests; ./build/tests/engine/engine_kv_dtype_parity_tests; ./build/tests/engine/engine_parity_tests ) > $OUT/tests.log 2>&1
 grep -E "PASSED|FAILED" $OUT/tests.log
 echo "tests: $(( $(date +%s) - t0 )) s"
 PAGEDKV_BENCH_MODEL_DIR=/tmp/pkvmodels ./build/bench/model/bench_model_throughput --table 2>&1 | grep -v "pagedkv info" | tee $OUT/table.txt

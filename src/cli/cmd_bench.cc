@@ -380,7 +380,7 @@ int bench_main(int argc, char** argv) {
                "paged_cache_memory_mb (default: one full context; env "
                "PAGEDKV_PAGED_CACHE_MEMORY_MB wins)");
   p.add_flag("json", "print one JSON document instead of text");
-  p.add_flag("verbose", "also print (to stderr) the compute backend and the kernel path it takes");
+  // --verbose (every command has it, args.cc) also prints the backend and kernel path.
   Status s = p.parse(argc, argv);
   if (!s.ok()) return report_error("bench", s);
   if (p.help_requested()) {
