@@ -157,6 +157,14 @@ class RequestHandle {
   // at the next step. No effect once finished.
   void cancel();
   bool cancel_requested() const { return cancel_.load(std::memory_order_acquire); }
+  // Prompt tokens whose KV was reused at the request's first admission (hot +
+  // cold, Usage::cached_prompt_tokens), known before its first token: nullopt
+  // until the request is admitted (or when it finished without admission).
+  std::optional<int64_t> admitted_cached_tokens() const {
+    const int64_t v = admitted_cached_.load(std::memory_order_acquire);
+    if (v < 0) return std::nullopt;
+    return v;
+  }
 
  private:
   // The engine side (step thread), reached through internal::HandleAccess only.
@@ -168,6 +176,7 @@ class RequestHandle {
   const uint64_t id_;
   std::function<void()> wake_;
   std::atomic<bool> cancel_{false};
+  std::atomic<int64_t> admitted_cached_{-1};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<int32_t> queue_;

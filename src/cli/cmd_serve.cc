@@ -78,6 +78,14 @@ int serve_main(int argc, char** argv) {
   p.add_option("max-num-batched-tokens", "N", "engine: tokens per step (EngineOptions)");
   p.add_option("paged-cache-mb", "N", "engine: max KV pool in MiB (EngineOptions)");
   p.add_option("pool-max-blocks", "N", "engine: exact KV pool size in blocks (tests, benchmarks)");
+  p.add_flag("persist-cache",
+             "engine: turn the cold tier on (KV blocks persisted to disk and restored on a "
+             "later prefix hit; EngineOptions::persist_paged_cache, env "
+             "PAGEDKV_PERSIST_PAGED_CACHE)");
+  p.add_flag("no-persist-cache", "engine: turn the cold tier off (overrides env and config)");
+  p.add_option("cold-cache-dir", "DIR",
+               "engine: the cold tier's directory (EngineOptions::cold_cache_dir, env "
+               "PAGEDKV_COLD_CACHE_DIR)");
   Status s = p.parse(argc, argv);
   if (!s.ok()) return report_error("serve", s);
   if (p.help_requested()) {
@@ -136,6 +144,17 @@ int serve_main(int argc, char** argv) {
     eo.pool_max_blocks = static_cast<int32_t>(v);
   }
 
+  if (p.has("persist-cache") && p.has("no-persist-cache"))
+    return report_error("serve", invalid_argument("--persist-cache and --no-persist-cache "
+                                                  "contradict each other; give one"));
+  if (p.has("persist-cache")) eo.persist_paged_cache = true;
+  if (p.has("no-persist-cache")) eo.persist_paged_cache = false;
+  if (auto d = p.get_optional("cold-cache-dir")) {
+    if (d->empty())
+      return report_error("serve", invalid_argument("--cold-cache-dir must not be empty"));
+    eo.cold_cache_dir = *d;
+  }
+
   FileSystem& fs = FileSystem::posix();
   if (auto keys = p.get_optional("api-keys")) {
     auto k = server::ApiKeys::load(fs, *keys);
@@ -148,7 +167,8 @@ int serve_main(int argc, char** argv) {
                                          "it; give --api-keys FILE, or --insecure to allow it"));
   }
   const std::string state_dir =
-      p.get_optional("state-dir").value_or(dir_name(cold::resolve_cold_cache_dir(std::nullopt)));
+      p.get_optional("state-dir")
+          .value_or(dir_name(cold::resolve_cold_cache_dir(eo.cold_cache_dir)));
   auto secret = server::load_or_create_secret(fs, state_dir);
   if (!secret.ok()) return report_error("serve", secret.status());
   opt.secret = *secret;
@@ -190,8 +210,10 @@ int serve_main(int argc, char** argv) {
   if (!http.draining()) http.shutdown();
   pthread_kill(signal_thread.native_handle(), SIGTERM);
   signal_thread.join();
+  // Everything the cold tier queued reaches disk before exit 0 (no-op when off).
+  (*engine)->flush_cold_tier();
   (*engine)->stop();
-  engine->reset();  // stops the engine (and flushes its cold-tier writer, when it has one)
+  engine->reset();
   std::cerr << "pagedkv serve: stopped\n";
   return 0;
 }

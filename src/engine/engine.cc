@@ -615,6 +615,7 @@ void Engine::Impl::note_first_admission(Seq* s, int64_t cached, int64_t cold_tok
     u.cached_prompt_tokens_cold = std::min(cold_tokens, u.cached_prompt_tokens);
     u.cached_prompt_tokens_hot = u.cached_prompt_tokens - u.cached_prompt_tokens_cold;
     s->restored_tokens = u.cached_prompt_tokens_cold;
+    if (s->handle) internal::HandleAccess::note_admitted(*s->handle, u.cached_prompt_tokens);
     s->result.timings.queue_ms = ms_between(s->submit_time, Clock::now());
     s->prompt_logits_next = s->computed;
     s->result.prompt_logits_first = s->computed;

@@ -1,7 +1,7 @@
 // internal::HandleAccess: the engine's side of a RequestHandle — making one,
-// queueing a token on it, finishing it. These are private in the public header
-// (include/pagedkv/engine.h) so a library user cannot push tokens into or finish
-// a request; only the step thread calls them, through this friend.
+// queueing a token on it, noting its admission, finishing it. These are private in the public
+// header (include/pagedkv/engine.h) so a library user cannot push tokens into or finish a request;
+// only the step thread calls them, through this friend.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,10 @@ class HandleAccess {
   }
   static void push_token(RequestHandle& h, int32_t token) { h.push_token(token); }
   static void finish(RequestHandle& h, RequestResult result) { h.finish(std::move(result)); }
+  // At first admission: the prompt tokens served from the cache (hot + cold).
+  static void note_admitted(RequestHandle& h, int64_t cached_tokens) {
+    h.admitted_cached_.store(cached_tokens, std::memory_order_release);
+  }
 };
 
 }  // namespace pagedkv::engine::internal

@@ -126,8 +126,13 @@ async function poll() {
     set("finished", e.finished); set("cancelled", e.cancelled); set("errors", e.errors);
     set("preemptions", e.preemptions); set("steps", e.steps);
     set("in-flight", s.server.in_flight); set("capacity", s.server.admission_width + s.server.max_queue);
-    $("cold").textContent = s.cold ? ("hits " + s.cold.hits + " · misses " + s.cold.misses +
-        " · corruptions " + s.cold.corruptions + " · " + (s.cold.bytes / 1048576).toFixed(1) + " MiB") : "not enabled";
+    $("cold").textContent = !s.cold ? "not enabled" : s.cold.open_errors > 0 ?
+        ("could not be opened: " + s.cold.open_error) :
+        ("hits " + s.cold.hits + " · misses " + s.cold.misses + " · restored tokens " +
+         s.cold.restored_tokens + " (engine: " + e.cached_prompt_tokens_cold + " cold / " +
+         e.cached_prompt_tokens_hot + " hot) · corruptions " + s.cold.corruptions +
+         " · queue drops " + s.cold.queue_drops + " · written " +
+         (s.cold.bytes / 1048576).toFixed(1) + " MiB");
     const tb = $("recent").querySelector("tbody");
     tb.innerHTML = "";
     for (const q of s.recent) {

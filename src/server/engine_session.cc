@@ -35,6 +35,9 @@ Generation::Event Generation::next(std::chrono::milliseconds timeout) {
 
 void Generation::cancel() { handle_->cancel(); }
 bool Generation::done() const { return handle_->done(); }
+std::optional<int64_t> Generation::admitted_cached_tokens() const {
+  return handle_->admitted_cached_tokens();
+}
 uint64_t Generation::id() const { return handle_->id(); }
 
 GenerationResult Generation::result() const {
@@ -61,6 +64,7 @@ GenerationResult Generation::result() const {
   out.error = r.error;
   out.prompt_tokens = r.usage.prompt_tokens;
   out.cached_tokens = r.usage.cached_prompt_tokens;
+  out.cached_tokens_cold = r.usage.cached_prompt_tokens_cold;
   out.completion_tokens = r.usage.completion_tokens;
   out.ttft_ms = r.timings.ttft_ms;
   out.total_ms = r.timings.total_ms;
@@ -79,6 +83,8 @@ StatusOr<std::unique_ptr<EngineSession>> EngineSession::open(const std::string& 
   eo.paged_cache_memory_mb = o.paged_cache_mb;
   eo.pool_max_blocks = o.pool_max_blocks;
   if (o.pool_max_blocks) eo.pool_initial_blocks = o.pool_max_blocks;
+  eo.persist_paged_cache = o.persist_paged_cache;
+  eo.cold_cache_dir = o.cold_cache_dir;
   auto f = s->formatter_;
   eo.formatter = [f](std::string_view messages_json) { return f->format(messages_json); };
   PKV_ASSIGN_OR_RETURN(s->engine_, engine::Engine::open(model_dir, eo));
@@ -148,8 +154,21 @@ EngineSnapshot EngineSession::stats() const {
   o.free_blocks = s.pool.free_blocks;
   o.cached_blocks = s.pool.cached_blocks;
   o.block_size = s.pool.block_size;
+  o.cached_prompt_tokens_hot = s.cached_prompt_tokens_hot;
+  o.cached_prompt_tokens_cold = s.cached_prompt_tokens_cold;
+  o.has_cold = s.cold.enabled || s.cold.open_errors > 0;
+  o.cold_hits = s.cold.hits;
+  o.cold_misses = s.cold.misses;
+  o.cold_corruptions = s.cold.corruptions;
+  o.cold_bytes = s.cold.bytes_written;
+  o.cold_restored_tokens = s.cold.restored_tokens;
+  o.cold_queue_drops = s.cold.queue_drops;
+  o.cold_open_errors = s.cold.open_errors;
+  o.cold_open_error = s.cold.open_error;
   return o;
 }
+
+void EngineSession::flush_cold_tier() { engine_->flush_cold_tier(); }
 
 void EngineSession::stop() { engine_->stop(); }
 

@@ -37,6 +37,10 @@ struct EngineSessionOptions {
   std::optional<int64_t> max_num_batched_tokens;
   std::optional<uint64_t> paged_cache_mb;
   std::optional<int32_t> pool_max_blocks;
+  // The cold tier (EngineOptions::persist_paged_cache / cold_cache_dir); unset:
+  // the engine's own defaults (env PAGEDKV_PERSIST_PAGED_CACHE, config.json).
+  std::optional<bool> persist_paged_cache;
+  std::optional<std::string> cold_cache_dir;
 };
 
 // What the server asks the engine to run.
@@ -59,8 +63,9 @@ struct GenerationResult {
   EngineFinish finish = EngineFinish::kRunning;
   Status error;
   int64_t prompt_tokens = 0;
-  int64_t cached_tokens = 0;
-  int64_t completion_tokens = 0;  // tokens the engine produced
+  int64_t cached_tokens = 0;       // hot + cold
+  int64_t cached_tokens_cold = 0;  // ... of which restored from the cold tier
+  int64_t completion_tokens = 0;   // tokens the engine produced
   double ttft_ms = 0;
   double total_ms = 0;
   std::vector<double> token_ms;  // per token, ms since submit
@@ -81,6 +86,9 @@ class Generation {
   // Asks the engine to stop this request (its blocks are released at the next step).
   void cancel();
   bool done() const;
+  // Prompt tokens served from the cache (hot + cold) once the engine admitted
+  // the request; nullopt before that.
+  std::optional<int64_t> admitted_cached_tokens() const;
   // Valid once next() returned kDone (or done()).
   GenerationResult result() const;
   uint64_t id() const;
@@ -100,12 +108,16 @@ class Generation {
 struct EngineSnapshot {
   uint64_t steps = 0, submitted = 0, finished = 0, cancelled = 0, errors = 0, rejected = 0;
   uint64_t preemptions = 0, prompt_tokens = 0, cached_prompt_tokens = 0, completion_tokens = 0;
+  uint64_t cached_prompt_tokens_hot = 0, cached_prompt_tokens_cold = 0;  // hot + cold == cached
   int32_t running = 0, waiting = 0, live_owners = 0;
   int32_t num_blocks = 0, max_blocks = 0, used_blocks = 0, free_blocks = 0, cached_blocks = 0;
   int32_t block_size = 0;
-  // Cold-tier counters, once the engine reports them.
+  // Cold-tier counters (EngineStats::cold); has_cold when the tier is on or
+  // failed to open (then cold_open_error says why).
   bool has_cold = false;
   uint64_t cold_hits = 0, cold_misses = 0, cold_corruptions = 0, cold_bytes = 0;
+  uint64_t cold_restored_tokens = 0, cold_queue_drops = 0, cold_open_errors = 0;
+  std::string cold_open_error;
 };
 
 class EngineSession {
@@ -126,6 +138,9 @@ class EngineSession {
   // Validates and queues. InvalidArgument / ResourceExhausted from the engine.
   StatusOr<std::shared_ptr<Generation>> submit(const GenerationSpec& spec);
   EngineSnapshot stats() const;
+  // Waits until the cold tier's writer has written everything queued (no-op
+  // when the tier is off): `pagedkv serve` calls it on SIGTERM before exit 0.
+  void flush_cold_tier();
 
   // Stops the step loop (joins); unfinished requests stay queued. Then the
   // engine may be inspected in sync mode (tests).

@@ -45,6 +45,33 @@ void write_error(httplib::Response& res, ApiStyle style, const ApiError& e) {
   res.set_content(error_body(style, e), "application/json");
 }
 
+// After a request it could not parse (or whose body it will not read) the server
+// cannot find the next request's start on the connection: the answer says
+// `Connection: close` and cpp-httplib closes the socket after it (it honours
+// the request's Connection header when it writes the response).
+void close_after(const httplib::Request& req, httplib::Response& res) {
+  // The Request cpp-httplib hands to its handlers is its own non-const local.
+  auto& headers = const_cast<httplib::Request&>(req).headers;
+  headers.erase("Connection");
+  headers.emplace("Connection", "close");
+  res.headers.erase("Connection");
+}
+
+// A Content-Length that is not a plain decimal number (cpp-httplib reads it
+// with strtoull, which wraps "-5" to a huge length and answers 413).
+bool invalid_content_length(const httplib::Request& req, std::string* value) {
+  if (!req.has_header("Content-Length")) return false;
+  if (req.get_header_value_count("Content-Length") > 1) {
+    *value = "(given more than once)";
+    return true;
+  }
+  *value = req.get_header_value("Content-Length");
+  if (value->empty()) return true;
+  for (char c : *value)
+    if (c < '0' || c > '9') return true;
+  return false;
+}
+
 int64_t unix_now() { return static_cast<int64_t>(std::time(nullptr)); }
 
 uint64_t random_seed() {
@@ -181,9 +208,19 @@ class HttpServer::Run {
       if (!sink.write(s.data(), s.size())) lose_client();
       return !client_gone_;
     };
-    write(encoder->begin(c_));
+    // The opening event (Anthropic's message_start) carries the cached-token
+    // count, which the engine knows once it admitted the request: wait for
+    // that (or the end) first; tokens that arrive meanwhile are held in `text`.
     std::string text;
-    while (step(&text)) {
+    bool more = true;
+    while (more && !gen_->admitted_cached_tokens()) more = step(&text);
+    if (auto cached = gen_->admitted_cached_tokens()) c_.cached_tokens = *cached;
+    write(encoder->begin(c_));
+    if (!text.empty()) {
+      write(encoder->delta(text));
+      text.clear();
+    }
+    while (more && step(&text)) {
       if (!text.empty()) {
         write(encoder->delta(text));
         text.clear();
@@ -493,7 +530,19 @@ void HttpServer::install_routes() {
     res.set_header("Cache-Control", "no-store");
     res.set_content(std::string(dashboard_html()), "text/html; charset=utf-8");
   });
+  s.set_pre_routing_handler([](const Request& req, Response& res) {
+    std::string value;
+    if (!invalid_content_length(req, &value)) return httplib::Server::HandlerResponse::Unhandled;
+    close_after(req, res);
+    write_error(res, style_for_path(req.path),
+                bad_request("invalid Content-Length header '" + value +
+                            "': it must be a non-negative decimal number of bytes"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
   s.set_error_handler([](const Request& req, Response& res) {
+    // Malformed HTTP (400), an unread body (413), a too-long URI (414): the
+    // connection cannot carry another request.
+    if (res.status == 400 || res.status == 413 || res.status == 414) close_after(req, res);
     if (!res.body.empty()) return;
     const ApiStyle style = style_for_path(req.path);
     ApiError e;

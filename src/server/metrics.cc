@@ -153,16 +153,22 @@ std::string Metrics::render_prometheus(const EngineSnapshot& e, const ServerGaug
   sample(&out, "pagedkv_engine_requests_total{outcome=\"rejected\"}",
          static_cast<double>(e.rejected));
   if (e.has_cold) {
-    metric(&out, "pagedkv_cold_hits_total", "counter", "cold-tier block hits");
-    sample(&out, "pagedkv_cold_hits_total", static_cast<double>(e.cold_hits));
-    metric(&out, "pagedkv_cold_misses_total", "counter", "cold-tier block misses");
-    sample(&out, "pagedkv_cold_misses_total", static_cast<double>(e.cold_misses));
-    metric(&out, "pagedkv_cold_corruptions_total", "counter",
-           "cold-tier objects that failed "
-           "verification");
-    sample(&out, "pagedkv_cold_corruptions_total", static_cast<double>(e.cold_corruptions));
-    metric(&out, "pagedkv_cold_bytes", "gauge", "bytes in the cold tier");
-    sample(&out, "pagedkv_cold_bytes", static_cast<double>(e.cold_bytes));
+    auto counter = [&](const char* name, const char* help, uint64_t v) {
+      metric(&out, name, "counter", help);
+      sample(&out, name, static_cast<double>(v));
+    };
+    counter("pagedkv_cold_hits_total", "cold-tier objects read, verified and restored",
+            e.cold_hits);
+    counter("pagedkv_cold_misses_total", "cold-tier lookups that found no object", e.cold_misses);
+    counter("pagedkv_cold_restored_tokens_total", "prompt tokens restored from the cold tier",
+            e.cold_restored_tokens);
+    counter("pagedkv_cold_corruptions_total", "cold-tier objects that failed verification",
+            e.cold_corruptions);
+    counter("pagedkv_cold_queue_drops_total", "captures the cold-tier writer queue refused",
+            e.cold_queue_drops);
+    counter("pagedkv_cold_bytes_written_total", "bytes the cold-tier writer wrote", e.cold_bytes);
+    counter("pagedkv_cold_open_errors_total", "cold-tier directories that could not be opened",
+            e.cold_open_errors);
   }
   return out;
 }
@@ -186,7 +192,9 @@ nlohmann::ordered_json Metrics::stats_json(const EngineSnapshot& e, const Server
   eng["rejected"] = e.rejected;
   eng["preemptions"] = e.preemptions;
   eng["prompt_tokens"] = e.prompt_tokens;
-  eng["cached_prompt_tokens"] = e.cached_prompt_tokens;
+  eng["cached_prompt_tokens"] = e.cached_prompt_tokens;  // hot + cold
+  eng["cached_prompt_tokens_hot"] = e.cached_prompt_tokens_hot;
+  eng["cached_prompt_tokens_cold"] = e.cached_prompt_tokens_cold;
   eng["completion_tokens"] = e.completion_tokens;
   eng["prefix_hit_rate"] = hit_rate(e);
   j["engine"] = eng;
@@ -199,10 +207,16 @@ nlohmann::ordered_json Metrics::stats_json(const EngineSnapshot& e, const Server
   pool["block_size"] = e.block_size;
   j["pool"] = pool;
   if (e.has_cold) {
-    j["cold"] = {{"hits", e.cold_hits},
-                 {"misses", e.cold_misses},
-                 {"corruptions", e.cold_corruptions},
-                 {"bytes", e.cold_bytes}};
+    J cold;
+    cold["hits"] = e.cold_hits;
+    cold["misses"] = e.cold_misses;
+    cold["restored_tokens"] = e.cold_restored_tokens;
+    cold["corruptions"] = e.cold_corruptions;
+    cold["queue_drops"] = e.cold_queue_drops;
+    cold["bytes"] = e.cold_bytes;  // written by the writer
+    cold["open_errors"] = e.cold_open_errors;
+    cold["open_error"] = e.cold_open_error;
+    j["cold"] = cold;
   } else {
     j["cold"] = nullptr;
   }

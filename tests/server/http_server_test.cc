@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "server/api_request.h"
@@ -437,7 +438,16 @@ TEST_F(ServerTest, HealthMetricsStatsAndDashboard) {
   EXPECT_EQ(Json::parse(h->body)["status"], "ok");
   post("/v1/chat/completions", chat_body("Hi"));
   post("/v1/chat/completions", chat_body("Hello"));
+  // cpp-httplib runs the logger (which counts the request) after it wrote the
+  // response: wait (bounded) until the second one is counted.
   auto m = client().Get("/metrics");
+  for (int i = 0; i < 500 && m &&
+                  m->body.find("/v1/chat/completions\",status=\"200\"} 2") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    m = client().Get("/metrics");
+  }
+  ASSERT_TRUE(m);
   ASSERT_EQ(m->status, 200);
   for (const char* name :
        {"pagedkv_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2",
@@ -456,6 +466,146 @@ TEST_F(ServerTest, HealthMetricsStatsAndDashboard) {
   EXPECT_NE(d->body.find("<title>pagedkv dashboard</title>"), std::string::npos);
   EXPECT_EQ(d->body.find("http://"), std::string::npos);  // nothing fetched from elsewhere
   EXPECT_EQ(d->body.find("https://"), std::string::npos);
+}
+
+// Sends `raw` on a fresh connection and reads until the server closes it (or 60 s
+// pass: then *closed is false).
+std::string raw_exchange(int port, const std::string& raw, bool* closed) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
+  timeval tv{60, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  std::string out;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
+  *closed = n == 0;
+  close(fd);
+  return out;
+}
+
+// Streaming Anthropic: message_start is sent once the engine admitted the
+// request, so its usage carries the real cached-token count (it was always 0).
+TEST_F(ServerTest, StreamingMessageStartCarriesTheCachedTokens) {
+  start();
+  auto body = [](const std::string& q) {
+    return Json{{"model", "default"},
+                {"max_tokens", 4},
+                {"stream", true},
+                {"system", kPreamble},
+                {"messages", {{{"role", "user"}, {"content", q}}}}};
+  };
+  auto r1 = post("/v1/messages", body("What is a list?"));
+  ASSERT_TRUE(r1);
+  ASSERT_EQ(r1->status, 200) << r1->body;
+  auto r2 = post("/v1/messages", body("What is a dict?"));
+  ASSERT_TRUE(r2);
+  ASSERT_EQ(r2->status, 200) << r2->body;
+  auto datas = sse_datas(r2->body);
+  ASSERT_FALSE(datas.empty());
+  Json start_ev = Json::parse(datas.front());
+  ASSERT_EQ(start_ev["type"], "message_start") << datas.front();
+  const int64_t cached = start_ev["message"]["usage"]["cache_read_input_tokens"].get<int64_t>();
+  EXPECT_GE(cached, 32) << datas.front();
+  // ... the same count message_delta / the engine report at the end.
+  Json last_usage;
+  for (const auto& d : datas) {
+    Json ev = Json::parse(d);
+    if (ev["type"] == "message_delta") last_usage = ev["usage"];
+  }
+  if (last_usage.contains("cache_read_input_tokens")) {
+    EXPECT_EQ(last_usage["cache_read_input_tokens"].get<int64_t>(), cached);
+  }
+}
+
+// A request cpp-httplib cannot parse is a 400 that closes the connection
+// (the server cannot find the next request's start on it).
+TEST_F(ServerTest, AnUnparseableRequestIsA400ThatClosesTheConnection) {
+  start();
+  for (const std::string& raw :
+       {std::string("HELLO WORLD\r\n\r\n"),
+        std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                    "chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")}) {
+    bool closed = false;
+    std::string resp = raw_exchange(server_->port(), raw, &closed);
+    EXPECT_EQ(resp.rfind("HTTP/1.1 400", 0), 0u) << resp;
+    EXPECT_NE(resp.find("Connection: close\r\n"), std::string::npos) << resp;
+    EXPECT_EQ(resp.find("Keep-Alive"), std::string::npos) << resp;
+    // cpp-httplib 0.11 drops the socket once the client closes it (as it must
+    // after `Connection: close`) or at the keep-alive timeout.
+    EXPECT_TRUE(closed);
+  }
+}
+
+// A negative Content-Length is malformed (400 naming the header), not an
+// oversize body (cpp-httplib's strtoull wraps -5 into a huge length: 413).
+TEST_F(ServerTest, ANegativeContentLengthIsA400) {
+  start();
+  for (const char* cl : {"-5", "12abc", "+7", "0x10"}) {
+    bool closed = false;
+    std::string resp =
+        raw_exchange(server_->port(),
+                     std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ") +
+                         cl + "\r\n\r\n",
+                     &closed);
+    EXPECT_EQ(resp.rfind("HTTP/1.1 400", 0), 0u) << cl << ": " << resp;
+    EXPECT_NE(resp.find("Content-Length header"), std::string::npos) << resp;
+    EXPECT_NE(resp.find("Connection: close\r\n"), std::string::npos) << resp;
+    EXPECT_TRUE(closed);
+  }
+  // A well-formed body still works.
+  auto ok = post("/v1/completions", {{"model", "default"}, {"prompt", "Hi"}, {"max_tokens", 2}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+// The cold tier (EngineSessionOptions::persist_paged_cache): /v1/stats and
+// /metrics report it; a repeated prefix after the hot tier lost it is restored
+// from disk and counted as cached (hot + cold) in the response's usage.
+TEST_F(ServerTest, ColdTierIsReportedInStatsAndMetrics) {
+  char tmpl[] = "/tmp/pkv_srv_cold_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  EngineSessionOptions eo;
+  eo.persist_paged_cache = true;
+  eo.cold_cache_dir = std::string(tmpl) + "/cold";
+  start({}, eo);
+  auto r1 = post("/v1/chat/completions", chat_body("What is a list?", 2));
+  ASSERT_TRUE(r1);
+  ASSERT_EQ(r1->status, 200) << r1->body;
+  session_->flush_cold_tier();
+  auto st = client().Get("/v1/stats");
+  ASSERT_TRUE(st);
+  Json j = Json::parse(st->body);
+  ASSERT_TRUE(j["cold"].is_object()) << st->body;
+  EXPECT_EQ(j["cold"]["open_errors"], 0) << st->body;
+  for (const char* k : {"hits", "misses", "restored_tokens", "corruptions", "queue_drops"})
+    EXPECT_TRUE(j["cold"].contains(k)) << k;
+  EXPECT_TRUE(j["engine"].contains("cached_prompt_tokens_cold"));
+  auto m = client().Get("/metrics");
+  ASSERT_TRUE(m);
+  for (const char* name : {"pagedkv_cold_hits_total", "pagedkv_cold_misses_total",
+                           "pagedkv_cold_restored_tokens_total", "pagedkv_cold_corruptions_total",
+                           "pagedkv_cold_queue_drops_total", "pagedkv_cold_bytes_written_total"})
+    EXPECT_NE(m->body.find(std::string("\n") + name + " "), std::string::npos) << name;
+  std::string cmd = std::string("rm -rf ") + tmpl;
+  (void)std::system(cmd.c_str());
+}
+
+TEST_F(ServerTest, WithoutTheColdTierStatsSayNotEnabled) {
+  EngineSessionOptions eo;
+  eo.persist_paged_cache = false;
+  start({}, eo);
+  auto st = client().Get("/v1/stats");
+  ASSERT_TRUE(st);
+  EXPECT_TRUE(Json::parse(st->body)["cold"].is_null()) << st->body;
+  auto m = client().Get("/metrics");
+  EXPECT_EQ(m->body.find("pagedkv_cold_hits_total"), std::string::npos);
 }
 
 }  // namespace

@@ -123,5 +123,46 @@ TEST(ServeCliTest, BadKeysFileIsNamed) {
   std::filesystem::remove(f);
 }
 
+// --persist-cache / --cold-cache-dir turn the engine's cold tier on: /v1/stats
+// reports it, and on SIGTERM the writer is flushed (objects on disk) before exit 0.
+TEST(ServeCliTest, PersistCacheTurnsTheColdTierOnAndSigtermFlushesIt) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("pkv_serve_cold_" + std::to_string(getpid()));
+  Child child =
+      spawn({PAGEDKV_BINARY, "serve", "--port", "0", "--state-dir", (dir / "state").string(),
+             "--persist-cache", "--cold-cache-dir", (dir / "cold").string()});
+  ASSERT_GT(child.pid, 0);
+  const int port = read_port(child.out_fd);
+  ASSERT_GT(port, 0);
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(300, 0);
+  auto r = c.Post(
+      "/v1/completions",
+      R"({"model":"default","prompt":"The Python Tutorial. Python is an easy to learn, powerful programming language. It has efficient high-level data structures and a simple but effective approach to object-oriented programming.","max_tokens":2})",
+      "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  auto st = c.Get("/v1/stats");
+  ASSERT_TRUE(st);
+  EXPECT_NE(st->body.find("\"cold\":{\"hits\""), std::string::npos) << st->body;
+  ASSERT_EQ(kill(child.pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
+  close(child.out_fd);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  size_t files = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "cold"))
+    files += e.is_regular_file() ? 1 : 0;
+  EXPECT_GT(files, 0u) << "the cold tier wrote nothing under " << (dir / "cold");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ServeCliTest, ContradictoryPersistFlagsAreRefused) {
+  auto r = test::run_pagedkv("serve --port 0 --persist-cache --no-persist-cache");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--no-persist-cache"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace pagedkv::server

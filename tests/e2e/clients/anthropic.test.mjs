@@ -80,10 +80,8 @@ test('cache_read_input_tokens on a repeated system prompt', async () => {
 });
 
 // docs/server.md promises cache_read_input_tokens in message_start (as Anthropic's API
-// sends it there). The server writes message_start before the engine has admitted the
-// request (http_server.cc serve_stream: encoder->begin(c_) before the first step), so
-// it always says 0 there. Marked todo so it is reported without failing the suite.
-test('streaming message_start carries cache_read_input_tokens', { todo: 'server: message_start is sent before admission, so its cache_read_input_tokens is always 0' }, async () => {
+// sends it there): the server writes message_start once the engine admitted the request.
+test('streaming message_start carries cache_read_input_tokens', async () => {
   const system = longPrefix('anthropic-cache-start');
   await client.messages.create({ model, max_tokens: 1, system, messages: [{ role: 'user', content: 'one' }] });
   const s = await client.messages.create({ model, max_tokens: 2, system, messages: [{ role: 'user', content: 'two' }], stream: true });
