@@ -36,6 +36,9 @@ inline DeviceBuffer dev_zeros(size_t bytes) {
   auto b = DeviceBuffer::allocate(bytes);
   EXPECT_TRUE(b.ok()) << b.status().to_string();
   cudaMemset(b->data(), 0xff, bytes);  // poison: NaN floats, -1 ints
+  // The backend runs on a non-blocking stream, which the legacy-stream memset is
+  // not ordered against: finish the poison before any kernel writes the buffer.
+  cudaDeviceSynchronize();
   return std::move(*b);
 }
 
