@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <random>
@@ -534,24 +536,35 @@ TEST(SchedulerTest, RemoveTakesARequestOutOfEitherQueue) {
 }
 
 TEST(SchedulerTest, RandomWorkloadsKeepBudgetsAndBlocksAndFinishEverything) {
-  for (uint64_t seed = 1; seed <= 20; ++seed) {
+  // What the runs went through, so the test knows it exercised each path.
+  int preemptions = 0, resumes = 0, failures = 0, waits = 0, hits = 0, chunked = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
     std::mt19937_64 rng(seed);
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    const int64_t pool = pick(8, 24);
+    const int64_t pool = pick(3, 16);
     SchedulerConfig c = config(pick(1, 24), pick(1, 6), pool, pick(0, 1));
     c.same_step_sharing = pick(0, 1) == 1;
     Sim sim(c, pool);
-    std::vector<int32_t> shared = prompt(pick(0, 12), 7000);
+    std::vector<int32_t> shared = prompt(pick(4, 16), 7000);
     const int n = pick(5, 30);
     int submitted = 0;
     for (int stepno = 0; stepno < 5000 && (submitted < n || sim.sched.has_work()); ++stepno) {
-      if (submitted < n && pick(0, 2) == 0) {
+      // Bursts of up to 4 requests, half of them behind a common prefix.
+      for (int burst = pick(0, 2) == 0 ? pick(1, 4) : 0; burst > 0 && submitted < n; --burst) {
         std::vector<int32_t> p = pick(0, 1) ? shared : std::vector<int32_t>{};
         for (int i = pick(1, 10); i > 0; --i) p.push_back(pick(0, 50));
         sim.submit(p, pick(1, 12));
         ++submitted;
       }
       const SchedulerOutput out = sim.step();
+      preemptions += static_cast<int>(out.preempted.size());
+      failures += static_cast<int>(out.failed.size());
+      waits += out.waited_for_leader;
+      for (const auto& a : out.admitted) {
+        resumes += a.resumed;
+        hits += !a.resumed && a.cached_tokens > 0;
+      }
+      for (const auto& row : out.rows) chunked += row.num_tokens < row.req->pending();
       // A step with work plans at least one row unless everything waits on
       // memory that only finishing requests give back.
       if (out.rows.empty() && sim.sched.running().empty() && !sim.sched.waiting().empty())
@@ -572,6 +585,14 @@ TEST(SchedulerTest, RandomWorkloadsKeepBudgetsAndBlocksAndFinishEverything) {
     }
     EXPECT_EQ(sim.kv.free_blocks(), pool) << "seed " << seed;
   }
+  EXPECT_GT(preemptions, 0);
+  EXPECT_GT(resumes, 0);
+  EXPECT_GT(failures, 0);
+  EXPECT_GT(waits, 0);
+  EXPECT_GT(hits, 0);
+  EXPECT_GT(chunked, 0);
+  std::printf("preemptions=%d resumes=%d failures=%d waits=%d hits=%d chunked=%d\n", preemptions,
+              resumes, failures, waits, hits, chunked);
 }
 
 }  // namespace
