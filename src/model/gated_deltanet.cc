@@ -149,23 +149,24 @@ StatusOr<GatedDeltaNetWeights> load_gated_deltanet(const Checkpoint& ckpt, backe
   GatedDeltaNetWeights w;
   const int64_t KD = s.key_dim(), VD = s.value_dim(), CD = s.conv_dim(), NV = s.num_v_heads;
   if (s.layout == GatedDeltaNetLayout::kSeparate) {
-    PKV_ASSIGN_OR_RETURN(w.in_qkv,
-                         load_weight(ckpt, be, prefix + "in_proj_qkv.weight", {CD, hidden}));
-    PKV_ASSIGN_OR_RETURN(w.in_z, load_weight(ckpt, be, prefix + "in_proj_z.weight", {VD, hidden}));
-    PKV_ASSIGN_OR_RETURN(w.in_b, load_weight(ckpt, be, prefix + "in_proj_b.weight", {NV, hidden}));
-    PKV_ASSIGN_OR_RETURN(w.in_a, load_weight(ckpt, be, prefix + "in_proj_a.weight", {NV, hidden}));
+    PKV_RETURN_IF_ERROR(load_weights(ckpt, be, prefix,
+                                     {{&w.in_qkv, "in_proj_qkv.weight", {CD, hidden}},
+                                      {&w.in_z, "in_proj_z.weight", {VD, hidden}},
+                                      {&w.in_b, "in_proj_b.weight", {NV, hidden}},
+                                      {&w.in_a, "in_proj_a.weight", {NV, hidden}}}));
   } else {
-    PKV_ASSIGN_OR_RETURN(w.in_qkvz, load_weight(ckpt, be, prefix + "in_proj_qkvz.weight",
-                                                {2 * KD + 2 * VD, hidden}));
-    PKV_ASSIGN_OR_RETURN(w.in_ba,
-                         load_weight(ckpt, be, prefix + "in_proj_ba.weight", {2 * NV, hidden}));
+    PKV_RETURN_IF_ERROR(
+        load_weights(ckpt, be, prefix,
+                     {{&w.in_qkvz, "in_proj_qkvz.weight", {2 * KD + 2 * VD, hidden}},
+                      {&w.in_ba, "in_proj_ba.weight", {2 * NV, hidden}}}));
   }
+  PKV_RETURN_IF_ERROR(load_weights(
+      ckpt, be, prefix,
+      {{&w.norm, "norm.weight", {s.head_v_dim}}, {&w.out, "out_proj.weight", {hidden, VD}}}));
   PKV_ASSIGN_OR_RETURN(w.conv, load_host(ckpt, prefix + "conv1d.weight", {CD, 1, s.conv_kernel}));
   PKV_ASSIGN_OR_RETURN(std::vector<float> a_log, load_host(ckpt, prefix + "A_log", {NV}));
   for (float x : a_log) w.decay_rate.push_back(std::exp(x));
   PKV_ASSIGN_OR_RETURN(w.dt_bias, load_host(ckpt, prefix + "dt_bias", {NV}));
-  PKV_ASSIGN_OR_RETURN(w.norm, load_weight(ckpt, be, prefix + "norm.weight", {s.head_v_dim}));
-  PKV_ASSIGN_OR_RETURN(w.out, load_weight(ckpt, be, prefix + "out_proj.weight", {hidden, VD}));
   return w;
 }
 

@@ -50,12 +50,10 @@ enum class GatedDeltaNetLayout : uint8_t {
 };
 
 struct GatedDeltaNetSpec {
-  int32_t layer = 0;
-  int32_t num_k_heads = 0;
-  int32_t num_v_heads = 0;
-  int32_t head_k_dim = 0;
-  int32_t head_v_dim = 0;
-  int32_t conv_kernel = 4;
+  int32_t layer = 0;                         // its RecurrentState slot
+  int32_t num_k_heads = 0, num_v_heads = 0;  // q/k heads; v heads (a multiple)
+  int32_t head_k_dim = 0, head_v_dim = 0;
+  int32_t conv_kernel = 4;  // linear_conv_kernel_dim
   float rms_eps = 1e-6f;
   GatedDeltaNetLayout layout = GatedDeltaNetLayout::kSeparate;
 

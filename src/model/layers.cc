@@ -60,6 +60,14 @@ StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backen
   return load_weight(ckpt, be, name, shape);
 }
 
+Status load_weights(const Checkpoint& ckpt, backend::Backend& be, const std::string& prefix,
+                    std::initializer_list<WeightSlot> slots) {
+  for (const WeightSlot& s : slots) {
+    PKV_ASSIGN_OR_RETURN(*s.dst, load_weight(ckpt, be, prefix + s.name, s.shape));
+  }
+  return ok_status();
+}
+
 StatusOr<backend::RopeParams> parse_rope(const ConfigReader& cfg, int32_t head_dim,
                                          const std::string& layer_type) {
   backend::RopeParams p;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,17 @@ StatusOr<WeightPtr> load_weight(const Checkpoint& ckpt, backend::Backend& be,
 StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backend& be,
                                          const std::string& name,
                                          const std::vector<int64_t>& shape);
+
+// One weight of a table-driven load: where it goes, its name after a common
+// prefix, its exact shape.
+struct WeightSlot {
+  WeightPtr* dst;
+  const char* name;
+  std::vector<int64_t> shape;
+};
+// Loads every slot (load_weight(prefix + name, shape)); the first failure returns.
+Status load_weights(const Checkpoint& ckpt, backend::Backend& be, const std::string& prefix,
+                    std::initializer_list<WeightSlot> slots);
 
 // RoPE for a layer of type `layer_type` ("full_attention", "sliding_attention"):
 // rope_parameters[layer_type] when it is a per-layer-type map, else
