@@ -117,7 +117,7 @@ int make_model_main(int argc, char** argv) {
 }  // namespace
 
 PKV_REGISTER_COMMAND("make-model",
-                     "write a random-weight HF checkpoint (qwen3, qwen3_moe; --tokenizer "
+                     "write a random-weight HF checkpoint (qwen3*, qwen3_5*; --tokenizer "
                      "qwen3|gemma3)",
                      make_model_main);
 

@@ -51,7 +51,7 @@ struct HybridConfig {
     if (!moe) return false;
     for (int64_t x : mlp_only)
       if (x == i) return false;
-    return (i + 1) % step == 0;
+    return experts > 0 && (i + 1) % step == 0;
   }
 };
 
@@ -184,12 +184,13 @@ Status QwenHybridModel::read_config() {
   // qwen3_5 (dense everywhere).
   if (hc_.moe) {
     PKV_RETURN_IF_ERROR(
-        read_ints(c, {{"num_experts", -1, 1, 1 << 16, &hc_.experts},
+        read_ints(c, {{"num_experts", -1, 0, 1 << 16, &hc_.experts},
                       {"num_experts_per_tok", -1, 1, 1 << 16, &hc_.top_k},
                       {"moe_intermediate_size", -1, 1, kBig, &hc_.moe_inter},
-                      {"shared_expert_intermediate_size", 0, 0, kBig, &hc_.shared_inter},
+                      // transformers' default; 0 = no shared expert
+                      {"shared_expert_intermediate_size", 512, 0, kBig, &hc_.shared_inter},
                       {"decoder_sparse_step", 1, 1, kBig, &hc_.step}}));
-    if (hc_.top_k > hc_.experts)
+    if (hc_.experts > 0 && hc_.top_k > hc_.experts)
       return c.error("num_experts_per_tok", "exceeds the number of experts");
     if (next) {
       PKV_ASSIGN_OR_RETURN(hc_.norm_topk, c.get_bool_or("norm_topk_prob", true));
