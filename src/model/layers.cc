@@ -60,6 +60,14 @@ StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backen
   return load_weight(ckpt, be, name, shape);
 }
 
+Status load_weights(const Checkpoint& ckpt, backend::Backend& be, const std::string& prefix,
+                    std::initializer_list<WeightSlot> slots) {
+  for (const WeightSlot& s : slots) {
+    PKV_ASSIGN_OR_RETURN(*s.dst, load_weight(ckpt, be, prefix + s.name, s.shape));
+  }
+  return ok_status();
+}
+
 StatusOr<backend::RopeParams> parse_rope(const ConfigReader& cfg, int32_t head_dim,
                                          const std::string& layer_type) {
   backend::RopeParams p;
@@ -209,6 +217,8 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
       if (batch.kv_store->block_size() != geom.block_size || batch.kv_store->dtype() != geom.dtype)
         return invalid_argument("forward batch: kv_store block size/dtype differ from the model's");
       for (size_t g = 0; g < geom.groups.size(); ++g) {
+        // A recurrent group keeps no per-token KV: its block table is unused.
+        if (geom.groups[g].kind == CacheGroupKind::kRecurrent) continue;
         if (static_cast<int64_t>(row.block_tables[g].size()) * geom.block_size < total)
           return invalid_argument(where + "block table of group " + std::to_string(g) +
                                   " covers fewer than " + std::to_string(total) + " tokens");
@@ -312,8 +322,22 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
       attn(kScratchAttn, static_cast<size_t>(T * qd));
   ScratchBuffer k(kScratchK, 0), v(kScratchV, 0);
   std::vector<float> tmp;
-  be.matmul(h, T, *w.q, q.data());
-  add_bias(be, q.data(), T, w.q_bias.get(), qd, tmp);
+  // Gated attention: q_proj's rows are [query | gate] per head; split them apart.
+  thread_local std::vector<float> gate;
+  if (s.output_gate) {
+    std::vector<float> qg(static_cast<size_t>(T * 2 * qd));
+    be.matmul(h, T, *w.q, qg.data());
+    add_bias(be, qg.data(), T, w.q_bias.get(), 2 * qd, tmp);
+    gate.resize(static_cast<size_t>(T * qd));
+    for (int64_t th = 0; th < T * s.num_heads; ++th) {
+      const float* src = qg.data() + th * 2 * s.head_dim;
+      std::memcpy(q.data() + th * s.head_dim, src, s.head_dim * sizeof(float));
+      std::memcpy(gate.data() + th * s.head_dim, src + s.head_dim, s.head_dim * sizeof(float));
+    }
+  } else {
+    be.matmul(h, T, *w.q, q.data());
+    add_bias(be, q.data(), T, w.q_bias.get(), qd, tmp);
+  }
   if (w.q_norm)
     be.rms_norm(q.data(), T * s.num_heads, *w.q_norm, s.rms_eps, s.qk_norm_one_plus, q.data());
   be.rope(q.data(), T, s.num_heads, s.head_dim, batch.positions.data(), s.rope);
@@ -368,6 +392,10 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
     a.kv_dtype = kv.element_type();
   }
   be.attention_batch(args.data(), R);
+  if (s.output_gate) {
+    float* a = attn.data();
+    for (int64_t i = 0; i < T * qd; ++i) a[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+  }
   be.matmul(attn.data(), T, *w.o, out);
   add_bias(be, out, T, w.o_bias.get(), w.o->rows(), tmp);
 }
@@ -425,6 +453,46 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
     std::memcpy(o, results.data() + (t * K) * hidden, hidden * sizeof(float));
     for (int32_t r = 1; r < K; ++r) be.add(o, results.data() + (t * K + r) * hidden, hidden);
   }
+}
+
+void add_shared_expert(backend::Backend& be, const SharedExpertWeights& w, Activation act,
+                       const float* h, int64_t T, int64_t hidden, float* out) {
+  std::vector<float> y(static_cast<size_t>(T * hidden)), g(static_cast<size_t>(T));
+  gated_mlp(be, w.mlp, act, h, T, y.data());
+  be.matmul(h, T, *w.gate, g.data());
+  for (int64_t t = 0; t < T; ++t) {
+    const float s = 1.0f / (1.0f + std::exp(-g[t]));
+    float* o = out + t * hidden;
+    const float* yt = y.data() + t * hidden;
+    for (int64_t d = 0; d < hidden; ++d) o[d] += s * yt[d];
+  }
+}
+
+Status compute_logits(backend::Backend& be, const ForwardBatch& batch, const float* x,
+                      int64_t hidden, const backend::Weight& final_norm, float eps, bool one_plus,
+                      const backend::Weight& lm_head, int32_t vocab_size, ForwardOutput* out) {
+  std::vector<int64_t> pick;
+  out->row_begin.clear();
+  out->row_count.clear();
+  for (const ForwardRow& row : batch.rows) {
+    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
+    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
+                : row.logits == LogitsRequest::kLast ? 1
+                                                     : 0;
+    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
+      pick.push_back(row.first_token + i);
+    out->row_count.push_back(n);
+  }
+  const int64_t P = static_cast<int64_t>(pick.size());
+  out->vocab_size = vocab_size;
+  out->logits.assign(static_cast<size_t>(P * vocab_size), 0.0f);
+  if (P == 0) return ok_status();
+  std::vector<float> sel(static_cast<size_t>(P * hidden));
+  for (int64_t i = 0; i < P; ++i)
+    std::memcpy(sel.data() + i * hidden, x + pick[i] * hidden, hidden * sizeof(float));
+  be.rms_norm(sel.data(), P, final_norm, eps, one_plus, sel.data());
+  be.matmul(sel.data(), P, lm_head, out->logits.data());
+  return check_logits(*out);
 }
 
 }  // namespace pagedkv::model

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,17 @@ StatusOr<WeightPtr> load_weight(const Checkpoint& ckpt, backend::Backend& be,
 StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backend& be,
                                          const std::string& name,
                                          const std::vector<int64_t>& shape);
+
+// One weight of a table-driven load: where it goes, its name after a common
+// prefix, its exact shape.
+struct WeightSlot {
+  WeightPtr* dst;
+  const char* name;
+  std::vector<int64_t> shape;
+};
+// Loads every slot (load_weight(prefix + name, shape)); the first failure returns.
+Status load_weights(const Checkpoint& ckpt, backend::Backend& be, const std::string& prefix,
+                    std::initializer_list<WeightSlot> slots);
 
 // RoPE for a layer of type `layer_type` ("full_attention", "sliding_attention"):
 // rope_parameters[layer_type] when it is a per-layer-type map, else
@@ -125,6 +137,10 @@ struct AttentionSpec {
   backend::RopeParams rope;
   int32_t sliding_window = 0;
   float scale = 1.0f;
+  // Gated attention (Qwen3-Next, Qwen3.5): q_proj emits per head [query | gate]
+  // (2 * head_dim rows); the attention output is multiplied by sigmoid(gate)
+  // before o_proj.
+  bool output_gate = false;
 };
 
 struct AttentionWeights {
@@ -160,5 +176,23 @@ struct MoeWeights {
 // summed in rank order. Experts run on the tokens routed to them (M-invariant rows).
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out);
+
+// A shared expert beside the routed ones (Qwen3-Next, Qwen3.5-MoE): every token
+// runs it, scaled by its own sigmoid gate.
+struct SharedExpertWeights {
+  MlpWeights mlp;
+  WeightPtr gate;  // [1][hidden]
+};
+
+// out[t] += sigmoid(gate · h[t]) · mlp(h[t]) for T rows.
+void add_shared_expert(backend::Backend& be, const SharedExpertWeights& w, Activation act,
+                       const float* h, int64_t T, int64_t hidden, float* out);
+
+// The logits a batch asked for (ForwardRow::logits): gathers the requested rows of
+// the final hidden states x [T][hidden], applies the final RMSNorm (weight, or
+// 1 + weight when one_plus) and the LM head, and checks for NaN (check_logits).
+Status compute_logits(backend::Backend& be, const ForwardBatch& batch, const float* x,
+                      int64_t hidden, const backend::Weight& final_norm, float eps, bool one_plus,
+                      const backend::Weight& lm_head, int32_t vocab_size, ForwardOutput* out);
 
 }  // namespace pagedkv::model

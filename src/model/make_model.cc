@@ -83,6 +83,103 @@ Status write_weights(FileSystem& fs, const MakeModelOptions& o, const std::vecto
   return wf->close();
 }
 
+// --- Gated DeltaNet hybrids (qwen3_next, qwen3_5_text, qwen3_5_moe_text) ---
+// Every 4th layer (and the last when there are fewer than 4) is full attention,
+// the rest Gated DeltaNet with num_kv_heads key heads and num_heads value heads of
+// head_dim. Norms of the residual stream and q/k are (1 + w): centred on 0.
+
+bool is_gdn_family(const std::string& f) {
+  return f == "qwen3_next" || f == "qwen3_5_text" || f == "qwen3_5_moe_text";
+}
+
+bool gdn_full_layer(int64_t i, int64_t layers) {
+  return (i + 1) % 4 == 0 || (layers < 4 && i == layers - 1);
+}
+
+void gdn_config(const std::string& family, const Preset& p, nlohmann::ordered_json& c) {
+  const char* arch = family == "qwen3_next"     ? "Qwen3NextForCausalLM"
+                     : family == "qwen3_5_text" ? "Qwen3_5ForCausalLM"
+                                                : "Qwen3_5MoeForCausalLM";
+  c["architectures"] = {arch};
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  for (int64_t i = 0; i < p.layers; ++i)
+    types.push_back(gdn_full_layer(i, p.layers) ? "full_attention" : "linear_attention");
+  c["layer_types"] = types;
+  c["linear_conv_kernel_dim"] = 4;
+  c["linear_key_head_dim"] = p.head_dim;
+  c["linear_value_head_dim"] = p.head_dim;
+  c["linear_num_key_heads"] = p.kv_heads;
+  c["linear_num_value_heads"] = p.heads;
+  c["rope_parameters"] = {
+      {"rope_theta", p.rope_theta}, {"rope_type", "default"}, {"partial_rotary_factor", 0.25}};
+  if (family == "qwen3_5_text") return;
+  c["num_experts"] = p.experts;
+  c["num_experts_per_tok"] = p.top_k;
+  c["moe_intermediate_size"] = p.moe_inter;
+  c["shared_expert_intermediate_size"] = p.moe_inter;
+  if (family == "qwen3_next") {
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = nlohmann::ordered_json::array();
+    c["norm_topk_prob"] = true;
+  }
+}
+
+void gdn_specs(const std::string& family, const Preset& p, std::vector<Spec>* specs) {
+  auto lin = [&](const std::string& n, int64_t out, int64_t in) {
+    float stdv = std::min(0.08f, 1.0f / std::sqrt(static_cast<float>(in)));
+    specs->push_back({n, {out, in}, 0.0f, stdv * std::sqrt(3.0f)});
+  };
+  auto vec = [&](const std::string& n, int64_t d, float center, float scale) {
+    specs->push_back({n, {d}, center, scale});
+  };
+  auto mlp = [&](const std::string& pre, int64_t inter) {
+    lin(pre + "gate_proj.weight", inter, p.hidden);
+    lin(pre + "up_proj.weight", inter, p.hidden);
+    lin(pre + "down_proj.weight", p.hidden, inter);
+  };
+  const int64_t H = p.hidden, D = p.head_dim, KD = p.kv_heads * D, VD = p.heads * D;
+  vec("model.norm.weight", H, 0.0f, 0.1f);
+  for (int64_t l = 0; l < p.layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    vec(pre + "input_layernorm.weight", H, 0.0f, 0.1f);
+    vec(pre + "post_attention_layernorm.weight", H, 0.0f, 0.1f);
+    if (gdn_full_layer(l, p.layers)) {
+      const std::string a = pre + "self_attn.";
+      lin(a + "q_proj.weight", 2 * p.heads * D, H);
+      lin(a + "k_proj.weight", p.kv_heads * D, H);
+      lin(a + "v_proj.weight", p.kv_heads * D, H);
+      lin(a + "o_proj.weight", H, p.heads * D);
+      vec(a + "q_norm.weight", D, 0.0f, 0.1f);
+      vec(a + "k_norm.weight", D, 0.0f, 0.1f);
+    } else {
+      const std::string a = pre + "linear_attn.";
+      if (family == "qwen3_next") {
+        lin(a + "in_proj_qkvz.weight", 2 * KD + 2 * VD, H);
+        lin(a + "in_proj_ba.weight", 2 * p.heads, H);
+      } else {
+        lin(a + "in_proj_qkv.weight", 2 * KD + VD, H);
+        lin(a + "in_proj_z.weight", VD, H);
+        lin(a + "in_proj_b.weight", p.heads, H);
+        lin(a + "in_proj_a.weight", p.heads, H);
+      }
+      specs->push_back({a + "conv1d.weight", {2 * KD + VD, 1, 4}, 0.0f, 0.5f});
+      vec(a + "A_log", p.heads, 0.0f, 1.0f);
+      vec(a + "dt_bias", p.heads, 1.0f, 0.1f);
+      vec(a + "norm.weight", D, 1.0f, 0.1f);
+      lin(a + "out_proj.weight", H, VD);
+    }
+    if (family == "qwen3_5_text") {
+      mlp(pre + "mlp.", p.inter);
+      continue;
+    }
+    lin(pre + "mlp.gate.weight", p.experts, H);
+    for (int64_t e = 0; e < p.experts; ++e)
+      mlp(pre + "mlp.experts." + std::to_string(e) + ".", p.moe_inter);
+    mlp(pre + "mlp.shared_expert.", p.moe_inter);
+    lin(pre + "mlp.shared_expert_gate.weight", 1, H);
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> make_model_presets() { return {"tiny", "small", "qwen3-0.6b-shape"}; }
@@ -91,8 +188,9 @@ Status make_random_model(const MakeModelOptions& o) {
   Preset p;
   if (!find_preset(o.preset, &p))
     return invalid_argument("unknown preset '" + o.preset + "' (tiny, small, qwen3-0.6b-shape)");
-  if (o.family != "qwen3" && o.family != "qwen3_moe")
-    return invalid_argument("unknown family '" + o.family + "' (qwen3, qwen3_moe)");
+  if (o.family != "qwen3" && o.family != "qwen3_moe" && !is_gdn_family(o.family))
+    return invalid_argument("unknown family '" + o.family +
+                            "' (qwen3, qwen3_moe, qwen3_next, qwen3_5_text, qwen3_5_moe_text)");
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16)
     return invalid_argument("dtype must be f32 or bf16");
   if (o.out_dir.empty()) return invalid_argument("--out is required");
@@ -131,6 +229,7 @@ Status make_random_model(const MakeModelOptions& o) {
     c["mlp_only_layers"] = nlohmann::ordered_json::array();
     c["norm_topk_prob"] = true;
   }
+  if (is_gdn_family(o.family)) gdn_config(o.family, p, c);
   c["pagedkv_make_model"] = {{"preset", o.preset}, {"seed", o.seed}};
 
   std::vector<Spec> specs;
@@ -142,8 +241,9 @@ Status make_random_model(const MakeModelOptions& o) {
   specs.push_back(
       {"model.embed_tokens.weight", {p.vocab, p.hidden}, 0.0f, 0.08f * std::sqrt(3.0f)});
   if (!p.tie) lin("lm_head.weight", p.vocab, p.hidden);
-  norm("model.norm.weight", p.hidden);
-  for (int64_t l = 0; l < p.layers; ++l) {
+  if (is_gdn_family(o.family)) gdn_specs(o.family, p, &specs);
+  if (!is_gdn_family(o.family)) norm("model.norm.weight", p.hidden);
+  for (int64_t l = 0; l < p.layers && !is_gdn_family(o.family); ++l) {
     std::string pre = "model.layers." + std::to_string(l) + ".";
     norm(pre + "input_layernorm.weight", p.hidden);
     norm(pre + "post_attention_layernorm.weight", p.hidden);

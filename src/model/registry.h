@@ -26,5 +26,9 @@ std::vector<std::string> supported_model_types();
 StatusOr<std::unique_ptr<Model>> create_qwen3(std::shared_ptr<const Checkpoint> ckpt,
                                               const LoadOptions& options,
                                               backend::Backend& backend);
+// qwen3_next, qwen3_5(_text), qwen3_5_moe(_text): Gated DeltaNet hybrids.
+StatusOr<std::unique_ptr<Model>> create_qwen3_next(std::shared_ptr<const Checkpoint> ckpt,
+                                                   const LoadOptions& options,
+                                                   backend::Backend& backend);
 
 }  // namespace pagedkv::model
