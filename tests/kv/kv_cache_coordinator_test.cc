@@ -686,5 +686,85 @@ TEST(KVCacheCoordinatorTest, PressureKeepsSlidingHits) {
   EXPECT_LT(lru.sliding_hits, chosen.turns / 2);  // plain LRU loses most of them
 }
 
+// --- Concurrent rows, mixed block sizes, preemption: the tables stay consistent ---
+
+TEST(KVCacheCoordinatorTest, ConcurrentRowsWithPreemptionStayIntact) {
+  // Gemma-shaped with mixed block sizes: full B 32, sliding B 16 with window 48.
+  // Pools small enough that rows are refused and preempted.
+  auto c = logical(spec_of({full(32), sliding(16, 48)}), {16, 24}, 6);
+  std::mt19937 rng(2026);
+  const auto system = tokens(96, 31);
+  struct Live {
+    SeqId id;
+    int64_t target;
+  };
+  std::vector<Live> live;
+  int admitted = 0, refused = 0, preempted = 0, sliding_hits = 0;
+  for (int step = 0; step < 3000; ++step) {
+    const int op = static_cast<int>(rng() % 4);
+    if (op == 0 && live.size() < 6) {
+      const auto prompt =
+          concat(prefix(system, 16 + rng() % 80), tokens(1 + rng() % 60, rng() % 8));
+      const SeqId id = c->add_sequence();
+      auto probe = c->probe_cached_prefix(id, prompt);
+      ASSERT_TRUE(probe.ok());
+      if (!probe->fits) {
+        c->release_sequence(id);
+        ++refused;
+        continue;
+      }
+      auto hit = c->find_cached_prefix(id, prompt);
+      ASSERT_TRUE(hit.ok());
+      ASSERT_EQ(*hit, probe->cached_tokens);
+      sliding_hits += *hit > 0 && c->manager(id, 1).held_blocks() > 0;
+      const Status s = c->allocate_slots(id, static_cast<int64_t>(prompt.size()));
+      if (!s.ok()) {  // blocks held by hits elsewhere: give the row back
+        ASSERT_EQ(s.code(), StatusCode::kResourceExhausted) << s.to_string();
+        c->release_sequence(id);
+        ++refused;
+        continue;
+      }
+      ASSERT_TRUE(c->record_tokens(id, std::span(prompt).subspan(static_cast<size_t>(*hit))).ok());
+      live.push_back({id, static_cast<int64_t>(prompt.size() + 1 + rng() % 300)});
+      ++admitted;
+    } else if (op <= 2 && !live.empty()) {  // one decode step of a random row
+      Live& row = live[rng() % live.size()];
+      const Status s = c->allocate_slots(row.id, c->num_tokens(row.id) + 1);
+      if (!s.ok()) {
+        // Recompute preemption of the newest row: every group's tables go back.
+        ASSERT_EQ(s.code(), StatusCode::kResourceExhausted) << s.to_string();
+        c->release_sequence(live.back().id);
+        live.pop_back();
+        ++preempted;
+      } else {
+        const int32_t t = static_cast<int32_t>(rng() % 50000);
+        ASSERT_TRUE(c->record_tokens(row.id, std::span(&t, 1)).ok());
+        if (c->num_tokens(row.id) >= row.target) {
+          c->release_sequence(row.id);
+          row = live.back();
+          live.pop_back();
+        }
+      }
+    } else if (!live.empty()) {  // finish a random row
+      const size_t i = rng() % live.size();
+      c->release_sequence(live[i].id);
+      live[i] = live.back();
+      live.pop_back();
+    }
+    const Status v = c->verify_integrity();
+    ASSERT_TRUE(v.ok()) << "step " << step << ": " << v.to_string();
+  }
+  for (const Live& row : live) c->release_sequence(row.id);
+  expect_ok(*c);
+  std::printf("admitted %d, refused %d, preempted %d, sliding hits %d\n", admitted, refused,
+              preempted, sliding_hits);
+  EXPECT_EQ(c->group_cache(0)->allocator().num_used_blocks(), 0);
+  EXPECT_EQ(c->group_cache(1)->allocator().num_used_blocks(), 0);
+  EXPECT_GT(admitted, 100);
+  EXPECT_GT(preempted, 0);
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(sliding_hits, 0);
+}
+
 }  // namespace
 }  // namespace pagedkv::kv
