@@ -91,6 +91,13 @@ int32_t KVCacheCoordinator::max_concurrent_sequences() const {
   return width;
 }
 
+int64_t KVCacheCoordinator::available_blocks(int32_t g) const {
+  const PagedKVCache* cache = caches_[static_cast<size_t>(g)].get();
+  if (cache == nullptr) return 0;
+  return static_cast<int64_t>(cache->allocator().num_free_blocks()) +
+         (cache->max_blocks() - cache->num_blocks());
+}
+
 SeqId KVCacheCoordinator::add_sequence(std::span<const ExtraKey> extra_keys) {
   const SeqId id = next_id_++;
   Row& r = rows_[id];
@@ -153,17 +160,17 @@ StatusOr<CoordinatorProbe> KVCacheCoordinator::probe_cached_prefix(SeqId id,
     const CacheGroupManager& m = *r->groups[g];
     PKV_ASSIGN_OR_RETURN(GroupHitCost cost, m.probe_hit(prompt, p.cached_tokens));
     int32_t new_blocks = 0;
+    int64_t take = 0;
     if (m.spec().holds_blocks()) {
       const int64_t b = m.spec().block_size;
       new_blocks = static_cast<int32_t>(
           std::max<int64_t>(0, (total_tokens + b - 1) / b - cost.table_blocks));
-      const PagedKVCache& cache = *caches_[g];
-      const int64_t available = static_cast<int64_t>(cache.allocator().num_free_blocks()) +
-                                cost.freed_blocks + (cache.max_blocks() - cache.num_blocks());
-      if (new_blocks + cost.idle_hit_blocks > available) p.fits = false;
+      take = static_cast<int64_t>(new_blocks) + cost.idle_hit_blocks - cost.freed_blocks;
+      if (take > available_blocks(static_cast<int32_t>(g))) p.fits = false;
     }
     p.groups.push_back(cost);
     p.new_blocks.push_back(new_blocks);
+    p.cost.push_back(take);
   }
   return p;
 }
@@ -203,9 +210,7 @@ Status KVCacheCoordinator::allocate_slots(SeqId id, int64_t total_tokens) {
     if (!m.spec().holds_blocks()) continue;
     const int32_t n = m.new_blocks_for(total_tokens);
     const PagedKVCache& cache = *caches_[g];
-    const int64_t available = static_cast<int64_t>(cache.allocator().num_free_blocks()) +
-                              (cache.max_blocks() - cache.num_blocks());
-    if (n > available) {
+    if (n > available_blocks(static_cast<int32_t>(g))) {
       ++caches_[g]->stats().exhausted;
       return resource_exhausted(
           "allocate_slots: " + group_name(spec_, g) + ": " + std::to_string(total_tokens) +

@@ -63,6 +63,10 @@ struct CoordinatorProbe {
   std::vector<GroupHitCost> groups;  // what committing it takes, per group
   // Per group: new blocks a reservation of `total_tokens` would take after the hit.
   std::vector<int32_t> new_blocks;
+  // Per group: blocks admitting would take out of available_blocks(g) — the new
+  // blocks plus idle hit blocks (they leave the free queue) minus the blocks a
+  // kept-live history gives back (SchedulerKV::admission_cost, per group).
+  std::vector<int64_t> cost;
   // True when every group could serve the hit and the reservation now (free +
   // growable blocks, counting the idle hit blocks that leave the free queue).
   bool fits = false;
@@ -95,6 +99,9 @@ class KVCacheCoordinator {
   // block-holding pool at its max) — every admitted row needs a starter block in
   // every group.
   int32_t max_concurrent_sequences() const;
+  // Blocks a new allocation in group `g` can take now: free (unused or cached-
+  // evictable) plus what its pool may still grow by; 0 for a group without blocks.
+  int64_t available_blocks(int32_t g) const;
 
   // --- Rows ---
   // A new live row (empty, with these block-0 extra keys in every group).

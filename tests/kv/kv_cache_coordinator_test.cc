@@ -208,6 +208,23 @@ struct FullSliding {
 
 TEST(KVCacheCoordinatorTest, FullPlusSlidingHitKeepsNullBeforeTheWindow) {
   FullSliding f;
+  // The probe's per-group costs for the 53-token prompt: the full group hits 3
+  // idle blocks and needs 1 new; the sliding group hits 2 idle blocks (block 0 is
+  // outside the window) and needs 1 new.
+  {
+    const SeqId r = f.c->add_sequence();
+    auto probe = f.c->probe_cached_prefix(r, f.prompt);
+    ASSERT_TRUE(probe.ok());
+    EXPECT_EQ(probe->cached_tokens, 48);
+    EXPECT_EQ(probe->groups[0].hit_blocks, 3);
+    EXPECT_EQ(probe->groups[0].idle_hit_blocks, 3);
+    EXPECT_EQ(probe->groups[1].hit_blocks, 2);
+    EXPECT_EQ(probe->new_blocks, (std::vector<int32_t>{1, 1}));
+    EXPECT_EQ(probe->cost, (std::vector<int64_t>{4, 3}));
+    EXPECT_TRUE(probe->fits);
+    EXPECT_EQ(f.c->available_blocks(0), 31);
+    f.c->release_sequence(r);
+  }
   V ft, st;
   EXPECT_EQ(f.hit(&ft, &st), 48);
   const auto keys = keys_of(f.prompt, 16);
