@@ -501,6 +501,16 @@ TEST(KVCacheCoordinatorTest, SpecValidationAndKvSharedRoutes) {
   EXPECT_EQ((*routes)[4].anchor, 2);
   EXPECT_EQ((*routes)[5].slot, 1);
   EXPECT_EQ((*routes)[5].anchor, 3);
+  // Each group's pool stores only the layers that own storage.
+  CoordinatorBudget budget;
+  budget.max_context_tokens = 64;
+  auto made = KVCacheCoordinator::create(spec, budget, GroupPoolShape{2, 8, KVDType::kF32},
+                                         host_kv_storage());
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  EXPECT_EQ((*made)->group_cache(0)->pool()->geometry().num_layers, 2);
+  EXPECT_EQ((*made)->group_cache(1)->pool()->geometry().num_layers, 2);
+  EXPECT_EQ((*made)->group_cache(0)->max_blocks(), 4 + 1 + 1);
+  EXPECT_EQ((*made)->routes()[4].anchor, 2);
 
   KVCacheSpec bad = spec;
   bad.layer_kv_source = {-1, -1, -1, -1, 3, 3};  // aliases across groups
