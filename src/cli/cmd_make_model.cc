@@ -40,8 +40,10 @@ Status copy_tokenizer_files(const std::string& src_dir, const std::string& out_d
 int make_model_main(int argc, char** argv) {
   ArgParser p("make-model",
               "Write a random-weight Hugging Face checkpoint (config.json + model.safetensors).");
-  p.add_option("family", "F", "model family: qwen3 | qwen3_moe", "qwen3");
-  p.add_option("preset", "P", "size: tiny | small | qwen3-0.6b-shape", "tiny");
+  p.add_option("family", "F", "model family: qwen3 | qwen3_moe | gemma3_text | gemma4_text",
+               "qwen3");
+  p.add_option("preset", "P", "size: tiny | small | qwen3-0.6b-shape (gemma4_text also tiny-moe)",
+               "tiny");
   p.add_option("seed", "S", "random seed (same seed, same bytes)", "0");
   p.add_option("dtype", "T", "weight dtype: f32 | bf16", "f32");
   p.add_option("layers", "N", "override the preset's number of layers (0 = preset)", "0");
@@ -114,9 +116,10 @@ int make_model_main(int argc, char** argv) {
 
 }  // namespace
 
-PKV_REGISTER_COMMAND("make-model",
-                     "write a random-weight HF checkpoint (qwen3, qwen3_moe; --tokenizer "
-                     "qwen3|gemma3)",
-                     make_model_main);
+PKV_REGISTER_COMMAND(
+    "make-model",
+    "write a random-weight HF checkpoint (qwen3, qwen3_moe, gemma3_text, gemma4_text; --tokenizer "
+    "qwen3|gemma3)",
+    make_model_main);
 
 }  // namespace pagedkv::cli

@@ -18,8 +18,8 @@
 namespace pagedkv::model {
 
 struct MakeModelOptions {
-  std::string family = "qwen3";  // qwen3 | qwen3_moe
-  std::string preset = "tiny";   // tiny | small | qwen3-0.6b-shape
+  std::string family = "qwen3";  // qwen3 | qwen3_moe | gemma3_text | gemma4_text
+  std::string preset = "tiny";   // tiny | small | qwen3-0.6b-shape (gemma4_text: tiny-moe)
   uint64_t seed = 0;
   DType dtype = DType::kF32;  // F32 or BF16
   std::string out_dir;
