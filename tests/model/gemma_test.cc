@@ -461,6 +461,26 @@ TEST(GemmaConfigTest, NestedTextConfigAndWrapperTensorNamesLoad) {
   EXPECT_TRUE(same_bits(flat_logits(*flat, seq, {50}), flat_logits(*nested, seq, {50})));
 }
 
+TEST(GemmaConfigTest, LegacyGemma3ConfigShapeReadsTheSameModel) {
+  // transformers 4.x's Gemma 3 config.json: no layer_types (sliding_window_pattern
+  // instead), rope_theta for full layers and rope_local_base_freq for sliding ones.
+  std::string d = copy_with_config(fixture("gemma3_text-a"), "legacy", [](nlohmann::json& c) {
+    c.erase("layer_types");
+    c.erase("_sliding_window_pattern");
+    c.erase("rope_parameters");
+    c["sliding_window_pattern"] = 3;
+    c["rope_theta"] = 1000000.0;
+    c["rope_local_base_freq"] = 10000.0;
+    c["rope_scaling"] = nullptr;
+  });
+  auto legacy = load(d);
+  auto modern = load(fixture("gemma3_text-a"));
+  ASSERT_TRUE(legacy && modern);
+  EXPECT_EQ(legacy->kv_geometry().layer_group, modern->kv_geometry().layer_group);
+  auto seq = random_tokens(120, 512, 19);
+  EXPECT_TRUE(same_bits(flat_logits(*modern, seq, {120}), flat_logits(*legacy, seq, {120})));
+}
+
 TEST(GemmaConfigTest, UnsupportedShapesAreRejectedByName) {
   struct Bad {
     const char* fixture;
