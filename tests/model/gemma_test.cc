@@ -21,6 +21,7 @@
 #include "model/flat_kv_cache.h"
 #include "model/make_model.h"
 #include "model/model.h"
+#include "pagedkv/engine.h"
 #include "test_util.h"
 
 namespace pagedkv::model {
@@ -508,6 +509,60 @@ TEST(GemmaConfigTest, UnsupportedShapesAreRejectedByName) {
     EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << b.field;
     EXPECT_NE(m.status().message().find(b.field), std::string::npos) << m.status().message();
   }
+}
+
+// --- through the engine (flat path; the engine pages one group so far) ----------
+
+std::vector<std::vector<int32_t>> engine_greedy(const std::string& dir,
+                                                const std::vector<std::vector<int32_t>>& prompts,
+                                                int64_t budget, bool together) {
+  std::vector<std::vector<int32_t>> out;
+  auto run = [&](const std::vector<std::vector<int32_t>>& batch) {
+    auto m = load_model(dir);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    engine::EngineOptions eo;
+    eo.use_block_paged_cache = false;
+    eo.max_num_batched_tokens = budget;
+    auto e = engine::Engine::create(std::shared_ptr<Model>(std::move(*m)), eo);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    std::vector<std::shared_ptr<engine::RequestHandle>> hs;
+    for (const auto& p : batch) {
+      engine::GenerateRequest rq;
+      rq.prompt = p;
+      rq.sampling.max_tokens = 24;
+      auto h = (*e)->submit(rq);
+      EXPECT_TRUE(h.ok()) << h.status().to_string();
+      hs.push_back(*h);
+    }
+    (*e)->run_until_idle();
+    for (auto& h : hs) out.push_back(h->wait().tokens);
+  };
+  if (together) {
+    run(prompts);
+  } else {
+    for (const auto& p : prompts) run({p});
+  }
+  return out;
+}
+
+TEST(GemmaEngineTest, FlatEngineBatchedAndChunkedEqualsAloneAndPagedIsRefused) {
+  const std::string dir = fixture("gemma4_text-a");
+  std::vector<std::vector<int32_t>> prompts = {
+      random_tokens(90, 512, 31), random_tokens(7, 512, 32), random_tokens(260, 512, 33)};
+  auto alone = engine_greedy(dir, prompts, 4096, false);
+  auto together = engine_greedy(dir, prompts, 19, true);  // chunked prefill, mixed steps
+  ASSERT_EQ(alone.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(alone[i].size(), 24u);
+    EXPECT_EQ(alone[i], together[i]) << "request " << i;
+  }
+  auto m = load_model(dir);
+  ASSERT_TRUE(m.ok());
+  engine::EngineOptions eo;
+  eo.use_block_paged_cache = true;
+  auto e = engine::Engine::create(std::shared_ptr<Model>(std::move(*m)), eo);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("cache groups"), std::string::npos) << e.status().message();
 }
 
 // --- make-model presets -----------------------------------------------------
