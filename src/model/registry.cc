@@ -12,12 +12,8 @@ namespace {
 const std::pair<const char*, FamilyFactory> kFamilies[] = {
     {"qwen3", &create_qwen3},
     {"qwen3_moe", &create_qwen3},
-    // gemma (families/gemma.cc); gemma3/gemma4 are the multimodal wrappers, read
-    // for their text decoder (nested text_config).
-    {"gemma3_text", &create_gemma},
+    {"gemma3_text", &create_gemma},  // families/gemma.cc
     {"gemma4_text", &create_gemma},
-    {"gemma3", &create_gemma},
-    {"gemma4", &create_gemma},
 };
 
 }  // namespace

@@ -26,7 +26,7 @@ std::vector<std::string> supported_model_types();
 StatusOr<std::unique_ptr<Model>> create_qwen3(std::shared_ptr<const Checkpoint> ckpt,
                                               const LoadOptions& options,
                                               backend::Backend& backend);
-// gemma3_text, gemma4_text (and their multimodal wrappers gemma3, gemma4).
+// gemma3_text, gemma4_text (a multimodal wrapper's nested text_config included).
 StatusOr<std::unique_ptr<Model>> create_gemma(std::shared_ptr<const Checkpoint> ckpt,
                                               const LoadOptions& options,
                                               backend::Backend& backend);

@@ -443,23 +443,33 @@ TEST(GemmaConfigTest, AttentionSoftcappingPathsAgreeAndMatchNoCapWhenCapIsHuge) 
 
 TEST(GemmaConfigTest, NestedTextConfigAndWrapperTensorNamesLoad) {
   // The multimodal wrapper's layout: model_type gemma3 with the decoder's fields
-  // under text_config and tensors under model.language_model.
-  std::string d = copy_with_config(fixture("gemma3_text-a"), "nested", [](nlohmann::json& c) {
-    nlohmann::json text = c;
-    c = nlohmann::json::object();
-    c["model_type"] = "gemma3";
-    c["architectures"] = {"Gemma3ForConditionalGeneration"};
-    c["text_config"] = text;
-  });
-  testing_util::rewrite_tensors(d, [](std::vector<testing_util::OwnedTensor>& ts) {
-    for (auto& t : ts)
-      if (t.name.rfind("model.", 0) == 0) t.name = "model.language_model." + t.name.substr(6);
-  });
-  auto nested = load(d);
+  // under text_config, tensors under model.language_model. (transformers 5) or
+  // language_model.model. + language_model.lm_head (4.x).
   auto flat = load(fixture("gemma3_text-a"));
-  ASSERT_TRUE(nested && flat);
+  ASSERT_NE(flat, nullptr);
   auto seq = random_tokens(50, 512, 17);
-  EXPECT_TRUE(same_bits(flat_logits(*flat, seq, {50}), flat_logits(*nested, seq, {50})));
+  const auto want = flat_logits(*flat, seq, {50});
+  for (bool v4 : {false, true}) {
+    std::string d = copy_with_config(fixture("gemma3_text-a"), "nested", [](nlohmann::json& c) {
+      nlohmann::json text = c;
+      c = nlohmann::json::object();
+      c["model_type"] = "gemma3";
+      c["architectures"] = {"Gemma3ForConditionalGeneration"};
+      c["text_config"] = text;
+    });
+    testing_util::rewrite_tensors(d, [v4](std::vector<testing_util::OwnedTensor>& ts) {
+      for (auto& t : ts) {
+        if (t.name.rfind("model.", 0) == 0) {
+          t.name = (v4 ? "language_model.model." : "model.language_model.") + t.name.substr(6);
+        } else if (v4) {
+          t.name = "language_model." + t.name;  // lm_head.weight
+        }
+      }
+    });
+    auto nested = load(d);
+    ASSERT_NE(nested, nullptr) << (v4 ? "4.x names" : "5.x names");
+    EXPECT_TRUE(same_bits(want, flat_logits(*nested, seq, {50}))) << (v4 ? "4.x" : "5.x");
+  }
 }
 
 TEST(GemmaConfigTest, LegacyGemma3ConfigShapeReadsTheSameModel) {

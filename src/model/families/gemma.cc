@@ -16,9 +16,9 @@
 //     MoE block beside the MLP; a learned per-layer output scalar.
 // KV geometry: one full-attention group and one sliding-window group (those that
 // occur), layer_group per layer. Tensor names are Hugging Face's; a checkpoint of
-// the multimodal wrapper (a nested text_config, tensors under
-// model.language_model.) is read for its text part. docs/models.md lists the
-// supported and unsupported config fields.
+// the multimodal wrapper (nested text_config, tensors under model.language_model.,
+// both resolved by Checkpoint, or language_model.model. of transformers 4.x) is
+// read for its text part. docs/gemma.md lists the supported config fields.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -147,22 +147,18 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
                                                     const LoadOptions& options,
                                                     backend::Backend& be) {
   std::unique_ptr<GemmaModel> m(new GemmaModel());
-  const ConfigReader& root = ckpt->config();
-  // The multimodal wrapper nests the decoder's fields in text_config.
-  ConfigReader c = root;
-  if (root.has("text_config") && root.json()["text_config"].is_object()) {
-    PKV_ASSIGN_OR_RETURN(c, root.sub("text_config"));
-  }
+  // A multimodal wrapper's text_config arrives merged by Checkpoint (checkpoint.h).
+  const ConfigReader& c = ckpt->config();
   ModelConfig& mc = m->cfg_;
   mc.source_path = ckpt->dir();
-  PKV_ASSIGN_OR_RETURN(mc.model_type, root.get_string("model_type"));
+  PKV_ASSIGN_OR_RETURN(mc.model_type, c.get_string("model_type"));
   m->gemma4_ = mc.model_type.rfind("gemma4", 0) == 0;
   const bool g4 = m->gemma4_;
   m->one_plus_ = !g4;
   // Tensor names: Gemma*ForCausalLM writes model.*, the multimodal wrapper
   // model.language_model.* (transformers 5) or language_model.model.* (4.x).
   std::string pre = "model.";
-  for (const char* p : {"model.", "model.language_model.", "language_model.model."}) {
+  for (const char* p : {"model.", "language_model.model."}) {
     if (ckpt->find(std::string(p) + "embed_tokens.weight") != nullptr) {
       pre = p;
       break;
@@ -189,17 +185,12 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
     return c.error("max_position_embeddings",
                    "must be in [1, " + std::to_string(kMaxPositionEmbeddings) + "]");
   // Gemma ties the LM head to the embedding unless told otherwise.
-  bool tie_root = true;
-  PKV_ASSIGN_OR_RETURN(tie_root, root.get_bool_or("tie_word_embeddings", true));
-  PKV_ASSIGN_OR_RETURN(mc.tie_word_embeddings, c.get_bool_or("tie_word_embeddings", tie_root));
-  for (const ConfigReader* r : std::initializer_list<const ConfigReader*>{&c, &root}) {
-    if (!mc.eos_token_ids.empty()) break;
-    PKV_ASSIGN_OR_RETURN(auto eos, r->get_int_list_or_empty("eos_token_id"));
-    for (int64_t e : eos) {
-      if (e < 0 || e > INT32_MAX)
-        return r->error("eos_token_id", "holds " + std::to_string(e) + ", not a token id");
-      mc.eos_token_ids.push_back(static_cast<int32_t>(e));
-    }
+  PKV_ASSIGN_OR_RETURN(mc.tie_word_embeddings, c.get_bool_or("tie_word_embeddings", true));
+  PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
+  for (int64_t e : eos) {
+    if (e < 0 || e > INT32_MAX)
+      return c.error("eos_token_id", "holds " + std::to_string(e) + ", not a token id");
+    mc.eos_token_ids.push_back(static_cast<int32_t>(e));
   }
   PKV_RETURN_IF_ERROR(merge_generation_config_eos(ckpt->dir(), &mc.eos_token_ids));
   int64_t v;
@@ -207,7 +198,7 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
   if (v < -1 || v > INT32_MAX)
     return c.error("bos_token_id", "holds " + std::to_string(v) + ", not a token id");
   mc.bos_token_id = static_cast<int32_t>(v);
-  PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(root));
+  PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(c));
 
   double eps;
   PKV_ASSIGN_OR_RETURN(eps, c.get_double_or("rms_norm_eps", 1e-6));
