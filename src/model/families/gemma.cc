@@ -124,8 +124,10 @@ float embedding_scale(double s, DType table) {
   return f;
 }
 
-StatusOr<WeightPtr> upload_rows(const Checkpoint& ckpt, backend::Backend& be, const TensorInfo& t,
-                                int64_t first_row, int64_t rows, int64_t cols) {
+// Rows [first_row, first_row + rows) of a row-major tensor as a [rows][cols] weight
+// (one expert of a stacked [E][...][cols] tensor).
+StatusOr<WeightPtr> upload_rows(backend::Backend& be, const TensorInfo& t, int64_t first_row,
+                                int64_t rows, int64_t cols) {
   backend::HostTensorView v;
   v.dtype = t.dtype == DType::kBF16  ? backend::WeightDType::kBF16
             : t.dtype == DType::kF16 ? backend::WeightDType::kF16
@@ -133,7 +135,6 @@ StatusOr<WeightPtr> upload_rows(const Checkpoint& ckpt, backend::Backend& be, co
   v.rows = rows;
   v.cols = cols;
   v.data = t.data + static_cast<size_t>(first_row * cols) * dtype_size(t.dtype);
-  (void)ckpt;
   return be.upload(v);
 }
 
@@ -179,8 +180,7 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
   PKV_ASSIGN_OR_RETURN(mc.head_dim, read_positive(c, "head_dim", int64_t{256}));
   if (mc.head_dim > 1024 || mc.head_dim % 2 != 0)
     return c.error("head_dim", "must be even and at most 1024");
-  PKV_ASSIGN_OR_RETURN(mc.max_position_embeddings,
-                       c.get_int_or("max_position_embeddings", g4 ? 131072 : 131072));
+  PKV_ASSIGN_OR_RETURN(mc.max_position_embeddings, c.get_int_or("max_position_embeddings", 131072));
   if (mc.max_position_embeddings < 1 || mc.max_position_embeddings > kMaxPositionEmbeddings)
     return c.error("max_position_embeddings",
                    "must be in [1, " + std::to_string(kMaxPositionEmbeddings) + "]");
@@ -514,10 +514,9 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
                              ckpt->require(p + "experts.down_proj", {E, H, MI}));
         Y.experts.resize(static_cast<size_t>(E));
         for (int64_t e = 0; e < E; ++e) {
-          PKV_ASSIGN_OR_RETURN(Y.experts[e].gate, upload_rows(*ckpt, be, *gu, e * 2 * MI, MI, H));
-          PKV_ASSIGN_OR_RETURN(Y.experts[e].up,
-                               upload_rows(*ckpt, be, *gu, e * 2 * MI + MI, MI, H));
-          PKV_ASSIGN_OR_RETURN(Y.experts[e].down, upload_rows(*ckpt, be, *dn, e * H, H, MI));
+          PKV_ASSIGN_OR_RETURN(Y.experts[e].gate, upload_rows(be, *gu, e * 2 * MI, MI, H));
+          PKV_ASSIGN_OR_RETURN(Y.experts[e].up, upload_rows(be, *gu, e * 2 * MI + MI, MI, H));
+          PKV_ASSIGN_OR_RETURN(Y.experts[e].down, upload_rows(be, *dn, e * H, H, MI));
         }
       }
     }
