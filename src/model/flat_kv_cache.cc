@@ -22,6 +22,8 @@ void FlatKVCache::reserve(int32_t tokens) {
     if (!geometry_.layer_group.empty() &&
         geometry_.groups[geometry_.layer_group[l]].kind == CacheGroupKind::kRecurrent)
       continue;
+    // A KV-shared layer reads its anchor's buffers and owns none.
+    if (!geometry_.layer_kv_source.empty() && geometry_.layer_kv_source[l] >= 0) continue;
     k_[l].resize(static_cast<size_t>(cap) * token_bytes_);
     v_[l].resize(static_cast<size_t>(cap) * token_bytes_);
   }

@@ -1,6 +1,7 @@
 // Shared layers (see layers.h).
 #include "model/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -223,8 +224,17 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
           return invalid_argument(where + "block table of group " + std::to_string(g) +
                                   " covers fewer than " + std::to_string(total) + " tokens");
         const int64_t used = (total + geom.block_size - 1) / geom.block_size;
+        // A sliding group's blocks wholly before the window of the span's first
+        // query may be the null block 0 (freed; never read).
+        int64_t first_live = 0;
+        if (geom.groups[g].kind == CacheGroupKind::kSlidingWindow &&
+            geom.groups[g].sliding_window > 0)
+          first_live =
+              std::max<int64_t>(0, row.context_len - geom.groups[g].sliding_window + 1) /
+              geom.block_size;
         for (int64_t i = 0; i < used; ++i) {
           int32_t id = row.block_tables[g][static_cast<size_t>(i)];
+          if (i < first_live && id == 0) continue;
           if (id <= 0 || id >= batch.kv_store->num_blocks())
             return invalid_argument(where + "block table entry " + std::to_string(i) + " = " +
                                     std::to_string(id) + " is not a block of the pool (1.." +
@@ -311,6 +321,35 @@ void KVAccess::tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<c
     (*k)[t] = reinterpret_cast<const float*>(k_base(row, layer, t));
     (*v)[t] = reinterpret_cast<const float*>(v_base(row, layer, t));
   }
+}
+
+void KVAccess::tiles_from(size_t row, int32_t layer, int32_t first_tile, int32_t num_tiles,
+                          std::vector<const float*>* k, std::vector<const float*>* v) {
+  k->assign(static_cast<size_t>(num_tiles), nullptr);
+  v->assign(static_cast<size_t>(num_tiles), nullptr);
+  for (int32_t t = std::max(0, first_tile); t < num_tiles; ++t) {
+    (*k)[t] = reinterpret_cast<const float*>(k_base(row, layer, t));
+    (*v)[t] = reinterpret_cast<const float*>(v_base(row, layer, t));
+  }
+}
+
+std::vector<int64_t> requested_logits_tokens(const ForwardBatch& batch, int32_t vocab_size,
+                                             ForwardOutput* out) {
+  std::vector<int64_t> pick;
+  out->row_begin.clear();
+  out->row_count.clear();
+  for (const ForwardRow& row : batch.rows) {
+    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
+    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
+                : row.logits == LogitsRequest::kLast ? 1
+                                                     : 0;
+    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
+      pick.push_back(row.first_token + i);
+    out->row_count.push_back(n);
+  }
+  out->vocab_size = vocab_size;
+  out->logits.assign(pick.size() * static_cast<size_t>(vocab_size), 0.0f);
+  return pick;
 }
 
 void attention_block(backend::Backend& be, const AttentionSpec& s, const AttentionWeights& w,
@@ -425,6 +464,13 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
   std::vector<float> wts(static_cast<size_t>(T * K));
   be.topk_route(logits.data(), T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids.data(),
                 wts.data());
+  moe_experts(be, w.experts, w.act, ids.data(), wts.data(), K, h, T, hidden, out);
+}
+
+void moe_experts(backend::Backend& be, const std::vector<MlpWeights>& experts, Activation act,
+                 const int32_t* ids, const float* wts, int32_t K, const float* h, int64_t T,
+                 int64_t hidden, float* out) {
+  const int32_t E = static_cast<int32_t>(experts.size());
   // results[t][rank][hidden]
   std::vector<float> results(static_cast<size_t>(T * K * hidden));
   std::vector<float> xin, yout;
@@ -440,7 +486,7 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
     yout.resize(static_cast<size_t>(M * hidden));
     for (int64_t i = 0; i < M; ++i)
       std::memcpy(xin.data() + i * hidden, h + (slots[i] / K) * hidden, hidden * sizeof(float));
-    gated_mlp(be, w.experts[e], w.act, xin.data(), M, yout.data());
+    gated_mlp(be, experts[e], act, xin.data(), M, yout.data());
     for (int64_t i = 0; i < M; ++i) {
       float wt = wts[slots[i]];
       float* dst = results.data() + slots[i] * hidden;

@@ -116,6 +116,12 @@ class KVAccess {
   // Tile pointers covering positions [0, num_tiles * block_size).
   void tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
              std::vector<const float*>* v);
+  // --- sliding-window groups (gemma) ---
+  // Same, but tiles before `first_tile` (wholly outside every query's window; in a
+  // paged sliding group their table entries may be the null block 0) are nullptr
+  // and never looked up.
+  void tiles_from(size_t row, int32_t layer, int32_t first_tile, int32_t num_tiles,
+                  std::vector<const float*>* k, std::vector<const float*>* v);
   int32_t block_size() const { return geom_.block_size; }
 
  private:
@@ -171,6 +177,19 @@ struct MoeWeights {
   bool norm_topk_prob = false;
   Activation act = Activation::kSilu;
 };
+
+// --- MoE experts after routing (shared by moe_block and gemma4's router) ---
+// out[t] = Σ_rank weights[t][rank] · experts[ids[t][rank]](h[t]), summed in rank
+// order; each expert runs once on the tokens routed to it (M-invariant rows).
+void moe_experts(backend::Backend& be, const std::vector<MlpWeights>& experts, Activation act,
+                 const int32_t* ids, const float* weights, int32_t top_k, const float* h,
+                 int64_t T, int64_t hidden, float* out);
+
+// --- logits rows a batch asks for (shared by families) ---
+// Fills out->row_begin/row_count/vocab_size, sizes out->logits, and returns the
+// flattened token indices whose logits are wanted, in output order.
+std::vector<int64_t> requested_logits_tokens(const ForwardBatch& batch, int32_t vocab_size,
+                                             ForwardOutput* out);
 
 // Sparse MoE: per token the top-k experts by softmax(router(h)); out = Σ_rank w·expert(h)
 // summed in rank order. Experts run on the tokens routed to them (M-invariant rows).

@@ -17,6 +17,8 @@ const std::pair<const char*, FamilyFactory> kFamilies[] = {
     {"qwen3_5_text", &create_qwen3_next},
     {"qwen3_5_moe", &create_qwen3_next},
     {"qwen3_5_moe_text", &create_qwen3_next},
+    {"gemma3_text", &create_gemma},  // families/gemma.cc
+    {"gemma4_text", &create_gemma},
 };
 
 }  // namespace

@@ -30,5 +30,9 @@ StatusOr<std::unique_ptr<Model>> create_qwen3(std::shared_ptr<const Checkpoint> 
 StatusOr<std::unique_ptr<Model>> create_qwen3_next(std::shared_ptr<const Checkpoint> ckpt,
                                                    const LoadOptions& options,
                                                    backend::Backend& backend);
+// gemma3_text, gemma4_text (a multimodal wrapper's nested text_config included).
+StatusOr<std::unique_ptr<Model>> create_gemma(std::shared_ptr<const Checkpoint> ckpt,
+                                              const LoadOptions& options,
+                                              backend::Backend& backend);
 
 }  // namespace pagedkv::model
