@@ -15,12 +15,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "model/make_model.h"
+#include "bench_model.h"
+#include "exit_on_error.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -28,30 +28,6 @@ using namespace pagedkv;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-void check(const Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
-    std::exit(1);
-  }
-}
-
-std::string model_dir(const std::string& preset) {
-  const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
-  const std::string base = env && *env
-                               ? env
-                               : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
-                                     "/.cache/pagedkv/models";
-  const std::string dir = base + "/qwen3-" + preset + "-f32-seed1";
-  if (!std::filesystem::exists(dir + "/model.safetensors")) {
-    model::MakeModelOptions o;
-    o.preset = preset;
-    o.seed = 1;
-    o.out_dir = dir;
-    check(model::make_random_model(o));
-  }
-  return dir;
-}
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -75,7 +51,7 @@ Run burst(const std::shared_ptr<model::Model>& m, const std::vector<std::vector<
   o.paged_cache_memory_mb = 1024;  // room for the whole burst at once (no admission limit)
   o.paged_cache_initial_memory_mb = 1024;
   auto e = engine::Engine::create(m, o);
-  check(e.status());
+  bench::exit_on_error(e.status());
   const auto t0 = Clock::now();
   std::vector<engine::RequestHandlePtr> hs;
   for (const auto& p : prompts) {
@@ -84,7 +60,7 @@ Run burst(const std::shared_ptr<model::Model>& m, const std::vector<std::vector<
     r.sampling.max_tokens = 16;
     r.ignore_eos = true;
     auto h = (*e)->submit(r);
-    check(h.status());
+    bench::exit_on_error(h.status());
     hs.push_back(*h);
   }
   (*e)->start();  // the burst is in the inbox together, as requests that arrive during a step
@@ -92,7 +68,7 @@ Run burst(const std::shared_ptr<model::Model>& m, const std::vector<std::vector<
   std::vector<double> ttft;
   for (auto& h : hs) {
     const engine::RequestResult& r = h->wait();
-    if (r.finish_reason == engine::FinishReason::kError) check(r.error);
+    if (r.finish_reason == engine::FinishReason::kError) bench::exit_on_error(r.error);
     ttft.push_back(r.timings.ttft_ms);
     run.tokens.push_back(r.tokens);
   }
@@ -120,9 +96,7 @@ int main(int argc, char** argv) {
     if (a == "--budget") budget = std::atoll(argv[i + 1]);
   }
   unsetenv("PAGEDKV_SAME_STEP_PREFIX_SHARING");
-  auto loaded = model::load_model(model_dir(preset));
-  check(loaded.status());
-  std::shared_ptr<model::Model> m(std::move(*loaded));
+  const std::shared_ptr<model::Model> m = bench::load_random_model(preset);
   std::mt19937 g(11);
   std::uniform_int_distribution<int32_t> d(0, m->config().vocab_size - 1);
   std::vector<int32_t> system(static_cast<size_t>(system_tokens));

@@ -32,8 +32,10 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/half.h"
+#include "bench_machine.h"
+#include "bench_model.h"
 #include "engine/sampler.h"
-#include "model/make_model.h"
+#include "exit_on_error.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -44,43 +46,12 @@ namespace {
 
 double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
 
-std::string model_dir(const std::string& preset, model::DType dt) {
-  const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
-  std::string base = env && *env ? env
-                                 : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
-                                       "/.cache/pagedkv/models";
-  std::string dir =
-      base + "/qwen3-" + preset + (dt == model::DType::kBF16 ? "-bf16" : "-f32") + "-seed1";
-  if (!std::filesystem::exists(dir + "/model.safetensors")) {
-    model::MakeModelOptions o;
-    o.preset = preset;
-    o.seed = 1;
-    o.dtype = dt;
-    o.out_dir = dir;
-    auto t = Clock::now();
-    Status s = model::make_random_model(o);
-    if (!s.ok()) {
-      std::fprintf(stderr, "make-model failed: %s\n", s.to_string().c_str());
-      std::exit(1);
-    }
-    std::printf("  (made %s in %.1f s)\n", dir.c_str(), secs(t));
-  }
-  return dir;
-}
-
 std::vector<int32_t> prompt(size_t n, int32_t vocab) {
   std::mt19937 g(42);
   std::uniform_int_distribution<int32_t> d(0, vocab - 1);
   std::vector<int32_t> v(n);
   for (auto& x : v) x = d(g);
   return v;
-}
-
-void check(const Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
-    std::exit(1);
-  }
 }
 
 // An engine on `m` (paged KV, `initial_mb` MiB growing to 4 GiB), `chunk` prompt
@@ -92,14 +63,8 @@ std::unique_ptr<engine::Engine> engine_for(const std::shared_ptr<model::Model>& 
   o.paged_cache_initial_memory_mb = initial_mb;
   o.max_num_batched_tokens = chunk;
   auto e = engine::Engine::create(m, o);
-  check(e.status());
+  bench::exit_on_error(e.status());
   return std::move(*e);
-}
-
-std::shared_ptr<model::Model> load(const std::string& preset, model::DType dt) {
-  auto m = model::load_model(model_dir(preset, dt));
-  check(m.status());
-  return std::shared_ptr<model::Model>(std::move(*m));
 }
 
 // One greedy request through the engine (step() mode): the seconds until its
@@ -115,7 +80,7 @@ Timed run(engine::Engine& e, const std::vector<int32_t>& p, int max_tokens) {
   r.ignore_eos = true;
   r.return_logits = true;
   auto h = e.submit(r);
-  check(h.status());
+  bench::exit_on_error(h.status());
   Timed t;
   auto t0 = Clock::now();
   while (!(*h)->done() && e.stats().completion_tokens == 0) e.step();
@@ -124,13 +89,13 @@ Timed run(engine::Engine& e, const std::vector<int32_t>& p, int max_tokens) {
   e.run_until_idle();
   t.rest_s = secs(t0);
   t.result = (*h)->wait();
-  if (t.result.finish_reason == engine::FinishReason::kError) check(t.result.error);
+  if (t.result.finish_reason == engine::FinishReason::kError) bench::exit_on_error(t.result.error);
   return t;
 }
 
 void throughput(const std::string& preset, model::DType dt, size_t prompt_len, int decode_tokens,
                 size_t serial_len) {
-  auto m = load(preset, dt);
+  auto m = bench::load_random_model(preset, dt);
   auto p = prompt(prompt_len, m->config().vocab_size);
   // Prefill: the whole prompt in one step; then decode.
   Timed r = run(*engine_for(m, static_cast<int64_t>(prompt_len)), p, decode_tokens + 1);
@@ -148,7 +113,7 @@ void throughput(const std::string& preset, model::DType dt, size_t prompt_len, i
 }
 
 void ttft(const std::string& preset, model::DType dt) {
-  auto m = load(preset, dt);
+  auto m = bench::load_random_model(preset, dt);
   auto p = prompt(2048, m->config().vocab_size);
   Timed cold = run(*engine_for(m, 2048), p, 1);
   auto e = engine_for(m, 2048);
@@ -169,13 +134,13 @@ engine::RequestHandlePtr submit(engine::Engine& e, const std::vector<int32_t>& p
   r.sampling.max_tokens = max_tokens;
   r.ignore_eos = true;
   auto h = e.submit(r);
-  check(h.status());
+  bench::exit_on_error(h.status());
   return *h;
 }
 
 void check_finished(const engine::RequestHandlePtr& h) {
   const engine::RequestResult& r = h->wait();
-  if (r.finish_reason == engine::FinishReason::kError) check(r.error);
+  if (r.finish_reason == engine::FinishReason::kError) bench::exit_on_error(r.error);
 }
 
 // Aggregate decode tok/s at `n` concurrent requests through the engine: a
@@ -266,8 +231,8 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N, int reps) {
 void issue11_table(const std::string& preset) {
   backend::Backend& be = backend::cpu_backend();
   std::printf("== issue 11 table (%s bf16): %s\n", preset.c_str(), be.describe().c_str());
-  const std::string dir = model_dir(preset, model::DType::kBF16);
-  auto m = load(preset, model::DType::kBF16);
+  const std::string dir = bench::random_model_dir(preset, model::DType::kBF16);
+  auto m = bench::load_random_model(preset, model::DType::kBF16);
   const auto& c = m->config();
   // Weight bytes streamed per decode step: every matrix once (the tied embedding
   // is read once, as lm_head) = the checkpoint's size, give or take its header.
@@ -334,11 +299,7 @@ int main(int argc, char** argv) {
     issue11_table(argc > 2 ? argv[2] : "qwen3-0.6b-shape");
     return 0;
   }
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    char buf[128] = {0};
-    if (std::fgets(buf, sizeof(buf), f)) std::printf("load average at start: %s", buf);
-    std::fclose(f);
-  }
+  std::printf("load average at start: %s\n", bench::load_average().c_str());
   std::printf("== model throughput (CPU backend, paged KV, f32 compute)\n");
   throughput("tiny", model::DType::kF32, 512, 64, 512);
   throughput("tiny", model::DType::kBF16, 512, 64, 512);

@@ -84,6 +84,16 @@ Status ArgParser::parse(int argc, char** argv) {
   return ok_status();
 }
 
+std::optional<int> ArgParser::parse_or_exit_code(int argc, char** argv) {
+  Status s = parse(argc, argv);
+  if (!s.ok()) return report_error(command_, s);
+  if (help_requested_) {
+    std::cout << help();
+    return 0;
+  }
+  return std::nullopt;
+}
+
 bool ArgParser::has(const std::string& name) const {
   const Spec* s = find(name);
   if (s == nullptr) return false;
@@ -122,6 +132,14 @@ StatusOr<double> ArgParser::get_double(const std::string& name) const {
   auto parsed = parse_double(*v);
   if (!parsed) return invalid_argument("option '--" + name + "': '" + *v + "' is not a number");
   return *parsed;
+}
+
+StatusOr<int64_t> ArgParser::get_int_in(const std::string& name, int64_t lo, int64_t hi) const {
+  PKV_ASSIGN_OR_RETURN(const int64_t v, get_int(name));
+  if (v < lo || v > hi)
+    return invalid_argument("--" + name + " must be in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got " + std::to_string(v));
+  return v;
 }
 
 std::string ArgParser::help() const {

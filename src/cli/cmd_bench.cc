@@ -39,6 +39,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/command_registry.h"
+#include "cli/engine_flags.h"
 #include "model/make_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
@@ -371,22 +372,11 @@ int bench_main(int argc, char** argv) {
   p.add_option("system-tokens", "N", "system prompt length (chat, agent; nosharing prefix)", "256");
   p.add_option("max-tokens", "N", "tokens generated per request", "32");
   p.add_option("seed", "S", "workload seed", "1");
-  p.add_option("max-num-batched-tokens", "N",
-               "engine token budget per step (default 2048; env PAGEDKV_MAX_NUM_BATCHED_TOKENS "
-               "wins)");
-  p.add_option("max-num-seqs", "N",
-               "engine max running requests (default 64; env PAGEDKV_MAX_NUM_SEQS wins)");
-  p.add_option("pool-mb", "MB",
-               "paged_cache_memory_mb (default: one full context; env "
-               "PAGEDKV_PAGED_CACHE_MEMORY_MB wins)");
+  add_scheduler_flags(p);
+  add_pool_memory_flag(p, "pool-mb");
   p.add_flag("json", "print one JSON document instead of text");
   // --verbose (every command has it, args.cc) also prints the backend and kernel path.
-  Status s = p.parse(argc, argv);
-  if (!s.ok()) return report_error("bench", s);
-  if (p.help_requested()) {
-    std::cout << p.help();
-    return 0;
-  }
+  if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
   BenchConfig base;
   base.workload = p.get("workload");
   if (base.workload != "chat" && base.workload != "agent" && base.workload != "nosharing")
@@ -425,22 +415,11 @@ int bench_main(int argc, char** argv) {
   base.system_tokens = static_cast<int>(*p.get_int("system-tokens"));
   base.max_tokens = static_cast<int>(*p.get_int("max-tokens"));
   base.seed = static_cast<uint64_t>(*p.get_int("seed"));
-  if (p.get_optional("max-num-batched-tokens")) {
-    auto v = p.get_int("max-num-batched-tokens");
-    if (!v.ok()) return report_error("bench", v.status());
-    base.engine.max_num_batched_tokens = *v;
-  }
-  if (p.get_optional("max-num-seqs")) {
-    auto v = p.get_int("max-num-seqs");
-    if (!v.ok()) return report_error("bench", v.status());
-    base.engine.max_num_seqs = *v;
-  }
-  if (p.get_optional("pool-mb")) {
-    auto v = p.get_int("pool-mb");
-    if (!v.ok() || *v < 1)
-      return report_error("bench", invalid_argument("--pool-mb must be a positive integer"));
-    base.engine.paged_cache_memory_mb = static_cast<uint64_t>(*v);
-  }
+  auto flags = read_engine_flags(p);
+  if (!flags.ok()) return report_error("bench", flags.status());
+  base.engine.max_num_batched_tokens = flags->max_num_batched_tokens;
+  base.engine.max_num_seqs = flags->max_num_seqs;
+  base.engine.paged_cache_memory_mb = flags->paged_cache_mb;
 
   std::string dir = p.get("model");
   std::string temp;
