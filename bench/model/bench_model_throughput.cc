@@ -32,10 +32,10 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/half.h"
+#include "bench_engine.h"
 #include "bench_machine.h"
 #include "bench_model.h"
 #include "engine/sampler.h"
-#include "exit_on_error.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -48,10 +48,7 @@ double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::n
 
 std::vector<int32_t> prompt(size_t n, int32_t vocab) {
   std::mt19937 g(42);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
+  return bench::random_tokens(g, n, vocab);
 }
 
 // An engine on `m` (paged KV, `initial_mb` MiB growing to 4 GiB), `chunk` prompt
@@ -62,9 +59,7 @@ std::unique_ptr<engine::Engine> engine_for(const std::shared_ptr<model::Model>& 
   o.paged_cache_memory_mb = 4096;
   o.paged_cache_initial_memory_mb = initial_mb;
   o.max_num_batched_tokens = chunk;
-  auto e = engine::Engine::create(m, o);
-  bench::exit_on_error(e.status());
-  return std::move(*e);
+  return bench::create_engine(m, o);
 }
 
 // One greedy request through the engine (step() mode): the seconds until its
@@ -74,22 +69,15 @@ struct Timed {
   engine::RequestResult result;
 };
 Timed run(engine::Engine& e, const std::vector<int32_t>& p, int max_tokens) {
-  engine::GenerateRequest r;
-  r.prompt = p;
-  r.sampling.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  r.return_logits = true;
-  auto h = e.submit(r);
-  bench::exit_on_error(h.status());
+  const engine::RequestHandlePtr h = bench::submit_fixed(e, p, max_tokens, /*return_logits=*/true);
   Timed t;
   auto t0 = Clock::now();
-  while (!(*h)->done() && e.stats().completion_tokens == 0) e.step();
+  while (!h->done() && e.stats().completion_tokens == 0) e.step();
   t.first_s = secs(t0);
   t0 = Clock::now();
   e.run_until_idle();
   t.rest_s = secs(t0);
-  t.result = (*h)->wait();
-  if (t.result.finish_reason == engine::FinishReason::kError) bench::exit_on_error(t.result.error);
+  t.result = bench::wait_ok(h);
   return t;
 }
 
@@ -128,21 +116,6 @@ void ttft(const std::string& preset, model::DType dt) {
       cold.first_s / hot.first_s, same ? "yes" : "NO");
 }
 
-engine::RequestHandlePtr submit(engine::Engine& e, const std::vector<int32_t>& p, int max_tokens) {
-  engine::GenerateRequest r;
-  r.prompt = p;
-  r.sampling.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  auto h = e.submit(r);
-  bench::exit_on_error(h.status());
-  return *h;
-}
-
-void check_finished(const engine::RequestHandlePtr& h) {
-  const engine::RequestResult& r = h->wait();
-  if (r.finish_reason == engine::FinishReason::kError) bench::exit_on_error(r.error);
-}
-
 // Aggregate decode tok/s at `n` concurrent requests through the engine: a
 // 512-token prefix is computed once (the prefix cache), then n requests of that
 // prefix + 16 own tokens each are submitted together; the engine prefills their
@@ -152,15 +125,15 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
   const int32_t V = m->config().vocab_size;
   auto e = engine_for(m, 2048, 2048);  // allocated up front: no pool growth while timed
   auto prefix = prompt(prefix_len, V);
-  auto warm = submit(*e, prefix, 1);
+  auto warm = bench::submit_fixed(*e, prefix, 1);
   e->run_until_idle();
-  check_finished(warm);
+  bench::wait_ok(warm);
   std::vector<engine::RequestHandlePtr> hs;
   for (int i = 0; i < n; ++i) {
     std::vector<int32_t> p = prefix;
     std::mt19937 g(1000 + i);
     for (int j = 0; j < 16; ++j) p.push_back(static_cast<int32_t>(g() % V));
-    hs.push_back(submit(*e, p, steps + 1));  // the first token comes from prefill
+    hs.push_back(bench::submit_fixed(*e, p, steps + 1));  // the first token comes from prefill
   }
   double sec = 0;
   int64_t tokens = 0;
@@ -175,7 +148,7 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
       tokens += rep.decode_rows;
     }
   }
-  for (auto& h : hs) check_finished(h);
+  for (auto& h : hs) bench::wait_ok(h);
   if (e->stats().cached_prompt_tokens < static_cast<uint64_t>(n) * (prefix_len / 16 * 16)) {
     std::fprintf(stderr, "error: the shared prefix was not served from the prefix cache\n");
     std::exit(1);
@@ -242,11 +215,11 @@ void issue11_table(const std::string& preset) {
   double prefill_tps = 0;
   for (int rep = 0; rep < 2; ++rep) {
     auto e = engine_for(m, 512, 1024);  // allocated up front: no pool growth while timed
-    auto h = submit(*e, prompt(512, c.vocab_size), 1);
+    auto h = bench::submit_fixed(*e, prompt(512, c.vocab_size), 1);
     auto t = Clock::now();
     engine::StepReport r = e->step();
     const double s = secs(t);
-    check_finished(h);
+    bench::wait_ok(h);
     if (r.prefill_rows != 1 || r.tokens != 512) {
       std::fprintf(stderr, "error: the 512-token prefill took more than one step\n");
       std::exit(1);

@@ -106,13 +106,7 @@ int serve_main(int argc, char** argv) {
 
   auto flags = read_engine_flags(p);
   if (!flags.ok()) return report_error("serve", flags.status());
-  server::EngineSessionOptions eo;
-  eo.max_num_seqs = flags->max_num_seqs;
-  eo.max_num_batched_tokens = flags->max_num_batched_tokens;
-  eo.paged_cache_mb = flags->paged_cache_mb;
-  eo.pool_max_blocks = flags->pool_max_blocks;
-  eo.persist_paged_cache = flags->persist_paged_cache;
-  eo.cold_cache_dir = flags->cold_cache_dir;
+  const server::EngineSessionOptions& eo = *flags;
 
   FileSystem& fs = FileSystem::posix();
   if (auto keys = p.get_optional("api-keys")) {

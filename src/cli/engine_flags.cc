@@ -1,6 +1,8 @@
 // The engine flags shared by serve and bench (see engine_flags.h).
 #include "cli/engine_flags.h"
 
+#include <type_traits>
+
 namespace pagedkv::cli {
 
 void add_scheduler_flags(ArgParser& p) {
@@ -32,8 +34,8 @@ void add_cold_tier_flags(ArgParser& p) {
                "PAGEDKV_COLD_CACHE_DIR)");
 }
 
-StatusOr<EngineFlagValues> read_engine_flags(const ArgParser& p) {
-  EngineFlagValues v;
+StatusOr<server::EngineSessionOptions> read_engine_flags(const ArgParser& p) {
+  server::EngineSessionOptions v;
   // An integer flag within [lo, hi], when given.
   auto ranged = [&](const std::string& name, int64_t lo, int64_t hi, auto* out) -> Status {
     if (!p.get_optional(name)) return ok_status();

@@ -7,25 +7,13 @@
 // engine's own resolution (env, config.json, default) applies.
 #pragma once
 
-#include <cstdint>
-#include <optional>
 #include <string>
 
 #include "cli/args.h"
 #include "pagedkv/status.h"
+#include "server/engine_session.h"
 
 namespace pagedkv::cli {
-
-// What the engine flags of a command line say; unset when not given (or not
-// declared by the command).
-struct EngineFlagValues {
-  std::optional<int64_t> max_num_seqs;
-  std::optional<int64_t> max_num_batched_tokens;
-  std::optional<uint64_t> paged_cache_mb;
-  std::optional<int32_t> pool_max_blocks;
-  std::optional<bool> persist_paged_cache;
-  std::optional<std::string> cold_cache_dir;
-};
 
 // --max-num-seqs N and --max-num-batched-tokens N.
 void add_scheduler_flags(ArgParser& p);
@@ -36,8 +24,10 @@ void add_pool_blocks_flag(ArgParser& p);
 // --persist-cache, --no-persist-cache and --cold-cache-dir DIR.
 void add_cold_tier_flags(ArgParser& p);
 
-// Reads every engine flag `p` declares. InvalidArgument naming the flag for a
-// value out of its range, contradicting switches or an empty directory.
-StatusOr<EngineFlagValues> read_engine_flags(const ArgParser& p);
+// Reads every engine flag `p` declares into the server's engine options (serve
+// passes them on as they are; bench copies the scheduler and pool sizes into its
+// EngineOptions); a flag not given stays unset. InvalidArgument naming the flag
+// for a value out of its range, contradicting switches or an empty directory.
+StatusOr<server::EngineSessionOptions> read_engine_flags(const ArgParser& p);
 
 }  // namespace pagedkv::cli
