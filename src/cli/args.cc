@@ -118,20 +118,27 @@ std::string ArgParser::get(const std::string& name) const {
   return get_optional(name).value_or("");
 }
 
-StatusOr<int64_t> ArgParser::get_int(const std::string& name) const {
-  auto v = get_optional(name);
-  if (!v) return invalid_argument("option '--" + name + "' is required");
-  auto parsed = parse_i64(*v);
-  if (!parsed) return invalid_argument("option '--" + name + "': '" + *v + "' is not an integer");
+namespace {
+
+// `value` (of option `name`) converted by `parse` (parse_i64, parse_double);
+// InvalidArgument naming the option when it is absent or not `what`.
+template <typename Parse>
+auto parse_value(const std::optional<std::string>& value, const std::string& name, Parse parse,
+                 const char* what) -> StatusOr<typename decltype(parse(*value))::value_type> {
+  if (!value) return invalid_argument("option '--" + name + "' is required");
+  auto parsed = parse(*value);
+  if (!parsed) return invalid_argument("option '--" + name + "': '" + *value + "' is not " + what);
   return *parsed;
 }
 
+}  // namespace
+
+StatusOr<int64_t> ArgParser::get_int(const std::string& name) const {
+  return parse_value(get_optional(name), name, parse_i64, "an integer");
+}
+
 StatusOr<double> ArgParser::get_double(const std::string& name) const {
-  auto v = get_optional(name);
-  if (!v) return invalid_argument("option '--" + name + "' is required");
-  auto parsed = parse_double(*v);
-  if (!parsed) return invalid_argument("option '--" + name + "': '" + *v + "' is not a number");
-  return *parsed;
+  return parse_value(get_optional(name), name, parse_double, "a number");
 }
 
 StatusOr<int64_t> ArgParser::get_int_in(const std::string& name, int64_t lo, int64_t hi) const {
