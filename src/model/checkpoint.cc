@@ -14,6 +14,25 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
+// config.json's text_config merged over its top level (see checkpoint.h).
+StatusOr<ConfigReader> language_model_config(const ConfigReader& top, bool* nested) {
+  *nested = false;
+  if (!top.has("text_config")) return top;
+  PKV_ASSIGN_OR_RETURN(ConfigReader text, top.sub("text_config"));
+  *nested = true;
+  nlohmann::json merged = top.json();
+  merged.erase("text_config");
+  for (const char* tower : {"vision_config", "audio_config"}) merged.erase(tower);
+  for (auto it = text.json().begin(); it != text.json().end(); ++it) merged[it.key()] = it.value();
+  if (!text.has("model_type")) {
+    PKV_ASSIGN_OR_RETURN(std::string outer, top.get_string("model_type"));
+    merged["model_type"] = outer + "_text";
+  }
+  return ConfigReader::from_string(merged.dump(), top.path() + " (text_config)");
+}
+
+constexpr char kLanguageModelPrefix[] = "model.language_model.";
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
@@ -25,7 +44,8 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
     return invalid_argument("model path " + dir + " is not a directory");
   std::unique_ptr<Checkpoint> c(new Checkpoint());
   c->dir_ = dir;
-  PKV_ASSIGN_OR_RETURN(c->config_, ConfigReader::from_file(join_path(dir, "config.json")));
+  PKV_ASSIGN_OR_RETURN(ConfigReader top, ConfigReader::from_file(join_path(dir, "config.json")));
+  PKV_ASSIGN_OR_RETURN(c->config_, language_model_config(top, &c->nested_text_config_));
 
   std::vector<std::string> shard_files;
   std::string index_path = join_path(dir, "model.safetensors.index.json");
@@ -81,13 +101,19 @@ StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
   return c;
 }
 
+std::string Checkpoint::stored_name(const std::string& name) const {
+  if (tensors_.count(name) || name.rfind("model.", 0) != 0) return name;
+  std::string nested = kLanguageModelPrefix + name.substr(6);
+  return tensors_.count(nested) ? nested : name;
+}
+
 const TensorInfo* Checkpoint::find(const std::string& name) const {
-  auto it = tensors_.find(name);
+  auto it = tensors_.find(stored_name(name));
   return it == tensors_.end() ? nullptr : it->second.second;
 }
 
 std::string Checkpoint::file_of(const std::string& name) const {
-  auto it = tensors_.find(name);
+  auto it = tensors_.find(stored_name(name));
   return it == tensors_.end() ? "" : files_[it->second.first]->path();
 }
 

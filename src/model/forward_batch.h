@@ -43,6 +43,7 @@
 namespace pagedkv::model {
 
 class FlatKVCache;
+class RecurrentState;
 
 // Element type of stored K/V: the KV cache's own enum (f32 | bf16 | f16).
 using KVDType = kv::KVDType;
@@ -89,9 +90,10 @@ struct ForwardRow {
   // Flat path: this request's contiguous cache (grown by the model as needed).
   FlatKVCache* flat = nullptr;
 
-  // Recurrent-state slot for hybrid families (Gated DeltaNet, Mamba-2, short
-  // conv); -1 for pure-attention models. Placeholder until those families land.
-  int32_t state_slot = -1;
+  // Hybrid families (short conv, Gated DeltaNet, Mamba-2), both paths: this
+  // request's recurrent state (recurrent_state.h), holding exactly context_len
+  // consumed tokens; the model advances it. nullptr for pure-attention models.
+  RecurrentState* state = nullptr;
 };
 
 struct ForwardBatch {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/half.h"
+#include "model/recurrent_state.h"
 #include "util/check.h"
 #include "util/knobs.h"
 
@@ -192,6 +193,14 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
                                 " must be context_len + " + std::to_string(i));
     }
     int64_t total = static_cast<int64_t>(row.context_len) + row.num_tokens;
+    if (geom.has_recurrent_state()) {
+      if (row.state == nullptr)
+        return invalid_argument(where + "the model keeps recurrent state but the row has none");
+      if (row.state->length() != row.context_len)
+        return invalid_argument(where + "recurrent state holds " +
+                                std::to_string(row.state->length()) +
+                                " tokens but context_len is " + std::to_string(row.context_len));
+    }
     if (batch.path == KVPath::kPaged) {
       if (batch.kv_store == nullptr)
         return invalid_argument("forward batch: paged without kv_store");

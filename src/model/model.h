@@ -48,6 +48,15 @@ struct KVGeometry {
   // Per layer: the layer whose KV it reads instead of its own (KV-shared layers),
   // or -1. All -1 for qwen3.
   std::vector<int32_t> layer_kv_source;
+  // Per layer: floats of recurrent state (recurrent_state.h) the layer keeps per
+  // request, 0 for a layer without. Empty for pure-attention models.
+  std::vector<int64_t> layer_state_floats;
+
+  bool has_recurrent_state() const {
+    for (int64_t n : layer_state_floats)
+      if (n > 0) return true;
+    return false;
+  }
 
   size_t bytes_per_token_per_layer() const {
     return 2u * static_cast<size_t>(num_kv_heads) * head_dim * kv_dtype_size(dtype);

@@ -18,6 +18,7 @@
 #include "model/flat_kv_cache.h"
 #include "model/layers.h"
 #include "model/model.h"
+#include "model/recurrent_state.h"
 #include "model/safetensors.h"
 #include "test_util.h"
 #include "util/fault_injection_file_system.h"
@@ -419,6 +420,43 @@ TEST(LoaderTest, ShardedCheckpointEqualsSingleFile) {
   EXPECT_TRUE(load_fails_with(s, "model.extra.weight"));
 }
 
+TEST(LoaderTest, NestedTextConfigAndLanguageModelTensorNamesLoad) {
+  // A multimodal-style checkpoint: the language model's fields under text_config,
+  // its tensors under model.language_model.*, an unrelated vision tower beside it.
+  std::string d = make_tiny("qwen3", 6, "nested");
+  std::vector<int32_t> ids = {7, 3, 99, 12, 0, 511};
+  auto flat_cfg = load_model(d);
+  ASSERT_TRUE(flat_cfg.ok()) << flat_cfg.status().to_string();
+  auto want = all_logits(**flat_cfg, ids);
+  rewrite_tensors(d, [](std::vector<OwnedTensor>& ts) {
+    for (auto& t : ts)
+      if (t.name.rfind("model.", 0) == 0) t.name = "model.language_model." + t.name.substr(6);
+    ts.push_back({"model.vision_tower.patch.weight", DType::kF32, {2}, std::vector<std::byte>(8)});
+  });
+  nlohmann::json text = read_json(d + "/config.json");
+  nlohmann::json top;
+  top["model_type"] = "qwen3_vl_like";
+  top["eos_token_id"] = text["eos_token_id"];
+  top["vision_config"] = {{"hidden_size", 3}};
+  text.erase("eos_token_id");
+  top["text_config"] = text;
+  write_text(d + "/config.json", top.dump());
+  auto nested = load_model(d);
+  ASSERT_TRUE(nested.ok()) << nested.status().to_string();
+  EXPECT_EQ((*nested)->config().model_type, "qwen3");
+  auto got = all_logits(**nested, ids);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * 4));
+  // Without a nested model_type, the top-level type + "_text" names the family.
+  top["text_config"].erase("model_type");
+  top["model_type"] = "qwen3_textless";
+  write_text(d + "/config.json", top.dump());
+  EXPECT_TRUE(load_fails_with(d, "qwen3_textless_text"));
+  // A text_config that is not an object is named.
+  top["text_config"] = 5;
+  write_text(d + "/config.json", top.dump());
+  EXPECT_TRUE(load_fails_with(d, "text_config"));
+}
+
 TEST(LoaderTest, TiedEmbeddingsUseTheEmbeddingAsLmHead) {
   std::string d = make_tiny("qwen3", 4, "tied");
   std::vector<int32_t> ids = {3, 1, 4, 1, 5};
@@ -460,6 +498,43 @@ TEST(LoaderTest, Bf16CheckpointLoadsAndIsDeterministic) {
   auto c = load_model(d3);
   ASSERT_TRUE(c.ok());
   EXPECT_NE(0, std::memcmp(la.data(), all_logits(**c, ids).data(), la.size() * 4));
+}
+
+TEST(RecurrentStateTest, SizedPerLayerZeroedAndCheckedAgainstTheRow) {
+  KVGeometry g;
+  g.num_layers = 3;
+  g.num_kv_heads = 1;
+  g.head_dim = 4;
+  g.groups = {CacheGroup{CacheGroupKind::kFullAttention, 0},
+              CacheGroup{CacheGroupKind::kRecurrent, 0}};
+  g.layer_group = {1, 0, 1};
+  g.layer_state_floats = {6, 0, 2};
+  ASSERT_TRUE(g.has_recurrent_state());
+  RecurrentState st(g);
+  EXPECT_EQ(st.layer_floats(0), 6u);
+  EXPECT_EQ(st.layer(1), nullptr);
+  EXPECT_EQ(st.memory_bytes(), 8 * sizeof(float));
+  st.layer(2)[1] = 5.0f;
+  st.set_length(3);
+  RecurrentState checkpoint = st;  // a checkpoint is a copy
+  st.clear();
+  EXPECT_EQ(st.layer(2)[1], 0.0f);
+  EXPECT_EQ(st.length(), 0);
+  EXPECT_EQ(checkpoint.layer(2)[1], 5.0f);
+  EXPECT_EQ(checkpoint.length(), 3);
+
+  FlatKVCache flat(g);
+  std::vector<int32_t> ids = {1, 2};
+  ForwardBatch b;
+  b.path = KVPath::kFlat;
+  b.add_row(ids, 0, LogitsRequest::kLast).flat = &flat;
+  Status s = validate_batch(b, g, 16);
+  EXPECT_NE(s.message().find("recurrent state"), std::string::npos) << s.to_string();
+  b.rows[0].state = &checkpoint;  // holds 3 tokens, the row says 0
+  s = validate_batch(b, g, 16);
+  EXPECT_NE(s.message().find("holds 3 tokens"), std::string::npos) << s.to_string();
+  b.rows[0].state = &st;
+  EXPECT_TRUE(validate_batch(b, g, 16).ok());
 }
 
 TEST(LoaderTest, MalformedBatchIsRejected) {

@@ -14,6 +14,7 @@
 
 #include "model/flat_kv_cache.h"
 #include "model/model.h"
+#include "model/recurrent_state.h"
 #include "model/safetensors.h"
 
 namespace pagedkv::model {
@@ -77,6 +78,13 @@ double margin(const float* v, int64_t n) {
   return a - b;
 }
 
+// A row's KV view on the flat path, plus the recurrent state when the model is a
+// hybrid (recurrent_state.h).
+void attach(ForwardRow& row, const Model& model, FlatKVCache* flat, RecurrentState* state) {
+  row.flat = flat;
+  if (model.kv_geometry().has_recurrent_state()) row.state = state;
+}
+
 class OracleTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OracleTest, FullLogitsMatchTransformers) {
@@ -90,11 +98,12 @@ TEST_P(OracleTest, FullLogitsMatchTransformers) {
   ASSERT_GE(static_cast<int64_t>(seq.size()), ref.rows);
 
   FlatKVCache flat((*model)->kv_geometry());
+  RecurrentState state((*model)->kv_geometry());
   ForwardBatch b;
   b.path = KVPath::kFlat;
-  b.add_row(std::span<const int32_t>(seq.data(), static_cast<size_t>(ref.rows)), 0,
-            LogitsRequest::kAll)
-      .flat = &flat;
+  attach(b.add_row(std::span<const int32_t>(seq.data(), static_cast<size_t>(ref.rows)), 0,
+                   LogitsRequest::kAll),
+         **model, &flat, &state);
   ForwardOutput out;
   ASSERT_TRUE((*model)->forward(b, &out).ok());
   double worst = 0;
@@ -115,9 +124,10 @@ TEST_P(OracleTest, GreedyDecodeOneTokenAtATimeMatchesTransformers) {
   Reference ref = load_reference(dir);
   const int64_t T = static_cast<int64_t>(ref.input_ids.size());
   FlatKVCache flat((*model)->kv_geometry());
+  RecurrentState state((*model)->kv_geometry());
   ForwardBatch b;
   b.path = KVPath::kFlat;
-  b.add_row(ref.input_ids, 0, LogitsRequest::kLast).flat = &flat;
+  attach(b.add_row(ref.input_ids, 0, LogitsRequest::kLast), **model, &flat, &state);
   ForwardOutput out;
   ASSERT_TRUE((*model)->forward(b, &out).ok());
   for (size_t j = 0; j < ref.greedy_ids.size(); ++j) {
@@ -131,8 +141,9 @@ TEST_P(OracleTest, GreedyDecodeOneTokenAtATimeMatchesTransformers) {
     int32_t next = ref.greedy_ids[j];
     ForwardBatch d;
     d.path = KVPath::kFlat;
-    d.add_row(std::span<const int32_t>(&next, 1), static_cast<int32_t>(T + j), LogitsRequest::kLast)
-        .flat = &flat;
+    attach(d.add_row(std::span<const int32_t>(&next, 1), static_cast<int32_t>(T + j),
+                     LogitsRequest::kLast),
+           **model, &flat, &state);
     ASSERT_TRUE((*model)->forward(d, &out).ok());
   }
 }
