@@ -11,6 +11,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/lib/debian-packages.sh"
 OUT="${1:-$ROOT/.cache/corpus}"
 
 # Keep in sync with SOURCES in training/build_corpus.py.
@@ -28,17 +29,10 @@ PACKAGES=(
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-    missing+=("$p")
-  fi
+  debian_package_installed "$p" || missing+=("$p")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "gather-corpus: installing ${missing[*]}" >&2
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  debian_install gather-corpus "${missing[@]}"
 fi
 
 python3 "$ROOT/training/build_corpus.py" --out "$OUT"

@@ -6,6 +6,7 @@
 # as the first command on a fresh Debian 12 machine. `--fuzz` also installs what
 # `make fuzz` needs: clang and its libFuzzer/ASan/UBSan runtimes.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian-packages.sh"
 
 PACKAGES=(
   build-essential       # g++ 12, make
@@ -39,19 +40,12 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   # npm may come from another source (e.g. NodeSource's nodejs bundles it).
   if [[ "$p" == npm ]] && command -v npm >/dev/null 2>&1; then continue; fi
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-    missing+=("$p")
-  fi
+  debian_package_installed "$p" || missing+=("$p")
 done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
 
-echo "install-deps: installing ${missing[*]}" >&2
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+debian_install install-deps "${missing[@]}"
 echo "install-deps: done" >&2

@@ -36,7 +36,8 @@
 #include <string>
 #include <vector>
 
-#include "model/make_model.h"
+#include "bench_machine.h"
+#include "bench_model.h"
 #include "util/knobs.h"
 
 using namespace pagedkv;
@@ -51,29 +52,10 @@ namespace {
 
 constexpr int kBlock = 16;
 
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
 std::string model_dir() {
-  const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
-  std::string base = env && *env ? env
-                                 : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
-                                       "/.cache/pagedkv/models";
-  const std::string dir = base + "/qwen3-tiny-f32-seed1-ctx16k";
+  const std::string dir = bench::bench_model_cache_dir() + "/qwen3-tiny-f32-seed1-ctx16k";
   if (!fs::exists(dir + "/model.safetensors")) {
-    model::MakeModelOptions o;
-    o.preset = "tiny";
-    o.seed = 1;
-    o.out_dir = dir;
-    Status s = model::make_random_model(o);
-    if (!s.ok()) {
-      std::fprintf(stderr, "make-model failed: %s\n", s.to_string().c_str());
-      std::exit(1);
-    }
+    bench::make_bench_model(dir, "tiny", model::DType::kF32);
     nlohmann::json j;
     {
       std::ifstream in(dir + "/config.json");
@@ -141,17 +123,6 @@ Turn run_process(const std::string& bin, const std::string& model, const std::st
   return t;
 }
 
-std::string fs_type(const std::string& dir) {
-  std::string out;
-  FILE* p = ::popen(("df -T '" + dir + "' | tail -1 | awk '{print $2}'").c_str(), "r");
-  if (!p) return "?";
-  char buf[128];
-  while (std::fgets(buf, sizeof(buf), p)) out += buf;
-  ::pclose(p);
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
-}
-
 // One series: fresh cold dir, processes until the whole prompt is restored (or
 // `max_turns`). Returns false on an error.
 bool series(const std::string& bin, const std::string& model, const std::string& ids,
@@ -169,8 +140,8 @@ bool series(const std::string& bin, const std::string& model, const std::string&
   const std::string saved_sync = inherited_sync ? inherited_sync : "";
   if (sync) ::setenv("PAGEDKV_COLD_SYNC", sync, 1);
   const int64_t max_restorable = (prompt_tokens - 1) / kBlock * kBlock;
-  std::printf("\n%s (%s), %s; load average %s\n", base.c_str(), fs_type(base).c_str(),
-              label.c_str(), load_average().c_str());
+  std::printf("\n%s (%s), %s; load average %s\n", base.c_str(), bench::fs_type(base).c_str(),
+              label.c_str(), bench::load_average().c_str());
   std::printf("%-5s %9s %7s %10s %10s %-9s %11s %10s %9s\n", "turn", "restored", "share",
               "captured", "walked", "stop", "capture ms", "TTFT ms", "wall s");
   bool ok = true;
@@ -212,11 +183,7 @@ int main() {
     std::fprintf(stderr, "PAGEDKV_COLD_RESTART_TOKENS must be in [32, 16000]\n");
     return 1;
   }
-  std::vector<std::string> dirs;
-  const std::string spec = env_string("PAGEDKV_COLD_BENCH_DIRS").value_or("/var/tmp:/dev/shm");
-  std::stringstream ss(spec);
-  for (std::string d; std::getline(ss, d, ':');)
-    if (!d.empty() && fs::is_directory(d)) dirs.push_back(d);
+  const std::vector<std::string> dirs = bench::cold_bench_dirs();
   const std::string model = model_dir();
   std::mt19937 g(11);
   std::uniform_int_distribution<int32_t> dist(0, 511);  // the tiny preset's vocabulary
@@ -230,7 +197,7 @@ int main() {
       "sync %s\n",
       static_cast<long long>(n), static_cast<long long>(n / kBlock),
       sync ? sync : "fsync (default)");
-  std::printf("load average at start: %s\n", load_average().c_str());
+  std::printf("load average at start: %s\n", bench::load_average().c_str());
   const std::string tmp = fs::temp_directory_path().string() + "/pkv_cold_restart_base";
   Turn base = run_process(bin, model, ids, tmp, false, tmp + ".metrics");
   if (!base.error.empty()) {
@@ -251,12 +218,12 @@ int main() {
          ok;
     // On a real disk, the same with sync off: the writer then runs at page-cache speed,
     // i.e. a disk that keeps up (durability against power loss traded, never correctness).
-    if (sync == nullptr && fs_type(d) != "tmpfs") {
+    if (sync == nullptr && bench::fs_type(d) != "tmpfs") {
       ok = series(bin, model, ids, n, d, "default budget, PAGEDKV_COLD_SYNC=none", nullptr, "none",
                   8) &&
            ok;
     }
   }
-  std::printf("\nload average at end: %s\n", load_average().c_str());
+  std::printf("\nload average at end: %s\n", bench::load_average().c_str());
   return ok ? 0 : 1;
 }

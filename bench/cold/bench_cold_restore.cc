@@ -36,13 +36,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_machine.h"
+#include "bench_model.h"
 #include "engine/kv_cache_factory.h"
 #include "engine/pool_kv_store.h"
+#include "exit_on_error.h"
 #include "kv/cold/cold_store.h"
 #include "kv/cold/cold_tier_walk.h"
 #include "kv/paged_kv_cache_adapter.h"
-#include "model/make_model.h"
-#include "util/knobs.h"
 
 using namespace pagedkv;
 using Clock = std::chrono::steady_clock;
@@ -83,31 +84,6 @@ Times median(std::vector<Times> v) {
     c.push_back(t.cpu_ms);
   }
   return {mid(w), mid(c)};
-}
-
-void check(const Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
-    std::exit(1);
-  }
-}
-
-std::string model_dir(const std::string& preset, model::DType dt) {
-  const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
-  std::string base = env && *env ? env
-                                 : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
-                                       "/.cache/pagedkv/models";
-  std::string dir =
-      base + "/qwen3-" + preset + (dt == model::DType::kBF16 ? "-bf16" : "-f32") + "-seed1";
-  if (!std::filesystem::exists(dir + "/model.safetensors")) {
-    model::MakeModelOptions o;
-    o.preset = preset;
-    o.seed = 1;
-    o.dtype = dt;
-    o.out_dir = dir;
-    check(model::make_random_model(o));
-  }
-  return dir;
 }
 
 // The walks under test work on one adapter; this fills it the way one prefill
@@ -154,7 +130,7 @@ std::unique_ptr<kv::PagedKVCache> cache_for(model::Model& m) {
   c.paged_cache_memory_mb = 64;          // ≥ 17 blocks of the 0.6B shape; allocated per run
   c.paged_cache_initial_memory_mb = 64;  // no growth inside a timed section
   auto r = engine::make_paged_cache(m, c);
-  check(r.status());
+  bench::exit_on_error(r.status());
   return std::move(*r);
 }
 
@@ -178,22 +154,10 @@ int drop_page_cache(const std::string& dir) {
   return n;
 }
 
-std::string fs_type(const std::string& dir) {
-  std::string out;
-  FILE* p = ::popen(("df -T '" + dir + "' | tail -1 | awk '{print $2}'").c_str(), "r");
-  if (!p) return "?";
-  char buf[128];
-  while (std::fgets(buf, sizeof(buf), p)) out += buf;
-  ::pclose(p);
-  while (!out.empty() && (out.back() == '\n')) out.pop_back();
-  return out;
-}
-
 void run_preset(const std::string& preset, model::DType dt, int n_blocks, int reps,
                 int restore_reps, const std::vector<std::string>& dirs) {
-  auto loaded = model::load_model(model_dir(preset, dt));
-  check(loaded.status());
-  model::Model& m = **loaded;
+  const std::shared_ptr<model::Model> loaded = bench::load_random_model(preset, dt);
+  model::Model& m = *loaded;
   const auto fp = fingerprint(m, preset);
   const int b = m.kv_geometry().block_size;
   std::mt19937 g(7);
@@ -210,10 +174,10 @@ void run_preset(const std::string& preset, model::DType dt, int n_blocks, int re
   for (int r = 0; r < reps; ++r) {
     auto c = cache_for(m);
     auto runner = std::make_unique<Prefiller>(m, c.get());
-    check(runner->begin(prompt).status());
+    bench::exit_on_error(runner->begin(prompt).status());
     std::vector<float> logits;
     Timer t;
-    check(runner->prefill(&logits));
+    bench::exit_on_error(runner->prefill(&logits));
     full.push_back(t.stop());
     ref_logits = logits;
     if (r + 1 == reps) {
@@ -242,7 +206,7 @@ void run_preset(const std::string& preset, model::DType dt, int n_blocks, int re
     so.sync = SyncMode::kFsync;
     {
       auto store = cold::ColdStore::open(so);
-      check(store.status());
+      bench::exit_on_error(store.status());
       cold::ColdCaptureBudget budget;
       budget.max_blocks = static_cast<uint64_t>(n_blocks) + 1;
       budget.max_walk = std::chrono::milliseconds(60000);
@@ -253,7 +217,7 @@ void run_preset(const std::string& preset, model::DType dt, int n_blocks, int re
       Times tc = t.stop();
       std::printf(
           "  %s (%s): capture %d blocks + flush (fsync)  wall %8.2f ms = %.3f ms/block  (%s)\n",
-          base.c_str(), fs_type(base).c_str(), cr.enqueued, tc.wall_ms,
+          base.c_str(), bench::fs_type(base).c_str(), cr.enqueued, tc.wall_ms,
           tc.wall_ms / std::max(1, cr.enqueued), cr.stop.c_str());
     }
     for (const bool drop : {false, true}) {
@@ -264,20 +228,20 @@ void run_preset(const std::string& preset, model::DType dt, int n_blocks, int re
         if (drop) dropped = drop_page_cache(dir);
         Timer to;
         auto store = cold::ColdStore::open(so);
-        check(store.status());
+        bench::exit_on_error(store.status());
         opens.push_back(to.stop());
         cold::ColdTierWalk walk(store->get(), fp);
         auto c = cache_for(m);
         Prefiller runner(m, c.get());
         auto hot = runner.begin(prompt);
-        check(hot.status());
+        bench::exit_on_error(hot.status());
         Timer tr;
         auto rr = walk.restore_extend(*runner.adapter(), prompt);
         restores.push_back(tr.stop());
         restored = rr.restored;
         std::vector<float> logits;
         Timer tl;
-        check(runner.prefill(&logits));
+        bench::exit_on_error(runner.prefill(&logits));
         lasts.push_back(tl.stop());
         identical = identical && logits == ref_logits && *hot == 0;
         runner.end();
@@ -312,29 +276,12 @@ void run_preset(const std::string& preset, model::DType dt, int n_blocks, int re
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   ::setenv("PAGEDKV_LOG_LEVEL", "warn", 0);  // no pool-size line per fresh cache
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    char buf[128] = {0};
-    if (std::fgets(buf, sizeof(buf), f)) std::printf("load average at start: %s", buf);
-    std::fclose(f);
-  }
-  std::vector<std::string> dirs;
-  std::string spec = env_string("PAGEDKV_COLD_BENCH_DIRS").value_or("/var/tmp:/dev/shm");
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t e = spec.find(':', pos);
-    if (e == std::string::npos) e = spec.size();
-    std::string d = spec.substr(pos, e - pos);
-    if (!d.empty() && std::filesystem::is_directory(d)) dirs.push_back(d);
-    pos = e + 1;
-  }
+  std::printf("load average at start: %s\n", bench::load_average().c_str());
+  const std::vector<std::string> dirs = bench::cold_bench_dirs();
   std::printf("== cold tier: restore vs recompute per block (sync fsync, block 16 tokens)\n");
   run_preset("tiny", model::DType::kF32, 128, 3, 7, dirs);
   run_preset("small", model::DType::kF32, 64, 3, 7, dirs);
   if (!quick) run_preset("qwen3-0.6b-shape", model::DType::kBF16, 4, 1, 3, dirs);
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    char buf[128] = {0};
-    if (std::fgets(buf, sizeof(buf), f)) std::printf("load average at end: %s", buf);
-    std::fclose(f);
-  }
+  std::printf("load average at end: %s\n", bench::load_average().c_str());
   return 0;
 }

@@ -24,7 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "model/make_model.h"
+#include "bench_engine.h"
+#include "bench_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -35,30 +36,6 @@ namespace {
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-void check(const Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
-    std::exit(1);
-  }
-}
-
-std::string model_dir(const std::string& preset) {
-  const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
-  const std::string base = env && *env
-                               ? env
-                               : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
-                                     "/.cache/pagedkv/models";
-  const std::string dir = base + "/qwen3-" + preset + "-f32-seed1";
-  if (!std::filesystem::exists(dir + "/model.safetensors")) {
-    model::MakeModelOptions o;
-    o.preset = preset;
-    o.seed = 1;
-    o.out_dir = dir;
-    check(model::make_random_model(o));
-  }
-  return dir;
 }
 
 struct Turn {
@@ -74,23 +51,17 @@ Turn run_turn(const std::shared_ptr<model::Model>& m, const std::string& dir,
   o.cold_cache_dir = dir + "/cold";
   o.metrics_dir = dir + "/metrics";
   o.max_num_batched_tokens = static_cast<int64_t>(prompt.size());
-  auto e = engine::Engine::create(m, o);
-  check(e.status());
-  engine::GenerateRequest r;
-  r.prompt = prompt;
-  r.sampling.max_tokens = 1;
-  r.ignore_eos = true;
-  auto h = (*e)->submit(r);
-  check(h.status());
+  const auto e = bench::create_engine(m, o);
+  const engine::RequestHandlePtr h = bench::submit_fixed(*e, prompt, 1);
   Turn t;
   auto t0 = Clock::now();
-  (*e)->run_until_idle();
+  e->run_until_idle();
   t.turn_ms = ms_since(t0);
   t0 = Clock::now();
-  (*e)->flush_cold_tier();
+  e->flush_cold_tier();
   t.drain_ms = ms_since(t0);
-  t.result = (*h)->wait();
-  t.stats = (*e)->stats();
+  t.result = h->wait();
+  t.stats = e->stats();
   return t;
 }
 
@@ -108,14 +79,11 @@ int main(int argc, char** argv) {
   }
   unsetenv("PAGEDKV_PERSIST_PAGED_CACHE");
   unsetenv("PAGEDKV_COLD_CACHE_DIR");
-  auto loaded = model::load_model(model_dir(preset));
-  check(loaded.status());
-  std::shared_ptr<model::Model> m(std::move(*loaded));
+  const std::shared_ptr<model::Model> m = bench::load_random_model(preset);
   const int32_t b = m->kv_geometry().block_size;
   std::mt19937 g(5);
-  std::uniform_int_distribution<int32_t> d(0, m->config().vocab_size - 1);
-  std::vector<int32_t> prompt(static_cast<size_t>(tokens));
-  for (auto& x : prompt) x = d(g);
+  const std::vector<int32_t> prompt =
+      bench::random_tokens(g, static_cast<size_t>(tokens), m->config().vocab_size);
   const int64_t restorable = (tokens - 1) / b * b;
   std::printf("bench_cold_turn: %s preset, %lld-token prompt (%lld restorable tokens), dir %s\n",
               preset.c_str(), static_cast<long long>(tokens), static_cast<long long>(restorable),

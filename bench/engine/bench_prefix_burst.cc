@@ -15,12 +15,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "model/make_model.h"
+#include "bench_engine.h"
+#include "bench_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -28,30 +28,6 @@ using namespace pagedkv;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-void check(const Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
-    std::exit(1);
-  }
-}
-
-std::string model_dir(const std::string& preset) {
-  const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
-  const std::string base = env && *env
-                               ? env
-                               : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
-                                     "/.cache/pagedkv/models";
-  const std::string dir = base + "/qwen3-" + preset + "-f32-seed1";
-  if (!std::filesystem::exists(dir + "/model.safetensors")) {
-    model::MakeModelOptions o;
-    o.preset = preset;
-    o.seed = 1;
-    o.out_dir = dir;
-    check(model::make_random_model(o));
-  }
-  return dir;
-}
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -74,31 +50,21 @@ Run burst(const std::shared_ptr<model::Model>& m, const std::vector<std::vector<
   o.max_num_batched_tokens = budget;
   o.paged_cache_memory_mb = 1024;  // room for the whole burst at once (no admission limit)
   o.paged_cache_initial_memory_mb = 1024;
-  auto e = engine::Engine::create(m, o);
-  check(e.status());
+  const auto e = bench::create_engine(m, o);
   const auto t0 = Clock::now();
   std::vector<engine::RequestHandlePtr> hs;
-  for (const auto& p : prompts) {
-    engine::GenerateRequest r;
-    r.prompt = p;
-    r.sampling.max_tokens = 16;
-    r.ignore_eos = true;
-    auto h = (*e)->submit(r);
-    check(h.status());
-    hs.push_back(*h);
-  }
-  (*e)->start();  // the burst is in the inbox together, as requests that arrive during a step
+  for (const auto& p : prompts) hs.push_back(bench::submit_fixed(*e, p, 16));
+  e->start();  // the burst is in the inbox together, as requests that arrive during a step
   Run run;
   std::vector<double> ttft;
   for (auto& h : hs) {
-    const engine::RequestResult& r = h->wait();
-    if (r.finish_reason == engine::FinishReason::kError) check(r.error);
+    const engine::RequestResult& r = bench::wait_ok(h);
     ttft.push_back(r.timings.ttft_ms);
     run.tokens.push_back(r.tokens);
   }
   run.wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  (*e)->stop();
-  const engine::EngineStats st = (*e)->stats();
+  e->stop();
+  const engine::EngineStats st = e->stats();
   run.forward_tokens = st.forward_tokens;
   run.prompt_computed = st.prompt_tokens - st.cached_prompt_tokens;
   run.ttft_p50 = percentile(ttft, 0.5);
@@ -120,17 +86,16 @@ int main(int argc, char** argv) {
     if (a == "--budget") budget = std::atoll(argv[i + 1]);
   }
   unsetenv("PAGEDKV_SAME_STEP_PREFIX_SHARING");
-  auto loaded = model::load_model(model_dir(preset));
-  check(loaded.status());
-  std::shared_ptr<model::Model> m(std::move(*loaded));
+  const std::shared_ptr<model::Model> m = bench::load_random_model(preset);
   std::mt19937 g(11);
-  std::uniform_int_distribution<int32_t> d(0, m->config().vocab_size - 1);
-  std::vector<int32_t> system(static_cast<size_t>(system_tokens));
-  for (auto& x : system) x = d(g);
+  const int32_t vocab = m->config().vocab_size;
+  const std::vector<int32_t> system =
+      bench::random_tokens(g, static_cast<size_t>(system_tokens), vocab);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < requests; ++i) {
     std::vector<int32_t> p = system;
-    for (int k = 0; k < 48; ++k) p.push_back(d(g));
+    const std::vector<int32_t> user = bench::random_tokens(g, 48, vocab);
+    p.insert(p.end(), user.begin(), user.end());
     prompts.push_back(std::move(p));
   }
   std::printf(

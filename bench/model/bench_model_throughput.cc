@@ -32,8 +32,10 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/half.h"
+#include "bench_engine.h"
+#include "bench_machine.h"
+#include "bench_model.h"
 #include "engine/sampler.h"
-#include "model/make_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -44,43 +46,9 @@ namespace {
 
 double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
 
-std::string model_dir(const std::string& preset, model::DType dt) {
-  const char* env = std::getenv("PAGEDKV_BENCH_MODEL_DIR");
-  std::string base = env && *env ? env
-                                 : std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
-                                       "/.cache/pagedkv/models";
-  std::string dir =
-      base + "/qwen3-" + preset + (dt == model::DType::kBF16 ? "-bf16" : "-f32") + "-seed1";
-  if (!std::filesystem::exists(dir + "/model.safetensors")) {
-    model::MakeModelOptions o;
-    o.preset = preset;
-    o.seed = 1;
-    o.dtype = dt;
-    o.out_dir = dir;
-    auto t = Clock::now();
-    Status s = model::make_random_model(o);
-    if (!s.ok()) {
-      std::fprintf(stderr, "make-model failed: %s\n", s.to_string().c_str());
-      std::exit(1);
-    }
-    std::printf("  (made %s in %.1f s)\n", dir.c_str(), secs(t));
-  }
-  return dir;
-}
-
 std::vector<int32_t> prompt(size_t n, int32_t vocab) {
   std::mt19937 g(42);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
-void check(const Status& s) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
-    std::exit(1);
-  }
+  return bench::random_tokens(g, n, vocab);
 }
 
 // An engine on `m` (paged KV, `initial_mb` MiB growing to 4 GiB), `chunk` prompt
@@ -91,15 +59,7 @@ std::unique_ptr<engine::Engine> engine_for(const std::shared_ptr<model::Model>& 
   o.paged_cache_memory_mb = 4096;
   o.paged_cache_initial_memory_mb = initial_mb;
   o.max_num_batched_tokens = chunk;
-  auto e = engine::Engine::create(m, o);
-  check(e.status());
-  return std::move(*e);
-}
-
-std::shared_ptr<model::Model> load(const std::string& preset, model::DType dt) {
-  auto m = model::load_model(model_dir(preset, dt));
-  check(m.status());
-  return std::shared_ptr<model::Model>(std::move(*m));
+  return bench::create_engine(m, o);
 }
 
 // One greedy request through the engine (step() mode): the seconds until its
@@ -109,28 +69,21 @@ struct Timed {
   engine::RequestResult result;
 };
 Timed run(engine::Engine& e, const std::vector<int32_t>& p, int max_tokens) {
-  engine::GenerateRequest r;
-  r.prompt = p;
-  r.sampling.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  r.return_logits = true;
-  auto h = e.submit(r);
-  check(h.status());
+  const engine::RequestHandlePtr h = bench::submit_fixed(e, p, max_tokens, /*return_logits=*/true);
   Timed t;
   auto t0 = Clock::now();
-  while (!(*h)->done() && e.stats().completion_tokens == 0) e.step();
+  while (!h->done() && e.stats().completion_tokens == 0) e.step();
   t.first_s = secs(t0);
   t0 = Clock::now();
   e.run_until_idle();
   t.rest_s = secs(t0);
-  t.result = (*h)->wait();
-  if (t.result.finish_reason == engine::FinishReason::kError) check(t.result.error);
+  t.result = bench::wait_ok(h);
   return t;
 }
 
 void throughput(const std::string& preset, model::DType dt, size_t prompt_len, int decode_tokens,
                 size_t serial_len) {
-  auto m = load(preset, dt);
+  auto m = bench::load_random_model(preset, dt);
   auto p = prompt(prompt_len, m->config().vocab_size);
   // Prefill: the whole prompt in one step; then decode.
   Timed r = run(*engine_for(m, static_cast<int64_t>(prompt_len)), p, decode_tokens + 1);
@@ -148,7 +101,7 @@ void throughput(const std::string& preset, model::DType dt, size_t prompt_len, i
 }
 
 void ttft(const std::string& preset, model::DType dt) {
-  auto m = load(preset, dt);
+  auto m = bench::load_random_model(preset, dt);
   auto p = prompt(2048, m->config().vocab_size);
   Timed cold = run(*engine_for(m, 2048), p, 1);
   auto e = engine_for(m, 2048);
@@ -163,21 +116,6 @@ void ttft(const std::string& preset, model::DType dt) {
       cold.first_s / hot.first_s, same ? "yes" : "NO");
 }
 
-engine::RequestHandlePtr submit(engine::Engine& e, const std::vector<int32_t>& p, int max_tokens) {
-  engine::GenerateRequest r;
-  r.prompt = p;
-  r.sampling.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  auto h = e.submit(r);
-  check(h.status());
-  return *h;
-}
-
-void check_finished(const engine::RequestHandlePtr& h) {
-  const engine::RequestResult& r = h->wait();
-  if (r.finish_reason == engine::FinishReason::kError) check(r.error);
-}
-
 // Aggregate decode tok/s at `n` concurrent requests through the engine: a
 // 512-token prefix is computed once (the prefix cache), then n requests of that
 // prefix + 16 own tokens each are submitted together; the engine prefills their
@@ -187,15 +125,15 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
   const int32_t V = m->config().vocab_size;
   auto e = engine_for(m, 2048, 2048);  // allocated up front: no pool growth while timed
   auto prefix = prompt(prefix_len, V);
-  auto warm = submit(*e, prefix, 1);
+  auto warm = bench::submit_fixed(*e, prefix, 1);
   e->run_until_idle();
-  check_finished(warm);
+  bench::wait_ok(warm);
   std::vector<engine::RequestHandlePtr> hs;
   for (int i = 0; i < n; ++i) {
     std::vector<int32_t> p = prefix;
     std::mt19937 g(1000 + i);
     for (int j = 0; j < 16; ++j) p.push_back(static_cast<int32_t>(g() % V));
-    hs.push_back(submit(*e, p, steps + 1));  // the first token comes from prefill
+    hs.push_back(bench::submit_fixed(*e, p, steps + 1));  // the first token comes from prefill
   }
   double sec = 0;
   int64_t tokens = 0;
@@ -210,7 +148,7 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
       tokens += rep.decode_rows;
     }
   }
-  for (auto& h : hs) check_finished(h);
+  for (auto& h : hs) bench::wait_ok(h);
   if (e->stats().cached_prompt_tokens < static_cast<uint64_t>(n) * (prefix_len / 16 * 16)) {
     std::fprintf(stderr, "error: the shared prefix was not served from the prefix cache\n");
     std::exit(1);
@@ -266,8 +204,8 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N, int reps) {
 void issue11_table(const std::string& preset) {
   backend::Backend& be = backend::cpu_backend();
   std::printf("== issue 11 table (%s bf16): %s\n", preset.c_str(), be.describe().c_str());
-  const std::string dir = model_dir(preset, model::DType::kBF16);
-  auto m = load(preset, model::DType::kBF16);
+  const std::string dir = bench::random_model_dir(preset, model::DType::kBF16);
+  auto m = bench::load_random_model(preset, model::DType::kBF16);
   const auto& c = m->config();
   // Weight bytes streamed per decode step: every matrix once (the tied embedding
   // is read once, as lm_head) = the checkpoint's size, give or take its header.
@@ -277,11 +215,11 @@ void issue11_table(const std::string& preset) {
   double prefill_tps = 0;
   for (int rep = 0; rep < 2; ++rep) {
     auto e = engine_for(m, 512, 1024);  // allocated up front: no pool growth while timed
-    auto h = submit(*e, prompt(512, c.vocab_size), 1);
+    auto h = bench::submit_fixed(*e, prompt(512, c.vocab_size), 1);
     auto t = Clock::now();
     engine::StepReport r = e->step();
     const double s = secs(t);
-    check_finished(h);
+    bench::wait_ok(h);
     if (r.prefill_rows != 1 || r.tokens != 512) {
       std::fprintf(stderr, "error: the 512-token prefill took more than one step\n");
       std::exit(1);
@@ -334,11 +272,7 @@ int main(int argc, char** argv) {
     issue11_table(argc > 2 ? argv[2] : "qwen3-0.6b-shape");
     return 0;
   }
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    char buf[128] = {0};
-    if (std::fgets(buf, sizeof(buf), f)) std::printf("load average at start: %s", buf);
-    std::fclose(f);
-  }
+  std::printf("load average at start: %s\n", bench::load_average().c_str());
   std::printf("== model throughput (CPU backend, paged KV, f32 compute)\n");
   throughput("tiny", model::DType::kF32, 512, 64, 512);
   throughput("tiny", model::DType::kBF16, 512, 64, 512);

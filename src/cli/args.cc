@@ -84,6 +84,16 @@ Status ArgParser::parse(int argc, char** argv) {
   return ok_status();
 }
 
+std::optional<int> ArgParser::parse_or_exit_code(int argc, char** argv) {
+  Status s = parse(argc, argv);
+  if (!s.ok()) return report_error(command_, s);
+  if (help_requested_) {
+    std::cout << help();
+    return 0;
+  }
+  return std::nullopt;
+}
+
 bool ArgParser::has(const std::string& name) const {
   const Spec* s = find(name);
   if (s == nullptr) return false;
@@ -108,20 +118,35 @@ std::string ArgParser::get(const std::string& name) const {
   return get_optional(name).value_or("");
 }
 
-StatusOr<int64_t> ArgParser::get_int(const std::string& name) const {
-  auto v = get_optional(name);
-  if (!v) return invalid_argument("option '--" + name + "' is required");
-  auto parsed = parse_i64(*v);
-  if (!parsed) return invalid_argument("option '--" + name + "': '" + *v + "' is not an integer");
+namespace {
+
+// `value` (of option `name`) converted by `parse` (parse_i64, parse_double);
+// InvalidArgument naming the option when it is absent or not `what`.
+template <typename Parse>
+auto parse_value(const std::optional<std::string>& value, const std::string& name, Parse parse,
+                 const char* what) -> StatusOr<typename decltype(parse(*value))::value_type> {
+  if (!value) return invalid_argument("option '--" + name + "' is required");
+  auto parsed = parse(*value);
+  if (!parsed) return invalid_argument("option '--" + name + "': '" + *value + "' is not " + what);
   return *parsed;
 }
 
+}  // namespace
+
+StatusOr<int64_t> ArgParser::get_int(const std::string& name) const {
+  return parse_value(get_optional(name), name, parse_i64, "an integer");
+}
+
 StatusOr<double> ArgParser::get_double(const std::string& name) const {
-  auto v = get_optional(name);
-  if (!v) return invalid_argument("option '--" + name + "' is required");
-  auto parsed = parse_double(*v);
-  if (!parsed) return invalid_argument("option '--" + name + "': '" + *v + "' is not a number");
-  return *parsed;
+  return parse_value(get_optional(name), name, parse_double, "a number");
+}
+
+StatusOr<int64_t> ArgParser::get_int_in(const std::string& name, int64_t lo, int64_t hi) const {
+  PKV_ASSIGN_OR_RETURN(const int64_t v, get_int(name));
+  if (v < lo || v > hi)
+    return invalid_argument("--" + name + " must be in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got " + std::to_string(v));
+  return v;
 }
 
 std::string ArgParser::help() const {

@@ -37,6 +37,11 @@ class ArgParser {
   // Also sets the log threshold: info with --verbose, else warn (unless
   // PAGEDKV_LOG_LEVEL is set, which then wins).
   Status parse(int argc, char** argv);
+  // parse() plus what ends a command at once, the same for every command:
+  // --help prints help() (exit code 0), a parse error is reported with
+  // report_error (2). Returns that exit code, or nullopt when the command runs:
+  //   if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
+  std::optional<int> parse_or_exit_code(int argc, char** argv);
 
   bool help_requested() const { return help_requested_; }
   bool has(const std::string& name) const;         // flag present, or option given/defaulted
@@ -47,6 +52,8 @@ class ArgParser {
   // Parsed numeric values; InvalidArgument naming the flag when not a number.
   StatusOr<int64_t> get_int(const std::string& name) const;
   StatusOr<double> get_double(const std::string& name) const;
+  // get_int within [lo, hi]; InvalidArgument "--NAME must be in [lo, hi], got V".
+  StatusOr<int64_t> get_int_in(const std::string& name, int64_t lo, int64_t hi) const;
 
   std::string help() const;
 

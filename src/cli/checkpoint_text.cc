@@ -38,6 +38,12 @@ std::string default_model_near_binary() {
 
 }  // namespace
 
+void add_default_model_option(ArgParser& p) {
+  p.add_option("model", "DIR",
+               "Hugging Face checkpoint directory (default: the shipped default model, "
+               "models/default of the source tree; env PAGEDKV_DEFAULT_MODEL overrides)");
+}
+
 StatusOr<std::string> resolve_model_dir(const std::string& model_flag) {
   if (!model_flag.empty()) {
     // Checked here, before anything looks for a tokenizer.json inside it, so a

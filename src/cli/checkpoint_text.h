@@ -1,13 +1,15 @@
 // Text-side helpers for the model commands: where the shipped default model is
-// (generate without --model), a checkpoint's tokenizer (tokenizer.json, when
-// present), and the cache directory of the real Qwen3/Gemma3 tokenizer files
-// that scripts/fetch-tokenizers.sh fills (make-model --tokenizer).
+// (generate and serve without --model; their --model option), a checkpoint's
+// tokenizer (tokenizer.json, when present), and the cache directory of the real
+// Qwen3/Gemma3 tokenizer files that scripts/fetch-tokenizers.sh fills
+// (make-model --tokenizer).
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "cli/args.h"
 #include "pagedkv/status.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,6 +23,10 @@ namespace pagedkv::cli {
 // the running binary (a moved checkout). NotFound with a message saying what
 // was tried when none exists.
 StatusOr<std::string> resolve_model_dir(const std::string& model_flag);
+
+// Declares --model DIR with that default (generate, serve); resolve it with
+// resolve_model_dir(p.get("model")).
+void add_default_model_option(ArgParser& p);
 
 // `dir`/tokenizer.json loaded (with tokenizer_config.json beside it when
 // present); nullptr when the checkpoint has no tokenizer.json. A tokenizer.json

@@ -39,6 +39,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/command_registry.h"
+#include "cli/engine_flags.h"
 #include "model/make_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
@@ -71,9 +72,8 @@ struct RunResult {
   double cpu_s = 0;  // process CPU time (all threads) during the run
   int64_t requests = 0, prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   std::vector<double> ttft_ms, itl_ms;
-  uint64_t preemptions = 0, steps = 0, forward_tokens = 0;
-  double forward_ms = 0;
-  int32_t max_blocks = 0, peak_used = 0, block_size = 0;
+  engine::EngineStats engine;  // the engine's counters at the end of the run
+  int32_t peak_used = 0;
   std::vector<std::pair<double, int32_t>> occupancy;  // (seconds, used blocks)
   int errors = 0;
 };
@@ -233,13 +233,7 @@ StatusOr<RunResult> run_workload(std::shared_ptr<model::Model> model, const Benc
   eng->stop();
   if (!client_error.ok()) return client_error;
 
-  const auto st = eng->stats();
-  rr.preemptions = st.preemptions;
-  rr.steps = st.steps;
-  rr.forward_tokens = st.forward_tokens;
-  rr.forward_ms = st.forward_ms;
-  rr.max_blocks = st.pool.max_blocks;
-  rr.block_size = st.pool.block_size;
+  rr.engine = eng->stats();
   for (const auto& o : rr.occupancy) rr.peak_used = std::max(rr.peak_used, o.second);
   for (const RequestResult& r : results) {
     ++rr.requests;
@@ -277,14 +271,14 @@ nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps, double b
   j["prefix_hit_rate"] =
       r.prompt_tokens > 0 ? static_cast<double>(r.cached_tokens) / r.prompt_tokens : 0.0;
   j["completion_tokens"] = r.completion_tokens;
-  j["forward_tokens"] = r.forward_tokens;
-  j["steps"] = r.steps;
-  j["forward_ms"] = r.forward_ms;
+  j["forward_tokens"] = r.engine.forward_tokens;
+  j["steps"] = r.engine.steps;
+  j["forward_ms"] = r.engine.forward_ms;
   j["ttft_ms"] = {{"p50", percentile(r.ttft_ms, 0.5)}, {"p95", percentile(r.ttft_ms, 0.95)}};
   j["itl_ms"] = {{"p50", percentile(r.itl_ms, 0.5)}, {"p95", percentile(r.itl_ms, 0.95)}};
-  j["preemptions"] = r.preemptions;
-  j["pool"] = {{"max_blocks", r.max_blocks},
-               {"block_size", r.block_size},
+  j["preemptions"] = r.engine.preemptions;
+  j["pool"] = {{"max_blocks", r.engine.pool.max_blocks},
+               {"block_size", r.engine.pool.block_size},
                {"peak_used_blocks", r.peak_used}};
   nlohmann::ordered_json occ = nlohmann::ordered_json::array();
   for (const auto& [t, used] : r.occupancy) occ.push_back({t, used});
@@ -294,7 +288,7 @@ nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps, double b
 
 // Ten buckets of mean pool occupancy (percent of the max pool) over the run.
 std::string occupancy_line(const RunResult& r) {
-  if (r.occupancy.empty() || r.max_blocks <= 1) return "-";
+  if (r.occupancy.empty() || r.engine.pool.max_blocks <= 1) return "-";
   std::ostringstream out;
   const size_t n = r.occupancy.size();
   for (size_t b = 0; b < 10; ++b) {
@@ -302,7 +296,8 @@ std::string occupancy_line(const RunResult& r) {
     double sum = 0;
     size_t cnt = 0;
     for (size_t i = lo; i < hi && i < n; ++i, ++cnt) sum += r.occupancy[i].second;
-    const double pct = cnt ? 100.0 * sum / static_cast<double>(cnt) / (r.max_blocks - 1) : 0;
+    const double pct =
+        cnt ? 100.0 * sum / static_cast<double>(cnt) / (r.engine.pool.max_blocks - 1) : 0;
     out << (b ? " " : "") << static_cast<int>(pct + 0.5);
   }
   return out.str();
@@ -329,9 +324,10 @@ void print_text(const RunResult& r, double baseline_tps, double baseline_cpu) {
       percentile(r.ttft_ms, 0.95), percentile(r.itl_ms, 0.5), percentile(r.itl_ms, 0.95),
       r.prompt_tokens ? 100.0 * static_cast<double>(r.cached_tokens) / r.prompt_tokens : 0.0,
       static_cast<long long>(r.cached_tokens), static_cast<long long>(r.prompt_tokens),
-      static_cast<unsigned long long>(r.steps), static_cast<unsigned long long>(r.forward_tokens),
-      r.forward_ms, static_cast<unsigned long long>(r.preemptions), r.peak_used, r.max_blocks - 1,
-      occupancy_line(r).c_str());
+      static_cast<unsigned long long>(r.engine.steps),
+      static_cast<unsigned long long>(r.engine.forward_tokens), r.engine.forward_ms,
+      static_cast<unsigned long long>(r.engine.preemptions), r.peak_used,
+      r.engine.pool.max_blocks - 1, occupancy_line(r).c_str());
 }
 
 StatusOr<std::vector<int>> parse_int_list(const std::string& s, const std::string& flag) {
@@ -371,22 +367,11 @@ int bench_main(int argc, char** argv) {
   p.add_option("system-tokens", "N", "system prompt length (chat, agent; nosharing prefix)", "256");
   p.add_option("max-tokens", "N", "tokens generated per request", "32");
   p.add_option("seed", "S", "workload seed", "1");
-  p.add_option("max-num-batched-tokens", "N",
-               "engine token budget per step (default 2048; env PAGEDKV_MAX_NUM_BATCHED_TOKENS "
-               "wins)");
-  p.add_option("max-num-seqs", "N",
-               "engine max running requests (default 64; env PAGEDKV_MAX_NUM_SEQS wins)");
-  p.add_option("pool-mb", "MB",
-               "paged_cache_memory_mb (default: one full context; env "
-               "PAGEDKV_PAGED_CACHE_MEMORY_MB wins)");
+  add_scheduler_flags(p);
+  add_pool_memory_flag(p, "pool-mb");
   p.add_flag("json", "print one JSON document instead of text");
   // --verbose (every command has it, args.cc) also prints the backend and kernel path.
-  Status s = p.parse(argc, argv);
-  if (!s.ok()) return report_error("bench", s);
-  if (p.help_requested()) {
-    std::cout << p.help();
-    return 0;
-  }
+  if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
   BenchConfig base;
   base.workload = p.get("workload");
   if (base.workload != "chat" && base.workload != "agent" && base.workload != "nosharing")
@@ -425,22 +410,11 @@ int bench_main(int argc, char** argv) {
   base.system_tokens = static_cast<int>(*p.get_int("system-tokens"));
   base.max_tokens = static_cast<int>(*p.get_int("max-tokens"));
   base.seed = static_cast<uint64_t>(*p.get_int("seed"));
-  if (p.get_optional("max-num-batched-tokens")) {
-    auto v = p.get_int("max-num-batched-tokens");
-    if (!v.ok()) return report_error("bench", v.status());
-    base.engine.max_num_batched_tokens = *v;
-  }
-  if (p.get_optional("max-num-seqs")) {
-    auto v = p.get_int("max-num-seqs");
-    if (!v.ok()) return report_error("bench", v.status());
-    base.engine.max_num_seqs = *v;
-  }
-  if (p.get_optional("pool-mb")) {
-    auto v = p.get_int("pool-mb");
-    if (!v.ok() || *v < 1)
-      return report_error("bench", invalid_argument("--pool-mb must be a positive integer"));
-    base.engine.paged_cache_memory_mb = static_cast<uint64_t>(*v);
-  }
+  auto flags = read_engine_flags(p);
+  if (!flags.ok()) return report_error("bench", flags.status());
+  base.engine.max_num_batched_tokens = flags->max_num_batched_tokens;
+  base.engine.max_num_seqs = flags->max_num_seqs;
+  base.engine.paged_cache_memory_mb = flags->paged_cache_mb;
 
   std::string dir = p.get("model");
   std::string temp;

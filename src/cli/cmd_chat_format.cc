@@ -88,12 +88,7 @@ int run_chat_format(int argc, char** argv) {
                   "enable_thinking), 'bos_token', 'eos_token'; '-' reads stdin. Prints one line "
                   "each: {\"rendered\": ...} or {\"error\": ...} (a template's "
                   "raise_exception message, or what went wrong)");
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return report_error("chat-format", st);
-  if (args.help_requested()) {
-    std::cout << args.help();
-    return 0;
-  }
+  if (auto rc = args.parse_or_exit_code(argc, argv)) return *rc;
   if (!args.has("tokenizer-config") || !args.has("jsonl")) {
     return report_error("chat-format",
                         invalid_argument("--tokenizer-config and --jsonl are required"));

@@ -233,12 +233,8 @@ int run_cold(int argc, char** argv) {
   std::vector<char*> sub_argv;
   sub_argv.push_back(prog.data());
   for (int i = 2; i < argc; ++i) sub_argv.push_back(argv[i]);
-  Status st = args.parse(static_cast<int>(sub_argv.size()), sub_argv.data());
-  if (!st.ok()) return report_error(name, st);
-  if (args.help_requested()) {
-    std::cout << args.help();
-    return 0;
-  }
+  if (auto rc = args.parse_or_exit_code(static_cast<int>(sub_argv.size()), sub_argv.data()))
+    return *rc;
   if (sub == "stats") return cmd_stats(args);
   if (sub == "ls") return cmd_ls(args);
   if (sub == "verify") return cmd_verify(args);

@@ -43,12 +43,7 @@ int run_detokenize(int argc, char** argv) {
       "jsonl", "FILE",
       "decode the \"ids\" array of each JSON line of FILE; prints one JSON string per line");
   args.add_flag("skip-special-tokens", "leave out special added tokens");
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return report_error(kName, st);
-  if (args.help_requested()) {
-    std::cout << args.help();
-    return 0;
-  }
+  if (auto rc = args.parse_or_exit_code(argc, argv)) return *rc;
   if (!args.has("tokenizer"))
     return report_error(kName, invalid_argument("--tokenizer is required"));
   if (args.has("ids") == args.has("jsonl")) {
@@ -74,7 +69,7 @@ int run_detokenize(int argc, char** argv) {
     std::cout << (*tok)->decode(*ids, skip) << "\n";
     return 0;
   }
-  st = for_each_jsonl_line(
+  Status st = for_each_jsonl_line(
       args.get("jsonl"), [&](const nlohmann::json& j, const std::string& where) -> Status {
         if (!j.is_object() || !j.contains("ids") || !j["ids"].is_array()) {
           return invalid_argument(where + ": expected an object with an \"ids\" array");

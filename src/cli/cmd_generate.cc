@@ -76,9 +76,7 @@ int generate_main(int argc, char** argv) {
               "Generate text (or tokens) for one or more prompts, run one after another on one "
               "shared KV cache. With a checkpoint that ships tokenizer.json the continuation is "
               "streamed as text; without one, as token ids.");
-  p.add_option("model", "DIR",
-               "Hugging Face checkpoint directory (default: the shipped default model, "
-               "models/default of the source tree; env PAGEDKV_DEFAULT_MODEL overrides)");
+  add_default_model_option(p);
   p.add_repeated_option("prompt", "TEXT",
                         "text prompt, encoded with the checkpoint's tokenizer.json (taken "
                         "literally, ';' included); give --prompt again for each further prompt");
@@ -115,12 +113,8 @@ int generate_main(int argc, char** argv) {
   p.add_flag("persist-cache",
              "persist full KV blocks to the cold tier and restore them in later processes "
              "(qwen3/qwen3_moe only; dir: PAGEDKV_COLD_CACHE_DIR, docs/cold-tier.md)");
-  Status s = p.parse(argc, argv);
-  if (!s.ok()) return report_error("generate", s);
-  if (p.help_requested()) {
-    std::cout << p.help();
-    return 0;
-  }
+  if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
+  Status s;
   auto dir_or = resolve_model_dir(p.get("model"));
   if (!dir_or.ok()) return report_error("generate", dir_or.status());
   const std::string dir = *dir_or;

@@ -192,11 +192,7 @@ int kv_demo_main(int argc, char** argv) {
                   "initial pool size (env PAGEDKV_PAGED_CACHE_INITIAL_MB wins)", "1");
   args.add_option("block-size", "N", "tokens per block (paged_block_size)", "16");
   args.add_option("seed", "N", "seed of the synthetic trace", "1");
-  if (Status s = args.parse(argc, argv); !s.ok()) return report_error(cmd, s);
-  if (args.help_requested()) {
-    std::fputs(args.help().c_str(), stdout);
-    return 0;
-  }
+  if (auto rc = args.parse_or_exit_code(argc, argv)) return *rc;
   auto max_mb = args.get_int("paged-cache-memory-mb");
   auto initial_mb = args.get_int("paged-cache-initial-memory-mb");
   auto block_size = args.get_int("block-size");

@@ -35,12 +35,7 @@ int logits_main(int argc, char** argv) {
                "0");
   p.add_option("chunk", "N", "prefill chunk size (0 = whole input at once)", "0");
   p.add_flag("flat", "use the flat per-request KV path (no prefix cache)");
-  Status s = p.parse(argc, argv);
-  if (!s.ok()) return report_error("logits", s);
-  if (p.help_requested()) {
-    std::cout << p.help();
-    return 0;
-  }
+  if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
   std::string dir = p.get("model"), in = p.get("input-ids"), outp = p.get("out");
   if (dir.empty() || in.empty() || outp.empty())
     return report_error("logits", invalid_argument("--model, --input-ids and --out are required"));
@@ -126,10 +121,10 @@ int logits_main(int argc, char** argv) {
       {"logits", model::DType::kF32, {T, V}, std::as_bytes(std::span(logits))},
       {"input_ids", model::DType::kI64, {T}, std::as_bytes(std::span(ids64))},
   };
-  s = model::write_safetensors(outp, tw,
-                               {{"format", "pt"},
-                                {"cached_tokens", std::to_string(cached)},
-                                {"kv_path", (*eng)->paged() ? "paged" : "flat"}});
+  Status s = model::write_safetensors(outp, tw,
+                                      {{"format", "pt"},
+                                       {"cached_tokens", std::to_string(cached)},
+                                       {"kv_path", (*eng)->paged() ? "paged" : "flat"}});
   if (!s.ok()) return report_error("logits", s);
   std::cerr << "wrote logits [" << T << ", " << V << "] to " << outp << " ("
             << count_noun(cached, "token") << " from the prefix cache)\n";

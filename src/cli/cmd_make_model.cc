@@ -55,12 +55,8 @@ int make_model_main(int argc, char** argv) {
                "scripts/fetch-tokenizers.sh into $PAGEDKV_TOKENIZER_CACHE, else "
                "~/.cache/pagedkv/tokenizers) into the checkpoint; vocab_size becomes the "
                "tokenizer's and eos_token_id its eos token");
-  Status s = p.parse(argc, argv);
-  if (!s.ok()) return report_error("make-model", s);
-  if (p.help_requested()) {
-    std::cout << p.help();
-    return 0;
-  }
+  if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
+  Status s;
   model::MakeModelOptions o;
   o.family = p.get("family");
   o.preset = p.get("preset");

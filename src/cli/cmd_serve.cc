@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/checkpoint_text.h"
 #include "cli/command_registry.h"
+#include "cli/engine_flags.h"
 #include "kv/cold/cold_tier.h"
 #include "server/engine_session.h"
 #include "server/http_server.h"
@@ -34,12 +35,7 @@ std::string base_name(std::string path) {
 
 // Reads an integer flag into `out` within [lo, hi]; the error names the flag.
 Status int_flag(const ArgParser& p, const std::string& name, int64_t lo, int64_t hi, int64_t* out) {
-  auto v = p.get_int(name);
-  if (!v.ok()) return v.status();
-  if (*v < lo || *v > hi)
-    return invalid_argument("--" + name + " must be in [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "], got " + std::to_string(*v));
-  *out = *v;
+  PKV_ASSIGN_OR_RETURN(*out, p.get_int_in(name, lo, hi));
   return ok_status();
 }
 
@@ -48,9 +44,7 @@ int serve_main(int argc, char** argv) {
               "Serve a model over HTTP: OpenAI (/v1/chat/completions, /v1/completions), "
               "Responses (/v1/responses) and Anthropic (/v1/messages) APIs, streaming and not; "
               "GET / is a live dashboard, /metrics Prometheus text. See docs/server.md.");
-  p.add_option("model", "DIR",
-               "Hugging Face checkpoint directory (default: the shipped default model, "
-               "models/default; env PAGEDKV_DEFAULT_MODEL overrides)");
+  add_default_model_option(p);
   p.add_option("served-model-name", "NAME",
                "the model id clients send (default: the model directory's name)");
   p.add_option("host", "ADDR", "bind address (without --api-keys only loopback, unless --insecure)",
@@ -74,24 +68,11 @@ int serve_main(int argc, char** argv) {
                "cancelled",
                "30");
   p.add_option("default-max-tokens", "N", "max tokens when a request names none", "256");
-  p.add_option("max-num-seqs", "N", "engine: requests running at once (EngineOptions)");
-  p.add_option("max-num-batched-tokens", "N", "engine: tokens per step (EngineOptions)");
-  p.add_option("paged-cache-mb", "N", "engine: max KV pool in MiB (EngineOptions)");
-  p.add_option("pool-max-blocks", "N", "engine: exact KV pool size in blocks (tests, benchmarks)");
-  p.add_flag("persist-cache",
-             "engine: turn the cold tier on (KV blocks persisted to disk and restored on a "
-             "later prefix hit; EngineOptions::persist_paged_cache, env "
-             "PAGEDKV_PERSIST_PAGED_CACHE)");
-  p.add_flag("no-persist-cache", "engine: turn the cold tier off (overrides env and config)");
-  p.add_option("cold-cache-dir", "DIR",
-               "engine: the cold tier's directory (EngineOptions::cold_cache_dir, env "
-               "PAGEDKV_COLD_CACHE_DIR)");
-  Status s = p.parse(argc, argv);
-  if (!s.ok()) return report_error("serve", s);
-  if (p.help_requested()) {
-    std::cout << p.help();
-    return 0;
-  }
+  add_scheduler_flags(p);
+  add_pool_memory_flag(p, "paged-cache-mb");
+  add_pool_blocks_flag(p);
+  add_cold_tier_flags(p);
+  if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
   auto dir = resolve_model_dir(p.get("model"));
   if (!dir.ok()) return report_error("serve", dir.status());
 
@@ -123,37 +104,9 @@ int serve_main(int argc, char** argv) {
   opt.drain_timeout_s = *drain;
   opt.default_max_tokens = maxtok;
 
-  server::EngineSessionOptions eo;
-  int64_t v = 0;
-  if (p.get_optional("max-num-seqs")) {
-    if (s = int_flag(p, "max-num-seqs", 1, 1 << 20, &v); !s.ok()) return report_error("serve", s);
-    eo.max_num_seqs = v;
-  }
-  if (p.get_optional("max-num-batched-tokens")) {
-    if (s = int_flag(p, "max-num-batched-tokens", 1, 1 << 24, &v); !s.ok())
-      return report_error("serve", s);
-    eo.max_num_batched_tokens = v;
-  }
-  if (p.get_optional("paged-cache-mb")) {
-    if (s = int_flag(p, "paged-cache-mb", 1, 1 << 24, &v); !s.ok()) return report_error("serve", s);
-    eo.paged_cache_mb = static_cast<uint64_t>(v);
-  }
-  if (p.get_optional("pool-max-blocks")) {
-    if (s = int_flag(p, "pool-max-blocks", 2, INT32_MAX, &v); !s.ok())
-      return report_error("serve", s);
-    eo.pool_max_blocks = static_cast<int32_t>(v);
-  }
-
-  if (p.has("persist-cache") && p.has("no-persist-cache"))
-    return report_error("serve", invalid_argument("--persist-cache and --no-persist-cache "
-                                                  "contradict each other; give one"));
-  if (p.has("persist-cache")) eo.persist_paged_cache = true;
-  if (p.has("no-persist-cache")) eo.persist_paged_cache = false;
-  if (auto d = p.get_optional("cold-cache-dir")) {
-    if (d->empty())
-      return report_error("serve", invalid_argument("--cold-cache-dir must not be empty"));
-    eo.cold_cache_dir = *d;
-  }
+  auto flags = read_engine_flags(p);
+  if (!flags.ok()) return report_error("serve", flags.status());
+  const server::EngineSessionOptions& eo = *flags;
 
   FileSystem& fs = FileSystem::posix();
   if (auto keys = p.get_optional("api-keys")) {
@@ -186,7 +139,7 @@ int serve_main(int argc, char** argv) {
   auto engine = server::EngineSession::open(*dir, eo);
   if (!engine.ok()) return report_error("serve", engine.status());
   server::HttpServer http(**engine, opt);
-  s = http.bind();
+  Status s = http.bind();
   if (!s.ok()) return report_error("serve", s);
 
   std::thread signal_thread([&] {

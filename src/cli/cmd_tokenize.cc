@@ -22,12 +22,7 @@ int run_tokenize(int argc, char** argv) {
   args.add_option("jsonl", "FILE", "encode the \"text\" field of each JSON line of FILE");
   args.add_flag("add-special-tokens",
                 "apply the tokenizer's post-processor (e.g. prepend <bos> for Gemma)");
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return report_error(kName, st);
-  if (args.help_requested()) {
-    std::cout << args.help();
-    return 0;
-  }
+  if (auto rc = args.parse_or_exit_code(argc, argv)) return *rc;
   if (!args.has("tokenizer"))
     return report_error(kName, invalid_argument("--tokenizer is required"));
   if (args.has("text") == args.has("jsonl")) {
@@ -43,7 +38,7 @@ int run_tokenize(int argc, char** argv) {
     emit(args.get("text"));
     return 0;
   }
-  st = for_each_jsonl_line(
+  Status st = for_each_jsonl_line(
       args.get("jsonl"), [&](const nlohmann::json& j, const std::string& where) -> Status {
         if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
           return invalid_argument(where + ": expected an object with a string \"text\"");

@@ -1,14 +1,11 @@
 // The Anthropic messages API (anthropic_api.h).
 #include "server/anthropic_api.h"
 
+#include "server/json_text.h"
 #include "server/sse.h"
 
 namespace pagedkv::server {
 namespace {
-
-std::string dump(const OrderedJson& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 
 const char* stop_reason(Finish f) {
   switch (f) {
@@ -57,21 +54,18 @@ void parse_messages(const Json& body, ApiRequest* out) {
     std::string text = read_text_content(*sys, "system", {"text"}, kBlockExtras);
     out->messages.push_back({{"role", "system"}, {"content", text}});
   }
-  const Json* msgs = r.get("messages");
-  if (!msgs) fail_field("messages", "required");
-  if (!msgs->is_array() || msgs->empty()) fail_field("messages", "expected a non-empty array");
-  for (size_t i = 0; i < msgs->size(); ++i) {
+  const Json& msgs = r.required("messages");
+  if (!msgs.is_array() || msgs.empty()) fail_field("messages", "expected a non-empty array");
+  for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string p = "messages[" + std::to_string(i) + "]";
-    FieldReader m((*msgs)[i], p);
-    auto role = m.string("role");
-    if (!role) fail_field(p + ".role", "required");
-    if (*role != "user" && *role != "assistant")
-      fail_field(p + ".role", "unsupported role '" + *role + "' (user, assistant)");
-    const Json* content = m.get("content");
-    if (!content) fail_field(p + ".content", "required");
-    std::string text = read_text_content(*content, p + ".content", {"text"}, kBlockExtras);
+    FieldReader m(msgs[i], p);
+    const std::string role = m.required_string("role");
+    if (role != "user" && role != "assistant")
+      fail_field(p + ".role", "unsupported role '" + role + "' (user, assistant)");
+    std::string text =
+        read_text_content(m.required("content"), p + ".content", {"text"}, kBlockExtras);
     m.finish();
-    out->messages.push_back({{"role", *role}, {"content", text}});
+    out->messages.push_back({{"role", role}, {"content", text}});
   }
   out->max_tokens = r.integer("max_tokens");
   if (!out->max_tokens) fail_field("max_tokens", "required");
@@ -88,7 +82,7 @@ void parse_messages(const Json& body, ApiRequest* out) {
 }
 
 std::string render_messages(const ApiRequest&, const Completion& c) {
-  return dump(message_object(c, true));
+  return dump_json(message_object(c, true));
 }
 
 namespace {
@@ -132,7 +126,7 @@ class MessagesStream : public StreamEncoder {
 
  private:
   static std::string event(const char* name, const OrderedJson& j) {
-    return sse_event(name, dump(j));
+    return sse_event(name, dump_json(j));
   }
 };
 

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/json_text.h"
+
 namespace pagedkv::server {
 
 ApiError bad_request(std::string message, std::string param) {
@@ -75,7 +77,7 @@ std::string error_body(ApiStyle style, const ApiError& e) {
     err["code"] = e.code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(e.code);
     j["error"] = std::move(err);
   }
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return dump_json(j);
 }
 
 }  // namespace pagedkv::server

@@ -67,6 +67,18 @@ std::optional<std::string> FieldReader::string(const std::string& key) {
   return v->get<std::string>();
 }
 
+const Json& FieldReader::required(const std::string& key) {
+  const Json* v = get(key);
+  if (!v) fail_field(path_of(key), "required");
+  return *v;
+}
+
+std::string FieldReader::required_string(const std::string& key) {
+  std::optional<std::string> v = string(key);
+  if (!v) fail_field(path_of(key), "required");
+  return *v;
+}
+
 std::optional<double> FieldReader::number(const std::string& key) {
   const Json* v = get(key);
   if (!v) return std::nullopt;
@@ -106,9 +118,7 @@ void FieldReader::finish() const {
 }
 
 void read_common_fields(FieldReader& r, ApiRequest* out) {
-  auto model = r.string("model");
-  if (!model) fail_field("model", "required");
-  out->model = *model;
+  out->model = r.required_string("model");
   out->temperature = r.number("temperature");
   if (out->temperature && *out->temperature < 0) fail_field("temperature", "must be >= 0");
   if (out->temperature && *out->temperature > 100) fail_field("temperature", "must be <= 100");
@@ -177,16 +187,14 @@ std::string read_text_content(const Json& content, const std::string& path,
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string p = path + "[" + std::to_string(i) + "]";
     FieldReader part(content[i], p);
-    auto type = part.string("type");
-    if (!type) fail_field(p + ".type", "required");
+    const std::string type = part.required_string("type");
     bool ok = false;
-    for (const auto& t : text_types) ok = ok || *type == t;
-    if (!ok) fail_field(p + ".type", "unsupported content part type '" + *type + "'");
-    auto t = part.string("text");
-    if (!t) fail_field(p + ".text", "required");
+    for (const auto& t : text_types) ok = ok || type == t;
+    if (!ok) fail_field(p + ".type", "unsupported content part type '" + type + "'");
+    const std::string t = part.required_string("text");
     for (const auto& f : extra_part_fields) part.ignore(f);
     part.finish();
-    text += *t;
+    text += t;
   }
   return text;
 }

@@ -70,6 +70,9 @@ class FieldReader {
   std::optional<double> number(const std::string& key);
   std::optional<int64_t> integer(const std::string& key);
   std::optional<bool> boolean(const std::string& key);
+  // A field that must be present (and not null): fails "PATH.KEY: required".
+  const Json& required(const std::string& key);
+  std::string required_string(const std::string& key);
   // Marks a field as known without reading it.
   void ignore(const std::string& key) { seen_.insert(key); }
   // Fails naming the first field that was never read.

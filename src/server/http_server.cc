@@ -11,6 +11,7 @@
 #include "server/completion.h"
 #include "server/connection_probe.h"
 #include "server/dashboard.h"
+#include "server/json_text.h"
 #include "server/text_assembler.h"
 #include "tokenizer/tokenizer.h"
 #include "util/logging.h"
@@ -416,8 +417,7 @@ void HttpServer::handle_generate(const httplib::Request& req, httplib::Response&
 
   GenerationSpec spec;
   if (api.is_chat()) {
-    auto ids = engine_.format_chat(
-        api.messages.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    auto ids = engine_.format_chat(dump_json(api.messages));
     if (!ids.ok()) return write_error(res, style, from_status(ids.status(), "messages"));
     spec.prompt = std::move(*ids);
   } else if (api.has_prompt_ids) {
@@ -512,8 +512,7 @@ void HttpServer::install_routes() {
     if (!tenant) return;
     auto j = metrics_.stats_json(engine_.stats(), gauges(), opt_.api_keys ? *tenant : "");
     res.set_header("Cache-Control", "no-store");
-    res.set_content(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                    "application/json");
+    res.set_content(dump_json(j), "application/json");
   });
   s.Get("/health", [this](const Request&, Response& res) {
     OrderedJson j;

@@ -1,14 +1,11 @@
 // OpenAI chat/completions and completions (openai_api.h).
 #include "server/openai_api.h"
 
+#include "server/json_text.h"
 #include "server/sse.h"
 
 namespace pagedkv::server {
 namespace {
-
-std::string dump(const OrderedJson& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 
 const char* finish_name(Finish f) {
   switch (f) {
@@ -34,14 +31,13 @@ void read_noop_fields(FieldReader& r, ApiRequest* out) {
 }
 
 std::string message_role(FieldReader& m, const std::string& path) {
-  auto role = m.string("role");
-  if (!role) fail_field(path + ".role", "required");
-  if (*role == "developer") return "system";
-  if (*role != "system" && *role != "user" && *role != "assistant")
-    fail_field(path + ".role", "unsupported role '" + *role +
+  const std::string role = m.required_string("role");
+  if (role == "developer") return "system";
+  if (role != "system" && role != "user" && role != "assistant")
+    fail_field(path + ".role", "unsupported role '" + role +
                                    "' (system, developer, user, "
                                    "assistant)");
-  return *role;
+  return role;
 }
 
 }  // namespace
@@ -50,17 +46,14 @@ void parse_chat_completions(const Json& body, ApiRequest* out) {
   FieldReader r(body, "");
   read_common_fields(r, out);
   read_noop_fields(r, out);
-  const Json* msgs = r.get("messages");
-  if (!msgs) fail_field("messages", "required");
-  if (!msgs->is_array() || msgs->empty()) fail_field("messages", "expected a non-empty array");
+  const Json& msgs = r.required("messages");
+  if (!msgs.is_array() || msgs.empty()) fail_field("messages", "expected a non-empty array");
   out->messages = Json::array();
-  for (size_t i = 0; i < msgs->size(); ++i) {
+  for (size_t i = 0; i < msgs.size(); ++i) {
     const std::string p = "messages[" + std::to_string(i) + "]";
-    FieldReader m((*msgs)[i], p);
+    FieldReader m(msgs[i], p);
     std::string role = message_role(m, p);
-    const Json* content = m.get("content");
-    if (!content) fail_field(p + ".content", "required");
-    std::string text = read_text_content(*content, p + ".content", {"text"});
+    std::string text = read_text_content(m.required("content"), p + ".content", {"text"});
     m.ignore("name");
     m.finish();
     out->messages.push_back({{"role", role}, {"content", text}});
@@ -80,8 +73,7 @@ void parse_completions(const Json& body, ApiRequest* out) {
   FieldReader r(body, "");
   read_common_fields(r, out);
   read_noop_fields(r, out);
-  const Json* prompt = r.get("prompt");
-  if (!prompt) fail_field("prompt", "required");
+  const Json* prompt = &r.required("prompt");
   if (prompt->is_string()) {
     out->prompt_text = prompt->get<std::string>();
   } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
@@ -137,7 +129,7 @@ std::string render_openai(const ApiRequest& req, const Completion& c) {
   choice["finish_reason"] = finish_name(c.finish);
   j["choices"] = OrderedJson::array({choice});
   j["usage"] = openai_usage(c);
-  return dump(j);
+  return dump_json(j);
 }
 
 namespace {
@@ -151,23 +143,23 @@ class OpenAIStream : public StreamEncoder {
     meta_ = meta;
     if (!chat_) return "";
     OrderedJson delta = {{"role", "assistant"}, {"content", ""}};
-    return sse_data(dump(chunk(delta, nullptr)));
+    return sse_data(dump_json(chunk(delta, nullptr)));
   }
   std::string delta(std::string_view text) override {
-    if (chat_) return sse_data(dump(chunk({{"content", std::string(text)}}, nullptr)));
-    return sse_data(dump(chunk(std::string(text), nullptr)));
+    if (chat_) return sse_data(dump_json(chunk({{"content", std::string(text)}}, nullptr)));
+    return sse_data(dump_json(chunk(std::string(text), nullptr)));
   }
   std::string end(const Completion& c) override {
     std::string out;
     if (chat_)
-      out += sse_data(dump(chunk(OrderedJson::object(), finish_name(c.finish))));
+      out += sse_data(dump_json(chunk(OrderedJson::object(), finish_name(c.finish))));
     else
-      out += sse_data(dump(chunk(std::string(), finish_name(c.finish))));
+      out += sse_data(dump_json(chunk(std::string(), finish_name(c.finish))));
     if (include_usage_) {
       OrderedJson j = head();
       j["choices"] = OrderedJson::array();
       j["usage"] = openai_usage(c);
-      out += sse_data(dump(j));
+      out += sse_data(dump_json(j));
     }
     out += sse_data("[DONE]");
     return out;

@@ -1,14 +1,11 @@
 // The OpenAI Responses API (responses_api.h).
 #include "server/responses_api.h"
 
+#include "server/json_text.h"
 #include "server/sse.h"
 
 namespace pagedkv::server {
 namespace {
-
-std::string dump(const OrderedJson& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 
 // The message item of the output ("msg_" + the response id's hex).
 std::string item_id(const Completion& c) { return "msg_" + c.id.substr(c.id.find('_') + 1); }
@@ -79,24 +76,20 @@ void parse_responses(const Json& body, ApiRequest* out) {
   out->messages = Json::array();
   if (auto instr = r.string("instructions"))
     out->messages.push_back({{"role", "system"}, {"content", *instr}});
-  const Json* input = r.get("input");
-  if (!input) fail_field("input", "required");
-  if (input->is_string()) {
-    out->messages.push_back({{"role", "user"}, {"content", input->get<std::string>()}});
-  } else if (input->is_array() && !input->empty()) {
-    for (size_t i = 0; i < input->size(); ++i) {
+  const Json& input = r.required("input");
+  if (input.is_string()) {
+    out->messages.push_back({{"role", "user"}, {"content", input.get<std::string>()}});
+  } else if (input.is_array() && !input.empty()) {
+    for (size_t i = 0; i < input.size(); ++i) {
       const std::string p = "input[" + std::to_string(i) + "]";
-      FieldReader m((*input)[i], p);
+      FieldReader m(input[i], p);
       if (auto type = m.string("type"); type && *type != "message")
         fail_field(p + ".type", "unsupported input item type '" + *type + "' (only message)");
-      auto role = m.string("role");
-      if (!role) fail_field(p + ".role", "required");
-      std::string rl = *role == "developer" ? "system" : *role;
+      const std::string role = m.required_string("role");
+      std::string rl = role == "developer" ? "system" : role;
       if (rl != "system" && rl != "user" && rl != "assistant")
-        fail_field(p + ".role", "unsupported role '" + *role + "'");
-      const Json* content = m.get("content");
-      if (!content) fail_field(p + ".content", "required");
-      std::string text = read_text_content(*content, p + ".content",
+        fail_field(p + ".role", "unsupported role '" + role + "'");
+      std::string text = read_text_content(m.required("content"), p + ".content",
                                            {"input_text", "output_text", "text"}, {"annotations"});
       m.ignore("id");
       m.ignore("status");
@@ -125,7 +118,7 @@ void parse_responses(const Json& body, ApiRequest* out) {
 }
 
 std::string render_responses(const ApiRequest& req, const Completion& c) {
-  return dump(response_object(req, c, true));
+  return dump_json(response_object(req, c, true));
 }
 
 namespace {
@@ -185,7 +178,7 @@ class ResponsesStream : public StreamEncoder {
     j["type"] = type;
     j["sequence_number"] = seq_++;
     for (auto it = fields.begin(); it != fields.end(); ++it) j[it.key()] = it.value();
-    return sse_event(type, dump(j));
+    return sse_event(type, dump_json(j));
   }
 
   ApiRequest req_;

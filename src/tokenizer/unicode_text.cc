@@ -68,10 +68,7 @@ StatusOr<std::string> icu_normalize(std::string_view text, NormalForm form) {
 std::string unicode_lowercase(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t len;
-    char32_t c = utf8_decode(text, i, &len);
+  for (const char32_t c : utf8_to_u32(text)) {
     if (c < 0x80) {
       out.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c));
     } else {
@@ -81,7 +78,6 @@ std::string unicode_lowercase(std::string_view text) {
       one.toLower(icu::Locale::getRoot());
       one.toUTF8String(out);
     }
-    i += len;
   }
   return out;
 }

@@ -35,185 +35,210 @@ TemplateError render_error(const std::string& src, const std::string& vars_json 
   return err;
 }
 
+// One template, its expected output, and the variables it renders with.
+struct RenderCase {
+  std::string src;
+  std::string want;
+  std::string vars = "{}";
+};
+
+// Renders each case and expects its output (a failure names the template).
+void expect_renders(const std::vector<RenderCase>& cases) {
+  for (const RenderCase& c : cases)
+    EXPECT_EQ(render(c.src, c.vars), c.want) << "template: " << c.src;
+}
+
+// Renders each case and expects that bare jinja2 exception message.
+void expect_render_errors(const std::vector<RenderCase>& cases) {
+  for (const RenderCase& c : cases)
+    EXPECT_EQ(render_error(c.src, c.vars).message, c.want) << "template: " << c.src;
+}
+
 TEST(JinjaWhitespace, TrimBlocksRemovesNewlineAfterTag) {
-  EXPECT_EQ(render("{% if true %}\n  yes\n{% endif %}\n"), "  yes\n");
-  EXPECT_EQ(render("{% if true +%}\nx{% endif %}"), "\nx");
-  EXPECT_EQ(render("{# c #}\nb"), "b");
+  expect_renders({
+      {"{% if true %}\n  yes\n{% endif %}\n", "  yes\n"},
+      {"{% if true +%}\nx{% endif %}", "\nx"},
+      {"{# c #}\nb", "b"},
+  });
 }
 
 TEST(JinjaWhitespace, LstripBlocksOnlyForBlocksAtLineStart) {
-  EXPECT_EQ(render("a\n    {% if true %}b{% endif %}"), "a\nb");
-  EXPECT_EQ(render("a\n    {%+ if true %}b{% endif %}"), "a\n    b");
-  EXPECT_EQ(render("a\n    {{ 'x' }}"), "a\n    x");
-  EXPECT_EQ(render("a {% if true %}x{% endif %}"), "a x");
-  EXPECT_EQ(render("  {% if true %}x{% endif %}"), "x");
-  EXPECT_EQ(render("a\n  {# c #}\nb"), "a\nb");
-  EXPECT_EQ(render("{% if true %}\n  {% if true %}\n  x\n  {% endif %}\n{% endif %}"), "  x\n");
+  expect_renders({
+      {"a\n    {% if true %}b{% endif %}", "a\nb"},
+      {"a\n    {%+ if true %}b{% endif %}", "a\n    b"},
+      {"a\n    {{ 'x' }}", "a\n    x"},
+      {"a {% if true %}x{% endif %}", "a x"},
+      {"  {% if true %}x{% endif %}", "x"},
+      {"a\n  {# c #}\nb", "a\nb"},
+      {"{% if true %}\n  {% if true %}\n  x\n  {% endif %}\n{% endif %}", "  x\n"},
+  });
 }
 
 TEST(JinjaWhitespace, MinusStripsAllWhitespace) {
-  EXPECT_EQ(render("a  \n {%- if true -%}  \n b {%- endif %}"), "ab");
-  EXPECT_EQ(render("a  {{- 'x' -}}  b"), "axb");
-  EXPECT_EQ(render("x {#- c -#} y"), "xy");
-  EXPECT_EQ(render("a\u3000{{- 'x' }}"), "ax");  // Unicode whitespace, as Python's rstrip()
+  expect_renders({
+      {"a  \n {%- if true -%}  \n b {%- endif %}", "ab"},
+      {"a  {{- 'x' -}}  b", "axb"},
+      {"x {#- c -#} y", "xy"},
+      {"a\u3000{{- 'x' }}", "ax"},  // Unicode whitespace, as Python's rstrip()
+  });
 }
 
 TEST(JinjaWhitespace, NewlinesNormalisedAndOneTrailingNewlineDropped) {
-  EXPECT_EQ(render("x\n"), "x");
-  EXPECT_EQ(render("x\n\n"), "x\n");
-  EXPECT_EQ(render("a\r\nb\rc"), "a\nb\nc");
-  EXPECT_EQ(render("{% raw %}{{ x }}{% endraw %}"), "{{ x }}");
+  expect_renders({
+      {"x\n", "x"},
+      {"x\n\n", "x\n"},
+      {"a\r\nb\rc", "a\nb\nc"},
+      {"{% raw %}{{ x }}{% endraw %}", "{{ x }}"},
+  });
 }
 
 TEST(JinjaLoop, LoopVariables) {
-  EXPECT_EQ(render("{% for x in ['a','b','c'] %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}"
-                   "{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }},"
-                   "{% endfor %}"),
-            "10TrueFalse332,21FalseFalse321,32FalseTrue310,");
-  EXPECT_EQ(
-      render("{% for x in [1,2,3] %}{{ loop.cycle('a','b') }}{{ loop.previtem }}{% endfor %}"),
-      "ab1a2");
+  expect_renders({
+      {"{% for x in ['a','b','c'] %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}"
+       "{{ loop.last }}{{ loop.length }}{{ loop.revindex }}{{ loop.revindex0 }},"
+       "{% endfor %}",
+       "10TrueFalse332,21FalseFalse321,32FalseTrue310,"},
+      {"{% for x in [1,2,3] %}{{ loop.cycle('a','b') }}{{ loop.previtem }}{% endfor %}", "ab1a2"},
+  });
 }
 
 TEST(JinjaLoop, ElseFilterBreakContinue) {
-  EXPECT_EQ(render("{% for x in [] %}a{% else %}empty{% endfor %}"), "empty");
-  EXPECT_EQ(render("{% for x in none_var %}a{% else %}u{% endfor %}"), "u");
-  EXPECT_EQ(render("{% for x in range(6) if x is odd %}{{ x }}{{ loop.length }} {% endfor %}"),
-            "13 33 53 ");
-  EXPECT_EQ(render("{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}"
-                   "{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
-            "0134");
+  expect_renders({
+      {"{% for x in [] %}a{% else %}empty{% endfor %}", "empty"},
+      {"{% for x in none_var %}a{% else %}u{% endfor %}", "u"},
+      {"{% for x in range(6) if x is odd %}{{ x }}{{ loop.length }} {% endfor %}", "13 33 53 "},
+      {"{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}"
+       "{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}",
+       "0134"},
+  });
 }
 
 TEST(JinjaLoop, ScopesAndNamespace) {
-  EXPECT_EQ(
-      render("{% set x = 1 %}{% for i in [1,2] %}{% set x = i * 10 %}{{ x }}{% endfor %}{{ x }}"),
-      "10201");
-  EXPECT_EQ(
-      render("{% for i in [1,2] %}{% if i == 2 %}{{ y }}{% endif %}{% set y = i %}{% endfor %}"),
-      "");
-  EXPECT_EQ(render("{% set ns = namespace(n=0, s='') %}{% for i in [1,2,3] %}"
-                   "{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
-            "6");
-  EXPECT_EQ(render("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}"),
-            "a=1;b=2;");
-  EXPECT_EQ(render("{% for a, b in [[1, 2], (3, 4)] %}{{ a + b }}{% endfor %}"), "37");
-  EXPECT_EQ(render("{% set a, b = 1, 2 %}{{ b }}{{ a }}"), "21");
-  EXPECT_EQ(render("{% if true %}{% set t = 5 %}{% endif %}{{ t }}"), "5");
+  expect_renders({
+      {"{% set x = 1 %}{% for i in [1,2] %}{% set x = i * 10 %}{{ x }}{% endfor %}{{ x }}",
+       "10201"},
+      {"{% for i in [1,2] %}{% if i == 2 %}{{ y }}{% endif %}{% set y = i %}{% endfor %}", ""},
+      {"{% set ns = namespace(n=0, s='') %}{% for i in [1,2,3] %}"
+       "{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}",
+       "6"},
+      {"{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }};{% endfor %}", "a=1;b=2;"},
+      {"{% for a, b in [[1, 2], (3, 4)] %}{{ a + b }}{% endfor %}", "37"},
+      {"{% set a, b = 1, 2 %}{{ b }}{{ a }}", "21"},
+      {"{% if true %}{% set t = 5 %}{% endif %}{{ t }}", "5"},
+  });
 }
 
 TEST(JinjaExpr, Slicing) {
-  EXPECT_EQ(render("{{ [1,2,3,4][::-1] }}"), "[4, 3, 2, 1]");
-  EXPECT_EQ(render("{{ 'hello'[1:3] }}"), "el");
-  EXPECT_EQ(render("{{ 'héllo'[::-2] }}"), "olh");
-  EXPECT_EQ(render("{{ [1,2,3][-1] }}{{ 'abc'[-2] }}"), "3b");
-  EXPECT_EQ(render("{{ [1,2,3,4,5][1:-1:2] }}"), "[2, 4]");
-  EXPECT_EQ(render("{{ [1,2,3][5:] }}{{ 'abc'[:100] }}"), "[]abc");
-  EXPECT_EQ(render("{{ m[1:] | length }}", R"({"m": [1, 2, 3]})"), "2");
+  expect_renders({
+      {"{{ [1,2,3,4][::-1] }}", "[4, 3, 2, 1]"},
+      {"{{ 'hello'[1:3] }}", "el"},
+      {"{{ 'héllo'[::-2] }}", "olh"},
+      {"{{ [1,2,3][-1] }}{{ 'abc'[-2] }}", "3b"},
+      {"{{ [1,2,3,4,5][1:-1:2] }}", "[2, 4]"},
+      {"{{ [1,2,3][5:] }}{{ 'abc'[:100] }}", "[]abc"},
+      {"{{ m[1:] | length }}", "2", R"({"m": [1, 2, 3]})"},
+  });
 }
 
 TEST(JinjaExpr, ToJsonLikeTransformers) {
-  EXPECT_EQ(render("{{ {'a': [1, 2.5, true, none, 'é\"\\n']} | tojson }}"),
-            "{\"a\": [1, 2.5, true, null, \"é\\\"\\n\"]}");
-  EXPECT_EQ(render("{{ {'a': [1, {}], 'b': []} | tojson(indent=2) }}"),
-            "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": []\n}");
-  EXPECT_EQ(render("{{ x | tojson }}", R"({"x": {"z": 1, "a": "日本\u0001"}})"),
-            "{\"z\": 1, \"a\": \"日本\\u0001\"}");
-  EXPECT_EQ(render("{{ x | tojson(sort_keys=true) }}", R"({"x": {"z": 1, "a": 2}})"),
-            "{\"a\": 2, \"z\": 1}");
-  EXPECT_EQ(render("{{ 'é' | tojson(ensure_ascii=true) }}"), "\"\\u00e9\"");
-  EXPECT_EQ(render("{{ [1.0, 1e20, 0.1] | tojson }}"), "[1.0, 1e+20, 0.1]");
+  expect_renders({
+      {"{{ {'a': [1, 2.5, true, none, 'é\"\\n']} | tojson }}",
+       "{\"a\": [1, 2.5, true, null, \"é\\\"\\n\"]}"},
+      {"{{ {'a': [1, {}], 'b': []} | tojson(indent=2) }}",
+       "{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": []\n}"},
+      {"{{ x | tojson }}", "{\"z\": 1, \"a\": \"日本\\u0001\"}",
+       R"({"x": {"z": 1, "a": "日本\u0001"}})"},
+      {"{{ x | tojson(sort_keys=true) }}", "{\"a\": 2, \"z\": 1}", R"({"x": {"z": 1, "a": 2}})"},
+      {"{{ 'é' | tojson(ensure_ascii=true) }}", "\"\\u00e9\""},
+      {"{{ [1.0, 1e20, 0.1] | tojson }}", "[1.0, 1e+20, 0.1]"},
+  });
 }
 
 TEST(JinjaExpr, StringMethods) {
-  EXPECT_EQ(
-      render("{{ '  x y  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'a,b,,c'.split(',') }}|"
-             "{{ ' a  b '.split() }}|{{ 'a.b.c'.rsplit('.', 1) }}|{{ 'aaa'.replace('a','b',2) }}|"
-             "{{ 'hello world'.title() }}|{{ 'AbC'.lower() }}{{ 'abc'.upper() }}|"
-             "{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x','c')) }}"),
-      "x y|hi|['a', 'b', '', 'c']|['a', 'b']|['a.b', 'c']|bba|Hello World|abcABC|TrueTrue");
-  EXPECT_EQ(render("{{ '\\n\\nx\\n'.lstrip('\\n') }}|{{ 'x\\n\\n'.rstrip('\\n') }}|"
-                   "{{ 'a</think>b'.split('</think>')[-1] }}"),
-            "x\n|x|b");
-  EXPECT_EQ(render("{{ '{} and {name}'.format(1, name='x') }}|{{ 'abc'.find('c') }}|"
-                   "{{ ', '.join(['a', 'b']) }}|{{ 'ab'.removeprefix('a') }}"),
-            "1 and x|2|a, b|b");
+  expect_renders({
+      {"{{ '  x y  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'a,b,,c'.split(',') }}|"
+       "{{ ' a  b '.split() }}|{{ 'a.b.c'.rsplit('.', 1) }}|{{ 'aaa'.replace('a','b',2) }}|"
+       "{{ 'hello world'.title() }}|{{ 'AbC'.lower() }}{{ 'abc'.upper() }}|"
+       "{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x','c')) }}",
+       "x y|hi|['a', 'b', '', 'c']|['a', 'b']|['a.b', 'c']|bba|Hello World|abcABC|TrueTrue"},
+      {"{{ '\\n\\nx\\n'.lstrip('\\n') }}|{{ 'x\\n\\n'.rstrip('\\n') }}|"
+       "{{ 'a</think>b'.split('</think>')[-1] }}",
+       "x\n|x|b"},
+      {"{{ '{} and {name}'.format(1, name='x') }}|{{ 'abc'.find('c') }}|"
+       "{{ ', '.join(['a', 'b']) }}|{{ 'ab'.removeprefix('a') }}",
+       "1 and x|2|a, b|b"},
+  });
 }
 
 TEST(JinjaExpr, PythonPrinting) {
-  EXPECT_EQ(render("{{ [1, 'a', none, true, 1.0, {'k': 'v'}] }}"),
-            "[1, 'a', None, True, 1.0, {'k': 'v'}]");
-  EXPECT_EQ(render("{{ (1,) }}{{ (1, 2) }}"), "(1,)(1, 2)");
-  EXPECT_EQ(render("{{ [\"it's\", 'a\\\\b', '\\n'] }}"), "[\"it's\", 'a\\\\b', '\\n']");
-  EXPECT_EQ(render("{{ {'b': 1, 'a': 2} }}"), "{'b': 1, 'a': 2}");
-  EXPECT_EQ(render("{{ none }}|{{ true }}|{{ False }}"), "None|True|False");
-  EXPECT_EQ(render("{{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 100.0 }} {{ 1e16 }} {{ 1e15 }}"),
-            "0.30000000000000004 1e+20 1.5e-07 100.0 1e+16 1000000000000000.0");
+  expect_renders({
+      {"{{ [1, 'a', none, true, 1.0, {'k': 'v'}] }}", "[1, 'a', None, True, 1.0, {'k': 'v'}]"},
+      {"{{ (1,) }}{{ (1, 2) }}", "(1,)(1, 2)"},
+      {"{{ [\"it's\", 'a\\\\b', '\\n'] }}", "[\"it's\", 'a\\\\b', '\\n']"},
+      {"{{ {'b': 1, 'a': 2} }}", "{'b': 1, 'a': 2}"},
+      {"{{ none }}|{{ true }}|{{ False }}", "None|True|False"},
+      {"{{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.5e-7 }} {{ 100.0 }} {{ 1e16 }} {{ 1e15 }}",
+       "0.30000000000000004 1e+20 1.5e-07 100.0 1e+16 1000000000000000.0"},
+  });
 }
 
 TEST(JinjaExpr, ArithmeticAndLogic) {
-  EXPECT_EQ(
-      render("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 'ab' * 2 }} "
-             "{{ 1 + 2.0 }} {{ 'a' ~ 1 ~ none }} {{ 4 / 2 }} {{ true + 1 }}"),
-      "3 -4 -2 3.5 1024 abab 3.0 a1None 2.0 2");
-  EXPECT_EQ(render("{{ 0 or 'x' }}{{ '' and 'y' }}{{ [] or [1] }}{{ not 0 }}"), "x[1]True");
-  EXPECT_EQ(render("{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 'a' in 'cat' }}{{ 'x' not in ['y'] }}"
-                   "{{ 'k' in {'k': 1} }}{{ 1 == 1.0 }}{{ [1] == [1] }}"),
-            "TrueFalseTrueTrueTrueTrueTrue");
-  EXPECT_EQ(
-      render("{{ 'a' if false }}|{{ 'a' if x else 'b' }}|{{ -(3) }}|{{ messages|length - 1 }}",
-             R"({"messages": [1, 2, 3]})"),
-      "|b|-3|2");
-  EXPECT_EQ(render("{{ 'a' 'b' }}{{ \"\\u00e9\\x41\\t|\" }}"), "abéA\t|");
+  expect_renders({
+      {"{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % -3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 'ab' * 2 }} "
+       "{{ 1 + 2.0 }} {{ 'a' ~ 1 ~ none }} {{ 4 / 2 }} {{ true + 1 }}",
+       "3 -4 -2 3.5 1024 abab 3.0 a1None 2.0 2"},
+      {"{{ 0 or 'x' }}{{ '' and 'y' }}{{ [] or [1] }}{{ not 0 }}", "x[1]True"},
+      {"{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 'a' in 'cat' }}{{ 'x' not in ['y'] }}"
+       "{{ 'k' in {'k': 1} }}{{ 1 == 1.0 }}{{ [1] == [1] }}",
+       "TrueFalseTrueTrueTrueTrueTrue"},
+      {"{{ 'a' if false }}|{{ 'a' if x else 'b' }}|{{ -(3) }}|{{ messages|length - 1 }}", "|b|-3|2",
+       R"({"messages": [1, 2, 3]})"},
+      {"{{ 'a' 'b' }}{{ \"\\u00e9\\x41\\t|\" }}", "abéA\t|"},
+  });
 }
 
 TEST(JinjaExpr, Tests) {
-  EXPECT_EQ(
-      render("{{ 1 is number }}{{ true is number }}{{ 'x' is string }}{{ {} is mapping }}"
-             "{{ [] is iterable }}{{ 'x' is sequence }}{{ none is none }}{{ true is boolean }}"
-             "{{ 1 is true }}{{ true is true }}{{ false is false }}{{ 3 is equalto 3 }}"
-             "{{ 4 is divisibleby 2 }}{{ 1 is integer }}{{ true is integer }}"),
-      "TrueTrueTrueTrueTrueTrueTrueTrueFalseTrueTrueTrueTrueTrueFalse");
-  EXPECT_EQ(render("{{ x is defined }}{{ y is undefined }}{{ x is not none }}{{ none is iterable }}"
-                   "{{ u is iterable }}",
-                   R"({"x": 1})"),
-            "TrueTrueTrueFalseTrue");
-  EXPECT_EQ(
-      render("{% if m.reasoning is defined and m.reasoning is not none %}y{% else %}n{% endif %}",
-             R"({"m": {"reasoning": null}})"),
-      "n");
+  expect_renders({
+      {"{{ 1 is number }}{{ true is number }}{{ 'x' is string }}{{ {} is mapping }}"
+       "{{ [] is iterable }}{{ 'x' is sequence }}{{ none is none }}{{ true is boolean }}"
+       "{{ 1 is true }}{{ true is true }}{{ false is false }}{{ 3 is equalto 3 }}"
+       "{{ 4 is divisibleby 2 }}{{ 1 is integer }}{{ true is integer }}",
+       "TrueTrueTrueTrueTrueTrueTrueTrueFalseTrueTrueTrueTrueTrueFalse"},
+      {"{{ x is defined }}{{ y is undefined }}{{ x is not none }}{{ none is iterable }}"
+       "{{ u is iterable }}",
+       "TrueTrueTrueFalseTrue", R"({"x": 1})"},
+      {"{% if m.reasoning is defined and m.reasoning is not none %}y{% else %}n{% endif %}", "n",
+       R"({"m": {"reasoning": null}})"},
+  });
 }
 
 TEST(JinjaExpr, Filters) {
-  EXPECT_EQ(
-      render(
-          "{{ [3,1,2]|sort|join(',') }}|{{ ['a','b']|first }}{{ ['a','b']|last }}|"
-          "{{ 'Hello'|upper }}|{{ '  x '|trim }}|{{ [{'n':1},{'n':2}]|map(attribute='n')|list }}|"
-          "{{ [{'t':'a'},{'t':'b'}]|selectattr('t','equalto','b')|list|length }}|"
-          "{{ '42'|int + 1 }}|{{ 'x'|replace('x','y') }}|{{ {'a':1}|items|list }}"),
-      "1,2,3|ab|HELLO|x|[1, 2]|1|43|y|[('a', 1)]");
-  EXPECT_EQ(render("{{ u|default('d') }}{{ ''|default('e', true) }}{{ ''|d('f') }}{{ u|length }}"
-                   "{{ 'héllo'|length }}{{ ['a', 'b']|map('upper')|join }}"),
-            "de05AB");
-  EXPECT_EQ(
-      render("{{ 'hello wORLD-x'|title }}|{{ 'ab'|capitalize }}|{{ '<a&b>'|e }}|{{ 3.7|int }}|"
-             "{{ 'x'|int }}|{{ [1,2,3]|sum }}|{{ [3,1]|max }}|{{ [1,1,2]|unique|list }}|"
-             "{{ 'a\\nb'|indent(2) }}|{{ [1,2,3]|reverse|list }}|{{ [1,2,3]|select('odd')|list }}"),
-      "Hello World-X|Ab|&lt;a&amp;b&gt;|3|0|6|3|[1, 2]|a\n  b|[3, 2, 1]|[1, 3]");
-  EXPECT_EQ(render("{% set x %}a{{ 1 }}b{% endset %}{{ x }}|{% filter upper %}abc{% endfilter %}"),
-            "a1b|ABC");
-  EXPECT_EQ(render("{{ '\\u3000hi\\u00a0 '|trim }}"), "hi");
+  expect_renders({
+      {"{{ [3,1,2]|sort|join(',') }}|{{ ['a','b']|first }}{{ ['a','b']|last }}|"
+       "{{ 'Hello'|upper }}|{{ '  x '|trim }}|{{ [{'n':1},{'n':2}]|map(attribute='n')|list }}|"
+       "{{ [{'t':'a'},{'t':'b'}]|selectattr('t','equalto','b')|list|length }}|"
+       "{{ '42'|int + 1 }}|{{ 'x'|replace('x','y') }}|{{ {'a':1}|items|list }}",
+       "1,2,3|ab|HELLO|x|[1, 2]|1|43|y|[('a', 1)]"},
+      {"{{ u|default('d') }}{{ ''|default('e', true) }}{{ ''|d('f') }}{{ u|length }}"
+       "{{ 'héllo'|length }}{{ ['a', 'b']|map('upper')|join }}",
+       "de05AB"},
+      {"{{ 'hello wORLD-x'|title }}|{{ 'ab'|capitalize }}|{{ '<a&b>'|e }}|{{ 3.7|int }}|"
+       "{{ 'x'|int }}|{{ [1,2,3]|sum }}|{{ [3,1]|max }}|{{ [1,1,2]|unique|list }}|"
+       "{{ 'a\\nb'|indent(2) }}|{{ [1,2,3]|reverse|list }}|{{ [1,2,3]|select('odd')|list }}",
+       "Hello World-X|Ab|&lt;a&amp;b&gt;|3|0|6|3|[1, 2]|a\n  b|[3, 2, 1]|[1, 3]"},
+      {"{% set x %}a{{ 1 }}b{% endset %}{{ x }}|{% filter upper %}abc{% endfilter %}", "a1b|ABC"},
+      {"{{ '\\u3000hi\\u00a0 '|trim }}", "hi"},
+  });
 }
 
 TEST(JinjaMacro, MacrosAndCall) {
-  EXPECT_EQ(render("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}"
-                   "{{ greet('A') }} {{ greet('B', punct='?') }}"),
-            "Hi A! Hi B?");
-  EXPECT_EQ(
-      render("{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}in{% endcall %}"),
-      "[in]");
-  EXPECT_EQ(render("{% macro m(a) %}{{ a }}{{ g }}{% endmacro %}{% set g = 'G' %}{{ m(1) }}"),
-            "1G");
+  expect_renders({
+      {"{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}"
+       "{{ greet('A') }} {{ greet('B', punct='?') }}",
+       "Hi A! Hi B?"},
+      {"{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}in{% endcall %}", "[in]"},
+      {"{% macro m(a) %}{{ a }}{{ g }}{% endmacro %}{% set g = 'G' %}{{ m(1) }}", "1G"},
+  });
 }
 
 TEST(JinjaUndefined, PrintsEmptyButFailsOnUse) {
@@ -222,30 +247,24 @@ TEST(JinjaUndefined, PrintsEmptyButFailsOnUse) {
              "{{ d['k'] }}|{{ l[5] }}|{{ nope ~ 'x' }}",
              R"({"d": {}, "l": []})"),
       "|False|||||x");
-  EXPECT_EQ(render_error("{{ nope.attr }}").message, "'nope' is undefined");
-  EXPECT_EQ(render_error("{{ d.missing.x }}", R"({"d": {}})").message,
-            "'dict object' has no attribute 'missing'");
-  EXPECT_EQ(render_error("{{ l[0].role }}", R"({"l": []})").message,
-            "list object has no element 0");
-  EXPECT_EQ(render_error("{{ d.missing + 1 }}", R"({"d": {}})").message,
-            "'dict object' has no attribute 'missing'");
-  EXPECT_EQ(render_error("{{ d.nope|int }}", R"({"d": {}})").message,
-            "'dict object' has no attribute 'nope'");
-  EXPECT_EQ(render_error("{{ n.startswith('x') }}", R"({"n": null})").message,
-            "'None' has no attribute 'startswith'");
+  expect_render_errors({
+      {"{{ nope.attr }}", "'nope' is undefined"},
+      {"{{ d.missing.x }}", "'dict object' has no attribute 'missing'", R"({"d": {}})"},
+      {"{{ l[0].role }}", "list object has no element 0", R"({"l": []})"},
+      {"{{ d.missing + 1 }}", "'dict object' has no attribute 'missing'", R"({"d": {}})"},
+      {"{{ d.nope|int }}", "'dict object' has no attribute 'nope'", R"({"d": {}})"},
+      {"{{ n.startswith('x') }}", "'None' has no attribute 'startswith'", R"({"n": null})"},
+  });
 }
 
 TEST(JinjaErrors, PythonMessages) {
-  EXPECT_EQ(render_error("{{ none + 'x' }}").message,
-            "unsupported operand type(s) for +: 'NoneType' and 'str'");
-  EXPECT_EQ(render_error("{{ 'x' + none }}").message,
-            "can only concatenate str (not \"NoneType\") to str");
-  EXPECT_EQ(render_error("{{ '</think>' in c }}", R"({"c": null})").message,
-            "argument of type 'NoneType' is not iterable");
-  EXPECT_EQ(render_error("{{ [].append(1) }}").message,
-            "access to attribute 'append' of 'list' object is unsafe.");
-  EXPECT_EQ(render_error("{{ 1 < 'a' }}").message,
-            "'<' not supported between instances of 'int' and 'str'");
+  expect_render_errors({
+      {"{{ none + 'x' }}", "unsupported operand type(s) for +: 'NoneType' and 'str'"},
+      {"{{ 'x' + none }}", "can only concatenate str (not \"NoneType\") to str"},
+      {"{{ '</think>' in c }}", "argument of type 'NoneType' is not iterable", R"({"c": null})"},
+      {"{{ [].append(1) }}", "access to attribute 'append' of 'list' object is unsafe."},
+      {"{{ 1 < 'a' }}", "'<' not supported between instances of 'int' and 'str'"},
+  });
   TemplateError e = render_error("a\n\n{{ raise_exception('bad ' ~ 1) }}");
   EXPECT_EQ(e.message, "bad 1");
   EXPECT_EQ(e.kind, JinjaError::Kind::kRaised);
@@ -253,37 +272,35 @@ TEST(JinjaErrors, PythonMessages) {
 }
 
 TEST(JinjaErrors, MoreJinja2Messages) {
-  EXPECT_EQ(render_error("{{ 1 % 0 }}").message, "integer modulo by zero");
-  EXPECT_EQ(render_error("{{ 1 // 0 }}").message, "integer division or modulo by zero");
-  EXPECT_EQ(render_error("{% for a, b in [1] %}{% endfor %}").message,
-            "cannot unpack non-iterable int object");
-  EXPECT_EQ(render_error("{% for a, b in [[1, 2, 3]] %}{% endfor %}").message,
-            "too many values to unpack (expected 2)");
-  EXPECT_EQ(render_error("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}").message,
-            "macro 'm' takes not more than 1 argument(s)");
-  EXPECT_EQ(render_error("{% macro m(a) %}{% endmacro %}{{ m(b=2) }}").message,
-            "macro 'm' takes no keyword argument 'b'");
-  EXPECT_EQ(render_error("{% set d.x = 1 %}", R"({"d": {}})").message,
-            "cannot assign attribute on non-namespace object");
-  EXPECT_EQ(render("{% macro m(a) %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, k=3) }}"),
-            "(2,){'k': 3}");
-  EXPECT_EQ(render("{{ 2.675|round(2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 7|round }}"),
-            "2.67 2.0 4.0 7");
+  expect_render_errors({
+      {"{{ 1 % 0 }}", "integer modulo by zero"},
+      {"{{ 1 // 0 }}", "integer division or modulo by zero"},
+      {"{% for a, b in [1] %}{% endfor %}", "cannot unpack non-iterable int object"},
+      {"{% for a, b in [[1, 2, 3]] %}{% endfor %}", "too many values to unpack (expected 2)"},
+      {"{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}",
+       "macro 'm' takes not more than 1 argument(s)"},
+      {"{% macro m(a) %}{% endmacro %}{{ m(b=2) }}", "macro 'm' takes no keyword argument 'b'"},
+      {"{% set d.x = 1 %}", "cannot assign attribute on non-namespace object", R"({"d": {}})"},
+  });
+  expect_renders({
+      {"{% macro m(a) %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, k=3) }}", "(2,){'k': 3}"},
+      {"{{ 2.675|round(2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 7|round }}", "2.67 2.0 4.0 7"},
+  });
 }
 
 TEST(JinjaExpr, PrintfStyleFormatting) {
-  EXPECT_EQ(
-      render(
-          "{{ \"%s-%d|%5.2f|%-4s|%x|%r|%%|%03d\" % (\"a\", 3.9, 2.345, \"b\", 255, \"q\", 7) }}"),
-      "a-3| 2.35|b   |ff|'q'|%|007");
-  EXPECT_EQ(render("{{ \"%s and %s\"|format(1, \"b\") }}|{{ '%s' % none }}|{{ '%s' % [1, 2] }}"),
-            "1 and b|None|[1, 2]");
-  EXPECT_EQ(render_error("{{ 'x' % 1 }}").message,
-            "not all arguments converted during string formatting");
-  EXPECT_EQ(render_error("{{ '%s %s' % (1,) }}").message, "not enough arguments for format string");
-  EXPECT_EQ(render_error("{{ 'a'.find(1) }}").message, "must be str, not int");
-  EXPECT_EQ(render_error("{{ 'x' is odd }}").message,
-            "not all arguments converted during string formatting");
+  expect_renders({
+      {"{{ \"%s-%d|%5.2f|%-4s|%x|%r|%%|%03d\" % (\"a\", 3.9, 2.345, \"b\", 255, \"q\", 7) }}",
+       "a-3| 2.35|b   |ff|'q'|%|007"},
+      {"{{ \"%s and %s\"|format(1, \"b\") }}|{{ '%s' % none }}|{{ '%s' % [1, 2] }}",
+       "1 and b|None|[1, 2]"},
+  });
+  expect_render_errors({
+      {"{{ 'x' % 1 }}", "not all arguments converted during string formatting"},
+      {"{{ '%s %s' % (1,) }}", "not enough arguments for format string"},
+      {"{{ 'a'.find(1) }}", "must be str, not int"},
+      {"{{ 'x' is odd }}", "not all arguments converted during string formatting"},
+  });
 }
 
 TEST(JinjaErrors, HostileInputsFailCleanly) {
@@ -293,9 +310,10 @@ TEST(JinjaErrors, HostileInputsFailCleanly) {
                          "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}")
                 .message,
             "maximum recursion depth exceeded while getting the repr of an object");
-  EXPECT_EQ(render_error("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}").message,
-            "maximum recursion depth exceeded");
-  EXPECT_EQ(render_error("{{ '%99999999d' % 1 }}").message, "width too big");
+  expect_render_errors({
+      {"{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "maximum recursion depth exceeded"},
+      {"{{ '%99999999d' % 1 }}", "width too big"},
+  });
   EXPECT_EQ(render_error("{{ x.123456789012345678901234 }}").kind, JinjaError::Kind::kUnsupported);
   std::string nested_json = std::string(600, '[') + std::string(600, ']');
   EXPECT_THROW(from_json(nlohmann::ordered_json::parse(nested_json)), JinjaError);
@@ -383,11 +401,13 @@ TEST(JinjaBudget, HostileTemplatesStopWithABudgetError) {
         << src << ": " << st.message();
   }
   // Exponentiation by squaring: a huge exponent answers at once.
-  EXPECT_EQ(render("{{ 0 ** 9223372036854775807 }}"), "0");
-  EXPECT_EQ(render("{{ 1 ** 9223372036854775807 }}"), "1");
-  EXPECT_EQ(render("{{ (-1) ** 9223372036854775807 }}"), "-1");
-  EXPECT_EQ(render("{{ 3 ** 39 }}"), "4052555153018976267");
-  EXPECT_EQ(render("{{ 2 ** 62 }}"), "4611686018427387904");
+  expect_renders({
+      {"{{ 0 ** 9223372036854775807 }}", "0"},
+      {"{{ 1 ** 9223372036854775807 }}", "1"},
+      {"{{ (-1) ** 9223372036854775807 }}", "-1"},
+      {"{{ 3 ** 39 }}", "4052555153018976267"},
+      {"{{ 2 ** 62 }}", "4611686018427387904"},
+  });
   EXPECT_NE(render("{{ 2 ** 63 }}").find("RENDER ERROR"), std::string::npos);
   EXPECT_NE(render("{{ 2 ** 9223372036854775807 }}").find("RENDER ERROR"), std::string::npos);
 }

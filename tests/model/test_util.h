@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,13 +21,11 @@
 
 namespace pagedkv::model::testing_util {
 
+// A fresh directory pkv_model_<tag>_XXXXXX, removed when the test process exits
+// (tests/support/temp_dir.h).
 inline std::string temp_dir(const std::string& tag) {
-  static std::atomic<int> counter{0};
-  std::string d = ::testing::TempDir() + "/pkv_model_" + tag + "_" + std::to_string(getpid()) +
-                  "_" + std::to_string(counter++);
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  ::pagedkv::test::remove_at_exit(d);  // tests/support/temp_dir.h
+  const std::string d = ::pagedkv::test::make_temp_dir("pkv_model_" + tag + "_");
+  EXPECT_FALSE(d.empty()) << "cannot make a temporary directory for " << tag;
   return d;
 }
 

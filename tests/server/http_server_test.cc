@@ -21,6 +21,21 @@
 namespace pagedkv::server {
 namespace {
 
+// A TCP connection to the server on 127.0.0.1:`port`; -1 when it fails.
+int connect_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 std::string model_dir() { return std::string(PAGEDKV_TEST_DATA_DIR) + "/../../models/default"; }
 
 // A preamble long enough for several full 16-token blocks.
@@ -348,13 +363,8 @@ TEST_F(ServerTest, FullQueueIs429AndAStreamingDisconnectCancels) {
 TEST_F(ServerTest, ANonStreamingClientThatGoesAwayIsCancelled) {
   start();
   // A raw connection: send the request, wait until the engine runs it, hang up.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = connect_loopback(server_->port());
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   const std::string body =
       Json{{"model", "default"}, {"prompt", kPreamble}, {"max_tokens", 1900}}.dump();
   const std::string req =
@@ -376,13 +386,8 @@ TEST_F(ServerTest, AStalledClientIsDropped) {
   ServerOptions opt;
   opt.read_timeout_s = 1;
   start(opt);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = connect_loopback(server_->port());
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   // Half a request, then silence: the server must hang up (not wait forever).
   const std::string part = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
   ASSERT_EQ(write(fd, part.data(), part.size()), static_cast<ssize_t>(part.size()));
@@ -471,13 +476,8 @@ TEST_F(ServerTest, HealthMetricsStatsAndDashboard) {
 // Sends `raw` on a fresh connection and reads until the server closes it (or 60 s
 // pass: then *closed is false).
 std::string raw_exchange(int port, const std::string& raw, bool* closed) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = connect_loopback(port);
   EXPECT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   EXPECT_EQ(write(fd, raw.data(), raw.size()), static_cast<ssize_t>(raw.size()));
   timeval tv{60, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));

@@ -64,6 +64,17 @@ std::string run_stream(ApiRequest req, Finish f) {
   return s;
 }
 
+// The SSE events of a streaming request of `kind` (with messages unless it is a
+// completions request) that ends with `f`.
+std::vector<Event> stream_events(ApiKind kind, Finish f, bool include_usage = false) {
+  ApiRequest req;
+  req.kind = kind;
+  if (kind != ApiKind::kCompletions) req.messages = Json::array();
+  req.stream = true;
+  req.include_usage = include_usage;
+  return parse_sse(run_stream(req, f));
+}
+
 TEST(SseTest, Framing) {
   EXPECT_EQ(sse_data("{}"), "data: {}\n\n");
   EXPECT_EQ(sse_event("ping", "{}"), "event: ping\ndata: {}\n\n");
@@ -76,12 +87,7 @@ TEST(SseTest, Framing) {
 }
 
 TEST(StreamEncoderTest, ChatChunksEndWithUsageAndDone) {
-  ApiRequest req;
-  req.kind = ApiKind::kChatCompletions;
-  req.messages = Json::array();
-  req.stream = true;
-  req.include_usage = true;
-  auto ev = parse_sse(run_stream(req, Finish::kLength));
+  auto ev = stream_events(ApiKind::kChatCompletions, Finish::kLength, /*include_usage=*/true);
   ASSERT_EQ(ev.size(), 6u);  // role, 2 deltas, finish, usage, [DONE]
   Json first = Json::parse(ev[0].data);
   EXPECT_EQ(first["object"], "chat.completion.chunk");
@@ -97,10 +103,7 @@ TEST(StreamEncoderTest, ChatChunksEndWithUsageAndDone) {
 }
 
 TEST(StreamEncoderTest, CompletionsChunksWithoutUsage) {
-  ApiRequest req;
-  req.kind = ApiKind::kCompletions;
-  req.stream = true;
-  auto ev = parse_sse(run_stream(req, Finish::kStopString));
+  auto ev = stream_events(ApiKind::kCompletions, Finish::kStopString);
   ASSERT_EQ(ev.size(), 4u);  // 2 texts, finish, [DONE]
   Json j = Json::parse(ev[0].data);
   EXPECT_EQ(j["object"], "text_completion");
@@ -111,11 +114,7 @@ TEST(StreamEncoderTest, CompletionsChunksWithoutUsage) {
 }
 
 TEST(StreamEncoderTest, ResponsesEventSequence) {
-  ApiRequest req;
-  req.kind = ApiKind::kResponses;
-  req.messages = Json::array();
-  req.stream = true;
-  auto ev = parse_sse(run_stream(req, Finish::kStop));
+  auto ev = stream_events(ApiKind::kResponses, Finish::kStop);
   std::vector<std::string> names;
   for (size_t i = 0; i < ev.size(); ++i) {
     names.push_back(ev[i].name);
@@ -136,11 +135,7 @@ TEST(StreamEncoderTest, ResponsesEventSequence) {
 }
 
 TEST(StreamEncoderTest, AnthropicEventSequence) {
-  ApiRequest req;
-  req.kind = ApiKind::kMessages;
-  req.messages = Json::array();
-  req.stream = true;
-  auto ev = parse_sse(run_stream(req, Finish::kStopString));
+  auto ev = stream_events(ApiKind::kMessages, Finish::kStopString);
   std::vector<std::string> names;
   for (const auto& e : ev) {
     names.push_back(e.name);

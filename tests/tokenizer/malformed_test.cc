@@ -31,7 +31,7 @@ Json base() {
 }
 
 // Loads `j` and expects an InvalidArgument mentioning every string in `needles`.
-void expect_error(const Json& j, std::initializer_list<const char*> needles) {
+void expect_error(const Json& j, const std::vector<const char*>& needles) {
   auto t = Tokenizer::from_json(j.dump());
   ASSERT_FALSE(t.ok()) << "loaded although malformed: " << j.dump();
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
@@ -94,67 +94,76 @@ TEST(Malformed, BadVocab) {
   expect_error(j, {"unk_token", "<unk>"});
 }
 
+// base() with one top-level field replaced by `json`: loading it must fail
+// with an InvalidArgument mentioning every needle.
+struct FieldCase {
+  const char* field;
+  const char* json;
+  std::vector<const char*> needles;
+};
+
+void expect_field_errors(const std::vector<FieldCase>& cases) {
+  for (const FieldCase& c : cases) {
+    SCOPED_TRACE(std::string(c.field) + " = " + c.json);
+    Json j = base();
+    j[c.field] = Json::parse(c.json);
+    expect_error(j, c.needles);
+  }
+}
+
 TEST(Malformed, UnknownNormalizer) {
-  Json j = base();
-  j["normalizer"] = Json{{"type", "BertNormalizer"}};
-  expect_error(j, {"normalizer", "BertNormalizer"});
-  j["normalizer"] = Json::parse(
-      R"({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Precompiled"}]})");
-  expect_error(j, {"normalizer.normalizers[1]", "Precompiled"});
+  expect_field_errors({
+      {"normalizer", R"({"type": "BertNormalizer"})", {"normalizer", "BertNormalizer"}},
+      {"normalizer",
+       R"({"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Precompiled"}]})",
+       {"normalizer.normalizers[1]", "Precompiled"}},
+  });
 }
 
 TEST(Malformed, UnknownPreTokenizerAndOptions) {
-  Json j = base();
-  j["pre_tokenizer"] = Json{{"type", "Punctuation"}};
-  expect_error(j, {"pre_tokenizer", "Punctuation"});
-  j["pre_tokenizer"] = Json::parse(
-      R"({"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways", "invert": false})");
-  expect_error(j, {"pre_tokenizer (Split).behavior", "Sideways"});
-  j["pre_tokenizer"] = Json::parse(
-      R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated", "invert": false})");
-  expect_error(j, {"pre_tokenizer (Split).pattern", "(unclosed"});
-  j["pre_tokenizer"] =
-      Json::parse(R"({"type": "Metaspace", "replacement": "_", "prepend_scheme": "sometimes"})");
-  expect_error(j, {"prepend_scheme", "sometimes"});
-  // An option we do not implement is refused rather than ignored.
-  j["pre_tokenizer"] =
-      Json::parse(R"({"type": "ByteLevel", "add_prefix_space": false, "frobnicate": true})");
-  expect_error(j, {"pre_tokenizer (ByteLevel)", "frobnicate"});
-  j["pre_tokenizer"] = Json::parse(
-      R"({"type": "Sequence", "pretokenizers": [{"type": "Digits"}, {"type": "BertPreTokenizer"}]})");
-  expect_error(j, {"pre_tokenizer.pretokenizers[1]", "BertPreTokenizer"});
+  expect_field_errors({
+      {"pre_tokenizer", R"({"type": "Punctuation"})", {"pre_tokenizer", "Punctuation"}},
+      {"pre_tokenizer",
+       R"({"type": "Split", "pattern": {"String": " "}, "behavior": "Sideways", "invert": false})",
+       {"pre_tokenizer (Split).behavior", "Sideways"}},
+      {"pre_tokenizer",
+       R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated", "invert": false})",
+       {"pre_tokenizer (Split).pattern", "(unclosed"}},
+      {"pre_tokenizer",
+       R"({"type": "Metaspace", "replacement": "_", "prepend_scheme": "sometimes"})",
+       {"prepend_scheme", "sometimes"}},
+      // An option we do not implement is refused rather than ignored.
+      {"pre_tokenizer",
+       R"({"type": "ByteLevel", "add_prefix_space": false, "frobnicate": true})",
+       {"pre_tokenizer (ByteLevel)", "frobnicate"}},
+      {"pre_tokenizer",
+       R"({"type": "Sequence", "pretokenizers": [{"type": "Digits"}, {"type": "BertPreTokenizer"}]})",
+       {"pre_tokenizer.pretokenizers[1]", "BertPreTokenizer"}},
+  });
 }
 
 TEST(Malformed, UnknownDecoderAndPostProcessor) {
-  Json j = base();
-  j["decoder"] = Json{{"type", "WordPiece"}};
-  expect_error(j, {"decoder", "WordPiece"});
-  j = base();
-  j["decoder"] =
-      Json::parse(R"({"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "CTC"}]})");
-  expect_error(j, {"decoder.decoders[1]", "CTC"});
-  j = base();
-  j["post_processor"] = Json{{"type", "Mystery"}};
-  expect_error(j, {"post_processor", "Mystery"});
-  j = base();
-  j["post_processor"] = Json::parse(
-      R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>", "type_id": 0}}], "pair": [], "special_tokens": {}})");
-  expect_error(j, {"post_processor (TemplateProcessing).single[0]", "<x>"});
+  expect_field_errors({
+      {"decoder", R"({"type": "WordPiece"})", {"decoder", "WordPiece"}},
+      {"decoder",
+       R"({"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "CTC"}]})",
+       {"decoder.decoders[1]", "CTC"}},
+      {"post_processor", R"({"type": "Mystery"})", {"post_processor", "Mystery"}},
+      {"post_processor",
+       R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>", "type_id": 0}}], "pair": [], "special_tokens": {}})",
+       {"post_processor (TemplateProcessing).single[0]", "<x>"}},
+  });
 }
 
 TEST(Malformed, MissingTypeAndUnknownTopLevelKeys) {
-  Json j = base();
-  j["normalizer"] = Json{{"lowercase", true}};
-  expect_error(j, {"normalizer", "type"});
-  j = base();
-  j["surprise"] = 1;
-  expect_error(j, {"surprise"});
-  j = base();
-  j["truncation"] = Json{{"max_length", 5}};
-  expect_error(j, {"truncation"});
-  j = base();
-  j["added_tokens"] = Json::array({Json{{"id", 5}, {"content", "x"}, {"weird", true}}});
-  expect_error(j, {"added_tokens[0]", "weird"});
+  expect_field_errors({
+      {"normalizer", R"({"lowercase": true})", {"normalizer", "type"}},
+      {"surprise", "1", {"surprise"}},
+      {"truncation", R"({"max_length": 5})", {"truncation"}},
+      {"added_tokens",
+       R"([{"id": 5, "content": "x", "weird": true}])",
+       {"added_tokens[0]", "weird"}},
+  });
 }
 
 TEST(Malformed, ConfigFileErrors) {

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "cold_test_util.h"
+#include "corrupt_file.h"
 #include "run_command.h"
 
 namespace pagedkv::cold {
@@ -145,13 +146,7 @@ TEST_P(ColdParityTest, ACorruptedObjectIsCountedAndTheAnswerDoesNotChange) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(ls, m, std::regex(R"(([0-9a-f]{64}) .* block=2 )"))) << ls;
   const std::string victim = dir_ + "/cold/" + m[1].str();
-  int fd = ::open(victim.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t b = 0;
-  ASSERT_EQ(::pread(fd, &b, 1, 1000), 1);
-  b ^= 0x40;
-  ASSERT_EQ(::pwrite(fd, &b, 1, 1000), 1);
-  ::close(fd);
+  ASSERT_TRUE(test::xor_byte_in_file(victim, 1000, 0x40)) << victim;
   GenRun restore = generate(env_, model_, prompt, "--persist-cache");
   GenRun baseline = generate(env_, model_, prompt, "");
   ASSERT_EQ(restore.rc, 0) << restore.out;

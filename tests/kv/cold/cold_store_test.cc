@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cold_test_util.h"
+#include "corrupt_file.h"
 #include "util/fault_injection_file_system.h"
 
 namespace pagedkv::cold {
@@ -21,13 +22,7 @@ namespace {
 using testing::ColdDirTest;
 
 void flip_byte_on_disk(const std::string& path, size_t off) {
-  int fd = ::open(path.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t b = 0;
-  ASSERT_EQ(::pread(fd, &b, 1, static_cast<off_t>(off)), 1);
-  b ^= 0x10;
-  ASSERT_EQ(::pwrite(fd, &b, 1, static_cast<off_t>(off)), 1);
-  ::close(fd);
+  ASSERT_TRUE(test::xor_byte_in_file(path, off, 0x10)) << path << " @" << off;
 }
 
 bool exists(const std::string& p) {

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "cold_test_util.h"
+#include "corrupt_file.h"
 #include "kv/paged_kv_cache.h"
 
 namespace pagedkv::cold {
@@ -229,13 +230,7 @@ TEST_F(ColdTierWalkTest, CorruptionMidChainRestoresOnlyTheVerifiedRun) {
     keys.push_back(parent);
   }
   const std::string p5 = root_ + "/" + key_hex(keys[5]);
-  int fd = ::open(p5.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  uint8_t x = 0;
-  ASSERT_EQ(::pread(fd, &x, 1, 400), 1);
-  x ^= 1;
-  ASSERT_EQ(::pwrite(fd, &x, 1, 400), 1);
-  ::close(fd);
+  ASSERT_TRUE(test::xor_byte_in_file(p5, 400, 1)) << p5;
   ASSERT_EQ(::unlink((root_ + "/" + key_hex(keys[8])).c_str()), 0);  // and a hole later
   auto store = open();
   auto cache = make_cache();

@@ -57,25 +57,34 @@ void check_cases(const std::string& config, const std::string& file, size_t min_
   }
 }
 
-TEST(ChatTemplateFixtures, Qwen3MatchesJinja2) {
-  check_cases("qwen3_tokenizer_config.json", "chat-qwen3-a.jsonl", 5);
-}
-TEST(ChatTemplateFixtures, Gemma3MatchesJinja2) {
-  check_cases("gemma3_tokenizer_config.json", "chat-gemma3-a.jsonl", 5);
-}
-TEST(ChatTemplateFixtures, Qwen3ExtraBranches) {
-  check_cases("qwen3_tokenizer_config.json", "chat-qwen3-extra.jsonl", 10);
-}
-TEST(ChatTemplateFixtures, Gemma3ExtraBranches) {
-  check_cases("gemma3_tokenizer_config.json", "chat-gemma3-extra.jsonl", 8);
+// One fixture file of cases and the template config it renders with.
+struct FixtureFile {
+  const char* name;  // the test's name
+  const char* config;
+  const char* file;
+  size_t min_cases;
+};
+
+class ChatTemplateFixtures : public ::testing::TestWithParam<FixtureFile> {};
+
+TEST_P(ChatTemplateFixtures, MatchJinja2) {
+  check_cases(GetParam().config, GetParam().file, GetParam().min_cases);
 }
 
-TEST(ChatTemplateFixtures, Qwen3RandomConversationsMatchJinja2) {
-  check_cases("qwen3_tokenizer_config.json", "chat-qwen3-random.jsonl", 60);
-}
-TEST(ChatTemplateFixtures, Gemma3RandomConversationsMatchJinja2) {
-  check_cases("gemma3_tokenizer_config.json", "chat-gemma3-random.jsonl", 60);
-}
+INSTANTIATE_TEST_SUITE_P(
+    Files, ChatTemplateFixtures,
+    ::testing::Values(FixtureFile{"Qwen3", "qwen3_tokenizer_config.json", "chat-qwen3-a.jsonl", 5},
+                      FixtureFile{"Gemma3", "gemma3_tokenizer_config.json", "chat-gemma3-a.jsonl",
+                                  5},
+                      FixtureFile{"Qwen3ExtraBranches", "qwen3_tokenizer_config.json",
+                                  "chat-qwen3-extra.jsonl", 10},
+                      FixtureFile{"Gemma3ExtraBranches", "gemma3_tokenizer_config.json",
+                                  "chat-gemma3-extra.jsonl", 8},
+                      FixtureFile{"Qwen3RandomConversations", "qwen3_tokenizer_config.json",
+                                  "chat-qwen3-random.jsonl", 60},
+                      FixtureFile{"Gemma3RandomConversations", "gemma3_tokenizer_config.json",
+                                  "chat-gemma3-random.jsonl", 60}),
+    [](const ::testing::TestParamInfo<FixtureFile>& info) { return std::string(info.param.name); });
 
 TEST(ChatTemplate, SpecialTokensComeFromTheConfig) {
   auto g = ChatTemplate::from_tokenizer_config(kDataDir + "gemma3_tokenizer_config.json");
