@@ -387,6 +387,63 @@ void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const 
   be.matmul(g.data(), T, *w.down, out);
 }
 
+void route_experts(backend::Backend& be, const MoeWeights& w, const float* logits, int64_t T,
+                   int32_t* ids, float* weights) {
+  const int32_t E = static_cast<int32_t>(w.experts.size());
+  const int32_t K = w.top_k;
+  PKV_CHECK_MSG(w.n_group <= 1 && w.topk_group <= 1,
+                "group-limited expert routing (n_group > 1) is not implemented");
+  PKV_CHECK(w.selection_bias.empty() || static_cast<int32_t>(w.selection_bias.size()) == E);
+  if (w.score == RouterScore::kSoftmax && w.selection_bias.empty() && w.norm_eps == 0.0f &&
+      w.routed_scale == 1.0f) {
+    // qwen3_moe's router, unchanged.
+    be.topk_route(logits, T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids, weights);
+    return;
+  }
+  std::vector<float> score(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits + t * E;
+    if (w.score == RouterScore::kSigmoid) {
+      for (int32_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      std::memcpy(score.data(), l, static_cast<size_t>(E) * sizeof(float));
+      be.softmax(score.data(), 1, E);
+    }
+    for (int32_t e = 0; e < E; ++e)
+      sel[e] = w.selection_bias.empty() ? score[e] : score[e] + w.selection_bias[e];
+    int32_t* id = ids + t * K;
+    float* wt = weights + t * K;
+    // Selection: k passes, each taking the highest remaining selection score;
+    // strict > keeps the lower id on ties. A NaN score is never chosen over a number.
+    for (int32_t r = 0; r < K; ++r) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int32_t q = 0; q < r; ++q) taken |= id[q] == e;
+        if (taken) continue;
+        if (best < 0 || sel[e] > sel[best] || (std::isnan(sel[best]) && !std::isnan(sel[e])))
+          best = e;
+      }
+      id[r] = best;
+      wt[r] = score[best];
+    }
+    if (w.norm_topk_prob) {
+      float sum = 0.0f;
+      for (int32_t r = 0; r < K; ++r) sum += wt[r];
+      const float denom = sum + w.norm_eps;
+      for (int32_t r = 0; r < K; ++r) wt[r] /= denom;
+    }
+    if (w.routed_scale != 1.0f)
+      for (int32_t r = 0; r < K; ++r) wt[r] *= w.routed_scale;
+  }
+}
+
+StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,
+                                              int64_t n) {
+  PKV_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.require(name, {n}));
+  return tensor_to_f32(*t);
+}
+
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out) {
   const int32_t E = static_cast<int32_t>(w.experts.size());
@@ -395,8 +452,7 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
   be.matmul(h, T, *w.router, logits.data());
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> wts(static_cast<size_t>(T * K));
-  be.topk_route(logits.data(), T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids.data(),
-                wts.data());
+  route_experts(be, w, logits.data(), T, ids.data(), wts.data());
   // results[t][rank][hidden]
   std::vector<float> results(static_cast<size_t>(T * K * hidden));
   std::vector<float> xin, yout;
