@@ -168,6 +168,34 @@ Status check_logits(const ForwardOutput& out) {
   return ok_status();
 }
 
+Status final_logits(backend::Backend& be, const ForwardBatch& batch, const float* x, int64_t hidden,
+                    const backend::Weight& final_norm, float eps, const backend::Weight& lm_head,
+                    int32_t vocab_size, ForwardOutput* out) {
+  // Logits for the requested positions only.
+  std::vector<int64_t> pick;
+  out->row_begin.clear();
+  out->row_count.clear();
+  for (const ForwardRow& row : batch.rows) {
+    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
+    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
+                : row.logits == LogitsRequest::kLast ? 1
+                                                     : 0;
+    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
+      pick.push_back(row.first_token + i);
+    out->row_count.push_back(n);
+  }
+  const int64_t P = static_cast<int64_t>(pick.size());
+  out->vocab_size = vocab_size;
+  out->logits.assign(static_cast<size_t>(P * vocab_size), 0.0f);
+  if (P == 0) return ok_status();
+  std::vector<float> sel(static_cast<size_t>(P * hidden));
+  for (int64_t i = 0; i < P; ++i)
+    std::memcpy(sel.data() + i * hidden, x + pick[i] * hidden, hidden * sizeof(float));
+  be.rms_norm(sel.data(), P, final_norm, eps, false, sel.data());
+  be.matmul(sel.data(), P, lm_head, out->logits.data());
+  return check_logits(*out);
+}
+
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size) {
   if (batch.positions.size() != batch.token_ids.size())
     return invalid_argument("forward batch: positions and token_ids differ in length");
@@ -204,11 +232,16 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
     if (batch.path == KVPath::kPaged) {
       if (batch.kv_store == nullptr)
         return invalid_argument("forward batch: paged without kv_store");
-      if (row.block_tables.size() < geom.groups.size())
+      // A kRecurrent group keeps no per-token KV: it needs no block table.
+      size_t paged_groups = 0;
+      for (size_t g = 0; g < geom.groups.size(); ++g)
+        if (geom.groups[g].kind != CacheGroupKind::kRecurrent) paged_groups = g + 1;
+      if (row.block_tables.size() < paged_groups)
         return invalid_argument(where + "needs one block table per cache group");
       if (batch.kv_store->block_size() != geom.block_size || batch.kv_store->dtype() != geom.dtype)
         return invalid_argument("forward batch: kv_store block size/dtype differ from the model's");
-      for (size_t g = 0; g < geom.groups.size(); ++g) {
+      for (size_t g = 0; g < paged_groups; ++g) {
+        if (geom.groups[g].kind == CacheGroupKind::kRecurrent) continue;
         if (static_cast<int64_t>(row.block_tables[g].size()) * geom.block_size < total)
           return invalid_argument(where + "block table of group " + std::to_string(g) +
                                   " covers fewer than " + std::to_string(total) + " tokens");

@@ -86,6 +86,13 @@ int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache)
 // view of the right kind per row, block tables long enough.
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size);
 
+// The tail every family shares: fills `out` with the logits the rows asked for
+// (forward_batch.h) — final RMSNorm of those positions of x [T][hidden], then the
+// LM head — and checks them (check_logits).
+Status final_logits(backend::Backend& be, const ForwardBatch& batch, const float* x, int64_t hidden,
+                    const backend::Weight& final_norm, float eps, const backend::Weight& lm_head,
+                    int32_t vocab_size, ForwardOutput* out);
+
 // A NaN logit is an error naming the batch row and vocabulary index, never a
 // token (a degenerate checkpoint or config would otherwise sample garbage).
 Status check_logits(const ForwardOutput& out);

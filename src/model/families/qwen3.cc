@@ -275,29 +275,7 @@ Status Qwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   if (batch.path == KVPath::kFlat) {
     for (const ForwardRow& row : batch.rows) row.flat->set_length(row.context_len + row.num_tokens);
   }
-  // Logits for the requested positions only.
-  std::vector<int64_t> pick;
-  out->row_begin.clear();
-  out->row_count.clear();
-  for (const ForwardRow& row : batch.rows) {
-    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
-    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
-                : row.logits == LogitsRequest::kLast ? 1
-                                                     : 0;
-    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
-      pick.push_back(row.first_token + i);
-    out->row_count.push_back(n);
-  }
-  const int64_t P = static_cast<int64_t>(pick.size());
-  out->vocab_size = cfg_.vocab_size;
-  out->logits.assign(static_cast<size_t>(P * cfg_.vocab_size), 0.0f);
-  if (P == 0) return ok_status();
-  std::vector<float> sel(static_cast<size_t>(P * H));
-  for (int64_t i = 0; i < P; ++i)
-    std::memcpy(sel.data() + i * H, x.data() + pick[i] * H, H * sizeof(float));
-  be.rms_norm(sel.data(), P, *final_norm_, eps_, false, sel.data());
-  be.matmul(sel.data(), P, *lm_head_, out->logits.data());
-  return check_logits(*out);
+  return final_logits(be, batch, x.data(), H, *final_norm_, eps_, *lm_head_, cfg_.vocab_size, out);
 }
 
 }  // namespace
