@@ -196,6 +196,43 @@ Status final_logits(backend::Backend& be, const ForwardBatch& batch, const float
   return check_logits(*out);
 }
 
+Status run_decoder(backend::Backend& be, const DecoderFrame& f, const ForwardBatch& batch,
+                   const DecoderStack& stack, ForwardOutput* out) {
+  PKV_RETURN_IF_ERROR(validate_batch(batch, *f.geometry, f.vocab_size));
+  const int64_t T = batch.num_tokens();
+  if (batch.path == KVPath::kFlat) {
+    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
+  }
+  KVAccess kv(batch, *f.geometry);
+  const size_t TH = static_cast<size_t>(T * f.hidden);
+  ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
+  be.embedding(batch.token_ids.data(), T, *f.io->embed, x.data());
+  stack(kv, x.data(), h.data(), y.data(), T);
+  for (const ForwardRow& row : batch.rows) {
+    const int32_t end = row.context_len + row.num_tokens;
+    if (batch.path == KVPath::kFlat) row.flat->set_length(end);
+    if (row.state != nullptr) row.state->set_length(end);
+  }
+  return final_logits(be, batch, x.data(), f.hidden, *f.io->final_norm, f.final_eps, *f.io->lm_head,
+                      f.vocab_size, out);
+}
+
+StatusOr<EmbeddingWeights> load_embedding_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  int64_t vocab, int64_t hidden, bool tied,
+                                                  const std::string& final_norm_name) {
+  EmbeddingWeights w;
+  PKV_ASSIGN_OR_RETURN(w.embed,
+                       load_weight(ckpt, be, "model.embed_tokens.weight", {vocab, hidden}));
+  PKV_ASSIGN_OR_RETURN(w.final_norm, load_weight(ckpt, be, final_norm_name, {hidden}));
+  if (tied && ckpt.find("lm_head.weight") == nullptr) {
+    w.lm_head = w.embed.get();
+    return w;
+  }
+  PKV_ASSIGN_OR_RETURN(w.lm_head_owned, load_weight(ckpt, be, "lm_head.weight", {vocab, hidden}));
+  w.lm_head = w.lm_head_owned.get();
+  return w;
+}
+
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size) {
   if (batch.positions.size() != batch.token_ids.size())
     return invalid_argument("forward batch: positions and token_ids differ in length");
@@ -336,6 +373,28 @@ void KVAccess::tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<c
   }
 }
 
+StatusOr<AttentionWeights> load_attention_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  const std::string& a, int64_t NH, int64_t KVH,
+                                                  int64_t D, int64_t H, bool bias,
+                                                  const AttentionNames& names) {
+  AttentionWeights w;
+  PKV_ASSIGN_OR_RETURN(w.q, load_weight(ckpt, be, a + "q_proj.weight", {NH * D, H}));
+  PKV_ASSIGN_OR_RETURN(w.k, load_weight(ckpt, be, a + "k_proj.weight", {KVH * D, H}));
+  PKV_ASSIGN_OR_RETURN(w.v, load_weight(ckpt, be, a + "v_proj.weight", {KVH * D, H}));
+  PKV_ASSIGN_OR_RETURN(w.o, load_weight(ckpt, be, a + names.o + ".weight", {H, NH * D}));
+  if (!names.q_norm.empty()) {
+    PKV_ASSIGN_OR_RETURN(w.q_norm, load_weight(ckpt, be, a + names.q_norm + ".weight", {D}));
+    PKV_ASSIGN_OR_RETURN(w.k_norm, load_weight(ckpt, be, a + names.k_norm + ".weight", {D}));
+  }
+  if (bias) {
+    PKV_ASSIGN_OR_RETURN(w.q_bias, load_weight(ckpt, be, a + "q_proj.bias", {NH * D}));
+    PKV_ASSIGN_OR_RETURN(w.k_bias, load_weight(ckpt, be, a + "k_proj.bias", {KVH * D}));
+    PKV_ASSIGN_OR_RETURN(w.v_bias, load_weight(ckpt, be, a + "v_proj.bias", {KVH * D}));
+    PKV_ASSIGN_OR_RETURN(w.o_bias, load_optional_weight(ckpt, be, a + names.o + ".bias", {H}));
+  }
+  return w;
+}
+
 void attention_block(backend::Backend& be, const AttentionSpec& s, const AttentionWeights& w,
                      const ForwardBatch& batch, KVAccess& kv, const float* h, int64_t T,
                      float* out) {
@@ -469,6 +528,18 @@ void route_experts(backend::Backend& be, const MoeWeights& w, const float* logit
     if (w.routed_scale != 1.0f)
       for (int32_t r = 0; r < K; ++r) wt[r] *= w.routed_scale;
   }
+}
+
+void residual_ffn(backend::Backend& be, const backend::Weight& norm, float eps, bool is_moe,
+                  const MlpWeights& mlp, const MoeWeights& moe, float* x, float* h, float* y,
+                  int64_t T, int64_t hidden) {
+  be.rms_norm(x, T, norm, eps, false, h);
+  if (is_moe) {
+    moe_block(be, moe, h, T, hidden, y);
+  } else {
+    gated_mlp(be, mlp, Activation::kSilu, h, T, y);
+  }
+  be.add(x, y, T * hidden);
 }
 
 StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,

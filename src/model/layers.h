@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,41 @@ Status final_logits(backend::Backend& be, const ForwardBatch& batch, const float
                     const backend::Weight& final_norm, float eps, const backend::Weight& lm_head,
                     int32_t vocab_size, ForwardOutput* out);
 
+class KVAccess;
+
+// A family's decoder stack over the residual stream x [T][hidden] (h, y: [T][hidden]
+// scratch it may use freely).
+using DecoderStack = std::function<void(KVAccess& kv, float* x, float* h, float* y, int64_t T)>;
+
+// The token embedding, final norm and LM head every family has.
+struct EmbeddingWeights {
+  WeightPtr embed;       // [vocab][hidden]
+  WeightPtr final_norm;  // [hidden]
+  WeightPtr lm_head_owned;
+  const backend::Weight* lm_head = nullptr;  // lm_head_owned, or embed when tied
+};
+
+// Loads model.embed_tokens.weight, `final_norm_name` and lm_head.weight — or, when
+// `tied` and the checkpoint has no lm_head.weight, uses the embedding as the head.
+StatusOr<EmbeddingWeights> load_embedding_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  int64_t vocab, int64_t hidden, bool tied,
+                                                  const std::string& final_norm_name);
+
+struct DecoderFrame {
+  const KVGeometry* geometry = nullptr;
+  int32_t vocab_size = 0;
+  int64_t hidden = 0;
+  const EmbeddingWeights* io = nullptr;
+  float final_eps = 1e-6f;
+};
+
+// The frame of every family's forward(): validates the batch, grows each flat
+// row's cache, embeds the tokens into x, runs `stack`, then advances every row's
+// flat length and recurrent state to context_len + num_tokens and returns the
+// requested logits (final_logits).
+Status run_decoder(backend::Backend& be, const DecoderFrame& f, const ForwardBatch& batch,
+                   const DecoderStack& stack, ForwardOutput* out);
+
 // A NaN logit is an error naming the batch row and vocabulary index, never a
 // token (a degenerate checkpoint or config would otherwise sample garbage).
 Status check_logits(const ForwardOutput& out);
@@ -139,6 +175,22 @@ struct AttentionWeights {
   WeightPtr q_bias, k_bias, v_bias, o_bias;  // optional
   WeightPtr q_norm, k_norm;                  // optional (qwen3: present)
 };
+
+// Tensor names of an attention block below its prefix (defaults: Hugging Face's
+// Llama/Qwen names; LFM2 says out_proj, q_layernorm, k_layernorm).
+struct AttentionNames {
+  std::string o = "o_proj";
+  std::string q_norm = "q_norm";  // "" = no q/k norm
+  std::string k_norm = "k_norm";
+};
+
+// Loads q/k/v/o projections ([heads·head_dim][hidden] ...), the per-head q/k norms
+// and, when `bias`, the q/k/v biases and an optional o bias.
+StatusOr<AttentionWeights> load_attention_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  const std::string& prefix, int64_t num_heads,
+                                                  int64_t num_kv_heads, int64_t head_dim,
+                                                  int64_t hidden, bool bias,
+                                                  const AttentionNames& names = {});
 
 // out[T][hidden] = o_proj(attention(h)); writes this step's K/V first.
 void attention_block(backend::Backend& be, const AttentionSpec& spec, const AttentionWeights& w,
@@ -195,6 +247,13 @@ void route_experts(backend::Backend& be, const MoeWeights& w, const float* logit
 // them (M-invariant rows); an expert no token chose is skipped.
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out);
+
+// The second half of a pre-norm decoder layer: x += ffn(rms_norm(x, norm)), where
+// ffn is the MoE when `is_moe`, else the gated SiLU MLP. h and y are [T][hidden]
+// scratch.
+void residual_ffn(backend::Backend& be, const backend::Weight& norm, float eps, bool is_moe,
+                  const MlpWeights& mlp, const MoeWeights& moe, float* x, float* h, float* y,
+                  int64_t T, int64_t hidden);
 
 // Loads a small 1-D tensor (a router bias) as host floats of any stored dtype,
 // checking it has exactly n elements.

@@ -25,25 +25,31 @@
 namespace pagedkv::model {
 namespace {
 
+// One decoder layer: an operator (attention or short conv) and a feed-forward
+// (dense MLP or MoE), each behind its RMSNorm.
 struct Lfm2Layer {
   WeightPtr operator_norm, ffn_norm;
-  bool is_attention = false;
+  bool is_attention = false;  // else the short conv
   AttentionWeights attn;
   AttentionSpec spec;
   ShortConvWeights conv;
-  bool is_moe = false;
-  MlpWeights mlp;
+  bool is_moe = false;  // else the dense MLP
   MoeWeights moe;
+  MlpWeights mlp;
 };
 
 class Lfm2Model : public Model {
  public:
+  Lfm2Model(std::shared_ptr<const Checkpoint> ckpt, backend::Backend& be)
+      : ckpt_(std::move(ckpt)), be_(&be) {
+    cfg_.source_path = ckpt_->dir();
+  }
+  // Reads config.json and loads the weights.
+  Status load(const LoadOptions& options);
+
+  Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
   const ModelConfig& config() const override { return cfg_; }
   const KVGeometry& kv_geometry() const override { return geom_; }
-  Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
-
-  static StatusOr<std::unique_ptr<Model>> create(std::shared_ptr<const Checkpoint> ckpt,
-                                                 const LoadOptions& options, backend::Backend& be);
 
  private:
   Status read_config(const ConfigReader& c);
@@ -63,8 +69,7 @@ class Lfm2Model : public Model {
   int64_t num_dense_layers_ = 0, num_experts_ = 0, top_k_ = 0, moe_inter_ = 0;
   bool use_expert_bias_ = true, norm_topk_ = true;
   float routed_scale_ = 1.0f;
-  WeightPtr embed_, final_norm_, lm_head_owned_;
-  const backend::Weight* lm_head_ = nullptr;
+  EmbeddingWeights io_;
   std::vector<Lfm2Layer> layers_;
 };
 
@@ -222,22 +227,17 @@ Status Lfm2Model::load_ffn(int32_t i, const std::string& p, Lfm2Layer* L) {
   return ok_status();
 }
 
-StatusOr<std::unique_ptr<Model>> Lfm2Model::create(std::shared_ptr<const Checkpoint> ckpt,
-                                                   const LoadOptions& options,
-                                                   backend::Backend& be) {
-  std::unique_ptr<Lfm2Model> m(new Lfm2Model());
-  const ConfigReader& c = ckpt->config();
-  m->cfg_.source_path = ckpt->dir();
-  m->ckpt_ = ckpt;
-  m->be_ = &be;
-  PKV_RETURN_IF_ERROR(m->read_config(c));
-  const ModelConfig& mc = m->cfg_;
+Status Lfm2Model::load(const LoadOptions& options) {
+  const ConfigReader& c = ckpt_->config();
+  backend::Backend& be = *be_;
+  PKV_RETURN_IF_ERROR(read_config(c));
+  const ModelConfig& mc = cfg_;
   const int32_t n = mc.num_hidden_layers;
   // Per-layer tables are sized from config.json: check it against the checkpoint first.
   const std::string last = "model.layers." + std::to_string(n - 1) + ".operator_norm.weight";
-  if (ckpt->find(last) == nullptr)
+  if (ckpt_->find(last) == nullptr)
     return c.error("num_hidden_layers", "is " + std::to_string(n) + " but the checkpoint in " +
-                                            ckpt->dir() + " has no tensor " + last);
+                                            ckpt_->dir() + " has no tensor " + last);
   const int64_t H = mc.hidden_size, V = mc.vocab_size, D = mc.head_dim;
   const int64_t NH = mc.num_attention_heads, KVH = mc.num_key_value_heads;
   backend::RopeParams rope;
@@ -250,16 +250,10 @@ StatusOr<std::unique_ptr<Model>> Lfm2Model::create(std::shared_ptr<const Checkpo
     rope.theta = static_cast<float>(theta);
   }
 
-  PKV_ASSIGN_OR_RETURN(m->embed_, load_weight(*ckpt, be, "model.embed_tokens.weight", {V, H}));
-  PKV_ASSIGN_OR_RETURN(m->final_norm_, load_weight(*ckpt, be, "model.embedding_norm.weight", {H}));
-  if (mc.tie_word_embeddings && ckpt->find("lm_head.weight") == nullptr) {
-    m->lm_head_ = m->embed_.get();
-  } else {
-    PKV_ASSIGN_OR_RETURN(m->lm_head_owned_, load_weight(*ckpt, be, "lm_head.weight", {V, H}));
-    m->lm_head_ = m->lm_head_owned_.get();
-  }
+  PKV_ASSIGN_OR_RETURN(io_, load_embedding_weights(*ckpt_, be, V, H, mc.tie_word_embeddings,
+                                                   "model.embedding_norm.weight"));
 
-  KVGeometry& g = m->geom_;
+  KVGeometry& g = geom_;
   g.num_layers = n;
   g.num_kv_heads = mc.num_key_value_heads;
   g.head_dim = mc.head_dim;
@@ -271,80 +265,62 @@ StatusOr<std::unique_ptr<Model>> Lfm2Model::create(std::shared_ptr<const Checkpo
   g.layer_kv_source.assign(n, -1);
   g.layer_state_floats.assign(n, 0);
 
-  m->layers_.resize(n);
+  layers_.resize(n);
   for (int32_t i = 0; i < n; ++i) {
-    Lfm2Layer& L = m->layers_[i];
+    Lfm2Layer& L = layers_[i];
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    PKV_ASSIGN_OR_RETURN(L.operator_norm, load_weight(*ckpt, be, p + "operator_norm.weight", {H}));
-    PKV_ASSIGN_OR_RETURN(L.ffn_norm, load_weight(*ckpt, be, p + "ffn_norm.weight", {H}));
-    L.is_attention = m->attention_layer_[i];
+    PKV_ASSIGN_OR_RETURN(L.operator_norm, load_weight(*ckpt_, be, p + "operator_norm.weight", {H}));
+    PKV_ASSIGN_OR_RETURN(L.ffn_norm, load_weight(*ckpt_, be, p + "ffn_norm.weight", {H}));
+    L.is_attention = attention_layer_[i];
     if (L.is_attention) {
-      const std::string a = p + "self_attn.";
-      PKV_ASSIGN_OR_RETURN(L.attn.q, load_weight(*ckpt, be, a + "q_proj.weight", {NH * D, H}));
-      PKV_ASSIGN_OR_RETURN(L.attn.k, load_weight(*ckpt, be, a + "k_proj.weight", {KVH * D, H}));
-      PKV_ASSIGN_OR_RETURN(L.attn.v, load_weight(*ckpt, be, a + "v_proj.weight", {KVH * D, H}));
-      PKV_ASSIGN_OR_RETURN(L.attn.o, load_weight(*ckpt, be, a + "out_proj.weight", {H, NH * D}));
-      PKV_ASSIGN_OR_RETURN(L.attn.q_norm, load_weight(*ckpt, be, a + "q_layernorm.weight", {D}));
-      PKV_ASSIGN_OR_RETURN(L.attn.k_norm, load_weight(*ckpt, be, a + "k_layernorm.weight", {D}));
+      PKV_ASSIGN_OR_RETURN(L.attn, load_attention_weights(
+                                       *ckpt_, be, p + "self_attn.", NH, KVH, D, H, /*bias=*/false,
+                                       AttentionNames{"out_proj", "q_layernorm", "k_layernorm"}));
       L.spec.layer = i;
       L.spec.kv_layer = i;
       L.spec.num_heads = mc.num_attention_heads;
       L.spec.num_kv_heads = mc.num_key_value_heads;
       L.spec.head_dim = mc.head_dim;
-      L.spec.rms_eps = m->eps_;
+      L.spec.rms_eps = eps_;
       L.spec.scale = 1.0f / std::sqrt(static_cast<float>(mc.head_dim));
       L.spec.rope = rope;
       g.layer_group[i] = 0;
     } else {
       PKV_ASSIGN_OR_RETURN(
-          L.conv, load_short_conv(*ckpt, be, p + "conv.", i, H, m->conv_kernel_, m->conv_bias_));
-      g.layer_state_floats[i] = short_conv_state_floats(H, m->conv_kernel_);
+          L.conv, load_short_conv(*ckpt_, be, p + "conv.", i, H, conv_kernel_, conv_bias_));
+      g.layer_state_floats[i] = short_conv_state_floats(H, conv_kernel_);
     }
-    PKV_RETURN_IF_ERROR(m->load_ffn(i, p + "feed_forward.", &L));
+    PKV_RETURN_IF_ERROR(load_ffn(i, p + "feed_forward.", &L));
   }
-  return std::unique_ptr<Model>(std::move(m));
+  return ok_status();
 }
 
 Status Lfm2Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
-  PKV_RETURN_IF_ERROR(validate_batch(batch, geom_, cfg_.vocab_size));
   backend::Backend& be = *be_;
-  const int64_t T = batch.num_tokens();
   const int64_t H = cfg_.hidden_size;
-  if (batch.path == KVPath::kFlat) {
-    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
-  }
-  KVAccess kv(batch, geom_);
-  const size_t TH = static_cast<size_t>(T * H);
-  ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
-  be.embedding(batch.token_ids.data(), T, *embed_, x.data());
-  for (const Lfm2Layer& L : layers_) {
-    be.rms_norm(x.data(), T, *L.operator_norm, eps_, false, h.data());
-    if (L.is_attention) {
-      attention_block(be, L.spec, L.attn, batch, kv, h.data(), T, y.data());
-    } else {
-      short_conv_block(be, L.conv, batch, h.data(), T, y.data());
+  DecoderFrame f{&geom_, cfg_.vocab_size, H, &io_, eps_};
+  auto stack = [&](KVAccess& kv, float* x, float* h, float* y, int64_t T) {
+    for (const Lfm2Layer& L : layers_) {
+      be.rms_norm(x, T, *L.operator_norm, eps_, false, h);
+      if (L.is_attention) {
+        attention_block(be, L.spec, L.attn, batch, kv, h, T, y);
+      } else {
+        short_conv_block(be, L.conv, batch, h, T, y);
+      }
+      be.add(x, y, T * H);
+      residual_ffn(be, *L.ffn_norm, eps_, L.is_moe, L.mlp, L.moe, x, h, y, T, H);
     }
-    be.add(x.data(), y.data(), T * H);
-    be.rms_norm(x.data(), T, *L.ffn_norm, eps_, false, h.data());
-    if (L.is_moe) {
-      moe_block(be, L.moe, h.data(), T, H, y.data());
-    } else {
-      gated_mlp(be, L.mlp, Activation::kSilu, h.data(), T, y.data());
-    }
-    be.add(x.data(), y.data(), T * H);
-  }
-  for (const ForwardRow& row : batch.rows) {
-    if (row.state != nullptr) row.state->set_length(row.context_len + row.num_tokens);
-    if (batch.path == KVPath::kFlat) row.flat->set_length(row.context_len + row.num_tokens);
-  }
-  return final_logits(be, batch, x.data(), H, *final_norm_, eps_, *lm_head_, cfg_.vocab_size, out);
+  };
+  return run_decoder(be, f, batch, stack, out);
 }
 
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> create_lfm2(std::shared_ptr<const Checkpoint> ckpt,
                                              const LoadOptions& options, backend::Backend& be) {
-  return Lfm2Model::create(std::move(ckpt), options, be);
+  auto m = std::make_unique<Lfm2Model>(std::move(ckpt), be);
+  PKV_RETURN_IF_ERROR(m->load(options));
+  return std::unique_ptr<Model>(std::move(m));
 }
 
 }  // namespace pagedkv::model
