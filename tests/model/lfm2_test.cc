@@ -162,6 +162,10 @@ std::string model_dir(const std::string& param) {
     std::string fam = param.substr(5);
     return make_tiny(fam, 11, "lfm2_" + fam, DType::kF32, 4);
   }
+  if (param.rfind("bf16:", 0) == 0) {  // bf16 weights (the short-conv kernel widened on load)
+    std::string fam = param.substr(5);
+    return make_tiny(fam, 12, "lfm2_bf16_" + fam, DType::kBF16, 4);
+  }
   return fixture(param);
 }
 
@@ -318,7 +322,8 @@ TEST_P(Lfm2Exactness, RowWithoutStateOrWithStaleStateIsRejected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Lfm2Exactness,
-                         ::testing::Values("lfm2-a", "lfm2_moe-a", "tiny:lfm2", "tiny:lfm2_moe"),
+                         ::testing::Values("lfm2-a", "lfm2_moe-a", "tiny:lfm2", "tiny:lfm2_moe",
+                                           "bf16:lfm2_moe"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)
