@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,17 @@ StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backen
                                          const std::string& name,
                                          const std::vector<int64_t>& shape);
 
+// One weight of a table-driven load: where it goes, its name after a common
+// prefix, its exact shape.
+struct WeightSlot {
+  WeightPtr* dst;
+  const char* name;
+  std::vector<int64_t> shape;
+};
+// Loads every slot (load_weight(prefix + name, shape)); the first failure returns.
+Status load_weights(const Checkpoint& ckpt, backend::Backend& be, const std::string& prefix,
+                    std::initializer_list<WeightSlot> slots);
+
 // RoPE for a layer of type `layer_type` ("full_attention", "sliding_attention"):
 // rope_parameters[layer_type] when it is a per-layer-type map, else
 // rope_parameters, else the legacy rope_theta / rope_scaling / partial_rotary_factor.
@@ -86,13 +98,6 @@ int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache)
 // token arrays and back to back, positions = context_len + i, ids < vocab, a KV
 // view of the right kind per row, block tables long enough.
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size);
-
-// The tail every family shares: fills `out` with the logits the rows asked for
-// (forward_batch.h) — final RMSNorm of those positions of x [T][hidden], then the
-// LM head — and checks them (check_logits).
-Status final_logits(backend::Backend& be, const ForwardBatch& batch, const float* x, int64_t hidden,
-                    const backend::Weight& final_norm, float eps, const backend::Weight& lm_head,
-                    int32_t vocab_size, ForwardOutput* out);
 
 class KVAccess;
 
@@ -125,7 +130,7 @@ struct DecoderFrame {
 // The frame of every family's forward(): validates the batch, grows each flat
 // row's cache, embeds the tokens into x, runs `stack`, then advances every row's
 // flat length and recurrent state to context_len + num_tokens and returns the
-// requested logits (final_logits).
+// requested logits (compute_logits).
 Status run_decoder(backend::Backend& be, const DecoderFrame& f, const ForwardBatch& batch,
                    const DecoderStack& stack, ForwardOutput* out);
 
@@ -147,6 +152,12 @@ class KVAccess {
   // Tile pointers covering positions [0, num_tiles * block_size).
   void tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
              std::vector<const float*>* v);
+  // --- sliding-window groups (gemma) ---
+  // Same, but tiles before `first_tile` (wholly outside every query's window; in a
+  // paged sliding group their table entries may be the null block 0) are nullptr
+  // and never looked up.
+  void tiles_from(size_t row, int32_t layer, int32_t first_tile, int32_t num_tiles,
+                  std::vector<const float*>* k, std::vector<const float*>* v);
   int32_t block_size() const { return geom_.block_size; }
 
  private:
@@ -168,6 +179,10 @@ struct AttentionSpec {
   backend::RopeParams rope;
   int32_t sliding_window = 0;
   float scale = 1.0f;
+  // Gated attention (Qwen3-Next, Qwen3.5): q_proj emits per head [query | gate]
+  // (2 * head_dim rows); the attention output is multiplied by sigmoid(gate)
+  // before o_proj.
+  bool output_gate = false;
 };
 
 struct AttentionWeights {
@@ -259,5 +274,36 @@ void residual_ffn(backend::Backend& be, const backend::Weight& norm, float eps, 
 // checking it has exactly n elements.
 StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,
                                               int64_t n);
+
+// --- MoE experts after routing (shared by moe_block and gemma4's router) ---
+// out[t] = Σ_rank weights[t][rank] · experts[ids[t][rank]](h[t]), summed in rank
+// order; each expert runs once on the tokens routed to it (M-invariant rows).
+void moe_experts(backend::Backend& be, const std::vector<MlpWeights>& experts, Activation act,
+                 const int32_t* ids, const float* weights, int32_t top_k, const float* h, int64_t T,
+                 int64_t hidden, float* out);
+
+// --- logits rows a batch asks for (shared by families) ---
+// Fills out->row_begin/row_count/vocab_size, sizes out->logits, and returns the
+// flattened token indices whose logits are wanted, in output order.
+std::vector<int64_t> requested_logits_tokens(const ForwardBatch& batch, int32_t vocab_size,
+                                             ForwardOutput* out);
+
+// A shared expert beside the routed ones (Qwen3-Next, Qwen3.5-MoE): every token
+// runs it, scaled by its own sigmoid gate.
+struct SharedExpertWeights {
+  MlpWeights mlp;
+  WeightPtr gate;  // [1][hidden]
+};
+
+// out[t] += sigmoid(gate · h[t]) · mlp(h[t]) for T rows.
+void add_shared_expert(backend::Backend& be, const SharedExpertWeights& w, Activation act,
+                       const float* h, int64_t T, int64_t hidden, float* out);
+
+// The logits a batch asked for (ForwardRow::logits): gathers the requested rows of
+// the final hidden states x [T][hidden], applies the final RMSNorm (weight, or
+// 1 + weight when one_plus) and the LM head, and checks for NaN (check_logits).
+Status compute_logits(backend::Backend& be, const ForwardBatch& batch, const float* x,
+                      int64_t hidden, const backend::Weight& final_norm, float eps, bool one_plus,
+                      const backend::Weight& lm_head, int32_t vocab_size, ForwardOutput* out);
 
 }  // namespace pagedkv::model
