@@ -172,13 +172,15 @@ std::string model_dir(const std::string& param) {
 class Lfm2Exactness : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    auto m = load_model(model_dir(GetParam()));
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    model_ = std::move(*m);
-    ASSERT_TRUE(model_->kv_geometry().has_recurrent_state());
-    ASSERT_EQ(model_->kv_geometry().block_size, 16);
+    const std::string dir = model_dir(GetParam());
+    StatusOr<std::unique_ptr<Model>> loaded = load_model(dir);
+    ASSERT_TRUE(loaded.ok()) << dir << ": " << loaded.status().to_string();
+    model_ = std::move(*loaded);
+    const KVGeometry& g = model_->kv_geometry();
+    ASSERT_TRUE(g.has_recurrent_state());
+    ASSERT_EQ(g.block_size, 16);
+    store_ = std::make_unique<TestBlockStore>(g, 512);
     prompt_ = random_tokens(200, 7, model_->config().vocab_size);
-    store_ = std::make_unique<TestBlockStore>(model_->kv_geometry(), 512);
   }
   Session session(KVPath path) { return Session(*model_, path, store_.get()); }
   int32_t layers() const { return model_->config().num_hidden_layers; }

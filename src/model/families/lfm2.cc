@@ -253,17 +253,19 @@ Status Lfm2Model::load(const LoadOptions& options) {
   PKV_ASSIGN_OR_RETURN(io_, load_embedding_weights(*ckpt_, be, V, H, mc.tie_word_embeddings,
                                                    "model.embedding_norm.weight"));
 
+  // Two cache groups: full attention (the attention layers' K/V) and the
+  // recurrent group of the conv layers' state (filled in per layer below).
   KVGeometry& g = geom_;
-  g.num_layers = n;
-  g.num_kv_heads = mc.num_key_value_heads;
-  g.head_dim = mc.head_dim;
-  g.block_size = resolve_block_size(options, mc.cache);
-  g.dtype = options.kv_dtype;
   g.groups = {CacheGroup{CacheGroupKind::kFullAttention, 0},
               CacheGroup{CacheGroupKind::kRecurrent, 0}};
   g.layer_group.assign(n, -1);
   g.layer_kv_source.assign(n, -1);
   g.layer_state_floats.assign(n, 0);
+  g.num_layers = n;
+  g.num_kv_heads = mc.num_key_value_heads;
+  g.head_dim = mc.head_dim;
+  g.block_size = resolve_block_size(options, mc.cache);
+  g.dtype = options.kv_dtype;
 
   layers_.resize(n);
   for (int32_t i = 0; i < n; ++i) {
