@@ -177,6 +177,43 @@ Status check_logits(const ForwardOutput& out) {
   return ok_status();
 }
 
+Status run_decoder(backend::Backend& be, const DecoderFrame& f, const ForwardBatch& batch,
+                   const DecoderStack& stack, ForwardOutput* out) {
+  PKV_RETURN_IF_ERROR(validate_batch(batch, *f.geometry, f.vocab_size));
+  const int64_t T = batch.num_tokens();
+  if (batch.path == KVPath::kFlat) {
+    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
+  }
+  KVAccess kv(batch, *f.geometry);
+  const size_t TH = static_cast<size_t>(T * f.hidden);
+  ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
+  be.embedding(batch.token_ids.data(), T, *f.io->embed, x.data());
+  stack(kv, x.data(), h.data(), y.data(), T);
+  for (const ForwardRow& row : batch.rows) {
+    const int32_t end = row.context_len + row.num_tokens;
+    if (batch.path == KVPath::kFlat) row.flat->set_length(end);
+    if (row.state != nullptr) row.state->set_length(end);
+  }
+  return compute_logits(be, batch, x.data(), f.hidden, *f.io->final_norm, f.final_eps,
+                        /*one_plus=*/false, *f.io->lm_head, f.vocab_size, out);
+}
+
+StatusOr<EmbeddingWeights> load_embedding_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  int64_t vocab, int64_t hidden, bool tied,
+                                                  const std::string& final_norm_name) {
+  EmbeddingWeights w;
+  PKV_ASSIGN_OR_RETURN(w.embed,
+                       load_weight(ckpt, be, "model.embed_tokens.weight", {vocab, hidden}));
+  PKV_ASSIGN_OR_RETURN(w.final_norm, load_weight(ckpt, be, final_norm_name, {hidden}));
+  if (tied && ckpt.find("lm_head.weight") == nullptr) {
+    w.lm_head = w.embed.get();
+    return w;
+  }
+  PKV_ASSIGN_OR_RETURN(w.lm_head_owned, load_weight(ckpt, be, "lm_head.weight", {vocab, hidden}));
+  w.lm_head = w.lm_head_owned.get();
+  return w;
+}
+
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size) {
   if (batch.positions.size() != batch.token_ids.size())
     return invalid_argument("forward batch: positions and token_ids differ in length");
@@ -213,7 +250,11 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
     if (batch.path == KVPath::kPaged) {
       if (batch.kv_store == nullptr)
         return invalid_argument("forward batch: paged without kv_store");
-      if (row.block_tables.size() < geom.groups.size())
+      // A kRecurrent group keeps no per-token KV: it needs no block table.
+      size_t paged_groups = 0;
+      for (size_t g = 0; g < geom.groups.size(); ++g)
+        if (geom.groups[g].kind != CacheGroupKind::kRecurrent) paged_groups = g + 1;
+      if (row.block_tables.size() < paged_groups)
         return invalid_argument(where + "needs one block table per cache group");
       if (batch.kv_store->block_size() != geom.block_size || batch.kv_store->dtype() != geom.dtype)
         return invalid_argument("forward batch: kv_store block size/dtype differ from the model's");
@@ -229,9 +270,8 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
         int64_t first_live = 0;
         if (geom.groups[g].kind == CacheGroupKind::kSlidingWindow &&
             geom.groups[g].sliding_window > 0)
-          first_live =
-              std::max<int64_t>(0, row.context_len - geom.groups[g].sliding_window + 1) /
-              geom.block_size;
+          first_live = std::max<int64_t>(0, row.context_len - geom.groups[g].sliding_window + 1) /
+                       geom.block_size;
         for (int64_t i = 0; i < used; ++i) {
           int32_t id = row.block_tables[g][static_cast<size_t>(i)];
           if (i < first_live && id == 0) continue;
@@ -321,6 +361,28 @@ void KVAccess::tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<c
     (*k)[t] = reinterpret_cast<const float*>(k_base(row, layer, t));
     (*v)[t] = reinterpret_cast<const float*>(v_base(row, layer, t));
   }
+}
+
+StatusOr<AttentionWeights> load_attention_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  const std::string& a, int64_t NH, int64_t KVH,
+                                                  int64_t D, int64_t H, bool bias,
+                                                  const AttentionNames& names) {
+  AttentionWeights w;
+  PKV_ASSIGN_OR_RETURN(w.q, load_weight(ckpt, be, a + "q_proj.weight", {NH * D, H}));
+  PKV_ASSIGN_OR_RETURN(w.k, load_weight(ckpt, be, a + "k_proj.weight", {KVH * D, H}));
+  PKV_ASSIGN_OR_RETURN(w.v, load_weight(ckpt, be, a + "v_proj.weight", {KVH * D, H}));
+  PKV_ASSIGN_OR_RETURN(w.o, load_weight(ckpt, be, a + names.o + ".weight", {H, NH * D}));
+  if (!names.q_norm.empty()) {
+    PKV_ASSIGN_OR_RETURN(w.q_norm, load_weight(ckpt, be, a + names.q_norm + ".weight", {D}));
+    PKV_ASSIGN_OR_RETURN(w.k_norm, load_weight(ckpt, be, a + names.k_norm + ".weight", {D}));
+  }
+  if (bias) {
+    PKV_ASSIGN_OR_RETURN(w.q_bias, load_weight(ckpt, be, a + "q_proj.bias", {NH * D}));
+    PKV_ASSIGN_OR_RETURN(w.k_bias, load_weight(ckpt, be, a + "k_proj.bias", {KVH * D}));
+    PKV_ASSIGN_OR_RETURN(w.v_bias, load_weight(ckpt, be, a + "v_proj.bias", {KVH * D}));
+    PKV_ASSIGN_OR_RETURN(w.o_bias, load_optional_weight(ckpt, be, a + names.o + ".bias", {H}));
+  }
+  return w;
 }
 
 void KVAccess::tiles_from(size_t row, int32_t layer, int32_t first_tile, int32_t num_tiles,
@@ -454,6 +516,75 @@ void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const 
   be.matmul(g.data(), T, *w.down, out);
 }
 
+void route_experts(backend::Backend& be, const MoeWeights& w, const float* logits, int64_t T,
+                   int32_t* ids, float* weights) {
+  const int32_t E = static_cast<int32_t>(w.experts.size());
+  const int32_t K = w.top_k;
+  PKV_CHECK_MSG(w.n_group <= 1 && w.topk_group <= 1,
+                "group-limited expert routing (n_group > 1) is not implemented");
+  PKV_CHECK(w.selection_bias.empty() || static_cast<int32_t>(w.selection_bias.size()) == E);
+  if (w.score == RouterScore::kSoftmax && w.selection_bias.empty() && w.norm_eps == 0.0f &&
+      w.routed_scale == 1.0f) {
+    // qwen3_moe's router, unchanged.
+    be.topk_route(logits, T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids, weights);
+    return;
+  }
+  std::vector<float> score(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits + t * E;
+    if (w.score == RouterScore::kSigmoid) {
+      for (int32_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      std::memcpy(score.data(), l, static_cast<size_t>(E) * sizeof(float));
+      be.softmax(score.data(), 1, E);
+    }
+    for (int32_t e = 0; e < E; ++e)
+      sel[e] = w.selection_bias.empty() ? score[e] : score[e] + w.selection_bias[e];
+    int32_t* id = ids + t * K;
+    float* wt = weights + t * K;
+    // Selection: k passes, each taking the highest remaining selection score;
+    // strict > keeps the lower id on ties. A NaN score is never chosen over a number.
+    for (int32_t r = 0; r < K; ++r) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int32_t q = 0; q < r; ++q) taken |= id[q] == e;
+        if (taken) continue;
+        if (best < 0 || sel[e] > sel[best] || (std::isnan(sel[best]) && !std::isnan(sel[e])))
+          best = e;
+      }
+      id[r] = best;
+      wt[r] = score[best];
+    }
+    if (w.norm_topk_prob) {
+      float sum = 0.0f;
+      for (int32_t r = 0; r < K; ++r) sum += wt[r];
+      const float denom = sum + w.norm_eps;
+      for (int32_t r = 0; r < K; ++r) wt[r] /= denom;
+    }
+    if (w.routed_scale != 1.0f)
+      for (int32_t r = 0; r < K; ++r) wt[r] *= w.routed_scale;
+  }
+}
+
+void residual_ffn(backend::Backend& be, const backend::Weight& norm, float eps, bool is_moe,
+                  const MlpWeights& mlp, const MoeWeights& moe, float* x, float* h, float* y,
+                  int64_t T, int64_t hidden) {
+  be.rms_norm(x, T, norm, eps, false, h);
+  if (is_moe) {
+    moe_block(be, moe, h, T, hidden, y);
+  } else {
+    gated_mlp(be, mlp, Activation::kSilu, h, T, y);
+  }
+  be.add(x, y, T * hidden);
+}
+
+StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,
+                                              int64_t n) {
+  PKV_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.require(name, {n}));
+  return tensor_to_f32(*t);
+}
+
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out) {
   const int32_t E = static_cast<int32_t>(w.experts.size());
@@ -462,8 +593,7 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
   be.matmul(h, T, *w.router, logits.data());
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> wts(static_cast<size_t>(T * K));
-  be.topk_route(logits.data(), T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids.data(),
-                wts.data());
+  route_experts(be, w, logits.data(), T, ids.data(), wts.data());
   moe_experts(be, w.experts, w.act, ids.data(), wts.data(), K, h, T, hidden, out);
 }
 

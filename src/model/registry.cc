@@ -19,6 +19,8 @@ const std::pair<const char*, FamilyFactory> kFamilies[] = {
     {"qwen3_5_moe_text", &create_qwen3_next},
     {"gemma3_text", &create_gemma},  // families/gemma.cc
     {"gemma4_text", &create_gemma},
+    {"lfm2", &create_lfm2},
+    {"lfm2_moe", &create_lfm2},
 };
 
 }  // namespace

@@ -34,5 +34,7 @@ StatusOr<std::unique_ptr<Model>> create_qwen3_next(std::shared_ptr<const Checkpo
 StatusOr<std::unique_ptr<Model>> create_gemma(std::shared_ptr<const Checkpoint> ckpt,
                                               const LoadOptions& options,
                                               backend::Backend& backend);
+StatusOr<std::unique_ptr<Model>> create_lfm2(std::shared_ptr<const Checkpoint> ckpt,
+                                             const LoadOptions& options, backend::Backend& backend);
 
 }  // namespace pagedkv::model
