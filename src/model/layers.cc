@@ -1,6 +1,7 @@
 // Shared layers (see layers.h).
 #include "model/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -209,6 +210,8 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
       if (batch.kv_store->block_size() != geom.block_size || batch.kv_store->dtype() != geom.dtype)
         return invalid_argument("forward batch: kv_store block size/dtype differ from the model's");
       for (size_t g = 0; g < geom.groups.size(); ++g) {
+        // A recurrent group keeps no per-token K/V: its block table is not read.
+        if (geom.groups[g].kind == CacheGroupKind::kRecurrent) continue;
         if (static_cast<int64_t>(row.block_tables[g].size()) * geom.block_size < total)
           return invalid_argument(where + "block table of group " + std::to_string(g) +
                                   " covers fewer than " + std::to_string(total) + " tokens");
@@ -316,7 +319,7 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
   add_bias(be, q.data(), T, w.q_bias.get(), qd, tmp);
   if (w.q_norm)
     be.rms_norm(q.data(), T * s.num_heads, *w.q_norm, s.rms_eps, s.qk_norm_one_plus, q.data());
-  be.rope(q.data(), T, s.num_heads, s.head_dim, batch.positions.data(), s.rope);
+  if (s.use_rope) be.rope(q.data(), T, s.num_heads, s.head_dim, batch.positions.data(), s.rope);
   const bool writes_kv = s.kv_layer == s.layer;
   if (writes_kv) {
     k.resize(static_cast<size_t>(T * kd));
@@ -327,7 +330,8 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
     add_bias(be, v.data(), T, w.v_bias.get(), kd, tmp);
     if (w.k_norm)
       be.rms_norm(k.data(), T * s.num_kv_heads, *w.k_norm, s.rms_eps, s.qk_norm_one_plus, k.data());
-    be.rope(k.data(), T, s.num_kv_heads, s.head_dim, batch.positions.data(), s.rope);
+    if (s.use_rope)
+      be.rope(k.data(), T, s.num_kv_heads, s.head_dim, batch.positions.data(), s.rope);
     // Write this step's K/V into every row's KV view (in its element type), before
     // any row attends.
     for (size_t r = 0; r < batch.rows.size(); ++r) {
@@ -374,6 +378,7 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
 
 void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
                float* out) {
+  if (w.gate == nullptr) return plain_mlp(be, w, act, h, T, out);
   int64_t inter = w.gate->rows();
   ScratchBuffer g(kScratchQ, static_cast<size_t>(T * inter)),
       u(kScratchK, static_cast<size_t>(T * inter));
@@ -385,6 +390,35 @@ void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const 
     be.gelu_tanh_mul(g.data(), u.data(), T * inter, g.data());
   }
   be.matmul(g.data(), T, *w.down, out);
+}
+
+void plain_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
+               float* out) {
+  const int64_t n = T * w.up->rows();
+  ScratchBuffer u(kScratchK, static_cast<size_t>(n));
+  be.matmul(h, T, *w.up, u.data());
+  float* x = u.data();
+  switch (act) {
+    case Activation::kRelu2:
+      for (int64_t i = 0; i < n; ++i) {
+        float r = x[i] > 0.0f ? x[i] : 0.0f;
+        x[i] = r * r;
+      }
+      break;
+    case Activation::kSilu:
+    case Activation::kGeluTanh: {
+      // act(x) = act(x) · 1 through the backend's fused gate ops.
+      ScratchBuffer ones(kScratchQ, static_cast<size_t>(n));
+      std::fill(ones.data(), ones.data() + n, 1.0f);
+      if (act == Activation::kSilu) {
+        be.silu_mul(x, ones.data(), n, x);
+      } else {
+        be.gelu_tanh_mul(x, ones.data(), n, x);
+      }
+      break;
+    }
+  }
+  be.matmul(x, T, *w.down, out);
 }
 
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,

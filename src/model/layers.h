@@ -125,6 +125,7 @@ struct AttentionSpec {
   backend::RopeParams rope;
   int32_t sliding_window = 0;
   float scale = 1.0f;
+  bool use_rope = true;  // false: no positional rotation (NemotronH attention)
 };
 
 struct AttentionWeights {
@@ -138,14 +139,21 @@ void attention_block(backend::Backend& be, const AttentionSpec& spec, const Atte
                      const ForwardBatch& batch, KVAccess& kv, const float* h, int64_t T,
                      float* out);
 
-enum class Activation { kSilu, kGeluTanh };
+// kRelu2 (relu(x)², NemotronH) is applied on the host: CPU backend only.
+enum class Activation { kSilu, kGeluTanh, kRelu2 };
 
 struct MlpWeights {
-  WeightPtr gate, up, down;
+  WeightPtr gate, up, down;  // gate null: a non-gated MLP
 };
 
-// out = down(act(gate(h)) * up(h)) for T rows.
+// out = down(act(gate(h)) * up(h)) for T rows; a non-gated MLP (w.gate null)
+// computes out = down(act(up(h))) instead (plain_mlp).
 void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
+               float* out);
+
+// --- non-gated MLP (NemotronH: relu² MLP layers, experts and shared experts) ---
+// out = down(act(up(h))) for T rows; act kSilu, kGeluTanh or kRelu2.
+void plain_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
                float* out);
 
 struct MoeWeights {

@@ -12,6 +12,7 @@ namespace {
 const std::pair<const char*, FamilyFactory> kFamilies[] = {
     {"qwen3", &create_qwen3},
     {"qwen3_moe", &create_qwen3},
+    {"nemotron_h", &create_nemotron_h},
 };
 
 }  // namespace

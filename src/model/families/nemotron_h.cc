@@ -1,0 +1,557 @@
+// NemotronH: a hybrid stack of pre-norm residual blocks, each ONE mixer chosen by
+// config.json's layers_block_type — "linear_attention" (a Mamba-2 mixer,
+// mamba2.h), "full_attention" (grouped-query attention without positional
+// rotation), "mlp" (non-gated relu² MLP) or "moe" (relu² experts behind a sigmoid
+// router with a score-correction bias, n_group / topk_group group-limited
+// selection, norm_topk_prob, routed_scaling_factor, plus a shared expert). Older
+// configs spell the layers "mamba" / "attention" or as hybrid_override_pattern
+// ("M", "*", "-", "E"); mamba_* field aliases are accepted too. Tensor names are
+// Hugging Face's (backbone.layers.N.mixer.*).
+//
+// Cache: only the attention layers keep per-token K/V (cache group 0, full
+// attention); Mamba-2 layers keep request-local state (recurrent_state.h) and
+// belong to no K/V group (layer_group -1; the declared kRecurrent group holds no
+// blocks). MLP and MoE layers keep nothing. CPU backend only (mamba2.h).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/generation_config.h"
+#include "model/layers.h"
+#include "model/mamba2.h"
+#include "model/recurrent_state.h"
+#include "model/registry.h"
+
+namespace pagedkv::model {
+namespace {
+
+enum class BlockKind { kMamba, kAttention, kMlp, kMoe };
+
+// The routed experts of a "moe" block and how tokens are routed to them.
+struct NemotronMoe {
+  WeightPtr router;                 // [experts][hidden]
+  std::vector<float> bias;          // e_score_correction_bias [experts]
+  std::vector<MlpWeights> experts;  // non-gated relu²
+  MlpWeights shared;                // non-gated relu² shared expert
+  int32_t top_k = 1;
+  int32_t n_group = 1, topk_group = 1;
+  bool norm_topk_prob = true;
+  float routed_scaling = 1.0f;
+};
+
+struct Block {
+  BlockKind kind = BlockKind::kMlp;
+  WeightPtr norm;
+  Mamba2Spec mamba_spec;
+  Mamba2Weights mamba;
+  AttentionSpec attn_spec;
+  AttentionWeights attn;
+  MlpWeights mlp;
+  NemotronMoe moe;
+};
+
+class NemotronHModel : public Model {
+ public:
+  const ModelConfig& config() const override { return cfg_; }
+  const KVGeometry& kv_geometry() const override { return geom_; }
+  Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
+
+  static StatusOr<std::unique_ptr<Model>> create(std::shared_ptr<const Checkpoint> ckpt,
+                                                 const LoadOptions& options, backend::Backend& be);
+
+ private:
+  std::shared_ptr<const Checkpoint> ckpt_;  // owns the mapped bytes the weights view
+  backend::Backend* be_ = nullptr;
+  ModelConfig cfg_;
+  KVGeometry geom_;
+  float eps_ = 1e-5f;
+  WeightPtr embed_, final_norm_, lm_head_owned_;
+  const backend::Weight* lm_head_ = nullptr;
+  std::vector<Block> blocks_;
+};
+
+constexpr int64_t kMaxField = int64_t{1} << 30;
+
+// layers_block_type entry (current or legacy spelling) → kind.
+bool parse_kind(const std::string& s, BlockKind* k) {
+  if (s == "linear_attention" || s == "mamba") {
+    *k = BlockKind::kMamba;
+  } else if (s == "full_attention" || s == "attention") {
+    *k = BlockKind::kAttention;
+  } else if (s == "mlp") {
+    *k = BlockKind::kMlp;
+  } else if (s == "moe") {
+    *k = BlockKind::kMoe;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+StatusOr<std::vector<BlockKind>> read_block_kinds(const ConfigReader& c) {
+  std::vector<BlockKind> kinds;
+  PKV_ASSIGN_OR_RETURN(auto list, c.get_string_list_or_empty("layers_block_type"));
+  if (!list.empty()) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      BlockKind k;
+      if (!parse_kind(list[i], &k))
+        return c.error("layers_block_type",
+                       "entry " + std::to_string(i) + " '" + list[i] +
+                           "' is not linear_attention, full_attention, mlp or moe");
+      kinds.push_back(k);
+    }
+    return kinds;
+  }
+  PKV_ASSIGN_OR_RETURN(std::string pattern, c.get_string_or("hybrid_override_pattern", ""));
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char ch = pattern[i];
+    if (ch == 'M') {
+      kinds.push_back(BlockKind::kMamba);
+    } else if (ch == '*') {
+      kinds.push_back(BlockKind::kAttention);
+    } else if (ch == '-') {
+      kinds.push_back(BlockKind::kMlp);
+    } else if (ch == 'E') {
+      kinds.push_back(BlockKind::kMoe);
+    } else {
+      return c.error("hybrid_override_pattern", "has '" + std::string(1, ch) + "' at " +
+                                                    std::to_string(i) + " (expected M, *, - or E)");
+    }
+  }
+  if (kinds.empty())
+    return c.error("layers_block_type", "is missing (nor is hybrid_override_pattern given)");
+  return kinds;
+}
+
+// An integer field (or its legacy alias) in [1, 2^30].
+StatusOr<int64_t> positive_field(const ConfigReader& c, const std::string& field,
+                                 std::optional<int64_t> dflt = std::nullopt,
+                                 const std::string& alias = "") {
+  int64_t v;
+  if (!alias.empty() && !c.has(field) && c.has(alias)) {
+    PKV_ASSIGN_OR_RETURN(v, c.get_int(alias));
+  } else if (dflt) {
+    PKV_ASSIGN_OR_RETURN(v, c.get_int_or(field, *dflt));
+  } else {
+    PKV_ASSIGN_OR_RETURN(v, c.get_int(field));
+  }
+  if (v <= 0 || v > kMaxField) return c.error(field, "must be a positive integer");
+  return v;
+}
+
+// time_step_limit's upper end: a number, or transformers' {"__float__": "Infinity"}.
+StatusOr<double> time_step_upper(const ConfigReader& c) {
+  const char* f = c.has("time_step_limit") ? "time_step_limit" : "mamba_dt_limit";
+  if (!c.has(f)) return static_cast<double>(INFINITY);
+  const nlohmann::json& j = c.json()[f];
+  if (!j.is_array() || j.size() != 2) return c.error(f, "must be a list of two numbers");
+  const nlohmann::json& hi = j[1];
+  if (hi.is_number()) return hi.get<double>();
+  if (hi.is_object() && hi.contains("__float__") && hi["__float__"].is_string()) {
+    const std::string s = hi["__float__"].get<std::string>();
+    if (s == "Infinity" || s == "inf") return static_cast<double>(INFINITY);
+  }
+  return c.error(f, "entry 1 is not a number");
+}
+
+StatusOr<std::vector<float>> host_vector(const Checkpoint& ckpt, const std::string& name,
+                                         int64_t n) {
+  PKV_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.require(name, {n}));
+  return tensor_to_f32(*t);
+}
+
+StatusOr<MlpWeights> load_relu2_mlp(const Checkpoint& ckpt, backend::Backend& be,
+                                    const std::string& p, int64_t hidden, int64_t inter) {
+  MlpWeights w;
+  PKV_ASSIGN_OR_RETURN(w.up, load_weight(ckpt, be, p + "up_proj.weight", {inter, hidden}));
+  PKV_ASSIGN_OR_RETURN(w.down, load_weight(ckpt, be, p + "down_proj.weight", {hidden, inter}));
+  return w;
+}
+
+StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Checkpoint> ckpt,
+                                                        const LoadOptions& options,
+                                                        backend::Backend& be) {
+  if (be.name() != "cpu")
+    return invalid_argument(
+        "nemotron_h runs on the CPU backend only (its Mamba-2 scan is host "
+        "code); the " +
+        be.name() + " backend was asked for");
+  std::unique_ptr<NemotronHModel> m(new NemotronHModel());
+  const ConfigReader& c = ckpt->config();
+  ModelConfig& mc = m->cfg_;
+  mc.source_path = ckpt->dir();
+  PKV_ASSIGN_OR_RETURN(mc.model_type, c.get_string("model_type"));
+  PKV_ASSIGN_OR_RETURN(std::vector<BlockKind> kinds, read_block_kinds(c));
+  const int64_t L = static_cast<int64_t>(kinds.size());
+  if (L > 100000) return c.error("layers_block_type", "has more than 100000 layers");
+  mc.num_hidden_layers = static_cast<int32_t>(L);
+  int64_t v;
+  PKV_ASSIGN_OR_RETURN(v, positive_field(c, "vocab_size"));
+  mc.vocab_size = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(v, positive_field(c, "hidden_size"));
+  mc.hidden_size = static_cast<int32_t>(v);
+  const int64_t H = mc.hidden_size, V = mc.vocab_size;
+  const bool any_attention = std::count(kinds.begin(), kinds.end(), BlockKind::kAttention) > 0;
+  const bool any_mamba = std::count(kinds.begin(), kinds.end(), BlockKind::kMamba) > 0;
+  const bool any_mlp = std::count(kinds.begin(), kinds.end(), BlockKind::kMlp) > 0;
+  const bool any_moe = std::count(kinds.begin(), kinds.end(), BlockKind::kMoe) > 0;
+
+  // Attention (also sizes the K/V geometry, so read even without attention layers).
+  PKV_ASSIGN_OR_RETURN(v, positive_field(c, "num_attention_heads", 1));
+  mc.num_attention_heads = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(v, positive_field(c, "num_key_value_heads", mc.num_attention_heads));
+  mc.num_key_value_heads = static_cast<int32_t>(v);
+  if (mc.num_attention_heads % mc.num_key_value_heads != 0)
+    return c.error("num_key_value_heads", "must divide num_attention_heads");
+  PKV_ASSIGN_OR_RETURN(
+      v, positive_field(c, "head_dim", std::max<int64_t>(1, H / mc.num_attention_heads)));
+  if (v > 1024) return c.error("head_dim", "must be at most 1024");
+  mc.head_dim = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(mc.max_position_embeddings, c.get_int_or("max_position_embeddings", 4096));
+  if (mc.max_position_embeddings < 1 || mc.max_position_embeddings > (int64_t{1} << 26))
+    return c.error("max_position_embeddings", "must be in [1, 2^26]");
+  PKV_ASSIGN_OR_RETURN(mc.tie_word_embeddings, c.get_bool_or("tie_word_embeddings", false));
+  PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
+  for (int64_t e : eos) {
+    if (e < 0 || e > INT32_MAX)
+      return c.error("eos_token_id", "holds " + std::to_string(e) + ", not a token id");
+    mc.eos_token_ids.push_back(static_cast<int32_t>(e));
+  }
+  PKV_RETURN_IF_ERROR(merge_generation_config_eos(ckpt->dir(), &mc.eos_token_ids));
+  PKV_ASSIGN_OR_RETURN(v, c.get_int_or("bos_token_id", -1));
+  if (v < -1 || v > INT32_MAX)
+    return c.error("bos_token_id", "holds " + std::to_string(v) + ", not a token id");
+  mc.bos_token_id = static_cast<int32_t>(v);
+  PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(c));
+  double eps;
+  PKV_ASSIGN_OR_RETURN(eps, c.get_double_or("layer_norm_epsilon", 1e-5));
+  if (!(eps > 0.0 && eps <= 1.0) || !(static_cast<float>(eps) > 0.0f))
+    return c.error("layer_norm_epsilon", "must be in (0, 1] (and not 0 as a float)");
+  m->eps_ = static_cast<float>(eps);
+
+  // Mamba-2.
+  Mamba2Spec ms;
+  bool use_conv_bias = true, use_bias = false;
+  if (any_mamba) {
+    PKV_ASSIGN_OR_RETURN(v, positive_field(c, "mamba_num_heads"));
+    ms.num_heads = static_cast<int32_t>(v);
+    PKV_ASSIGN_OR_RETURN(v, positive_field(c, "mamba_head_dim"));
+    ms.head_dim = static_cast<int32_t>(v);
+    PKV_ASSIGN_OR_RETURN(v, positive_field(c, "ssm_state_size"));
+    ms.state_size = static_cast<int32_t>(v);
+    PKV_ASSIGN_OR_RETURN(v, positive_field(c, "n_groups", 8, "mamba_n_groups"));
+    ms.n_groups = static_cast<int32_t>(v);
+    if (ms.num_heads % ms.n_groups != 0) return c.error("n_groups", "must divide mamba_num_heads");
+    PKV_ASSIGN_OR_RETURN(v, positive_field(c, "conv_kernel", 4, "mamba_d_conv"));
+    if (v > 64) return c.error("conv_kernel", "must be at most 64");
+    ms.conv_kernel = static_cast<int32_t>(v);
+    if (ms.inner() * ms.state_size > (int64_t{1} << 28))
+      return c.error("ssm_state_size", "makes a state of more than 2^28 floats per layer");
+    PKV_ASSIGN_OR_RETURN(std::string act, c.get_string_or("mamba_hidden_act", "silu"));
+    if (act != "silu" && act != "swish")
+      return c.error("mamba_hidden_act", "'" + act + "' is not supported (silu)");
+    const char* cb =
+        c.has("use_conv_bias") || !c.has("mamba_conv_bias") ? "use_conv_bias" : "mamba_conv_bias";
+    PKV_ASSIGN_OR_RETURN(use_conv_bias, c.get_bool_or(cb, true));
+    PKV_ASSIGN_OR_RETURN(use_bias, c.get_bool_or("use_bias", false));
+    const char* dm =
+        c.has("time_step_min") || !c.has("mamba_dt_min") ? "time_step_min" : "mamba_dt_min";
+    double dt_min;
+    PKV_ASSIGN_OR_RETURN(dt_min, c.get_double_or(dm, 0.001));
+    if (!(dt_min >= 0.0 && dt_min < 1e6)) return c.error(dm, "must be in [0, 1e6)");
+    PKV_ASSIGN_OR_RETURN(double dt_max, time_step_upper(c));
+    if (!(dt_max > dt_min)) return c.error("time_step_limit", "must end above time_step_min");
+    ms.dt_min = static_cast<float>(dt_min);
+    ms.dt_max = static_cast<float>(dt_max);
+    ms.norm_eps = m->eps_;
+  }
+
+  // MLP / MoE.
+  int64_t inter = 0;
+  if (any_mlp || any_moe) {
+    PKV_ASSIGN_OR_RETURN(std::string act, c.get_string_or("mlp_hidden_act", "relu2"));
+    if (act != "relu2") return c.error("mlp_hidden_act", "'" + act + "' is not supported (relu2)");
+    PKV_ASSIGN_OR_RETURN(bool mlp_bias, c.get_bool_or("mlp_bias", false));
+    if (mlp_bias) return c.error("mlp_bias", "true is not supported");
+  }
+  if (any_mlp) {
+    PKV_ASSIGN_OR_RETURN(inter, positive_field(c, "intermediate_size"));
+  }
+  int64_t experts = 0, moe_inter = 0, shared_inter = 0, top_k = 0, n_group = 1, topk_group = 1;
+  bool norm_topk = true;
+  double scaling = 1.0;
+  if (any_moe) {
+    if (c.has("moe_latent_size"))
+      return c.error("moe_latent_size", "is not supported (must be null)");
+    PKV_ASSIGN_OR_RETURN(experts, positive_field(c, "n_routed_experts"));
+    PKV_ASSIGN_OR_RETURN(top_k, positive_field(c, "num_experts_per_tok"));
+    if (top_k > experts) return c.error("num_experts_per_tok", "exceeds n_routed_experts");
+    PKV_ASSIGN_OR_RETURN(moe_inter, positive_field(c, "moe_intermediate_size"));
+    PKV_ASSIGN_OR_RETURN(shared_inter, positive_field(c, "moe_shared_expert_intermediate_size"));
+    PKV_ASSIGN_OR_RETURN(n_group, positive_field(c, "n_group", 1));
+    PKV_ASSIGN_OR_RETURN(topk_group, positive_field(c, "topk_group", 1));
+    if (experts % n_group != 0) return c.error("n_group", "must divide n_routed_experts");
+    if (topk_group > n_group) return c.error("topk_group", "exceeds n_group");
+    if (topk_group * (experts / n_group) < top_k)
+      return c.error("topk_group", "leaves fewer than num_experts_per_tok experts to choose from");
+    PKV_ASSIGN_OR_RETURN(norm_topk, c.get_bool_or("norm_topk_prob", true));
+    PKV_ASSIGN_OR_RETURN(scaling, c.get_double_or("routed_scaling_factor", 1.0));
+    if (!(scaling > 0.0 && scaling < 1e6))
+      return c.error("routed_scaling_factor", "must be in (0, 1e6)");
+  }
+
+  // Tensor prefix: transformers writes backbone.*; accept model.* too.
+  const std::string root = ckpt->find("backbone.embeddings.weight") == nullptr &&
+                                   ckpt->find("model.embeddings.weight") != nullptr
+                               ? "model."
+                               : "backbone.";
+  if (ckpt->find(root + "layers." + std::to_string(L - 1) + ".norm.weight") == nullptr)
+    return c.error("layers_block_type", "lists " + std::to_string(L) +
+                                            " layers but the checkpoint in " + ckpt->dir() +
+                                            " has no tensor " + root + "layers." +
+                                            std::to_string(L - 1) + ".norm.weight");
+
+  m->ckpt_ = ckpt;
+  m->be_ = &be;
+  PKV_ASSIGN_OR_RETURN(m->embed_, load_weight(*ckpt, be, root + "embeddings.weight", {V, H}));
+  PKV_ASSIGN_OR_RETURN(m->final_norm_, load_weight(*ckpt, be, root + "norm_f.weight", {H}));
+  if (mc.tie_word_embeddings && ckpt->find("lm_head.weight") == nullptr) {
+    m->lm_head_ = m->embed_.get();
+  } else {
+    PKV_ASSIGN_OR_RETURN(m->lm_head_owned_, load_weight(*ckpt, be, "lm_head.weight", {V, H}));
+    m->lm_head_ = m->lm_head_owned_.get();
+  }
+
+  KVGeometry& g = m->geom_;
+  g.num_layers = mc.num_hidden_layers;
+  g.num_kv_heads = mc.num_key_value_heads;
+  g.head_dim = mc.head_dim;
+  g.block_size = resolve_block_size(options, mc.cache);
+  g.dtype = options.kv_dtype;
+  g.groups = {CacheGroup{CacheGroupKind::kFullAttention, 0}};
+  if (any_mamba) g.groups.push_back(CacheGroup{CacheGroupKind::kRecurrent, 0});
+  g.layer_group.assign(static_cast<size_t>(L), -1);
+  g.layer_kv_source.assign(static_cast<size_t>(L), -1);
+  g.layer_state_floats.assign(static_cast<size_t>(L), 0);
+  (void)any_attention;
+
+  const int64_t NH = mc.num_attention_heads, KVH = mc.num_key_value_heads, D = mc.head_dim;
+  m->blocks_.resize(static_cast<size_t>(L));
+  for (int32_t i = 0; i < L; ++i) {
+    Block& B = m->blocks_[i];
+    B.kind = kinds[i];
+    const std::string p = root + "layers." + std::to_string(i) + ".";
+    const std::string x = p + "mixer.";
+    PKV_ASSIGN_OR_RETURN(B.norm, load_weight(*ckpt, be, p + "norm.weight", {H}));
+    switch (B.kind) {
+      case BlockKind::kMamba: {
+        B.mamba_spec = ms;
+        B.mamba_spec.layer = i;
+        PKV_ASSIGN_OR_RETURN(B.mamba,
+                             load_mamba2(*ckpt, be, x, B.mamba_spec, H, use_conv_bias, use_bias));
+        g.layer_state_floats[i] = mamba2_state_floats(B.mamba_spec);
+        break;
+      }
+      case BlockKind::kAttention: {
+        // transformers' NemotronHAttention has no biases, no q/k norm and no RoPE.
+        PKV_ASSIGN_OR_RETURN(B.attn.q, load_weight(*ckpt, be, x + "q_proj.weight", {NH * D, H}));
+        PKV_ASSIGN_OR_RETURN(B.attn.k, load_weight(*ckpt, be, x + "k_proj.weight", {KVH * D, H}));
+        PKV_ASSIGN_OR_RETURN(B.attn.v, load_weight(*ckpt, be, x + "v_proj.weight", {KVH * D, H}));
+        PKV_ASSIGN_OR_RETURN(B.attn.o, load_weight(*ckpt, be, x + "o_proj.weight", {H, NH * D}));
+        AttentionSpec& s = B.attn_spec;
+        s.layer = i;
+        s.kv_layer = i;
+        s.num_heads = mc.num_attention_heads;
+        s.num_kv_heads = mc.num_key_value_heads;
+        s.head_dim = mc.head_dim;
+        s.rms_eps = m->eps_;
+        s.scale = 1.0f / std::sqrt(static_cast<float>(mc.head_dim));
+        s.use_rope = false;
+        g.layer_group[i] = 0;
+        break;
+      }
+      case BlockKind::kMlp: {
+        PKV_ASSIGN_OR_RETURN(B.mlp, load_relu2_mlp(*ckpt, be, x, H, inter));
+        break;
+      }
+      case BlockKind::kMoe: {
+        NemotronMoe& e = B.moe;
+        PKV_ASSIGN_OR_RETURN(e.router, load_weight(*ckpt, be, x + "gate.weight", {experts, H}));
+        PKV_ASSIGN_OR_RETURN(e.bias,
+                             host_vector(*ckpt, x + "gate.e_score_correction_bias", experts));
+        e.experts.resize(static_cast<size_t>(experts));
+        for (int64_t k = 0; k < experts; ++k) {
+          PKV_ASSIGN_OR_RETURN(
+              e.experts[k],
+              load_relu2_mlp(*ckpt, be, x + "experts." + std::to_string(k) + ".", H, moe_inter));
+        }
+        PKV_ASSIGN_OR_RETURN(e.shared,
+                             load_relu2_mlp(*ckpt, be, x + "shared_experts.", H, shared_inter));
+        e.top_k = static_cast<int32_t>(top_k);
+        e.n_group = static_cast<int32_t>(n_group);
+        e.topk_group = static_cast<int32_t>(topk_group);
+        e.norm_topk_prob = norm_topk;
+        e.routed_scaling = static_cast<float>(scaling);
+        break;
+      }
+    }
+  }
+  return std::unique_ptr<Model>(std::move(m));
+}
+
+// Group-limited top-k over sigmoid scores (transformers' DeepseekV3-style router):
+// choice = sigmoid(logit) + bias; a group scores the sum of its two best choices;
+// the topk_group best groups stay eligible; the top_k eligible experts by choice
+// are picked (ties → lower id) and weighted by their sigmoid score (not the
+// choice), renormalized when norm_topk_prob, times routed_scaling.
+void route_tokens(const NemotronMoe& w, const float* logits, int64_t T, int32_t E, int32_t* ids,
+                  float* wts) {
+  const int32_t K = w.top_k, G = w.n_group, per = E / G;
+  std::vector<float> score(E), choice(E), gscore(G);
+  std::vector<char> eligible(G);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int32_t e = 0; e < E; ++e) {
+      score[e] = 1.0f / (1.0f + std::exp(-logits[t * E + e]));
+      choice[e] = score[e] + w.bias[e];
+    }
+    for (int32_t g = 0; g < G; ++g) {
+      float a = -INFINITY, b = -INFINITY;
+      for (int32_t e = g * per; e < (g + 1) * per; ++e) {
+        if (choice[e] > a) {
+          b = a;
+          a = choice[e];
+        } else if (choice[e] > b) {
+          b = choice[e];
+        }
+      }
+      gscore[g] = per >= 2 ? a + b : a;
+    }
+    std::fill(eligible.begin(), eligible.end(), 0);
+    for (int32_t r = 0; r < w.topk_group; ++r) {
+      int32_t best = -1;
+      for (int32_t g = 0; g < G; ++g)
+        if (!eligible[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+      eligible[best] = 1;
+    }
+    std::vector<char> taken(E, 0);
+    float sum = 0.0f;
+    for (int32_t r = 0; r < K; ++r) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < E; ++e) {
+        if (taken[e] || !eligible[e / per]) continue;
+        if (best < 0 || choice[e] > choice[best]) best = e;
+      }
+      taken[best] = 1;
+      ids[t * K + r] = best;
+      wts[t * K + r] = score[best];
+      sum += score[best];
+    }
+    for (int32_t r = 0; r < K; ++r) {
+      float x = wts[t * K + r];
+      if (w.norm_topk_prob) x /= sum + 1e-20f;
+      wts[t * K + r] = x * w.routed_scaling;
+    }
+  }
+}
+
+void nemotron_moe(backend::Backend& be, const NemotronMoe& w, const float* h, int64_t T,
+                  int64_t hidden, float* out) {
+  const int32_t E = static_cast<int32_t>(w.experts.size());
+  const int32_t K = w.top_k;
+  std::vector<float> logits(static_cast<size_t>(T * E));
+  be.matmul(h, T, *w.router, logits.data());
+  std::vector<int32_t> ids(static_cast<size_t>(T * K));
+  std::vector<float> wts(static_cast<size_t>(T * K));
+  route_tokens(w, logits.data(), T, E, ids.data(), wts.data());
+  // results[t][rank][hidden]; each expert runs once on the tokens routed to it.
+  std::vector<float> results(static_cast<size_t>(T * K * hidden));
+  std::vector<float> xin, yout;
+  std::vector<int64_t> slots;
+  for (int32_t e = 0; e < E; ++e) {
+    slots.clear();
+    for (int64_t s = 0; s < T * K; ++s)
+      if (ids[s] == e) slots.push_back(s);
+    if (slots.empty()) continue;
+    const int64_t M = static_cast<int64_t>(slots.size());
+    xin.resize(static_cast<size_t>(M * hidden));
+    yout.resize(static_cast<size_t>(M * hidden));
+    for (int64_t i = 0; i < M; ++i)
+      std::memcpy(xin.data() + i * hidden, h + (slots[i] / K) * hidden, hidden * sizeof(float));
+    plain_mlp(be, w.experts[e], Activation::kRelu2, xin.data(), M, yout.data());
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t d = 0; d < hidden; ++d)
+        results[slots[i] * hidden + d] = yout[i * hidden + d] * wts[slots[i]];
+  }
+  plain_mlp(be, w.shared, Activation::kRelu2, h, T, out);
+  for (int64_t t = 0; t < T; ++t)
+    for (int32_t r = 0; r < K; ++r)
+      be.add(out + t * hidden, results.data() + (t * K + r) * hidden, hidden);
+}
+
+Status NemotronHModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
+  PKV_RETURN_IF_ERROR(validate_batch(batch, geom_, cfg_.vocab_size));
+  backend::Backend& be = *be_;
+  const int64_t T = batch.num_tokens();
+  const int64_t H = cfg_.hidden_size;
+  if (batch.path == KVPath::kFlat) {
+    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
+  }
+  KVAccess kv(batch, geom_);
+  const size_t TH = static_cast<size_t>(T * H);
+  ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
+  be.embedding(batch.token_ids.data(), T, *embed_, x.data());
+  for (const Block& B : blocks_) {
+    be.rms_norm(x.data(), T, *B.norm, eps_, false, h.data());
+    switch (B.kind) {
+      case BlockKind::kMamba:
+        mamba2_block(be, B.mamba_spec, B.mamba, batch, h.data(), T, y.data());
+        break;
+      case BlockKind::kAttention:
+        attention_block(be, B.attn_spec, B.attn, batch, kv, h.data(), T, y.data());
+        break;
+      case BlockKind::kMlp:
+        plain_mlp(be, B.mlp, Activation::kRelu2, h.data(), T, y.data());
+        break;
+      case BlockKind::kMoe:
+        nemotron_moe(be, B.moe, h.data(), T, H, y.data());
+        break;
+    }
+    be.add(x.data(), y.data(), T * H);
+  }
+  for (const ForwardRow& row : batch.rows) {
+    if (batch.path == KVPath::kFlat) row.flat->set_length(row.context_len + row.num_tokens);
+    if (row.state != nullptr) row.state->set_length(row.context_len + row.num_tokens);
+  }
+  std::vector<int64_t> pick;
+  out->row_begin.clear();
+  out->row_count.clear();
+  for (const ForwardRow& row : batch.rows) {
+    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
+    const int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
+                      : row.logits == LogitsRequest::kLast ? 1
+                                                           : 0;
+    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
+      pick.push_back(row.first_token + i);
+    out->row_count.push_back(n);
+  }
+  const int64_t P = static_cast<int64_t>(pick.size());
+  out->vocab_size = cfg_.vocab_size;
+  out->logits.assign(static_cast<size_t>(P * cfg_.vocab_size), 0.0f);
+  if (P == 0) return ok_status();
+  std::vector<float> sel(static_cast<size_t>(P * H));
+  for (int64_t i = 0; i < P; ++i)
+    std::memcpy(sel.data() + i * H, x.data() + pick[i] * H, H * sizeof(float));
+  be.rms_norm(sel.data(), P, *final_norm_, eps_, false, sel.data());
+  be.matmul(sel.data(), P, *lm_head_, out->logits.data());
+  return check_logits(*out);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> create_nemotron_h(std::shared_ptr<const Checkpoint> ckpt,
+                                                   const LoadOptions& options,
+                                                   backend::Backend& be) {
+  return NemotronHModel::create(std::move(ckpt), options, be);
+}
+
+}  // namespace pagedkv::model
