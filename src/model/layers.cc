@@ -421,6 +421,96 @@ void plain_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const 
   be.matmul(x, T, *w.down, out);
 }
 
+// --- group-limited expert selection (nemotron_h n_group / topk_group) ---
+// DeepSeek-V3 style: E experts in G equal groups; a group scores the sum of its
+// two best selection scores (its one score when a group holds one expert); the
+// topk_group best groups (ties → lower group id) stay eligible.
+static void group_limit(const float* sel, int32_t E, int32_t G, int32_t topk_group,
+                        char* eligible) {
+  const int32_t per = E / G;
+  std::vector<float> gscore(static_cast<size_t>(G));
+  for (int32_t g = 0; g < G; ++g) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int32_t e = g * per; e < (g + 1) * per; ++e) {
+      if (sel[e] > a) {
+        b = a;
+        a = sel[e];
+      } else if (sel[e] > b) {
+        b = sel[e];
+      }
+    }
+    gscore[g] = per >= 2 ? a + b : a;
+  }
+  std::vector<char> chosen(static_cast<size_t>(G), 0);
+  for (int32_t r = 0; r < topk_group; ++r) {
+    int32_t best = -1;
+    for (int32_t g = 0; g < G; ++g)
+      if (!chosen[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+    chosen[best] = 1;
+  }
+  for (int32_t e = 0; e < E; ++e) eligible[e] = chosen[e / per];
+}
+
+void route_experts(backend::Backend& be, const MoeWeights& w, const float* logits, int64_t T,
+                   int32_t* ids, float* weights) {
+  const int32_t E = static_cast<int32_t>(w.experts.size());
+  const int32_t K = w.top_k;
+  const int32_t G = std::max(w.n_group, 1);
+  PKV_CHECK_MSG(E % G == 0 && w.topk_group >= 1 && w.topk_group <= G && w.topk_group * (E / G) >= K,
+                "group-limited routing needs n_group | experts and topk_group groups >= top_k");
+  PKV_CHECK(w.selection_bias.empty() || static_cast<int32_t>(w.selection_bias.size()) == E);
+  if (w.score == RouterScore::kSoftmax && w.selection_bias.empty() && w.norm_eps == 0.0f &&
+      w.routed_scale == 1.0f && G == 1) {
+    // qwen3_moe's router, unchanged.
+    be.topk_route(logits, T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids, weights);
+    return;
+  }
+  std::vector<float> score(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+  std::vector<char> eligible(static_cast<size_t>(E), 1);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits + t * E;
+    if (w.score == RouterScore::kSigmoid) {
+      for (int32_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      std::memcpy(score.data(), l, static_cast<size_t>(E) * sizeof(float));
+      be.softmax(score.data(), 1, E);
+    }
+    for (int32_t e = 0; e < E; ++e)
+      sel[e] = w.selection_bias.empty() ? score[e] : score[e] + w.selection_bias[e];
+    if (G > 1) group_limit(sel.data(), E, G, w.topk_group, eligible.data());
+    int32_t* id = ids + t * K;
+    float* wt = weights + t * K;
+    // Selection: k passes, each taking the highest remaining selection score;
+    // strict > keeps the lower id on ties. A NaN score is never chosen over a number.
+    for (int32_t r = 0; r < K; ++r) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int32_t q = 0; q < r; ++q) taken |= id[q] == e;
+        if (taken || !eligible[e]) continue;
+        if (best < 0 || sel[e] > sel[best] || (std::isnan(sel[best]) && !std::isnan(sel[e])))
+          best = e;
+      }
+      id[r] = best;
+      wt[r] = score[best];
+    }
+    if (w.norm_topk_prob) {
+      float sum = 0.0f;
+      for (int32_t r = 0; r < K; ++r) sum += wt[r];
+      const float denom = sum + w.norm_eps;
+      for (int32_t r = 0; r < K; ++r) wt[r] /= denom;
+    }
+    if (w.routed_scale != 1.0f)
+      for (int32_t r = 0; r < K; ++r) wt[r] *= w.routed_scale;
+  }
+}
+
+StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,
+                                              int64_t n) {
+  PKV_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.require(name, {n}));
+  return tensor_to_f32(*t);
+}
+
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out) {
   const int32_t E = static_cast<int32_t>(w.experts.size());
@@ -429,8 +519,7 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
   be.matmul(h, T, *w.router, logits.data());
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> wts(static_cast<size_t>(T * K));
-  be.topk_route(logits.data(), T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids.data(),
-                wts.data());
+  route_experts(be, w, logits.data(), T, ids.data(), wts.data());
   // results[t][rank][hidden]
   std::vector<float> results(static_cast<size_t>(T * K * hidden));
   std::vector<float> xin, yout;

@@ -156,17 +156,51 @@ void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const 
 void plain_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
                float* out);
 
+// How a router turns its logits into expert scores.
+enum class RouterScore { kSoftmax, kSigmoid };
+
 struct MoeWeights {
   WeightPtr router;  // [num_experts][hidden]
   std::vector<MlpWeights> experts;
   int32_t top_k = 1;
   bool norm_topk_prob = false;
   Activation act = Activation::kSilu;
+  // --- Router generalization (sigmoid routers with a score-correction bias:
+  // lfm2_moe, nemotron_h). The defaults are qwen3_moe's softmax router, which
+  // keeps its exact code path (Backend::topk_route).
+  RouterScore score = RouterScore::kSoftmax;
+  // Per expert, added to the scores for choosing the top-k only; the weights are
+  // the unbiased scores (lfm2_moe `expert_bias`, nemotron_h
+  // `e_score_correction_bias`). Empty: no bias.
+  std::vector<float> selection_bias;
+  // norm_topk_prob divides the chosen weights by (their sum + norm_eps)
+  // (lfm2_moe: 1e-6, nemotron_h: 1e-20).
+  float norm_eps = 0.0f;
+  // Multiplies every chosen weight after normalization (routed_scaling_factor).
+  float routed_scale = 1.0f;
+  // Group-limited selection (DeepSeek-V3 style: n_group groups of experts, only
+  // the topk_group best groups eligible; a group scores the sum of its two best
+  // selection scores). 1/1 = off. n_group must divide the experts and the
+  // eligible groups must hold at least top_k experts (a family checks at load).
+  int32_t n_group = 1;
+  int32_t topk_group = 1;
 };
 
-// Sparse MoE: per token the top-k experts by softmax(router(h)); out = Σ_rank w·expert(h)
-// summed in rank order. Experts run on the tokens routed to them (M-invariant rows).
+// The router's choice for T tokens from logits [T][num_experts]: ids/weights
+// [T][top_k], in descending selection score (score + selection_bias), ties →
+// lower expert id. Each token's result depends only on its own logits.
+void route_experts(backend::Backend& be, const MoeWeights& w, const float* logits, int64_t T,
+                   int32_t* ids, float* weights);
+
+// Sparse MoE: per token the top-k experts of route_experts(router(h)); out =
+// Σ_rank w·expert(h) summed in rank order. Experts run on the tokens routed to
+// them (M-invariant rows); an expert no token chose is skipped.
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out);
+
+// Loads a small 1-D tensor (a router bias) as host floats of any stored dtype,
+// checking it has exactly n elements.
+StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,
+                                              int64_t n);
 
 }  // namespace pagedkv::model

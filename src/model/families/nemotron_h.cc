@@ -27,16 +27,12 @@ namespace {
 
 enum class BlockKind { kMamba, kAttention, kMlp, kMoe };
 
-// The routed experts of a "moe" block and how tokens are routed to them.
+// A "moe" block: routed relu² experts (MoeWeights with a sigmoid router, the
+// score-correction bias as selection bias, group-limited selection) plus a
+// shared relu² expert added to their sum.
 struct NemotronMoe {
-  WeightPtr router;                 // [experts][hidden]
-  std::vector<float> bias;          // e_score_correction_bias [experts]
-  std::vector<MlpWeights> experts;  // non-gated relu²
-  MlpWeights shared;                // non-gated relu² shared expert
-  int32_t top_k = 1;
-  int32_t n_group = 1, topk_group = 1;
-  bool norm_topk_prob = true;
-  float routed_scaling = 1.0f;
+  MoeWeights routed;
+  MlpWeights shared;
 };
 
 struct Block {
@@ -152,12 +148,6 @@ StatusOr<double> time_step_upper(const ConfigReader& c) {
     if (s == "Infinity" || s == "inf") return static_cast<double>(INFINITY);
   }
   return c.error(f, "entry 1 is not a number");
-}
-
-StatusOr<std::vector<float>> host_vector(const Checkpoint& ckpt, const std::string& name,
-                                         int64_t n) {
-  PKV_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.require(name, {n}));
-  return tensor_to_f32(*t);
 }
 
 StatusOr<MlpWeights> load_relu2_mlp(const Checkpoint& ckpt, backend::Backend& be,
@@ -375,23 +365,26 @@ StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Ch
         break;
       }
       case BlockKind::kMoe: {
-        NemotronMoe& e = B.moe;
+        MoeWeights& e = B.moe.routed;
         PKV_ASSIGN_OR_RETURN(e.router, load_weight(*ckpt, be, x + "gate.weight", {experts, H}));
-        PKV_ASSIGN_OR_RETURN(e.bias,
-                             host_vector(*ckpt, x + "gate.e_score_correction_bias", experts));
+        PKV_ASSIGN_OR_RETURN(e.selection_bias,
+                             load_host_vector(*ckpt, x + "gate.e_score_correction_bias", experts));
         e.experts.resize(static_cast<size_t>(experts));
         for (int64_t k = 0; k < experts; ++k) {
           PKV_ASSIGN_OR_RETURN(
               e.experts[k],
               load_relu2_mlp(*ckpt, be, x + "experts." + std::to_string(k) + ".", H, moe_inter));
         }
-        PKV_ASSIGN_OR_RETURN(e.shared,
+        PKV_ASSIGN_OR_RETURN(B.moe.shared,
                              load_relu2_mlp(*ckpt, be, x + "shared_experts.", H, shared_inter));
+        e.act = Activation::kRelu2;  // non-gated experts (gate null)
+        e.score = RouterScore::kSigmoid;
         e.top_k = static_cast<int32_t>(top_k);
         e.n_group = static_cast<int32_t>(n_group);
         e.topk_group = static_cast<int32_t>(topk_group);
         e.norm_topk_prob = norm_topk;
-        e.routed_scaling = static_cast<float>(scaling);
+        e.norm_eps = 1e-20f;  // transformers: sum + 1e-20
+        e.routed_scale = static_cast<float>(scaling);
         break;
       }
     }
@@ -399,93 +392,13 @@ StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Ch
   return std::unique_ptr<Model>(std::move(m));
 }
 
-// Group-limited top-k over sigmoid scores (transformers' DeepseekV3-style router):
-// choice = sigmoid(logit) + bias; a group scores the sum of its two best choices;
-// the topk_group best groups stay eligible; the top_k eligible experts by choice
-// are picked (ties → lower id) and weighted by their sigmoid score (not the
-// choice), renormalized when norm_topk_prob, times routed_scaling.
-void route_tokens(const NemotronMoe& w, const float* logits, int64_t T, int32_t E, int32_t* ids,
-                  float* wts) {
-  const int32_t K = w.top_k, G = w.n_group, per = E / G;
-  std::vector<float> score(E), choice(E), gscore(G);
-  std::vector<char> eligible(G);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int32_t e = 0; e < E; ++e) {
-      score[e] = 1.0f / (1.0f + std::exp(-logits[t * E + e]));
-      choice[e] = score[e] + w.bias[e];
-    }
-    for (int32_t g = 0; g < G; ++g) {
-      float a = -INFINITY, b = -INFINITY;
-      for (int32_t e = g * per; e < (g + 1) * per; ++e) {
-        if (choice[e] > a) {
-          b = a;
-          a = choice[e];
-        } else if (choice[e] > b) {
-          b = choice[e];
-        }
-      }
-      gscore[g] = per >= 2 ? a + b : a;
-    }
-    std::fill(eligible.begin(), eligible.end(), 0);
-    for (int32_t r = 0; r < w.topk_group; ++r) {
-      int32_t best = -1;
-      for (int32_t g = 0; g < G; ++g)
-        if (!eligible[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
-      eligible[best] = 1;
-    }
-    std::vector<char> taken(E, 0);
-    float sum = 0.0f;
-    for (int32_t r = 0; r < K; ++r) {
-      int32_t best = -1;
-      for (int32_t e = 0; e < E; ++e) {
-        if (taken[e] || !eligible[e / per]) continue;
-        if (best < 0 || choice[e] > choice[best]) best = e;
-      }
-      taken[best] = 1;
-      ids[t * K + r] = best;
-      wts[t * K + r] = score[best];
-      sum += score[best];
-    }
-    for (int32_t r = 0; r < K; ++r) {
-      float x = wts[t * K + r];
-      if (w.norm_topk_prob) x /= sum + 1e-20f;
-      wts[t * K + r] = x * w.routed_scaling;
-    }
-  }
-}
-
+// out = Σ_rank w·expert(h) (moe_block, rank order) + shared(h).
 void nemotron_moe(backend::Backend& be, const NemotronMoe& w, const float* h, int64_t T,
                   int64_t hidden, float* out) {
-  const int32_t E = static_cast<int32_t>(w.experts.size());
-  const int32_t K = w.top_k;
-  std::vector<float> logits(static_cast<size_t>(T * E));
-  be.matmul(h, T, *w.router, logits.data());
-  std::vector<int32_t> ids(static_cast<size_t>(T * K));
-  std::vector<float> wts(static_cast<size_t>(T * K));
-  route_tokens(w, logits.data(), T, E, ids.data(), wts.data());
-  // results[t][rank][hidden]; each expert runs once on the tokens routed to it.
-  std::vector<float> results(static_cast<size_t>(T * K * hidden));
-  std::vector<float> xin, yout;
-  std::vector<int64_t> slots;
-  for (int32_t e = 0; e < E; ++e) {
-    slots.clear();
-    for (int64_t s = 0; s < T * K; ++s)
-      if (ids[s] == e) slots.push_back(s);
-    if (slots.empty()) continue;
-    const int64_t M = static_cast<int64_t>(slots.size());
-    xin.resize(static_cast<size_t>(M * hidden));
-    yout.resize(static_cast<size_t>(M * hidden));
-    for (int64_t i = 0; i < M; ++i)
-      std::memcpy(xin.data() + i * hidden, h + (slots[i] / K) * hidden, hidden * sizeof(float));
-    plain_mlp(be, w.experts[e], Activation::kRelu2, xin.data(), M, yout.data());
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t d = 0; d < hidden; ++d)
-        results[slots[i] * hidden + d] = yout[i * hidden + d] * wts[slots[i]];
-  }
-  plain_mlp(be, w.shared, Activation::kRelu2, h, T, out);
-  for (int64_t t = 0; t < T; ++t)
-    for (int32_t r = 0; r < K; ++r)
-      be.add(out + t * hidden, results.data() + (t * K + r) * hidden, hidden);
+  moe_block(be, w.routed, h, T, hidden, out);
+  std::vector<float> shared(static_cast<size_t>(T * hidden));
+  plain_mlp(be, w.shared, Activation::kRelu2, h, T, shared.data());
+  be.add(out, shared.data(), T * hidden);
 }
 
 Status NemotronHModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
