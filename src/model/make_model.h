@@ -18,7 +18,7 @@
 namespace pagedkv::model {
 
 struct MakeModelOptions {
-  std::string family = "qwen3";  // qwen3 | qwen3_moe
+  std::string family = "qwen3";  // qwen3 | qwen3_moe | nemotron_h
   std::string preset = "tiny";   // tiny | small | qwen3-0.6b-shape
   uint64_t seed = 0;
   DType dtype = DType::kF32;  // F32 or BF16
