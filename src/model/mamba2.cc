@@ -21,6 +21,17 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// Σ a[j]·b[j] in one fixed order whatever the caller: 8 lane sums (j mod 8),
+// then ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). The lanes let the compiler vectorize.
+float dot(const float* a, const float* b, int64_t n) {
+  float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) l[k] += a[j + k] * b[j + k];
+  for (int k = 0; j < n; ++j, ++k) l[k] += a[j] * b[j];
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 void add_host_bias(float* y, int64_t T, const std::vector<float>& b) {
   if (b.empty()) return;
   const int64_t n = static_cast<int64_t>(b.size());
@@ -67,17 +78,19 @@ void mamba2_block(backend::Backend& be, const Mamba2Spec& s, const Mamba2Weights
   const int64_t P = s.proj_dim(), I = s.inner(), CD = s.conv_dim();
   const int64_t NH = s.num_heads, HD = s.head_dim, N = s.state_size, G = s.n_groups;
   const int64_t K = s.conv_kernel, heads_per_group = NH / G, GN = G * N;
-  std::vector<float> proj(static_cast<size_t>(T * P));
+  // Scratch slots (layers.h): the family's residual stream uses X, H and Y.
+  ScratchBuffer proj(kScratchQ, static_cast<size_t>(T * P)),
+      y(kScratchK, static_cast<size_t>(T * I));
+  ScratchBuffer win(kScratchV, 0);
   be.matmul(h, T, *w.in_proj, proj.data());
   add_host_bias(proj.data(), T, w.in_proj_bias);
-  std::vector<float> y(static_cast<size_t>(T * I));
-  std::vector<float> win, xbc(static_cast<size_t>(CD));
+  std::vector<float> xbc(static_cast<size_t>(CD));
   for (const ForwardRow& row : batch.rows) {
     float* conv_state = row.state->layer(s.layer);  // [K-1][CD], oldest first
     float* ssm = conv_state + (K - 1) * CD;         // [NH][HD][N]
     const int64_t n = row.num_tokens;
     // The convolution window: the K-1 inputs before the span, then the span's.
-    win.resize(static_cast<size_t>((K - 1 + n) * CD));
+    win.resize(static_cast<size_t>((K - 1 + n) * CD));  // contents garbage until written
     std::memcpy(win.data(), conv_state, static_cast<size_t>((K - 1) * CD) * sizeof(float));
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(win.data() + (K - 1 + i) * CD, proj.data() + (row.first_token + i) * P + I,
@@ -86,7 +99,7 @@ void mamba2_block(backend::Backend& be, const Mamba2Spec& s, const Mamba2Weights
       const int64_t t = row.first_token + i;
       for (int64_t c = 0; c < CD; ++c) {
         float acc = w.conv_b[c];
-        for (int64_t k = 0; k < K; ++k) acc += w.conv_w[c * K + k] * win[(i + k) * CD + c];
+        for (int64_t k = 0; k < K; ++k) acc += w.conv_w[c * K + k] * win.data()[(i + k) * CD + c];
         xbc[c] = silu(acc);
       }
       const float* x = xbc.data();
@@ -103,12 +116,8 @@ void mamba2_block(backend::Backend& be, const Mamba2Spec& s, const Mamba2Weights
           const float xv = x[hh * HD + p];
           const float xdt = xv * dt;
           float* S = ssm + (hh * HD + p) * N;
-          float acc = 0.0f;
-          for (int64_t j = 0; j < N; ++j) {
-            S[j] = S[j] * dA + xdt * B[j];
-            acc += S[j] * C[j];
-          }
-          yt[hh * HD + p] = acc + w.D[hh] * xv;
+          for (int64_t j = 0; j < N; ++j) S[j] = S[j] * dA + xdt * B[j];
+          yt[hh * HD + p] = dot(S, C, N) + w.D[hh] * xv;
         }
       }
     }
