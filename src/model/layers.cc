@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/half.h"
+#include "model/generation_config.h"
 #include "model/recurrent_state.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -503,6 +504,79 @@ void route_experts(backend::Backend& be, const MoeWeights& w, const float* logit
     if (w.routed_scale != 1.0f)
       for (int32_t r = 0; r < K; ++r) wt[r] *= w.routed_scale;
   }
+}
+
+StatusOr<LmEnds> load_lm_ends(const Checkpoint& ckpt, backend::Backend& be,
+                              const std::string& embed_name, const std::string& norm_name,
+                              int64_t vocab, int64_t hidden, bool tie_word_embeddings) {
+  LmEnds e;
+  PKV_ASSIGN_OR_RETURN(e.embed, load_weight(ckpt, be, embed_name, {vocab, hidden}));
+  PKV_ASSIGN_OR_RETURN(e.final_norm, load_weight(ckpt, be, norm_name, {hidden}));
+  if (tie_word_embeddings && ckpt.find("lm_head.weight") == nullptr) {
+    e.lm_head = e.embed.get();
+  } else {
+    PKV_ASSIGN_OR_RETURN(e.lm_head_owned, load_weight(ckpt, be, "lm_head.weight", {vocab, hidden}));
+    e.lm_head = e.lm_head_owned.get();
+  }
+  return e;
+}
+
+Status read_special_token_ids(const ConfigReader& c, const std::string& dir, ModelConfig* mc) {
+  PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
+  for (int64_t e : eos) {
+    if (e < 0 || e > INT32_MAX)
+      return c.error("eos_token_id", "holds " + std::to_string(e) + ", not a token id");
+    mc->eos_token_ids.push_back(static_cast<int32_t>(e));
+  }
+  PKV_RETURN_IF_ERROR(merge_generation_config_eos(dir, &mc->eos_token_ids));
+  PKV_ASSIGN_OR_RETURN(int64_t v, c.get_int_or("bos_token_id", -1));
+  if (v < -1 || v > INT32_MAX)
+    return c.error("bos_token_id", "holds " + std::to_string(v) + ", not a token id");
+  mc->bos_token_id = static_cast<int32_t>(v);
+  return ok_status();
+}
+
+StatusOr<float> read_norm_eps(const ConfigReader& c, const std::string& field, double dflt) {
+  PKV_ASSIGN_OR_RETURN(double eps, c.get_double_or(field, dflt));
+  if (!(eps > 0.0 && eps <= 1.0) || !(static_cast<float>(eps) > 0.0f))
+    return c.error(field, "must be in (0, 1] (and not 0 as a float), got " + std::to_string(eps));
+  return static_cast<float>(eps);
+}
+
+void reserve_flat_rows(const ForwardBatch& batch) {
+  if (batch.path != KVPath::kFlat) return;
+  for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
+}
+
+Status finish_forward(backend::Backend& be, const ForwardBatch& batch, const float* x, int64_t H,
+                      const LmEnds& ends, float eps, int32_t vocab, ForwardOutput* out) {
+  for (const ForwardRow& row : batch.rows) {
+    if (batch.path == KVPath::kFlat) row.flat->set_length(row.context_len + row.num_tokens);
+    if (row.state != nullptr) row.state->set_length(row.context_len + row.num_tokens);
+  }
+  // Logits for the requested positions only.
+  std::vector<int64_t> pick;
+  out->row_begin.clear();
+  out->row_count.clear();
+  for (const ForwardRow& row : batch.rows) {
+    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
+    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
+                : row.logits == LogitsRequest::kLast ? 1
+                                                     : 0;
+    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
+      pick.push_back(row.first_token + i);
+    out->row_count.push_back(n);
+  }
+  const int64_t P = static_cast<int64_t>(pick.size());
+  out->vocab_size = vocab;
+  out->logits.assign(static_cast<size_t>(P * vocab), 0.0f);
+  if (P == 0) return ok_status();
+  std::vector<float> sel(static_cast<size_t>(P * H));
+  for (int64_t i = 0; i < P; ++i)
+    std::memcpy(sel.data() + i * H, x + pick[i] * H, H * sizeof(float));
+  be.rms_norm(sel.data(), P, *ends.final_norm, eps, false, sel.data());
+  be.matmul(sel.data(), P, *ends.lm_head, out->logits.data());
+  return check_logits(*out);
 }
 
 StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,

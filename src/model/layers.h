@@ -198,6 +198,35 @@ void route_experts(backend::Backend& be, const MoeWeights& w, const float* logit
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out);
 
+// --- the two ends of a decoder stack and the step's bookkeeping (shared by families) ---
+// The token embedding, the final norm and the output projection: lm_head.weight,
+// or the embedding itself when tie_word_embeddings and no lm_head.weight is stored.
+struct LmEnds {
+  WeightPtr embed, final_norm, lm_head_owned;
+  const backend::Weight* lm_head = nullptr;
+};
+StatusOr<LmEnds> load_lm_ends(const Checkpoint& ckpt, backend::Backend& be,
+                              const std::string& embed_name, const std::string& norm_name,
+                              int64_t vocab, int64_t hidden, bool tie_word_embeddings);
+
+// eos_token_id (config.json merged with generation_config.json) and bos_token_id
+// into `mc`; an id outside int32 is InvalidArgument naming the field.
+Status read_special_token_ids(const ConfigReader& c, const std::string& dir, ModelConfig* mc);
+
+// A norm epsilon field (rms_norm_eps, layer_norm_epsilon): in (0, 1] and not 0
+// as a float (rsqrt(mean + eps) could divide by 0), else InvalidArgument.
+StatusOr<float> read_norm_eps(const ConfigReader& c, const std::string& field, double dflt);
+
+// Before the layers: makes every flat row's cache hold its span.
+void reserve_flat_rows(const ForwardBatch& batch);
+
+// After the layers (x [T][hidden] = the residual stream): advances every row's
+// flat cache and recurrent state by its span, then fills `out` with the logits the
+// rows ask for — final RMSNorm of those rows of x, times lm_head — NaN-checked.
+Status finish_forward(backend::Backend& be, const ForwardBatch& batch, const float* x,
+                      int64_t hidden, const LmEnds& ends, float eps, int32_t vocab,
+                      ForwardOutput* out);
+
 // Loads a small 1-D tensor (a router bias) as host floats of any stored dtype,
 // checking it has exactly n elements.
 StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,

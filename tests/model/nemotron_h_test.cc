@@ -41,10 +41,9 @@ std::string fixture_dir() {
 }
 
 std::vector<int32_t> random_tokens(size_t n, uint32_t seed, int32_t vocab) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
   std::vector<int32_t> out(n);
-  for (auto& t : out) t = d(rng);
+  std::mt19937 rng(seed);
+  std::generate(out.begin(), out.end(), [&] { return static_cast<int32_t>(rng() % vocab); });
   return out;
 }
 

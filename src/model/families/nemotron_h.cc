@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "model/generation_config.h"
 #include "model/layers.h"
 #include "model/mamba2.h"
 #include "model/recurrent_state.h"
@@ -46,24 +45,27 @@ struct Block {
   NemotronMoe moe;
 };
 
-class NemotronHModel : public Model {
- public:
-  const ModelConfig& config() const override { return cfg_; }
-  const KVGeometry& kv_geometry() const override { return geom_; }
-  Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
+// The stack's weights and shapes, filled by create().
+struct NemotronHStack {
+  ModelConfig cfg;
+  KVGeometry geom;
+  float eps = 1e-5f;
+  LmEnds ends;
+  std::vector<Block> blocks;
+};
 
-  static StatusOr<std::unique_ptr<Model>> create(std::shared_ptr<const Checkpoint> ckpt,
-                                                 const LoadOptions& options, backend::Backend& be);
+class NemotronHModel final : public Model {
+ public:
+  NemotronHModel(std::shared_ptr<const Checkpoint> ckpt, backend::Backend* be, NemotronHStack stack)
+      : ckpt_(std::move(ckpt)), be_(be), s_(std::move(stack)) {}
+  const ModelConfig& config() const override { return s_.cfg; }
+  const KVGeometry& kv_geometry() const override { return s_.geom; }
+  Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
 
  private:
   std::shared_ptr<const Checkpoint> ckpt_;  // owns the mapped bytes the weights view
-  backend::Backend* be_ = nullptr;
-  ModelConfig cfg_;
-  KVGeometry geom_;
-  float eps_ = 1e-5f;
-  WeightPtr embed_, final_norm_, lm_head_owned_;
-  const backend::Weight* lm_head_ = nullptr;
-  std::vector<Block> blocks_;
+  backend::Backend* be_;
+  NemotronHStack s_;
 };
 
 constexpr int64_t kMaxField = int64_t{1} << 30;
@@ -158,17 +160,17 @@ StatusOr<MlpWeights> load_relu2_mlp(const Checkpoint& ckpt, backend::Backend& be
   return w;
 }
 
-StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Checkpoint> ckpt,
-                                                        const LoadOptions& options,
-                                                        backend::Backend& be) {
+StatusOr<std::unique_ptr<Model>> create_model(std::shared_ptr<const Checkpoint> ckpt,
+                                              const LoadOptions& options, backend::Backend& be) {
   if (be.name() != "cpu")
     return invalid_argument(
         "nemotron_h runs on the CPU backend only (its Mamba-2 scan is host "
         "code); the " +
         be.name() + " backend was asked for");
-  std::unique_ptr<NemotronHModel> m(new NemotronHModel());
+  NemotronHStack st;
+  NemotronHStack* m = &st;  // filled below
   const ConfigReader& c = ckpt->config();
-  ModelConfig& mc = m->cfg_;
+  ModelConfig& mc = m->cfg;
   mc.source_path = ckpt->dir();
   PKV_ASSIGN_OR_RETURN(mc.model_type, c.get_string("model_type"));
   PKV_ASSIGN_OR_RETURN(std::vector<BlockKind> kinds, read_block_kinds(c));
@@ -201,23 +203,9 @@ StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Ch
   if (mc.max_position_embeddings < 1 || mc.max_position_embeddings > (int64_t{1} << 26))
     return c.error("max_position_embeddings", "must be in [1, 2^26]");
   PKV_ASSIGN_OR_RETURN(mc.tie_word_embeddings, c.get_bool_or("tie_word_embeddings", false));
-  PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
-  for (int64_t e : eos) {
-    if (e < 0 || e > INT32_MAX)
-      return c.error("eos_token_id", "holds " + std::to_string(e) + ", not a token id");
-    mc.eos_token_ids.push_back(static_cast<int32_t>(e));
-  }
-  PKV_RETURN_IF_ERROR(merge_generation_config_eos(ckpt->dir(), &mc.eos_token_ids));
-  PKV_ASSIGN_OR_RETURN(v, c.get_int_or("bos_token_id", -1));
-  if (v < -1 || v > INT32_MAX)
-    return c.error("bos_token_id", "holds " + std::to_string(v) + ", not a token id");
-  mc.bos_token_id = static_cast<int32_t>(v);
+  PKV_RETURN_IF_ERROR(read_special_token_ids(c, ckpt->dir(), &mc));
   PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(c));
-  double eps;
-  PKV_ASSIGN_OR_RETURN(eps, c.get_double_or("layer_norm_epsilon", 1e-5));
-  if (!(eps > 0.0 && eps <= 1.0) || !(static_cast<float>(eps) > 0.0f))
-    return c.error("layer_norm_epsilon", "must be in (0, 1] (and not 0 as a float)");
-  m->eps_ = static_cast<float>(eps);
+  PKV_ASSIGN_OR_RETURN(m->eps, read_norm_eps(c, "layer_norm_epsilon", 1e-5));
 
   // Mamba-2.
   Mamba2Spec ms;
@@ -253,7 +241,7 @@ StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Ch
     if (!(dt_max > dt_min)) return c.error("time_step_limit", "must end above time_step_min");
     ms.dt_min = static_cast<float>(dt_min);
     ms.dt_max = static_cast<float>(dt_max);
-    ms.norm_eps = m->eps_;
+    ms.norm_eps = m->eps;
   }
 
   // MLP / MoE.
@@ -301,18 +289,10 @@ StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Ch
                                             " has no tensor " + root + "layers." +
                                             std::to_string(L - 1) + ".norm.weight");
 
-  m->ckpt_ = ckpt;
-  m->be_ = &be;
-  PKV_ASSIGN_OR_RETURN(m->embed_, load_weight(*ckpt, be, root + "embeddings.weight", {V, H}));
-  PKV_ASSIGN_OR_RETURN(m->final_norm_, load_weight(*ckpt, be, root + "norm_f.weight", {H}));
-  if (mc.tie_word_embeddings && ckpt->find("lm_head.weight") == nullptr) {
-    m->lm_head_ = m->embed_.get();
-  } else {
-    PKV_ASSIGN_OR_RETURN(m->lm_head_owned_, load_weight(*ckpt, be, "lm_head.weight", {V, H}));
-    m->lm_head_ = m->lm_head_owned_.get();
-  }
+  PKV_ASSIGN_OR_RETURN(m->ends, load_lm_ends(*ckpt, be, root + "embeddings.weight",
+                                             root + "norm_f.weight", V, H, mc.tie_word_embeddings));
 
-  KVGeometry& g = m->geom_;
+  KVGeometry& g = m->geom;
   g.num_layers = mc.num_hidden_layers;
   g.num_kv_heads = mc.num_key_value_heads;
   g.head_dim = mc.head_dim;
@@ -326,9 +306,9 @@ StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Ch
   (void)any_attention;
 
   const int64_t NH = mc.num_attention_heads, KVH = mc.num_key_value_heads, D = mc.head_dim;
-  m->blocks_.resize(static_cast<size_t>(L));
+  m->blocks.resize(static_cast<size_t>(L));
   for (int32_t i = 0; i < L; ++i) {
-    Block& B = m->blocks_[i];
+    Block& B = m->blocks[i];
     B.kind = kinds[i];
     const std::string p = root + "layers." + std::to_string(i) + ".";
     const std::string x = p + "mixer.";
@@ -354,7 +334,7 @@ StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Ch
         s.num_heads = mc.num_attention_heads;
         s.num_kv_heads = mc.num_key_value_heads;
         s.head_dim = mc.head_dim;
-        s.rms_eps = m->eps_;
+        s.rms_eps = m->eps;
         s.scale = 1.0f / std::sqrt(static_cast<float>(mc.head_dim));
         s.use_rope = false;
         g.layer_group[i] = 0;
@@ -389,7 +369,7 @@ StatusOr<std::unique_ptr<Model>> NemotronHModel::create(std::shared_ptr<const Ch
       }
     }
   }
-  return std::unique_ptr<Model>(std::move(m));
+  return std::unique_ptr<Model>(new NemotronHModel(std::move(ckpt), &be, std::move(st)));
 }
 
 // out = Σ_rank w·expert(h) (moe_block, rank order) + shared(h).
@@ -402,61 +382,29 @@ void nemotron_moe(backend::Backend& be, const NemotronMoe& w, const float* h, in
 }
 
 Status NemotronHModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
-  PKV_RETURN_IF_ERROR(validate_batch(batch, geom_, cfg_.vocab_size));
+  PKV_RETURN_IF_ERROR(validate_batch(batch, s_.geom, s_.cfg.vocab_size));
   backend::Backend& be = *be_;
-  const int64_t T = batch.num_tokens();
-  const int64_t H = cfg_.hidden_size;
-  if (batch.path == KVPath::kFlat) {
-    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
-  }
-  KVAccess kv(batch, geom_);
-  const size_t TH = static_cast<size_t>(T * H);
-  ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
-  be.embedding(batch.token_ids.data(), T, *embed_, x.data());
-  for (const Block& B : blocks_) {
-    be.rms_norm(x.data(), T, *B.norm, eps_, false, h.data());
-    switch (B.kind) {
-      case BlockKind::kMamba:
-        mamba2_block(be, B.mamba_spec, B.mamba, batch, h.data(), T, y.data());
-        break;
-      case BlockKind::kAttention:
-        attention_block(be, B.attn_spec, B.attn, batch, kv, h.data(), T, y.data());
-        break;
-      case BlockKind::kMlp:
-        plain_mlp(be, B.mlp, Activation::kRelu2, h.data(), T, y.data());
-        break;
-      case BlockKind::kMoe:
-        nemotron_moe(be, B.moe, h.data(), T, H, y.data());
-        break;
+  const int64_t T = batch.num_tokens(), H = s_.cfg.hidden_size;
+  reserve_flat_rows(batch);
+  KVAccess kv(batch, s_.geom);
+  ScratchBuffer x(kScratchX, static_cast<size_t>(T * H)), h(kScratchH, static_cast<size_t>(T * H)),
+      y(kScratchY, static_cast<size_t>(T * H));
+  be.embedding(batch.token_ids.data(), T, *s_.ends.embed, x.data());
+  // Pre-norm residual blocks, one mixer each.
+  for (const Block& B : s_.blocks) {
+    be.rms_norm(x.data(), T, *B.norm, s_.eps, false, h.data());
+    if (B.kind == BlockKind::kMamba) {
+      mamba2_block(be, B.mamba_spec, B.mamba, batch, h.data(), T, y.data());
+    } else if (B.kind == BlockKind::kAttention) {
+      attention_block(be, B.attn_spec, B.attn, batch, kv, h.data(), T, y.data());
+    } else if (B.kind == BlockKind::kMlp) {
+      plain_mlp(be, B.mlp, Activation::kRelu2, h.data(), T, y.data());
+    } else {
+      nemotron_moe(be, B.moe, h.data(), T, H, y.data());
     }
     be.add(x.data(), y.data(), T * H);
   }
-  for (const ForwardRow& row : batch.rows) {
-    if (batch.path == KVPath::kFlat) row.flat->set_length(row.context_len + row.num_tokens);
-    if (row.state != nullptr) row.state->set_length(row.context_len + row.num_tokens);
-  }
-  std::vector<int64_t> pick;
-  out->row_begin.clear();
-  out->row_count.clear();
-  for (const ForwardRow& row : batch.rows) {
-    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
-    const int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
-                      : row.logits == LogitsRequest::kLast ? 1
-                                                           : 0;
-    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
-      pick.push_back(row.first_token + i);
-    out->row_count.push_back(n);
-  }
-  const int64_t P = static_cast<int64_t>(pick.size());
-  out->vocab_size = cfg_.vocab_size;
-  out->logits.assign(static_cast<size_t>(P * cfg_.vocab_size), 0.0f);
-  if (P == 0) return ok_status();
-  std::vector<float> sel(static_cast<size_t>(P * H));
-  for (int64_t i = 0; i < P; ++i)
-    std::memcpy(sel.data() + i * H, x.data() + pick[i] * H, H * sizeof(float));
-  be.rms_norm(sel.data(), P, *final_norm_, eps_, false, sel.data());
-  be.matmul(sel.data(), P, *lm_head_, out->logits.data());
-  return check_logits(*out);
+  return finish_forward(be, batch, x.data(), H, s_.ends, s_.eps, s_.cfg.vocab_size, out);
 }
 
 }  // namespace
@@ -464,7 +412,7 @@ Status NemotronHModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
 StatusOr<std::unique_ptr<Model>> create_nemotron_h(std::shared_ptr<const Checkpoint> ckpt,
                                                    const LoadOptions& options,
                                                    backend::Backend& be) {
-  return NemotronHModel::create(std::move(ckpt), options, be);
+  return create_model(std::move(ckpt), options, be);
 }
 
 }  // namespace pagedkv::model

@@ -4,9 +4,7 @@
 // listed in mlp_only_layers; softmax router, top num_experts_per_tok, optionally
 // renormalized by norm_topk_prob). Tensor names are Hugging Face's.
 #include <cmath>
-#include <cstring>
 
-#include "model/generation_config.h"
 #include "model/layers.h"
 #include "model/registry.h"
 
@@ -37,8 +35,7 @@ class Qwen3Model : public Model {
   ModelConfig cfg_;
   KVGeometry geom_;
   float eps_ = 1e-6f;
-  WeightPtr embed_, final_norm_, lm_head_owned_;
-  const backend::Weight* lm_head_ = nullptr;
+  LmEnds ends_;
   std::vector<LayerWeights> layers_;
 };
 
@@ -85,25 +82,9 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   mc.head_dim = static_cast<int32_t>(v);
   PKV_ASSIGN_OR_RETURN(mc.max_position_embeddings, c.get_int_or("max_position_embeddings", 32768));
   PKV_ASSIGN_OR_RETURN(mc.tie_word_embeddings, c.get_bool_or("tie_word_embeddings", false));
-  PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
-  for (int64_t e : eos) {
-    if (e < 0 || e > INT32_MAX)
-      return c.error("eos_token_id", "holds " + std::to_string(e) + ", not a token id");
-    mc.eos_token_ids.push_back(static_cast<int32_t>(e));
-  }
-  PKV_RETURN_IF_ERROR(merge_generation_config_eos(ckpt->dir(), &mc.eos_token_ids));
-  PKV_ASSIGN_OR_RETURN(v, c.get_int_or("bos_token_id", -1));
-  if (v < -1 || v > INT32_MAX)
-    return c.error("bos_token_id", "holds " + std::to_string(v) + ", not a token id");
-  mc.bos_token_id = static_cast<int32_t>(v);
+  PKV_RETURN_IF_ERROR(read_special_token_ids(c, ckpt->dir(), &mc));
   PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(c));
-  double eps;
-  PKV_ASSIGN_OR_RETURN(eps, c.get_double_or("rms_norm_eps", 1e-6));
-  // rsqrt(mean + eps): a non-positive (or float-underflowing) eps can divide by 0.
-  if (!(eps > 0.0 && eps <= 1.0) || !(static_cast<float>(eps) > 0.0f))
-    return c.error("rms_norm_eps",
-                   "must be in (0, 1] (and not 0 as a float), got " + std::to_string(eps));
-  m->eps_ = static_cast<float>(eps);
+  PKV_ASSIGN_OR_RETURN(m->eps_, read_norm_eps(c, "rms_norm_eps", 1e-6));
   int64_t inter;
   PKV_ASSIGN_OR_RETURN(inter, c.get_int("intermediate_size"));
   PKV_RETURN_IF_ERROR(positive(c, "intermediate_size", inter));
@@ -167,14 +148,8 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   m->be_ = &be;
   const int64_t H = mc.hidden_size, V = mc.vocab_size, D = mc.head_dim;
   const int64_t NH = mc.num_attention_heads, KVH = mc.num_key_value_heads;
-  PKV_ASSIGN_OR_RETURN(m->embed_, load_weight(*ckpt, be, "model.embed_tokens.weight", {V, H}));
-  PKV_ASSIGN_OR_RETURN(m->final_norm_, load_weight(*ckpt, be, "model.norm.weight", {H}));
-  if (mc.tie_word_embeddings && ckpt->find("lm_head.weight") == nullptr) {
-    m->lm_head_ = m->embed_.get();
-  } else {
-    PKV_ASSIGN_OR_RETURN(m->lm_head_owned_, load_weight(*ckpt, be, "lm_head.weight", {V, H}));
-    m->lm_head_ = m->lm_head_owned_.get();
-  }
+  PKV_ASSIGN_OR_RETURN(m->ends_, load_lm_ends(*ckpt, be, "model.embed_tokens.weight",
+                                              "model.norm.weight", V, H, mc.tie_word_embeddings));
 
   m->geom_.num_layers = mc.num_hidden_layers;
   m->geom_.num_kv_heads = mc.num_key_value_heads;
@@ -253,13 +228,11 @@ Status Qwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   backend::Backend& be = *be_;
   const int64_t T = batch.num_tokens();
   const int64_t H = cfg_.hidden_size;
-  if (batch.path == KVPath::kFlat) {
-    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
-  }
+  reserve_flat_rows(batch);
   KVAccess kv(batch, geom_);
   const size_t TH = static_cast<size_t>(T * H);
   ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
-  be.embedding(batch.token_ids.data(), T, *embed_, x.data());
+  be.embedding(batch.token_ids.data(), T, *ends_.embed, x.data());
   for (const LayerWeights& L : layers_) {
     be.rms_norm(x.data(), T, *L.input_norm, eps_, false, h.data());
     attention_block(be, L.spec, L.attn, batch, kv, h.data(), T, y.data());
@@ -272,32 +245,7 @@ Status Qwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     }
     be.add(x.data(), y.data(), T * H);
   }
-  if (batch.path == KVPath::kFlat) {
-    for (const ForwardRow& row : batch.rows) row.flat->set_length(row.context_len + row.num_tokens);
-  }
-  // Logits for the requested positions only.
-  std::vector<int64_t> pick;
-  out->row_begin.clear();
-  out->row_count.clear();
-  for (const ForwardRow& row : batch.rows) {
-    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
-    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
-                : row.logits == LogitsRequest::kLast ? 1
-                                                     : 0;
-    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
-      pick.push_back(row.first_token + i);
-    out->row_count.push_back(n);
-  }
-  const int64_t P = static_cast<int64_t>(pick.size());
-  out->vocab_size = cfg_.vocab_size;
-  out->logits.assign(static_cast<size_t>(P * cfg_.vocab_size), 0.0f);
-  if (P == 0) return ok_status();
-  std::vector<float> sel(static_cast<size_t>(P * H));
-  for (int64_t i = 0; i < P; ++i)
-    std::memcpy(sel.data() + i * H, x.data() + pick[i] * H, H * sizeof(float));
-  be.rms_norm(sel.data(), P, *final_norm_, eps_, false, sel.data());
-  be.matmul(sel.data(), P, *lm_head_, out->logits.data());
-  return check_logits(*out);
+  return finish_forward(be, batch, x.data(), H, ends_, eps_, cfg_.vocab_size, out);
 }
 
 }  // namespace
