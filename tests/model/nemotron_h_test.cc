@@ -329,6 +329,18 @@ TEST_P(NemotronH, StateLengthMustMatchContext) {
   Status s = model_->forward(b, &out);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("recurrent state holds 3 tokens"), std::string::npos) << s.message();
+  // A state made for another geometry (fewer floats in a Mamba-2 layer).
+  KVGeometry other = geom();
+  for (auto& n : other.layer_state_floats)
+    if (n > 0) n -= 1;
+  RecurrentState wrong(other);
+  wrong.set_length(3);
+  b.rows[0].state = &wrong;
+  b.rows[0].context_len = 3;
+  b.positions[0] = 3;
+  s = model_->forward(b, &out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not sized for this model"), std::string::npos) << s.message();
   b.rows[0].state = nullptr;
   b.rows[0].context_len = 3;
   b.positions[0] = 3;

@@ -63,6 +63,7 @@ class NemotronHModel final : public Model {
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
 
  private:
+  Status check_state_sizes(const ForwardBatch& batch) const;
   std::shared_ptr<const Checkpoint> ckpt_;  // owns the mapped bytes the weights view
   backend::Backend* be_;
   NemotronHStack s_;
@@ -381,8 +382,28 @@ void nemotron_moe(backend::Backend& be, const NemotronMoe& w, const float* h, in
   be.add(out, shared.data(), T * hidden);
 }
 
+// A row's RecurrentState must have been made for this model's geometry (the scan
+// writes exactly layer_state_floats floats per Mamba-2 layer).
+Status NemotronHModel::check_state_sizes(const ForwardBatch& batch) const {
+  size_t want = 0;
+  for (int64_t n : s_.geom.layer_state_floats) want += static_cast<size_t>(n) * sizeof(float);
+  for (size_t r = 0; r < batch.rows.size(); ++r) {
+    const RecurrentState& st = *batch.rows[r].state;
+    bool ok = st.memory_bytes() == want;
+    for (int32_t l = 0; ok && l < s_.geom.num_layers; ++l)
+      ok = st.layer_floats(l) == static_cast<size_t>(s_.geom.layer_state_floats[l]);
+    if (!ok)
+      return invalid_argument("forward batch row " + std::to_string(r) +
+                              ": recurrent state is not sized for this model (" +
+                              std::to_string(st.memory_bytes()) + " bytes, expected " +
+                              std::to_string(want) + ")");
+  }
+  return ok_status();
+}
+
 Status NemotronHModel::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PKV_RETURN_IF_ERROR(validate_batch(batch, s_.geom, s_.cfg.vocab_size));
+  PKV_RETURN_IF_ERROR(check_state_sizes(batch));
   backend::Backend& be = *be_;
   const int64_t T = batch.num_tokens(), H = s_.cfg.hidden_size;
   reserve_flat_rows(batch);
