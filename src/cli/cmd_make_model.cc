@@ -40,8 +40,12 @@ Status copy_tokenizer_files(const std::string& src_dir, const std::string& out_d
 int make_model_main(int argc, char** argv) {
   ArgParser p("make-model",
               "Write a random-weight Hugging Face checkpoint (config.json + model.safetensors).");
-  p.add_option("family", "F", "model family: qwen3 | qwen3_moe", "qwen3");
-  p.add_option("preset", "P", "size: tiny | small | qwen3-0.6b-shape", "tiny");
+  std::string families;
+  for (const auto& f : model::make_model_families())
+    families += (families.empty() ? "" : " | ") + f;
+  p.add_option("family", "F", "model family: " + families, "qwen3");
+  p.add_option("preset", "P", "size: tiny | small | qwen3-0.6b-shape (gemma4_text also tiny-moe)",
+               "tiny");
   p.add_option("seed", "S", "random seed (same seed, same bytes)", "0");
   p.add_option("dtype", "T", "weight dtype: f32 | bf16", "f32");
   p.add_option("layers", "N", "override the preset's number of layers (0 = preset)", "0");
@@ -115,8 +119,8 @@ int make_model_main(int argc, char** argv) {
 }  // namespace
 
 PKV_REGISTER_COMMAND("make-model",
-                     "write a random-weight HF checkpoint (qwen3, qwen3_moe; --tokenizer "
-                     "qwen3|gemma3)",
+                     "write a random-weight HF checkpoint (every family `make-model --help` "
+                     "lists; --tokenizer qwen3|gemma3)",
                      make_model_main);
 
 }  // namespace pagedkv::cli

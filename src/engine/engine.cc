@@ -1,20 +1,21 @@
-// The engine: request intake, owners, the continuous-batching scheduler and the
-// step loop (include/pagedkv/engine.h; docs/engine.md describes the policy).
+// The engine's threaded shell (include/pagedkv/engine.h; docs/engine.md
+// describes the policy): request intake and validation, the inbox the step
+// thread drains, the step loop, request handles, stats snapshots, and the
+// composition of model + KV cache + cold tier. The scheduling policy itself is
+// the pure Scheduler (scheduler.h), which sees KV only as block counts through
+// SchedulerKV; this file implements SchedulerKV over the PagedKVCache, the
+// request adapters, the OwnerRegistry (owner_registry.h) and the cold tier —
+// or over per-request flat caches on the flat path.
 //
 // One step, on the step thread:
 //   1. drain the inbox (new requests join the waiting queue's tail, FCFS), apply
 //      owner releases, finish cancelled requests (their blocks go back now), and
 //      expire owners idle past the timeout;
-//   2. decode rows first: every running request whose next input is one sampled
-//      token gets one row, oldest first; a row that cannot get its next block
-//      expires idle owners (LRU), then preempts the NEWEST running request (which
-//      may be itself) until it can;
-//   3. prefill slices of running requests still prefilling, up to the budget;
-//   4. admission, FCFS: the head of the waiting queue is admitted when the blocks
-//      its prompt still needs (after prefix hits) fit in free + evictable +
-//      growable blocks above the watermark; otherwise admission stops (the head
-//      is never leapfrogged);
-//   5. ONE forward over every scheduled row; record the K/V; sample where a row
+//   2. the Scheduler plans the step: decode rows, prefill slices, admissions,
+//      preemptions (Scheduler::schedule; its comment and docs/engine.md);
+//   3. the plan's bookkeeping: preemption counts, first-admission usage (or the
+//      re-hit blocks of a resume), requests that can never fit end with an error;
+//   4. ONE forward over every scheduled row; record the K/V; sample where a row
 //      reached its last position; finish requests that stopped.
 //
 // A request's sequence is prompt + completion. It is "prefilling" while more
@@ -25,8 +26,6 @@
 // exactly where it was.
 #include <algorithm>
 #include <cmath>
-#include <list>
-#include <map>
 #include <thread>
 #include <unordered_map>
 
@@ -34,8 +33,10 @@
 #include "engine/cold_tier_runtime.h"
 #include "engine/handle_access.h"
 #include "engine/kv_cache_factory.h"
+#include "engine/owner_registry.h"
 #include "engine/pool_kv_store.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "kv/block_hasher.h"
 #include "kv/kv_storage.h"
 #include "kv/paged_kv_cache.h"
@@ -84,47 +85,34 @@ struct Inbox {
 
 }  // namespace
 
-struct Owner;
+using Owner = OwnerRegistry::Owner;
 
 // One request inside the engine (step thread only, except while in the inbox).
-struct Seq {
-  uint64_t id = 0;
+// Its scheduling view (id, tokens, prompt_len, computed, preempted, salt) is
+// the SchedRequest base the Scheduler reads.
+struct Seq : SchedRequest {
   RequestHandlePtr handle;
   GenerateRequest req;
-  std::vector<int32_t> tokens;  // prompt + completion
-  int64_t prompt_len = 0;
-  int64_t computed = 0;  // positions whose K/V are written (== adapter->num_tokens())
-  std::optional<kv::SaltDomain> salt;
   std::vector<int32_t> stop_ids;  // stop_token_ids + EOS unless ignore_eos
   std::unique_ptr<kv::PagedKVCacheAdapter> own_adapter;
   kv::PagedKVCacheAdapter* adapter = nullptr;  // own_adapter, or the owner's
   std::unique_ptr<model::FlatKVCache> flat;    // the flat KV path's per-request cache
   bool bound = false;                          // holds KV (admitted and running)
   int64_t restored_tokens = 0;                 // restored from the cold tier (first admission)
+  int64_t admit_cold_tokens = 0;               // ... at the latest admission
   int64_t prompt_logits_next = 0;              // next prompt position whose logits to keep
   Owner* owner = nullptr;                      // bound owner while admitted
   bool admitted_once = false;
-  bool preempted = false;  // waiting after a preemption
   RequestResult result;
   Clock::time_point submit_time;
   Clock::time_point first_token_time;
 
-  int64_t pending() const { return static_cast<int64_t>(tokens.size()) - computed; }
-  int64_t completion() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
-  // Next input is exactly one sampled token.
-  bool is_decode() const { return completion() > 0 && pending() == 1; }
   // A return_prompt_logits request with max_tokens == 0: prefill, sample nothing.
   bool prefill_only() const { return req.sampling.max_tokens == 0; }
 };
 
-struct Owner {
-  std::string key;
-  std::unique_ptr<kv::PagedKVCacheAdapter> adapter;
-  std::optional<kv::SaltDomain> salt;
-  Seq* active = nullptr;
-  Clock::time_point last_used;
-  bool release_requested = false;
-};
+static Seq* as_seq(SchedRequest* r) { return static_cast<Seq*>(r); }
+static const Seq* as_seq(const SchedRequest* r) { return static_cast<const Seq*>(r); }
 
 class Engine::Impl {
  public:
@@ -158,35 +146,26 @@ class Engine::Impl {
   }
 
  private:
-  enum class Admit { kAdmitted, kNoRoom, kFailed, kWaitForLeader };
-  enum class Grow { kOk, kSelfGone };
+  class PagedKV;
+  class FlatKV;
 
   void loop();
-  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  bool has_work() const { return scheduler_ != nullptr && scheduler_->has_work(); }
+  void make_scheduler();
   void drain_inbox(StepReport* rep);
   void process_cancellations(StepReport* rep);
-  void expire_idle_owners(Clock::time_point now);
-  bool expire_lru_owner(const Owner* except);
-  void drop_owner(const std::string& key);
-  Admit try_admit(Seq* s);
+  void apply_plan(const SchedulerOutput& plan, StepReport* rep);
   void unbind(Seq* s, bool keep_live);
-  Grow ensure_blocks(Seq* s, int64_t total, StepReport* rep);
-  void preempt(Seq* v, StepReport* rep);
   void finish(Seq* s, FinishReason reason, Status error = ok_status());
-  void finish_waiting_or_inbox(std::unique_ptr<Seq> s, FinishReason reason, Status error);
-  std::unique_ptr<Seq> take_running(Seq* s);
-  void insert_running(std::unique_ptr<Seq> s);
+  // Ends a request that holds no KV and is in no scheduler queue, and frees it.
+  void finish_unqueued(Seq* s, FinishReason reason, Status error);
+  void complete(Seq* s, FinishReason reason, Status error);
   void update_stats_snapshot();
   int64_t blocks_for(int64_t tokens) const {
     const int64_t b = cache_->block_size();
     return (tokens + b - 1) / b;
   }
-  int64_t available_blocks() const {
-    return static_cast<int64_t>(cache_->allocator().num_free_blocks()) +
-           (cache_->max_blocks() - cache_->num_blocks());
-  }
-  Admit try_admit_flat(Seq* s);
-  void note_first_admission(Seq* s, int64_t cached, int64_t cold_tokens);
+  void note_admission(Seq* s, int64_t cached, bool resumed);
   void capture_turn(Seq* s);
 
   std::shared_ptr<model::Model> model_;
@@ -207,7 +186,6 @@ class Engine::Impl {
   int64_t pinned_blocks_ = 0;
   bool capture_continue_ = true;   // PAGEDKV_COLD_CAPTURE_CONTINUE
   bool same_step_sharing_ = true;  // PAGEDKV_SAME_STEP_PREFIX_SHARING
-  bool wait_for_leader(const Seq* s) const;
   void release_finished_pins();
   void relieve_pressure() {
     if (cold_ != nullptr && !capture_pins_.empty()) cold_->cancel_continuations();
@@ -219,15 +197,155 @@ class Engine::Impl {
   std::atomic<uint64_t> next_id_{1};
   std::thread thread_;
 
-  // Step-thread state.
-  std::vector<std::unique_ptr<Seq>> running_;  // sorted by id (oldest first)
-  std::deque<std::unique_ptr<Seq>> waiting_;
-  std::unordered_map<std::string, std::unique_ptr<Owner>> owners_;
+  // Step-thread state. Declared after cache_ so they go before it.
+  std::unique_ptr<OwnerRegistry> owners_;
+  std::unique_ptr<SchedulerKV> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;  // every waiting or running request
   EngineStats counters_;
 
   mutable std::mutex stats_mu_;
   EngineStats snapshot_;   // guarded by stats_mu_
   uint64_t rejected_ = 0;  // guarded by stats_mu_
+};
+
+// SchedulerKV over the paged cache: the request's adapter (private, or its
+// owner's live one), the owner registry and the cold tier.
+class Engine::Impl::PagedKV final : public SchedulerKV {
+ public:
+  explicit PagedKV(Impl& e) : e_(e) {}
+
+  int64_t free_blocks() const override {
+    const kv::PagedKVCache& c = *e_.cache_;
+    return static_cast<int64_t>(c.allocator().num_free_blocks()) +
+           (c.max_blocks() - c.num_blocks());
+  }
+
+  // Side-effect-free probe: how many tokens would hit, and what the hit would
+  // take out of (or give back to) the free queue. A request that does not fit
+  // takes no reference, counts no hit and leaves the LRU queue as it was.
+  StatusOr<int64_t> admission_cost(const SchedRequest& r) override {
+    const Seq& s = *as_seq(&r);
+    kv::PagedKVCacheAdapter::PrefixProbe p;
+    if (const Owner* o = continued_owner(s); o != nullptr) {
+      PKV_ASSIGN_OR_RETURN(p, o->adapter->probe_cached_prefix(s.tokens));
+    } else {
+      PKV_ASSIGN_OR_RETURN(p, probe(s));
+    }
+    return e_.blocks_for(s.num_tokens()) - p.table_blocks - p.freed_blocks + p.idle_hit_blocks;
+  }
+
+  StatusOr<int64_t> cached_prefix_blocks(const SchedRequest& r) override {
+    PKV_ASSIGN_OR_RETURN(const kv::PagedKVCacheAdapter::PrefixProbe p, probe(*as_seq(&r)));
+    return static_cast<int64_t>(p.hit_blocks);
+  }
+
+  Admission admit(SchedRequest& r) override {
+    Seq* s = as_seq(&r);
+    // Bind: its owner's live adapter (continuing the conversation) or a private one.
+    if (!s->req.owner.empty()) {
+      if (Owner* o = e_.owners_->bind(s->req.owner, s->salt, Clock::now()); o != nullptr) {
+        s->owner = o;
+        s->adapter = o->adapter.get();
+      }
+    }
+    if (s->adapter == nullptr) {
+      s->own_adapter = std::make_unique<kv::PagedKVCacheAdapter>(e_.cache_.get());
+      s->own_adapter->reset_for_new_request(s->salt);
+      s->adapter = s->own_adapter.get();
+    }
+    s->bound = true;
+    Admission a;
+    auto cached = s->adapter->find_cached_prefix(s->tokens);
+    if (!cached.ok()) {
+      e_.unbind(s, /*keep_live=*/false);
+      a.error = cached.status();
+      return a;
+    }
+    const int64_t hot = *cached;
+    int64_t cold_tokens = 0;
+    if (e_.cold_ != nullptr) {
+      // Extend the hot hit through the cold chain (restore before prefill).
+      const cold::RestoreResult rr = e_.cold_->restore(*s->adapter, s->tokens);
+      cold_tokens = static_cast<int64_t>(rr.restored) * e_.cold_->block_size();
+      e_.counters_.cold.restored_blocks += static_cast<uint64_t>(rr.restored);
+      e_.counters_.cold.restored_tokens += static_cast<uint64_t>(cold_tokens);
+    }
+    const int64_t total = s->num_tokens();
+    if (Status st = s->adapter->allocate_suffix_blocks(total); !st.ok()) {
+      // The probe said it fits; only a refused pool growth (memory cap) gets here.
+      e_.unbind(s, /*keep_live=*/true);
+      a.outcome = AdmitOutcome::kNoRoom;
+      return a;
+    }
+    s->computed = s->adapter->num_tokens();
+    // Prefix-table counters of admitted requests only.
+    const int64_t b = e_.cache_->block_size();
+    PoolStats& pool = e_.counters_.pool;
+    ++pool.lookups;
+    pool.lookup_blocks += static_cast<uint64_t>(std::max<int64_t>(0, (total - 1) / b));
+    pool.hit_blocks += static_cast<uint64_t>(s->adapter->last_hit_tokens() / b);
+    pool.hit_tokens += static_cast<uint64_t>(s->adapter->last_hit_tokens());
+    s->admit_cold_tokens = cold_tokens;
+    a.outcome = AdmitOutcome::kAdmitted;
+    a.cached_tokens = hot + cold_tokens;
+    return a;
+  }
+
+  bool grow(SchedRequest& r, int64_t tokens) override {
+    return as_seq(&r)->adapter->allocate_suffix_blocks(tokens).ok();
+  }
+
+  void release(SchedRequest& r) override { e_.unbind(as_seq(&r), /*keep_live=*/false); }
+
+  bool reclaim(const SchedRequest& r) override {
+    const Seq& s = *as_seq(&r);
+    if (e_.owners_->expire_lru(s.bound ? s.owner : continued_owner(s))) {
+      ++e_.counters_.owners_expired;
+      return true;
+    }
+    e_.relieve_pressure();
+    return false;
+  }
+
+ private:
+  // The live owner a waiting request would continue, or nullptr.
+  const Owner* continued_owner(const Seq& s) const {
+    return s.req.owner.empty() ? nullptr : e_.owners_->continuable(s.req.owner, s.salt);
+  }
+  StatusOr<kv::PagedKVCacheAdapter::PrefixProbe> probe(const Seq& s) const {
+    kv::PagedKVCacheAdapter p(e_.cache_.get());
+    p.reset_for_new_request(s.salt);
+    return p.probe_cached_prefix(s.tokens);
+  }
+
+  Impl& e_;
+};
+
+// SchedulerKV on the flat path: a request's KV is its own contiguous cache,
+// so there is always room and nothing to share, reclaim or preempt.
+class Engine::Impl::FlatKV final : public SchedulerKV {
+ public:
+  explicit FlatKV(Impl& e) : e_(e) {}
+  int64_t free_blocks() const override { return INT64_MAX / 2; }
+  StatusOr<int64_t> admission_cost(const SchedRequest&) override { return int64_t{0}; }
+  StatusOr<int64_t> cached_prefix_blocks(const SchedRequest&) override { return int64_t{0}; }
+  Admission admit(SchedRequest& r) override {
+    Seq* s = as_seq(&r);
+    if (s->flat == nullptr)
+      s->flat = std::make_unique<model::FlatKVCache>(e_.model_->kv_geometry());
+    s->flat->clear();
+    s->computed = 0;
+    s->bound = true;
+    s->admit_cold_tokens = 0;
+    return {AdmitOutcome::kAdmitted, 0, ok_status()};
+  }
+  bool grow(SchedRequest&, int64_t) override { return true; }
+  void release(SchedRequest& r) override { e_.unbind(as_seq(&r), /*keep_live=*/false); }
+  bool reclaim(const SchedRequest&) override { return false; }
+
+ private:
+  Impl& e_;
 };
 
 Engine::Impl::~Impl() {
@@ -239,16 +357,18 @@ Engine::Impl::~Impl() {
       std::lock_guard<std::mutex> lk(inbox_->mu);
       pending.swap(incoming_);
     }
-    for (auto& s : pending)
-      finish_waiting_or_inbox(std::move(s), FinishReason::kCancelled, ok_status());
+    for (auto& s : pending) complete(s.get(), FinishReason::kCancelled, ok_status());
   }
-  while (!waiting_.empty()) {
-    auto s = std::move(waiting_.front());
-    waiting_.pop_front();
-    finish_waiting_or_inbox(std::move(s), FinishReason::kCancelled, ok_status());
+  if (scheduler_ != nullptr) {
+    while (!scheduler_->waiting().empty()) {
+      Seq* s = as_seq(scheduler_->waiting().front());
+      scheduler_->remove(s);
+      finish_unqueued(s, FinishReason::kCancelled, ok_status());
+    }
+    while (!scheduler_->running().empty())
+      finish(as_seq(scheduler_->running().back()), FinishReason::kCancelled);
   }
-  while (!running_.empty()) finish(running_.back().get(), FinishReason::kCancelled);
-  owners_.clear();  // adapters release their blocks before the cache goes
+  if (owners_ != nullptr) owners_->clear();  // adapters release their blocks before the cache goes
 }
 
 Status Engine::Impl::init() {
@@ -282,6 +402,7 @@ Status Engine::Impl::init() {
           "PAGEDKV_USE_BLOCK_PAGED_CACHE=0) selected the flat one");
     PKV_LOG(kInfo) << "engine: flat KV path (use_block_paged_cache off) max_num_batched_tokens="
                    << max_batched_ << " max_num_seqs=" << max_seqs_;
+    make_scheduler();
     update_stats_snapshot();
     return ok_status();
   }
@@ -338,8 +459,27 @@ Status Engine::Impl::init() {
                  << " max_num_seqs=" << max_seqs_ << " watermark_blocks=" << watermark_blocks_
                  << " owner_idle_timeout_s=" << owner_idle_timeout_s_
                  << " max_concurrent_sequences=" << max_concurrent_sequences();
+  make_scheduler();
   update_stats_snapshot();
   return ok_status();
+}
+
+void Engine::Impl::make_scheduler() {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = max_batched_;
+  c.max_num_seqs = std::min<int64_t>(max_seqs_, max_concurrent_sequences());
+  owners_ = std::make_unique<OwnerRegistry>(cache_.get());
+  if (paged_) {
+    c.block_size = cache_->block_size();
+    c.usable_blocks = cache_->max_blocks() - 1;
+    c.watermark_blocks = watermark_blocks_;
+    c.same_step_sharing = same_step_sharing_;
+    kv_ = std::make_unique<PagedKV>(*this);
+  } else {
+    c.block_size = std::max<int64_t>(1, model_->kv_geometry().block_size);
+    kv_ = std::make_unique<FlatKV>(*this);
+  }
+  scheduler_ = std::make_unique<Scheduler>(c);
 }
 
 int32_t Engine::Impl::max_concurrent_sequences() const {
@@ -473,7 +613,7 @@ void Engine::Impl::loop() {
       if (!has_work() && incoming_.empty() && inbox_->owner_releases.empty() && !inbox_->wake) {
         // Idle: wake for new work, or now and then to expire idle owners.
         const auto idle = std::chrono::milliseconds(
-            owners_.empty()
+            owners_->empty()
                 ? 1000
                 : std::clamp<int64_t>(static_cast<int64_t>(owner_idle_timeout_s_ * 250), 1, 1000));
         inbox_->cv.wait_for(lk, idle, [&] {
@@ -499,80 +639,36 @@ void Engine::Impl::drain_inbox(StepReport* rep) {
     in.swap(incoming_);
     releases.swap(inbox_->owner_releases);
   }
-  for (const std::string& key : releases) {
-    auto it = owners_.find(key);
-    if (it == owners_.end()) continue;
-    if (it->second->active != nullptr) {
-      it->second->release_requested = true;
-    } else {
-      drop_owner(key);
-    }
-  }
+  for (const std::string& key : releases) owners_->request_release(key);
   for (auto& s : in) {
     ++counters_.submitted;
     if (s->req.sampling.max_tokens == 0 && !s->req.return_prompt_logits) {
-      finish_waiting_or_inbox(std::move(s), FinishReason::kLength, ok_status());
+      complete(s.get(), FinishReason::kLength, ok_status());
       ++rep->finished;
       continue;
     }
-    waiting_.push_back(std::move(s));
+    Seq* p = s.get();
+    seqs_.emplace(p->id, std::move(s));
+    scheduler_->add(p);
   }
 }
 
 void Engine::Impl::process_cancellations(StepReport* rep) {
-  for (size_t i = 0; i < running_.size();) {
-    Seq* s = running_[i].get();
-    if (s->handle->cancel_requested()) {
-      finish(s, FinishReason::kCancelled);
+  const std::vector<SchedRequest*> running = scheduler_->running();
+  for (SchedRequest* r : running) {
+    if (as_seq(r)->handle->cancel_requested()) {
+      finish(as_seq(r), FinishReason::kCancelled);
       ++rep->finished;
-    } else {
-      ++i;
     }
   }
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if ((*it)->handle->cancel_requested()) {
-      auto s = std::move(*it);
-      it = waiting_.erase(it);
-      finish_waiting_or_inbox(std::move(s), FinishReason::kCancelled, ok_status());
+  const std::deque<SchedRequest*> waiting = scheduler_->waiting();
+  for (SchedRequest* r : waiting) {
+    if (as_seq(r)->handle->cancel_requested()) {
+      scheduler_->remove(r);
+      finish_unqueued(as_seq(r), FinishReason::kCancelled, ok_status());
       ++rep->finished;
-    } else {
-      ++it;
     }
   }
-}
-
-void Engine::Impl::drop_owner(const std::string& key) {
-  auto it = owners_.find(key);
-  if (it == owners_.end()) return;
-  PKV_CHECK(it->second->active == nullptr);
-  it->second->adapter->release_request();
-  owners_.erase(it);
-}
-
-void Engine::Impl::expire_idle_owners(Clock::time_point now) {
-  std::vector<std::string> expired;
-  for (const auto& [key, o] : owners_) {
-    if (o->active == nullptr &&
-        std::chrono::duration<double>(now - o->last_used).count() >= owner_idle_timeout_s_)
-      expired.push_back(key);
-  }
-  for (const std::string& key : expired) {
-    drop_owner(key);
-    ++counters_.owners_expired;
-  }
-}
-
-bool Engine::Impl::expire_lru_owner(const Owner* except) {
-  Owner* lru = nullptr;
-  for (const auto& [key, o] : owners_) {
-    if (o.get() == except || o->active != nullptr || o->adapter->block_table().empty()) continue;
-    if (lru == nullptr || o->last_used < lru->last_used) lru = o.get();
-  }
-  if (lru == nullptr) return false;
-  const std::string key = lru->key;
-  drop_owner(key);
-  ++counters_.owners_expired;
-  return true;
 }
 
 void Engine::Impl::unbind(Seq* s, bool keep_live) {
@@ -583,20 +679,8 @@ void Engine::Impl::unbind(Seq* s, bool keep_live) {
     return;
   }
   if (s->owner != nullptr) {
-    Owner* o = s->owner;
-    if (keep_live) {
-      o->adapter->finalize_turn_keep_live();
-    } else {
-      o->adapter->release_request();
-      o->adapter->reset_for_new_request(o->salt);
-    }
-    o->active = nullptr;
-    o->last_used = Clock::now();
+    owners_->unbind(s->owner, keep_live, Clock::now());
     s->owner = nullptr;
-    if (o->release_requested) {
-      const std::string key = o->key;
-      drop_owner(key);
-    }
   } else if (s->own_adapter != nullptr) {
     s->own_adapter->release_request();
     s->own_adapter.reset();
@@ -606,227 +690,43 @@ void Engine::Impl::unbind(Seq* s, bool keep_live) {
   s->computed = 0;
 }
 
-void Engine::Impl::note_first_admission(Seq* s, int64_t cached, int64_t cold_tokens) {
-  if (!s->admitted_once) {
-    s->admitted_once = true;
-    Usage& u = s->result.usage;
-    u.prompt_tokens = s->prompt_len;
-    u.cached_prompt_tokens = std::min(cached, s->prompt_len);
-    u.cached_prompt_tokens_cold = std::min(cold_tokens, u.cached_prompt_tokens);
-    u.cached_prompt_tokens_hot = u.cached_prompt_tokens - u.cached_prompt_tokens_cold;
-    s->restored_tokens = u.cached_prompt_tokens_cold;
-    if (s->handle) internal::HandleAccess::note_admitted(*s->handle, u.cached_prompt_tokens);
-    s->result.timings.queue_ms = ms_between(s->submit_time, Clock::now());
-    s->prompt_logits_next = s->computed;
-    s->result.prompt_logits_first = s->computed;
-    counters_.prompt_tokens += static_cast<uint64_t>(s->prompt_len);
-    counters_.cached_prompt_tokens += static_cast<uint64_t>(u.cached_prompt_tokens);
-    counters_.cached_prompt_tokens_hot += static_cast<uint64_t>(u.cached_prompt_tokens_hot);
-    counters_.cached_prompt_tokens_cold += static_cast<uint64_t>(u.cached_prompt_tokens_cold);
-  } else {
+void Engine::Impl::note_admission(Seq* s, int64_t cached, bool resumed) {
+  if (resumed) {
     // A resume after preemption: the re-hit blocks are reported separately.
     s->result.usage.resumed_cached_tokens += cached;
     counters_.resumed_cached_tokens += static_cast<uint64_t>(cached);
+    return;
   }
-  s->preempted = false;
+  PKV_CHECK(!s->admitted_once);  // only a preempted request is admitted again
+  s->admitted_once = true;
+  Usage& u = s->result.usage;
+  u.prompt_tokens = s->prompt_len;
+  u.cached_prompt_tokens = std::min(cached, s->prompt_len);
+  u.cached_prompt_tokens_cold = std::min(s->admit_cold_tokens, u.cached_prompt_tokens);
+  u.cached_prompt_tokens_hot = u.cached_prompt_tokens - u.cached_prompt_tokens_cold;
+  s->restored_tokens = u.cached_prompt_tokens_cold;
+  if (s->handle) internal::HandleAccess::note_admitted(*s->handle, u.cached_prompt_tokens);
+  s->result.timings.queue_ms = ms_between(s->submit_time, Clock::now());
+  s->prompt_logits_next = s->computed;
+  s->result.prompt_logits_first = s->computed;
+  counters_.prompt_tokens += static_cast<uint64_t>(s->prompt_len);
+  counters_.cached_prompt_tokens += static_cast<uint64_t>(u.cached_prompt_tokens);
+  counters_.cached_prompt_tokens_hot += static_cast<uint64_t>(u.cached_prompt_tokens_hot);
+  counters_.cached_prompt_tokens_cold += static_cast<uint64_t>(u.cached_prompt_tokens_cold);
 }
 
-Engine::Impl::Admit Engine::Impl::try_admit_flat(Seq* s) {
-  if (s->flat == nullptr) s->flat = std::make_unique<model::FlatKVCache>(model_->kv_geometry());
-  s->flat->clear();
-  s->computed = 0;
-  s->bound = true;
-  note_first_admission(s, 0, 0);
-  return Admit::kAdmitted;
-}
-
-// Same-step prefix sharing: a request whose prompt shares at least one more full
-// block with a running request that has NOT computed those blocks yet than the
-// prefix table holds now waits (at the head of the queue) until that leader
-// has computed and published them, then hits them instead of computing them
-// again. N requests that arrive together with a common uncached prefix (a burst
-// of chats with one system prompt) compute it once. The leader is running, so
-// it makes progress every step; the wait ends when it publishes, finishes or is
-// preempted.
-bool Engine::Impl::wait_for_leader(const Seq* s) const {
-  if (!same_step_sharing_ || running_.empty()) return false;
-  const int64_t b = cache_->block_size();
-  const int64_t limit = (static_cast<int64_t>(s->tokens.size()) - 1) / b;  // hittable blocks
-  if (limit == 0) return false;
-  int64_t shared_uncomputed = 0;
-  for (const auto& r : running_) {
-    if (r->salt != s->salt || r->computed >= r->prompt_len) continue;
-    const size_t n = std::min(s->tokens.size(), static_cast<size_t>(r->prompt_len));
-    size_t lcp = 0;
-    while (lcp < n && s->tokens[lcp] == r->tokens[lcp]) ++lcp;
-    const int64_t blocks = std::min<int64_t>(static_cast<int64_t>(lcp) / b, limit);
-    if (blocks * b > r->computed) shared_uncomputed = std::max(shared_uncomputed, blocks);
+void Engine::Impl::apply_plan(const SchedulerOutput& plan, StepReport* rep) {
+  for (SchedRequest* r : plan.preempted) {
+    ++as_seq(r)->result.preemptions;
+    ++counters_.preemptions;
+    ++rep->preempted;
   }
-  if (shared_uncomputed == 0) return false;
-  kv::PagedKVCacheAdapter probe(cache_.get());
-  probe.reset_for_new_request(s->salt);
-  auto p = probe.probe_cached_prefix(s->tokens);
-  return p.ok() && p->hit_blocks < shared_uncomputed;
-}
-
-Engine::Impl::Admit Engine::Impl::try_admit(Seq* s) {
-  if (!paged_) return try_admit_flat(s);
-  if (wait_for_leader(s)) {
-    ++counters_.prefix_share_waits;
-    return Admit::kWaitForLeader;
-  }
-  const int64_t total = static_cast<int64_t>(s->tokens.size());
-  if (blocks_for(total) > cache_->max_blocks() - 1) {
-    return Admit::kFailed;  // (a preempted request whose completion outgrew the pool)
-  }
-  // The adapter this request would run on: its owner's live one (continuing the
-  // conversation) or a private one. Nothing is bound yet.
-  Owner* owner = nullptr;
-  if (!s->req.owner.empty()) {
-    auto it = owners_.find(s->req.owner);
-    if (it != owners_.end() && it->second->active == nullptr && !it->second->release_requested &&
-        it->second->salt == s->salt)
-      owner = it->second.get();
-  }
-  const int64_t reserve = running_.empty() ? 0 : watermark_blocks_;
-  // Side-effect-free probe: how many tokens would hit, and what the hit would
-  // take out of (or give back to) the free queue. A request that does not fit
-  // takes no reference, counts no hit and leaves the LRU queue as it was.
-  auto fits = [&]() -> StatusOr<bool> {
-    kv::PagedKVCacheAdapter::PrefixProbe p;
-    if (owner != nullptr) {
-      PKV_ASSIGN_OR_RETURN(p, owner->adapter->probe_cached_prefix(s->tokens));
-    } else {
-      kv::PagedKVCacheAdapter probe(cache_.get());
-      probe.reset_for_new_request(s->salt);
-      PKV_ASSIGN_OR_RETURN(p, probe.probe_cached_prefix(s->tokens));
-    }
-    const int64_t need = blocks_for(total) - p.table_blocks;
-    const int64_t avail = available_blocks() + p.freed_blocks - p.idle_hit_blocks;
-    return need <= avail - reserve;
-  };
-  for (;;) {
-    auto ok = fits();
-    if (!ok.ok()) {
-      s->result.error = ok.status();
-      return Admit::kFailed;
-    }
-    if (*ok) break;
-    if (!expire_lru_owner(owner)) {
-      relieve_pressure();
-      return Admit::kNoRoom;
-    }
-  }
-  // It fits: bind and commit.
-  if (!s->req.owner.empty()) {
-    auto it = owners_.find(s->req.owner);
-    if (it == owners_.end()) {
-      auto o = std::make_unique<Owner>();
-      o->key = s->req.owner;
-      o->adapter = std::make_unique<kv::PagedKVCacheAdapter>(cache_.get());
-      o->salt = s->salt;
-      o->adapter->reset_for_new_request(o->salt);
-      o->last_used = Clock::now();
-      it = owners_.emplace(o->key, std::move(o)).first;
-    }
-    Owner* o = it->second.get();
-    if (o->active == nullptr && !o->release_requested) {
-      if (o->salt != s->salt) {
-        o->salt = s->salt;
-        o->adapter->reset_for_new_request(o->salt);
-      }
-      o->active = s;
-      s->owner = o;
-      s->adapter = o->adapter.get();
-    }
-  }
-  if (s->adapter == nullptr) {
-    s->own_adapter = std::make_unique<kv::PagedKVCacheAdapter>(cache_.get());
-    s->own_adapter->reset_for_new_request(s->salt);
-    s->adapter = s->own_adapter.get();
-  }
-  s->bound = true;
-  auto cached = s->adapter->find_cached_prefix(s->tokens);
-  if (!cached.ok()) {
-    unbind(s, /*keep_live=*/false);
-    s->result.error = cached.status();
-    return Admit::kFailed;
-  }
-  const int64_t hot = *cached;
-  int64_t cold_tokens = 0;
-  if (cold_ != nullptr) {
-    // Extend the hot hit through the cold chain (restore before prefill).
-    const cold::RestoreResult r = cold_->restore(*s->adapter, s->tokens);
-    cold_tokens = static_cast<int64_t>(r.restored) * cold_->block_size();
-    counters_.cold.restored_blocks += static_cast<uint64_t>(r.restored);
-    counters_.cold.restored_tokens += static_cast<uint64_t>(cold_tokens);
-  }
-  if (Status st = s->adapter->allocate_suffix_blocks(total); !st.ok()) {
-    // The probe said it fits; only a refused pool growth (memory cap) gets here.
-    unbind(s, /*keep_live=*/true);
-    return Admit::kNoRoom;
-  }
-  s->computed = s->adapter->num_tokens();
-  // Prefix-table counters of admitted requests only.
-  const int64_t b = cache_->block_size();
-  ++counters_.pool.lookups;
-  counters_.pool.lookup_blocks += static_cast<uint64_t>(std::max<int64_t>(0, (total - 1) / b));
-  counters_.pool.hit_blocks += static_cast<uint64_t>(s->adapter->last_hit_tokens() / b);
-  counters_.pool.hit_tokens += static_cast<uint64_t>(s->adapter->last_hit_tokens());
-  note_first_admission(s, hot + cold_tokens, cold_tokens);
-  return Admit::kAdmitted;
-}
-
-std::unique_ptr<Seq> Engine::Impl::take_running(Seq* s) {
-  auto it = std::find_if(running_.begin(), running_.end(),
-                         [&](const std::unique_ptr<Seq>& p) { return p.get() == s; });
-  PKV_CHECK(it != running_.end());
-  std::unique_ptr<Seq> out = std::move(*it);
-  running_.erase(it);
-  return out;
-}
-
-void Engine::Impl::insert_running(std::unique_ptr<Seq> s) {
-  auto it = std::upper_bound(running_.begin(), running_.end(), s->id,
-                             [](uint64_t id, const std::unique_ptr<Seq>& p) { return id < p->id; });
-  running_.insert(it, std::move(s));
-}
-
-void Engine::Impl::preempt(Seq* v, StepReport* rep) {
-  std::unique_ptr<Seq> s = take_running(v);
-  // Release every block, keys kept: published prompt and completion blocks stay
-  // hittable until evicted, and the resume re-hits them.
-  unbind(s.get(), /*keep_live=*/false);
-  s->preempted = true;
-  ++s->result.preemptions;
-  ++counters_.preemptions;
-  ++rep->preempted;
-  // Back to the head of the queue, behind older preempted requests.
-  auto it = waiting_.begin();
-  while (it != waiting_.end() && (*it)->preempted && (*it)->id < s->id) ++it;
-  waiting_.insert(it, std::move(s));
-}
-
-Engine::Impl::Grow Engine::Impl::ensure_blocks(Seq* s, int64_t total, StepReport* rep) {
-  for (;;) {
-    if (s->adapter->allocate_suffix_blocks(total).ok()) return Grow::kOk;
-    if (expire_lru_owner(s->owner)) continue;
-    relieve_pressure();
-    Seq* victim = running_.back().get();
-    if (victim == s) {
-      if (running_.size() == 1) {
-        finish(s, FinishReason::kError,
-               resource_exhausted("request: its context of " + std::to_string(total) +
-                                  " tokens needs more KV blocks than the pool holds (" +
-                                  std::to_string(cache_->max_blocks() - 1) + " blocks of " +
-                                  std::to_string(cache_->block_size()) + " tokens)"));
-        ++rep->finished;
-      } else {
-        preempt(s, rep);
-      }
-      return Grow::kSelfGone;
-    }
-    preempt(victim, rep);
+  if (plan.waited_for_leader) ++counters_.prefix_share_waits;
+  for (const SchedulerOutput::Admitted& a : plan.admitted)
+    note_admission(as_seq(a.req), a.cached_tokens, a.resumed);
+  for (const SchedulerOutput::Failed& f : plan.failed) {
+    finish_unqueued(as_seq(f.req), FinishReason::kError, f.error);
+    ++rep->finished;
   }
 }
 
@@ -865,16 +765,19 @@ void Engine::Impl::release_finished_pins() {
 }
 
 void Engine::Impl::finish(Seq* s, FinishReason reason, Status error) {
-  std::unique_ptr<Seq> owned = take_running(s);
-  if (cold_ != nullptr && owned->adapter != nullptr && reason != FinishReason::kError)
-    capture_turn(owned.get());
-  unbind(owned.get(), /*keep_live=*/reason != FinishReason::kError);
-  finish_waiting_or_inbox(std::move(owned), reason, std::move(error));
+  PKV_CHECK(scheduler_->remove(s));
+  if (cold_ != nullptr && s->adapter != nullptr && reason != FinishReason::kError) capture_turn(s);
+  unbind(s, /*keep_live=*/reason != FinishReason::kError);
+  finish_unqueued(s, reason, std::move(error));
 }
 
-void Engine::Impl::finish_waiting_or_inbox(std::unique_ptr<Seq> s, FinishReason reason,
-                                           Status error) {
-  if (s->bound) unbind(s.get(), reason != FinishReason::kError);
+void Engine::Impl::finish_unqueued(Seq* s, FinishReason reason, Status error) {
+  complete(s, reason, std::move(error));
+  seqs_.erase(s->id);  // frees s
+}
+
+void Engine::Impl::complete(Seq* s, FinishReason reason, Status error) {
+  if (s->bound) unbind(s, reason != FinishReason::kError);
   const auto now = Clock::now();
   RequestResult& r = s->result;
   r.finish_reason = reason;
@@ -904,69 +807,18 @@ StepReport Engine::Impl::step() {
   release_finished_pins();
   drain_inbox(&rep);
   process_cancellations(&rep);
-  expire_idle_owners(Clock::now());
+  counters_.owners_expired +=
+      static_cast<uint64_t>(owners_->expire_idle(Clock::now(), owner_idle_timeout_s_));
 
-  struct Sched {
-    Seq* seq;
-    int64_t n;
-  };
-  std::vector<Sched> sched;
-  int64_t budget = max_batched_;
-
-  // 1. Decode rows, oldest first.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Seq* s = running_[i].get();
-    if (!s->is_decode()) {
-      ++i;
-      continue;
-    }
-    if (paged_ && ensure_blocks(s, s->computed + 1, &rep) == Grow::kSelfGone)
-      continue;  // index i now holds the next
-    sched.push_back({s, 1});
-    --budget;
-    ++i;
-  }
-  // 2. Prefill slices of running requests, oldest first.
-  for (auto& p : running_) {
-    if (budget == 0) break;
-    Seq* s = p.get();
-    if (s->is_decode()) continue;
-    const int64_t n = std::min(s->pending(), budget);
-    sched.push_back({s, n});
-    budget -= n;
-  }
-  // 3. Admission, FCFS; the head is never leapfrogged.
-  while (budget > 0 && !waiting_.empty() &&
-         static_cast<int64_t>(running_.size()) <
-             std::min<int64_t>(max_seqs_, max_concurrent_sequences())) {
-    Seq* s = waiting_.front().get();
-    const Admit a = try_admit(s);
-    if (a == Admit::kNoRoom || a == Admit::kWaitForLeader) break;
-    std::unique_ptr<Seq> owned = std::move(waiting_.front());
-    waiting_.pop_front();
-    if (a == Admit::kFailed) {
-      Status err = owned->result.error.ok()
-                       ? resource_exhausted("request: its context of " +
-                                            std::to_string(owned->tokens.size()) +
-                                            " tokens needs more KV blocks than the pool holds (" +
-                                            std::to_string(cache_->max_blocks() - 1) + ")")
-                       : owned->result.error;
-      finish_waiting_or_inbox(std::move(owned), FinishReason::kError, err);
-      ++rep.finished;
-      continue;
-    }
-    const int64_t n = std::min(owned->pending(), budget);
-    sched.push_back({owned.get(), n});
-    budget -= n;
-    insert_running(std::move(owned));
-  }
-
+  const SchedulerOutput plan = scheduler_->schedule(*kv_);
+  apply_plan(plan, &rep);
+  const std::vector<SchedulerOutput::Row>& sched = plan.rows;
   if (sched.empty()) {
     update_stats_snapshot();
     return rep;
   }
 
-  // 4. One forward over every scheduled row.
+  // One forward over every scheduled row.
   model::ForwardBatch batch;
   batch.path = paged_ ? model::KVPath::kPaged : model::KVPath::kFlat;
   std::optional<PoolKVBlockStore> store;  // per step: the pool may have grown
@@ -975,16 +827,17 @@ StepReport Engine::Impl::step() {
     batch.kv_store = &*store;
   }
   batch.rows.reserve(sched.size());
-  for (const Sched& sc : sched) {
-    Seq* s = sc.seq;
-    const bool last = s->computed + sc.n == static_cast<int64_t>(s->tokens.size());
+  for (const SchedulerOutput::Row& sc : sched) {
+    Seq* s = as_seq(sc.req);
+    const bool last = s->computed + sc.num_tokens == static_cast<int64_t>(s->tokens.size());
     // Prompt logits: every position of a slice that still covers the prompt.
     const bool all = s->req.return_prompt_logits && s->computed < s->prompt_len;
-    model::ForwardRow& row = batch.add_row(
-        std::span<const int32_t>(s->tokens.data() + s->computed, static_cast<size_t>(sc.n)),
-        static_cast<int32_t>(s->computed),
-        all ? model::LogitsRequest::kAll
-            : (last ? model::LogitsRequest::kLast : model::LogitsRequest::kNone));
+    model::ForwardRow& row =
+        batch.add_row(std::span<const int32_t>(s->tokens.data() + s->computed,
+                                               static_cast<size_t>(sc.num_tokens)),
+                      static_cast<int32_t>(s->computed),
+                      all ? model::LogitsRequest::kAll
+                          : (last ? model::LogitsRequest::kLast : model::LogitsRequest::kNone));
     if (paged_) {
       row.block_tables.push_back(s->adapter->block_table());
     } else {
@@ -1006,28 +859,29 @@ StepReport Engine::Impl::step() {
   counters_.forward_tokens += static_cast<uint64_t>(rep.tokens);
   if (!st.ok()) {
     PKV_LOG(kError) << "engine: forward failed: " << st.to_string();
-    for (const Sched& sc : sched) finish(sc.seq, FinishReason::kError, st.with_context("forward"));
+    for (const SchedulerOutput::Row& sc : sched)
+      finish(as_seq(sc.req), FinishReason::kError, st.with_context("forward"));
     rep.finished += static_cast<int32_t>(sched.size());
     update_stats_snapshot();
     return rep;
   }
 
-  // 5. Record K/V, sample, stream, finish.
+  // Record K/V, sample, stream, finish.
   const auto now = Clock::now();
   for (size_t r = 0; r < sched.size(); ++r) {
-    Seq* s = sched[r].seq;
+    Seq* s = as_seq(sched[r].req);
     const std::span<const int32_t> fed(s->tokens.data() + s->computed,
-                                       static_cast<size_t>(sched[r].n));
+                                       static_cast<size_t>(sched[r].num_tokens));
     if (paged_) {
       Status rs = s->adapter->record_tokens(fed);
       PKV_CHECK_MSG(rs.ok(), rs.to_string().c_str());
     }
     const int64_t first = s->computed;
-    s->computed += sched[r].n;
+    s->computed += sched[r].num_tokens;
     if (batch.rows[r].logits == model::LogitsRequest::kAll) {
       // Keep each prompt position's row once (a recompute after preemption
       // produces the same bits; the rows already kept are skipped).
-      for (int32_t i = 0; i < sched[r].n; ++i) {
+      for (int32_t i = 0; i < sched[r].num_tokens; ++i) {
         const int64_t pos = first + i;
         if (pos != s->prompt_logits_next || pos >= s->prompt_len) continue;
         const std::span<const float> row = out.row_logits(r, i);
@@ -1104,9 +958,9 @@ int64_t Engine::Impl::run_until_idle(int64_t max_steps) {
 
 void Engine::Impl::update_stats_snapshot() {
   EngineStats s = counters_;
-  s.running = static_cast<int32_t>(running_.size());
-  s.waiting = static_cast<int32_t>(waiting_.size());
-  s.live_owners = static_cast<int32_t>(owners_.size());
+  s.running = static_cast<int32_t>(scheduler_->running().size());
+  s.waiting = static_cast<int32_t>(scheduler_->waiting().size());
+  s.live_owners = static_cast<int32_t>(owners_->size());
   if (paged_) {
     const kv::BlockAllocator& a = cache_->allocator();
     s.pool.num_blocks = cache_->num_blocks();
@@ -1151,7 +1005,8 @@ EngineStats Engine::Impl::stats() const {
 
 Status Engine::Impl::check_invariants() const {
   if (!paged_) {
-    for (const auto& s : running_) {
+    for (const SchedRequest* r : scheduler_->running()) {
+      const Seq* s = as_seq(r);
       if (s->flat == nullptr || s->flat->length() != s->computed)
         return internal_error("request " + std::to_string(s->id) +
                               ": its flat cache does not hold its computed tokens");
@@ -1164,7 +1019,8 @@ Status Engine::Impl::check_invariants() const {
   auto count = [&](const kv::PagedKVCacheAdapter& ad) {
     for (kv::BlockId b : ad.block_table()) ++holders[static_cast<size_t>(b)];
   };
-  for (const auto& s : running_) {
+  for (const SchedRequest* r : scheduler_->running()) {
+    const Seq* s = as_seq(r);
     if (s->adapter == nullptr) return internal_error("running request without an adapter");
     if (s->adapter->num_tokens() != s->computed)
       return internal_error("request " + std::to_string(s->id) + ": computed " +
@@ -1172,10 +1028,11 @@ Status Engine::Impl::check_invariants() const {
                             std::to_string(s->adapter->num_tokens()));
     if (s->owner == nullptr) count(*s->adapter);
   }
-  for (const auto& s : waiting_) {
-    if (s->adapter != nullptr) return internal_error("waiting request still holds an adapter");
+  for (const SchedRequest* r : scheduler_->waiting()) {
+    if (as_seq(r)->adapter != nullptr)
+      return internal_error("waiting request still holds an adapter");
   }
-  for (const auto& [key, o] : owners_) count(*o->adapter);
+  owners_->for_each([&](const Owner& o) { count(*o.adapter); });
   for (const auto& [job, pins] : capture_pins_)
     for (kv::BlockId b : pins) ++holders[static_cast<size_t>(b)];
   for (int32_t b = 1; b < a.num_blocks(); ++b) {

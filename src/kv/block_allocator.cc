@@ -277,6 +277,32 @@ void BlockAllocator::release(BlockId b) {
   if (--blk.ref == 0) queue_push_tail(b);
 }
 
+void BlockAllocator::release_evict_first(BlockId b) {
+  PKV_CHECK(b > 0 && b < num_blocks());
+  Block& blk = blocks_[b];
+  PKV_CHECK_MSG(blk.ref > 0, "release of a block with refcount 0");
+  if (--blk.ref == 0) queue_push_head(b);
+}
+
+bool BlockAllocator::move_to_queue_head(BlockId b) {
+  PKV_CHECK(b > 0 && b < num_blocks());
+  if (blocks_[b].ref != 0) return false;
+  queue_unlink(b);
+  queue_push_head(b);
+  return true;
+}
+
+bool BlockAllocator::drop_cached(const BlockKey& key) {
+  bool dropped = false;
+  for (BlockId b = lookup(key); b != kNullBlock && blocks_[b].ref == 0; b = lookup(key)) {
+    queue_unlink(b);
+    evict_key(b);
+    queue_push_head(b);
+    dropped = true;
+  }
+  return dropped;
+}
+
 void BlockAllocator::release_blocks(std::span<const BlockId> blocks) {
   for (size_t i = blocks.size(); i-- > 0;) {
     if (blocks[i] != kNullBlock) release(blocks[i]);

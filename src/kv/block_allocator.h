@@ -36,7 +36,11 @@
 // so the head is the least recently released block. Requests release their blocks
 // tail-first (release_blocks), so a request's private tail is evicted before the
 // shared head of its prefix. Blocks added by grow_to() enter at the HEAD, so they
-// are used before any cached block is evicted.
+// are used before any cached block is evicted. A caller that knows a block is the
+// least useful may put it at the head instead (release_evict_first,
+// move_to_queue_head): sliding-window groups do so for blocks that left the
+// window (sliding_window_manager.h), and a rolled-back reservation returns its
+// blocks that way so the queue is as it was.
 //
 // Duplicates: two requests may fill identical blocks concurrently. The prefix
 // table keeps the first published block for a key; the later one is a keyed
@@ -135,6 +139,20 @@ class BlockAllocator {
   void release(BlockId b);
   // Releases `blocks` tail-first (last element first); null entries are skipped.
   void release_blocks(std::span<const BlockId> blocks);
+  // Like release(), but a block reaching ref 0 goes to the queue HEAD: it is the
+  // next one allocate() reuses (evicting its key, if any, first). Used for a
+  // sliding-window block that left the window (sliding_window_manager.h) and to undo
+  // an allocation exactly (releasing its blocks last-first restores the queue).
+  void release_evict_first(BlockId b);
+  // When `b` is free (ref 0), moves it to the queue head (the next block
+  // allocate() reuses) and returns true; false (nothing changes) when it is in use.
+  bool move_to_queue_head(BlockId b);
+  // Drops `key` from the prefix table when its block is FREE_CACHED (the block
+  // becomes FREE_UNHASHED and moves to the queue head), as if it had been evicted;
+  // repeated while a free duplicate takes over the key. Returns false when the key
+  // is absent or its block is in use (nothing changes then). For tests that stage
+  // eviction patterns, and for callers that know a key can never hit again.
+  bool drop_cached(const BlockKey& key);
 
   // Gives the IN_USE block `b` its key (its K/V are fully written). Returns true
   // if `b` became the table's block for `key`, false if the key was already there

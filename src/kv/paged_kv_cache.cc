@@ -29,11 +29,13 @@ StatusOr<std::unique_ptr<PagedKVCache>> PagedKVCache::create_logical(int32_t blo
 
 StatusOr<std::unique_ptr<PagedKVCache>> PagedKVCache::create(const PoolBudget& budget,
                                                              std::shared_ptr<KVStorage> storage,
-                                                             MemoryCoordinator* coordinator) {
+                                                             MemoryCoordinator* coordinator,
+                                                             std::string pool_name) {
   PKV_ASSIGN_OR_RETURN(auto cache, create_logical(budget.geometry.block_size, budget.initial_blocks,
                                                   budget.max_blocks));
-  PKV_ASSIGN_OR_RETURN(cache->pool_, LayerKVPool::create(budget.geometry, budget.initial_blocks,
-                                                         std::move(storage), coordinator));
+  PKV_ASSIGN_OR_RETURN(
+      cache->pool_, LayerKVPool::create(budget.geometry, budget.initial_blocks, std::move(storage),
+                                        coordinator, std::move(pool_name)));
   budget.log();
   return cache;
 }

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "kv/block_allocator.h"
 #include "kv/layer_kv_pool.h"
@@ -41,9 +42,11 @@ class PagedKVCache {
                                                                 int32_t max_blocks);
   // A cache with bytes: a LayerKVPool of budget.initial_blocks on `storage`, growing
   // up to budget.max_blocks. Logs the budget (PoolBudget::log).
+  // `pool_name` is the pool's debit name in the MemoryCoordinator (one per pool).
   static StatusOr<std::unique_ptr<PagedKVCache>> create(const PoolBudget& budget,
                                                         std::shared_ptr<KVStorage> storage,
-                                                        MemoryCoordinator* coordinator = nullptr);
+                                                        MemoryCoordinator* coordinator = nullptr,
+                                                        std::string pool_name = "kv_pool");
 
   int32_t block_size() const { return block_size_; }
   int32_t num_blocks() const { return allocator_.num_blocks(); }

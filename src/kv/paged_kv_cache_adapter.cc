@@ -54,9 +54,12 @@ void PagedKVCacheAdapter::truncate_to(int64_t n) {
   keys_.resize(std::min(keys_.size(), static_cast<size_t>(n / b)));
 }
 
-StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_t> prompt) {
+StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_t> prompt,
+                                                          int64_t max_cached_tokens) {
   if (prompt.empty()) return invalid_argument("find_cached_prefix: the prompt is empty");
-  const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;  // ≥ 1 token left to compute
+  if (max_cached_tokens < 0) return invalid_argument("find_cached_prefix: negative cap");
+  // ≥ 1 token left to compute
+  const int64_t limit = std::min(static_cast<int64_t>(prompt.size()) - 1, max_cached_tokens);
   if (!tokens_.empty() || !block_table_.empty()) {
     if (!kept_live_) {
       return failed_precondition("find_cached_prefix: the adapter still holds " +
@@ -106,9 +109,10 @@ StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_
 }
 
 StatusOr<PagedKVCacheAdapter::PrefixProbe> PagedKVCacheAdapter::probe_cached_prefix(
-    std::span<const int32_t> prompt) const {
+    std::span<const int32_t> prompt, int64_t max_cached_tokens) const {
   if (prompt.empty()) return invalid_argument("probe_cached_prefix: the prompt is empty");
-  const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;
+  if (max_cached_tokens < 0) return invalid_argument("probe_cached_prefix: negative cap");
+  const int64_t limit = std::min(static_cast<int64_t>(prompt.size()) - 1, max_cached_tokens);
   const int64_t b = cache_->block_size();
   const BlockAllocator& alloc = cache_->allocator();
   PrefixProbe p;
@@ -258,6 +262,66 @@ StatusOr<int32_t> PagedKVCacheAdapter::install_restored_blocks(
   PKV_RETURN_IF_ERROR(
       record_tokens(prompt.subspan(static_cast<size_t>(own), static_cast<size_t>(n * b))));
   return n;
+}
+
+Status PagedKVCacheAdapter::adopt_prefix(std::span<const int32_t> prefix,
+                                         std::span<const BlockId> table,
+                                         std::span<const BlockKey> keys) {
+  const int64_t b = cache_->block_size();
+  if (!tokens_.empty() || !block_table_.empty()) {
+    return failed_precondition("adopt_prefix: the adapter still holds " +
+                               std::to_string(num_tokens()) + " tokens");
+  }
+  if (static_cast<int64_t>(prefix.size()) != static_cast<int64_t>(table.size()) * b ||
+      table.size() != keys.size()) {
+    return invalid_argument("adopt_prefix: " + std::to_string(prefix.size()) + " tokens, " +
+                            std::to_string(table.size()) + " blocks and " +
+                            std::to_string(keys.size()) + " keys do not describe whole blocks");
+  }
+  BlockAllocator& alloc = cache_->allocator();
+  int64_t held = 0;
+  for (BlockId blk : table) {
+    if (blk == kNullBlock) continue;
+    if (blk < 0 || blk >= cache_->num_blocks()) {
+      return invalid_argument("adopt_prefix: block " + std::to_string(blk) + " out of range");
+    }
+    ++held;
+  }
+  for (BlockId blk : table) {
+    if (blk != kNullBlock) alloc.acquire(blk);
+  }
+  block_table_.assign(table.begin(), table.end());
+  keys_.assign(keys.begin(), keys.end());
+  tokens_.assign(prefix.begin(), prefix.end());
+  kept_live_ = false;
+  PagedKVCacheStats& stats = cache_->stats();
+  ++stats.lookups;
+  stats.hit_blocks += static_cast<uint64_t>(held);
+  stats.hit_tokens += prefix.size();
+  last_hit_tokens_ = static_cast<int64_t>(prefix.size());
+  return ok_status();
+}
+
+void PagedKVCacheAdapter::expire_block(size_t i, bool evict_first) {
+  PKV_CHECK(i < block_table_.size());
+  const BlockId blk = block_table_[i];
+  if (blk == kNullBlock) return;
+  block_table_[i] = kNullBlock;
+  if (evict_first) {
+    cache_->allocator().release_evict_first(blk);
+  } else {
+    cache_->allocator().release(blk);
+  }
+}
+
+void PagedKVCacheAdapter::rollback_block_table(size_t n) {
+  const int64_t b = cache_->block_size();
+  PKV_CHECK(static_cast<int64_t>(n) * b >= num_tokens());
+  BlockAllocator& alloc = cache_->allocator();
+  while (block_table_.size() > n) {
+    if (block_table_.back() != kNullBlock) alloc.release_evict_first(block_table_.back());
+    block_table_.pop_back();
+  }
 }
 
 void PagedKVCacheAdapter::release_request() {

@@ -70,8 +70,10 @@ class PagedKVCacheAdapter {
   // one prompt token to compute: a fully cached prompt recomputes its last block
   // (a partial block never hits). Hit blocks get ref + 1 and join the block table.
   // InvalidArgument for an empty prompt; FailedPrecondition when the adapter
-  // already holds tokens that are not a kept-live history.
-  StatusOr<int64_t> find_cached_prefix(std::span<const int32_t> prompt);
+  // already holds tokens that are not a kept-live history. `max_cached_tokens`
+  // caps the result (KVCacheCoordinator passes the length every group accepts).
+  StatusOr<int64_t> find_cached_prefix(std::span<const int32_t> prompt,
+                                       int64_t max_cached_tokens = INT64_MAX);
 
   // What find_cached_prefix(prompt) would do now, with NO side effect: no
   // reference taken, no counter touched, the LRU free queue untouched. Admission
@@ -84,7 +86,8 @@ class PagedKVCacheAdapter {
     int32_t freed_blocks = 0;     // kept-live blocks a rollback would return to the free queue
     int32_t table_blocks = 0;     // the block table's size afterwards
   };
-  StatusOr<PrefixProbe> probe_cached_prefix(std::span<const int32_t> prompt) const;
+  StatusOr<PrefixProbe> probe_cached_prefix(std::span<const int32_t> prompt,
+                                            int64_t max_cached_tokens = INT64_MAX) const;
 
   // Ensures the block table covers positions [0, total_tokens). All-or-nothing:
   // grows the pool first when the allocation would otherwise evict (one grow before
@@ -124,6 +127,22 @@ class PagedKVCacheAdapter {
       std::span<const int32_t> prompt, int32_t n_blocks,
       const std::function<Status(int32_t block_index, BlockId block)>& fill,
       int32_t* failed_block = nullptr);
+
+  // --- Hooks for KVCacheCoordinator's groups (kv_cache_coordinator.h) ---
+  // Starts the history of an adapter that holds nothing with `prefix` (whole
+  // blocks), whose blocks are `table` (kNullBlock where a sliding window no longer
+  // needs the block) and whose keys are `keys`, one per block. Every non-null
+  // block gets ref + 1. InvalidArgument on mismatched lengths, FailedPrecondition
+  // when the adapter holds tokens.
+  Status adopt_prefix(std::span<const int32_t> prefix, std::span<const BlockId> table,
+                      std::span<const BlockKey> keys);
+  // Replaces block_table()[i] by the null block and releases the block (to the
+  // free queue's head when `evict_first`). No-op for a null entry.
+  void expire_block(size_t i, bool evict_first);
+  // Releases block_table()[n, end) last-first to the free queue's head: undoes
+  // allocate_suffix_blocks exactly when it evicted nothing (the queue is restored).
+  // `n` must still cover num_tokens().
+  void rollback_block_table(size_t n);
 
   // Grows the shared cache for a shortfall of `needed` blocks (see PagedKVCache).
   StatusOr<bool> try_grow_pool(int32_t needed) { return cache_->try_grow_pool(needed); }

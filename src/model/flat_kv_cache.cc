@@ -18,6 +18,12 @@ void FlatKVCache::reserve(int32_t tokens) {
   cap = (cap + bs - 1) / bs * bs;
   for (int32_t l = 0; l < geometry_.num_layers; ++l) {
     if (!geometry_.layer_group.empty() && geometry_.layer_group[l] < 0) continue;
+    // A recurrent layer (its group is kRecurrent) keeps state, not per-token K/V.
+    if (!geometry_.layer_group.empty() &&
+        geometry_.groups[geometry_.layer_group[l]].kind == CacheGroupKind::kRecurrent)
+      continue;
+    // A KV-shared layer reads its anchor's buffers and owns none.
+    if (!geometry_.layer_kv_source.empty() && geometry_.layer_kv_source[l] >= 0) continue;
     k_[l].resize(static_cast<size_t>(cap) * token_bytes_);
     v_[l].resize(static_cast<size_t>(cap) * token_bytes_);
   }

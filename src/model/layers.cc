@@ -62,6 +62,14 @@ StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backen
   return load_weight(ckpt, be, name, shape);
 }
 
+Status load_weights(const Checkpoint& ckpt, backend::Backend& be, const std::string& prefix,
+                    std::initializer_list<WeightSlot> slots) {
+  for (const WeightSlot& s : slots) {
+    PKV_ASSIGN_OR_RETURN(*s.dst, load_weight(ckpt, be, prefix + s.name, s.shape));
+  }
+  return ok_status();
+}
+
 StatusOr<backend::RopeParams> parse_rope(const ConfigReader& cfg, int32_t head_dim,
                                          const std::string& layer_type) {
   backend::RopeParams p;
@@ -211,14 +219,22 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
       if (batch.kv_store->block_size() != geom.block_size || batch.kv_store->dtype() != geom.dtype)
         return invalid_argument("forward batch: kv_store block size/dtype differ from the model's");
       for (size_t g = 0; g < geom.groups.size(); ++g) {
-        // A recurrent group keeps no per-token K/V: its block table is not read.
+        // A recurrent group keeps no per-token KV: its block table is unused.
         if (geom.groups[g].kind == CacheGroupKind::kRecurrent) continue;
         if (static_cast<int64_t>(row.block_tables[g].size()) * geom.block_size < total)
           return invalid_argument(where + "block table of group " + std::to_string(g) +
                                   " covers fewer than " + std::to_string(total) + " tokens");
         const int64_t used = (total + geom.block_size - 1) / geom.block_size;
+        // A sliding group's blocks wholly before the window of the span's first
+        // query may be the null block 0 (freed; never read).
+        int64_t first_live = 0;
+        if (geom.groups[g].kind == CacheGroupKind::kSlidingWindow &&
+            geom.groups[g].sliding_window > 0)
+          first_live = std::max<int64_t>(0, row.context_len - geom.groups[g].sliding_window + 1) /
+                       geom.block_size;
         for (int64_t i = 0; i < used; ++i) {
           int32_t id = row.block_tables[g][static_cast<size_t>(i)];
+          if (i < first_live && id == 0) continue;
           if (id <= 0 || id >= batch.kv_store->num_blocks())
             return invalid_argument(where + "block table entry " + std::to_string(i) + " = " +
                                     std::to_string(id) + " is not a block of the pool (1.." +
@@ -307,6 +323,35 @@ void KVAccess::tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<c
   }
 }
 
+void KVAccess::tiles_from(size_t row, int32_t layer, int32_t first_tile, int32_t num_tiles,
+                          std::vector<const float*>* k, std::vector<const float*>* v) {
+  k->assign(static_cast<size_t>(num_tiles), nullptr);
+  v->assign(static_cast<size_t>(num_tiles), nullptr);
+  for (int32_t t = std::max(0, first_tile); t < num_tiles; ++t) {
+    (*k)[t] = reinterpret_cast<const float*>(k_base(row, layer, t));
+    (*v)[t] = reinterpret_cast<const float*>(v_base(row, layer, t));
+  }
+}
+
+std::vector<int64_t> requested_logits_tokens(const ForwardBatch& batch, int32_t vocab_size,
+                                             ForwardOutput* out) {
+  std::vector<int64_t> pick;
+  out->row_begin.clear();
+  out->row_count.clear();
+  for (const ForwardRow& row : batch.rows) {
+    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
+    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
+                : row.logits == LogitsRequest::kLast ? 1
+                                                     : 0;
+    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
+      pick.push_back(row.first_token + i);
+    out->row_count.push_back(n);
+  }
+  out->vocab_size = vocab_size;
+  out->logits.assign(pick.size() * static_cast<size_t>(vocab_size), 0.0f);
+  return pick;
+}
+
 void attention_block(backend::Backend& be, const AttentionSpec& s, const AttentionWeights& w,
                      const ForwardBatch& batch, KVAccess& kv, const float* h, int64_t T,
                      float* out) {
@@ -316,8 +361,22 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
       attn(kScratchAttn, static_cast<size_t>(T * qd));
   ScratchBuffer k(kScratchK, 0), v(kScratchV, 0);
   std::vector<float> tmp;
-  be.matmul(h, T, *w.q, q.data());
-  add_bias(be, q.data(), T, w.q_bias.get(), qd, tmp);
+  // Gated attention: q_proj's rows are [query | gate] per head; split them apart.
+  thread_local std::vector<float> gate;
+  if (s.output_gate) {
+    std::vector<float> qg(static_cast<size_t>(T * 2 * qd));
+    be.matmul(h, T, *w.q, qg.data());
+    add_bias(be, qg.data(), T, w.q_bias.get(), 2 * qd, tmp);
+    gate.resize(static_cast<size_t>(T * qd));
+    for (int64_t th = 0; th < T * s.num_heads; ++th) {
+      const float* src = qg.data() + th * 2 * s.head_dim;
+      std::memcpy(q.data() + th * s.head_dim, src, s.head_dim * sizeof(float));
+      std::memcpy(gate.data() + th * s.head_dim, src + s.head_dim, s.head_dim * sizeof(float));
+    }
+  } else {
+    be.matmul(h, T, *w.q, q.data());
+    add_bias(be, q.data(), T, w.q_bias.get(), qd, tmp);
+  }
   if (w.q_norm)
     be.rms_norm(q.data(), T * s.num_heads, *w.q_norm, s.rms_eps, s.qk_norm_one_plus, q.data());
   if (s.use_rope) be.rope(q.data(), T, s.num_heads, s.head_dim, batch.positions.data(), s.rope);
@@ -373,6 +432,10 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
     a.kv_dtype = kv.element_type();
   }
   be.attention_batch(args.data(), R);
+  if (s.output_gate) {
+    float* a = attn.data();
+    for (int64_t i = 0; i < T * qd; ++i) a[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+  }
   be.matmul(attn.data(), T, *w.o, out);
   add_bias(be, out, T, w.o_bias.get(), w.o->rows(), tmp);
 }
@@ -554,29 +617,7 @@ Status finish_forward(backend::Backend& be, const ForwardBatch& batch, const flo
     if (batch.path == KVPath::kFlat) row.flat->set_length(row.context_len + row.num_tokens);
     if (row.state != nullptr) row.state->set_length(row.context_len + row.num_tokens);
   }
-  // Logits for the requested positions only.
-  std::vector<int64_t> pick;
-  out->row_begin.clear();
-  out->row_count.clear();
-  for (const ForwardRow& row : batch.rows) {
-    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
-    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
-                : row.logits == LogitsRequest::kLast ? 1
-                                                     : 0;
-    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
-      pick.push_back(row.first_token + i);
-    out->row_count.push_back(n);
-  }
-  const int64_t P = static_cast<int64_t>(pick.size());
-  out->vocab_size = vocab;
-  out->logits.assign(static_cast<size_t>(P * vocab), 0.0f);
-  if (P == 0) return ok_status();
-  std::vector<float> sel(static_cast<size_t>(P * H));
-  for (int64_t i = 0; i < P; ++i)
-    std::memcpy(sel.data() + i * H, x + pick[i] * H, H * sizeof(float));
-  be.rms_norm(sel.data(), P, *ends.final_norm, eps, false, sel.data());
-  be.matmul(sel.data(), P, *ends.lm_head, out->logits.data());
-  return check_logits(*out);
+  return compute_logits(be, batch, x, H, *ends.final_norm, eps, false, *ends.lm_head, vocab, out);
 }
 
 StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,
@@ -594,6 +635,13 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> wts(static_cast<size_t>(T * K));
   route_experts(be, w, logits.data(), T, ids.data(), wts.data());
+  moe_experts(be, w.experts, w.act, ids.data(), wts.data(), K, h, T, hidden, out);
+}
+
+void moe_experts(backend::Backend& be, const std::vector<MlpWeights>& experts, Activation act,
+                 const int32_t* ids, const float* wts, int32_t K, const float* h, int64_t T,
+                 int64_t hidden, float* out) {
+  const int32_t E = static_cast<int32_t>(experts.size());
   // results[t][rank][hidden]
   std::vector<float> results(static_cast<size_t>(T * K * hidden));
   std::vector<float> xin, yout;
@@ -609,7 +657,7 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
     yout.resize(static_cast<size_t>(M * hidden));
     for (int64_t i = 0; i < M; ++i)
       std::memcpy(xin.data() + i * hidden, h + (slots[i] / K) * hidden, hidden * sizeof(float));
-    gated_mlp(be, w.experts[e], w.act, xin.data(), M, yout.data());
+    gated_mlp(be, experts[e], act, xin.data(), M, yout.data());
     for (int64_t i = 0; i < M; ++i) {
       float wt = wts[slots[i]];
       float* dst = results.data() + slots[i] * hidden;
@@ -622,6 +670,46 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
     std::memcpy(o, results.data() + (t * K) * hidden, hidden * sizeof(float));
     for (int32_t r = 1; r < K; ++r) be.add(o, results.data() + (t * K + r) * hidden, hidden);
   }
+}
+
+void add_shared_expert(backend::Backend& be, const SharedExpertWeights& w, Activation act,
+                       const float* h, int64_t T, int64_t hidden, float* out) {
+  std::vector<float> y(static_cast<size_t>(T * hidden)), g(static_cast<size_t>(T));
+  gated_mlp(be, w.mlp, act, h, T, y.data());
+  be.matmul(h, T, *w.gate, g.data());
+  for (int64_t t = 0; t < T; ++t) {
+    const float s = 1.0f / (1.0f + std::exp(-g[t]));
+    float* o = out + t * hidden;
+    const float* yt = y.data() + t * hidden;
+    for (int64_t d = 0; d < hidden; ++d) o[d] += s * yt[d];
+  }
+}
+
+Status compute_logits(backend::Backend& be, const ForwardBatch& batch, const float* x,
+                      int64_t hidden, const backend::Weight& final_norm, float eps, bool one_plus,
+                      const backend::Weight& lm_head, int32_t vocab_size, ForwardOutput* out) {
+  std::vector<int64_t> pick;
+  out->row_begin.clear();
+  out->row_count.clear();
+  for (const ForwardRow& row : batch.rows) {
+    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
+    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
+                : row.logits == LogitsRequest::kLast ? 1
+                                                     : 0;
+    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
+      pick.push_back(row.first_token + i);
+    out->row_count.push_back(n);
+  }
+  const int64_t P = static_cast<int64_t>(pick.size());
+  out->vocab_size = vocab_size;
+  out->logits.assign(static_cast<size_t>(P * vocab_size), 0.0f);
+  if (P == 0) return ok_status();
+  std::vector<float> sel(static_cast<size_t>(P * hidden));
+  for (int64_t i = 0; i < P; ++i)
+    std::memcpy(sel.data() + i * hidden, x + pick[i] * hidden, hidden * sizeof(float));
+  be.rms_norm(sel.data(), P, final_norm, eps, one_plus, sel.data());
+  be.matmul(sel.data(), P, lm_head, out->logits.data());
+  return check_logits(*out);
 }
 
 }  // namespace pagedkv::model

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,17 @@ StatusOr<WeightPtr> load_optional_weight(const Checkpoint& ckpt, backend::Backen
                                          const std::string& name,
                                          const std::vector<int64_t>& shape);
 
+// One weight of a table-driven load: where it goes, its name after a common
+// prefix, its exact shape.
+struct WeightSlot {
+  WeightPtr* dst;
+  const char* name;
+  std::vector<int64_t> shape;
+};
+// Loads every slot (load_weight(prefix + name, shape)); the first failure returns.
+Status load_weights(const Checkpoint& ckpt, backend::Backend& be, const std::string& prefix,
+                    std::initializer_list<WeightSlot> slots);
+
 // RoPE for a layer of type `layer_type` ("full_attention", "sliding_attention"):
 // rope_parameters[layer_type] when it is a per-layer-type map, else
 // rope_parameters, else the legacy rope_theta / rope_scaling / partial_rotary_factor.
@@ -104,6 +116,12 @@ class KVAccess {
   // Tile pointers covering positions [0, num_tiles * block_size).
   void tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
              std::vector<const float*>* v);
+  // --- sliding-window groups (gemma) ---
+  // Same, but tiles before `first_tile` (wholly outside every query's window; in a
+  // paged sliding group their table entries may be the null block 0) are nullptr
+  // and never looked up.
+  void tiles_from(size_t row, int32_t layer, int32_t first_tile, int32_t num_tiles,
+                  std::vector<const float*>* k, std::vector<const float*>* v);
   int32_t block_size() const { return geom_.block_size; }
 
  private:
@@ -126,6 +144,10 @@ struct AttentionSpec {
   int32_t sliding_window = 0;
   float scale = 1.0f;
   bool use_rope = true;  // false: no positional rotation (NemotronH attention)
+  // Gated attention (Qwen3-Next, Qwen3.5): q_proj emits per head [query | gate]
+  // (2 * head_dim rows); the attention output is multiplied by sigmoid(gate)
+  // before o_proj.
+  bool output_gate = false;
 };
 
 struct AttentionWeights {
@@ -197,6 +219,37 @@ void route_experts(backend::Backend& be, const MoeWeights& w, const float* logit
 // them (M-invariant rows); an expert no token chose is skipped.
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out);
+
+// --- MoE experts after routing (shared by moe_block and gemma4's router) ---
+// out[t] = Σ_rank weights[t][rank] · experts[ids[t][rank]](h[t]), summed in rank
+// order; each expert runs once on the tokens routed to it (M-invariant rows).
+void moe_experts(backend::Backend& be, const std::vector<MlpWeights>& experts, Activation act,
+                 const int32_t* ids, const float* weights, int32_t top_k, const float* h, int64_t T,
+                 int64_t hidden, float* out);
+
+// --- logits rows a batch asks for (shared by families) ---
+// Fills out->row_begin/row_count/vocab_size, sizes out->logits, and returns the
+// flattened token indices whose logits are wanted, in output order.
+std::vector<int64_t> requested_logits_tokens(const ForwardBatch& batch, int32_t vocab_size,
+                                             ForwardOutput* out);
+
+// A shared expert beside the routed ones (Qwen3-Next, Qwen3.5-MoE): every token
+// runs it, scaled by its own sigmoid gate.
+struct SharedExpertWeights {
+  MlpWeights mlp;
+  WeightPtr gate;  // [1][hidden]
+};
+
+// out[t] += sigmoid(gate · h[t]) · mlp(h[t]) for T rows.
+void add_shared_expert(backend::Backend& be, const SharedExpertWeights& w, Activation act,
+                       const float* h, int64_t T, int64_t hidden, float* out);
+
+// The logits a batch asked for (ForwardRow::logits): gathers the requested rows of
+// the final hidden states x [T][hidden], applies the final RMSNorm (weight, or
+// 1 + weight when one_plus) and the LM head, and checks for NaN (check_logits).
+Status compute_logits(backend::Backend& be, const ForwardBatch& batch, const float* x,
+                      int64_t hidden, const backend::Weight& final_norm, float eps, bool one_plus,
+                      const backend::Weight& lm_head, int32_t vocab_size, ForwardOutput* out);
 
 // --- the two ends of a decoder stack and the step's bookkeeping (shared by families) ---
 // The token embedding, the final norm and the output projection: lm_head.weight,

@@ -83,6 +83,234 @@ Status write_weights(FileSystem& fs, const MakeModelOptions& o, const std::vecto
   return wf->close();
 }
 
+// --- Gated DeltaNet hybrids (qwen3_next, qwen3_5_text, qwen3_5_moe_text) ---
+// Every 4th layer (and the last when there are fewer than 4) is full attention,
+// the rest Gated DeltaNet with num_kv_heads key heads and num_heads value heads of
+// head_dim. Norms of the residual stream and q/k are (1 + w): centred on 0.
+
+bool is_gdn_family(const std::string& f) {
+  return f == "qwen3_next" || f == "qwen3_5_text" || f == "qwen3_5_moe_text";
+}
+
+bool gdn_full_layer(int64_t i, int64_t layers) {
+  return (i + 1) % 4 == 0 || (layers < 4 && i == layers - 1);
+}
+
+void gdn_config(const std::string& family, const Preset& p, nlohmann::ordered_json& c) {
+  const char* arch = family == "qwen3_next"     ? "Qwen3NextForCausalLM"
+                     : family == "qwen3_5_text" ? "Qwen3_5ForCausalLM"
+                                                : "Qwen3_5MoeForCausalLM";
+  c["architectures"] = {arch};
+  nlohmann::ordered_json types = nlohmann::ordered_json::array();
+  for (int64_t i = 0; i < p.layers; ++i)
+    types.push_back(gdn_full_layer(i, p.layers) ? "full_attention" : "linear_attention");
+  c["layer_types"] = types;
+  c["linear_conv_kernel_dim"] = 4;
+  c["linear_key_head_dim"] = p.head_dim;
+  c["linear_value_head_dim"] = p.head_dim;
+  c["linear_num_key_heads"] = p.kv_heads;
+  c["linear_num_value_heads"] = p.heads;
+  c["rope_parameters"] = {
+      {"rope_theta", p.rope_theta}, {"rope_type", "default"}, {"partial_rotary_factor", 0.25}};
+  if (family == "qwen3_5_text") return;
+  c["num_experts"] = p.experts;
+  c["num_experts_per_tok"] = p.top_k;
+  c["moe_intermediate_size"] = p.moe_inter;
+  c["shared_expert_intermediate_size"] = p.moe_inter;
+  if (family == "qwen3_next") {
+    c["decoder_sparse_step"] = 1;
+    c["mlp_only_layers"] = nlohmann::ordered_json::array();
+    c["norm_topk_prob"] = true;
+  }
+}
+
+void gdn_specs(const std::string& family, const Preset& p, std::vector<Spec>* specs) {
+  auto lin = [&](const std::string& n, int64_t out, int64_t in) {
+    float stdv = std::min(0.08f, 1.0f / std::sqrt(static_cast<float>(in)));
+    specs->push_back({n, {out, in}, 0.0f, stdv * std::sqrt(3.0f)});
+  };
+  auto vec = [&](const std::string& n, int64_t d, float center, float scale) {
+    specs->push_back({n, {d}, center, scale});
+  };
+  auto mlp = [&](const std::string& pre, int64_t inter) {
+    lin(pre + "gate_proj.weight", inter, p.hidden);
+    lin(pre + "up_proj.weight", inter, p.hidden);
+    lin(pre + "down_proj.weight", p.hidden, inter);
+  };
+  const int64_t H = p.hidden, D = p.head_dim, KD = p.kv_heads * D, VD = p.heads * D;
+  vec("model.norm.weight", H, 0.0f, 0.1f);
+  for (int64_t l = 0; l < p.layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    vec(pre + "input_layernorm.weight", H, 0.0f, 0.1f);
+    vec(pre + "post_attention_layernorm.weight", H, 0.0f, 0.1f);
+    if (gdn_full_layer(l, p.layers)) {
+      const std::string a = pre + "self_attn.";
+      lin(a + "q_proj.weight", 2 * p.heads * D, H);
+      lin(a + "k_proj.weight", p.kv_heads * D, H);
+      lin(a + "v_proj.weight", p.kv_heads * D, H);
+      lin(a + "o_proj.weight", H, p.heads * D);
+      vec(a + "q_norm.weight", D, 0.0f, 0.1f);
+      vec(a + "k_norm.weight", D, 0.0f, 0.1f);
+    } else {
+      const std::string a = pre + "linear_attn.";
+      if (family == "qwen3_next") {
+        lin(a + "in_proj_qkvz.weight", 2 * KD + 2 * VD, H);
+        lin(a + "in_proj_ba.weight", 2 * p.heads, H);
+      } else {
+        lin(a + "in_proj_qkv.weight", 2 * KD + VD, H);
+        lin(a + "in_proj_z.weight", VD, H);
+        lin(a + "in_proj_b.weight", p.heads, H);
+        lin(a + "in_proj_a.weight", p.heads, H);
+      }
+      specs->push_back({a + "conv1d.weight", {2 * KD + VD, 1, 4}, 0.0f, 0.5f});
+      vec(a + "A_log", p.heads, 0.0f, 1.0f);
+      vec(a + "dt_bias", p.heads, 1.0f, 0.1f);
+      vec(a + "norm.weight", D, 1.0f, 0.1f);
+      lin(a + "out_proj.weight", H, VD);
+    }
+    if (family == "qwen3_5_text") {
+      mlp(pre + "mlp.", p.inter);
+      continue;
+    }
+    lin(pre + "mlp.gate.weight", p.experts, H);
+    for (int64_t e = 0; e < p.experts; ++e)
+      mlp(pre + "mlp.experts." + std::to_string(e) + ".", p.moe_inter);
+    mlp(pre + "mlp.shared_expert.", p.moe_inter);
+    lin(pre + "mlp.shared_expert_gate.weight", 1, H);
+  }
+}
+// --- gemma3_text / gemma4_text presets ---
+// The preset's sizes with Gemma's layer layout: 6 layers unless --layers (every
+// third full attention, the rest sliding, window 32 tiny / 128 otherwise), tied
+// embeddings, gelu_pytorch_tanh. gemma4_text adds per-layer inputs (16 / 32 per
+// layer), the last third of the layers KV-shared, proportional partial RoPE on
+// full layers; preset tiny-moe adds the MoE block and attention_k_eq_v. Norm
+// weights are centred on 0 for gemma3 (applied as 1 + w) and on 1 for gemma4.
+bool is_gemma_family(const std::string& f) { return f == "gemma3_text" || f == "gemma4_text"; }
+
+void gemma_spec(const MakeModelOptions& o, Preset p, bool moe, nlohmann::ordered_json* cfg,
+                std::vector<Spec>* specs) {
+  const bool g4 = o.family == "gemma4_text";
+  if (o.num_layers <= 0) p.layers = 6;
+  const int64_t window = o.preset == "tiny" || o.preset == "tiny-moe" ? 32 : 128;
+  const int64_t ple = g4 ? (p.hidden <= 64 ? 16 : 32) : 0;
+  const int64_t shared = g4 ? p.layers / 3 : 0;
+  std::vector<std::string> types;
+  for (int64_t i = 0; i < p.layers; ++i)
+    types.push_back((i + 1) % 3 != 0 ? "sliding_attention" : "full_attention");
+  if (g4) types.back() = "full_attention";
+  nlohmann::ordered_json& c = *cfg;
+  c = nlohmann::ordered_json::object();
+  c["architectures"] = {g4 ? "Gemma4ForCausalLM" : "Gemma3ForCausalLM"};
+  c["model_type"] = o.family;
+  c["vocab_size"] = p.vocab;
+  c["hidden_size"] = p.hidden;
+  c["intermediate_size"] = p.inter;
+  c["num_hidden_layers"] = p.layers;
+  c["num_attention_heads"] = p.heads;
+  c["num_key_value_heads"] = p.kv_heads;
+  c["head_dim"] = p.head_dim;
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["max_position_embeddings"] = p.max_pos;
+  c["rms_norm_eps"] = 1e-6;
+  c["layer_types"] = types;
+  c["sliding_window"] = window;
+  c["query_pre_attn_scalar"] = p.head_dim;
+  c["final_logit_softcapping"] = nullptr;
+  if (!g4) c["attn_logit_softcapping"] = nullptr;
+  nlohmann::ordered_json full = {{"rope_theta", 1000000.0}, {"rope_type", "default"}};
+  if (g4)
+    full = {
+        {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}, {"rope_type", "proportional"}};
+  c["rope_parameters"] = {
+      {"full_attention", full},
+      {"sliding_attention", {{"rope_theta", 10000.0}, {"rope_type", "default"}}}};
+  c["tie_word_embeddings"] = true;
+  c["attention_bias"] = false;
+  if (o.eos_token_id >= 0) {
+    c["eos_token_id"] = o.eos_token_id;
+  } else {
+    c["eos_token_id"] = nullptr;
+  }
+  c["bos_token_id"] = nullptr;
+  c["dtype"] = o.dtype == DType::kF32 ? "float32" : "bfloat16";
+  if (g4) {
+    c["hidden_size_per_layer_input"] = ple;
+    c["vocab_size_per_layer_input"] = p.vocab;
+    c["num_kv_shared_layers"] = shared;
+    c["attention_k_eq_v"] = moe;
+    c["num_global_key_value_heads"] = moe ? nlohmann::ordered_json(p.kv_heads) : nullptr;
+    c["use_double_wide_mlp"] = false;
+    c["enable_moe_block"] = moe;
+    c["num_experts"] = moe ? nlohmann::ordered_json(p.experts) : nullptr;
+    c["top_k_experts"] = moe ? nlohmann::ordered_json(p.top_k) : nullptr;
+    c["moe_intermediate_size"] = moe ? nlohmann::ordered_json(p.moe_inter) : nullptr;
+  }
+  c["pagedkv_make_model"] = {{"preset", o.preset}, {"seed", o.seed}};
+
+  std::vector<Spec>& s = *specs;
+  s.clear();
+  auto lin = [&](const std::string& n, int64_t out, int64_t in) {
+    float stdv = std::min(0.08f, 1.0f / std::sqrt(static_cast<float>(in)));
+    s.push_back({n, {out, in}, 0.0f, stdv * std::sqrt(3.0f)});
+  };
+  const float nc = g4 ? 1.0f : 0.0f;
+  auto norm = [&](const std::string& n, int64_t d) { s.push_back({n, {d}, nc, 0.1f}); };
+  s.push_back({"model.embed_tokens.weight", {p.vocab, p.hidden}, 0.0f, 0.08f * std::sqrt(3.0f)});
+  norm("model.norm.weight", p.hidden);
+  if (g4) {
+    s.push_back({"model.embed_tokens_per_layer.weight",
+                 {p.vocab, p.layers * ple},
+                 0.0f,
+                 0.08f * std::sqrt(3.0f)});
+    lin("model.per_layer_model_projection.weight", p.layers * ple, p.hidden);
+    norm("model.per_layer_projection_norm.weight", ple);
+  }
+  for (int64_t l = 0; l < p.layers; ++l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    const bool is_shared = l >= p.layers - shared;
+    const bool kv_eq = moe && types[l] == "full_attention";
+    for (const char* n : {"input_layernorm", "post_attention_layernorm",
+                          "pre_feedforward_layernorm", "post_feedforward_layernorm"})
+      norm(pre + n + ".weight", p.hidden);
+    lin(pre + "self_attn.q_proj.weight", p.heads * p.head_dim, p.hidden);
+    lin(pre + "self_attn.o_proj.weight", p.hidden, p.heads * p.head_dim);
+    norm(pre + "self_attn.q_norm.weight", p.head_dim);
+    if (!is_shared) {
+      lin(pre + "self_attn.k_proj.weight", p.kv_heads * p.head_dim, p.hidden);
+      if (!kv_eq) lin(pre + "self_attn.v_proj.weight", p.kv_heads * p.head_dim, p.hidden);
+      norm(pre + "self_attn.k_norm.weight", p.head_dim);
+    }
+    lin(pre + "mlp.gate_proj.weight", p.inter, p.hidden);
+    lin(pre + "mlp.up_proj.weight", p.inter, p.hidden);
+    lin(pre + "mlp.down_proj.weight", p.hidden, p.inter);
+    if (!g4) continue;
+    lin(pre + "per_layer_input_gate.weight", ple, p.hidden);
+    lin(pre + "per_layer_projection.weight", p.hidden, ple);
+    norm(pre + "post_per_layer_input_norm.weight", p.hidden);
+    s.push_back({pre + "layer_scalar", {1}, 1.0f, 0.1f});
+    if (moe) {
+      lin(pre + "router.proj.weight", p.experts, p.hidden);
+      s.push_back({pre + "router.scale", {p.hidden}, 1.0f, 0.1f});
+      s.push_back({pre + "router.per_expert_scale", {p.experts}, 1.0f, 0.1f});
+      for (const char* n : {"post_feedforward_layernorm_1", "post_feedforward_layernorm_2",
+                            "pre_feedforward_layernorm_2"})
+        norm(pre + n + ".weight", p.hidden);
+      const float sc = std::min(0.08f, 1.0f / std::sqrt(static_cast<float>(p.hidden)));
+      s.push_back({pre + "experts.gate_up_proj",
+                   {p.experts, 2 * p.moe_inter, p.hidden},
+                   0.0f,
+                   sc * std::sqrt(3.0f)});
+      const float sd = std::min(0.08f, 1.0f / std::sqrt(static_cast<float>(p.moe_inter)));
+      s.push_back({pre + "experts.down_proj",
+                   {p.experts, p.hidden, p.moe_inter},
+                   0.0f,
+                   sd * std::sqrt(3.0f)});
+    }
+  }
+}
+// --- end gemma presets ---
+
 // --- nemotron_h layout (replaces the qwen3 config and tensors) ---
 // 2x the preset's layers (or num_layers) cycling transformers' default pattern
 // Mamba-2, MoE, attention, MLP; Mamba-2 with expand 2 (heads of 16), state 16,
@@ -180,14 +408,26 @@ void nemotron_h_layout(const MakeModelOptions& o, const Preset& p, nlohmann::ord
 
 }  // namespace
 
+std::vector<std::string> make_model_families() {
+  return {"qwen3",       "qwen3_moe",   "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
+          "gemma3_text", "gemma4_text", "nemotron_h"};
+}
+
 std::vector<std::string> make_model_presets() { return {"tiny", "small", "qwen3-0.6b-shape"}; }
 
 Status make_random_model(const MakeModelOptions& o) {
   Preset p;
-  if (!find_preset(o.preset, &p))
-    return invalid_argument("unknown preset '" + o.preset + "' (tiny, small, qwen3-0.6b-shape)");
-  if (o.family != "qwen3" && o.family != "qwen3_moe" && o.family != "nemotron_h")
-    return invalid_argument("unknown family '" + o.family + "' (qwen3, qwen3_moe, nemotron_h)");
+  const std::vector<std::string> families = make_model_families();
+  if (std::find(families.begin(), families.end(), o.family) == families.end()) {
+    std::string list;
+    for (const auto& f : families) list += (list.empty() ? "" : ", ") + f;
+    return invalid_argument("unknown family '" + o.family + "' (" + list + ")");
+  }
+  // gemma4_text's tiny-moe: the tiny sizes plus the MoE block (gemma presets).
+  const bool gemma_moe = o.family == "gemma4_text" && o.preset == "tiny-moe";
+  if (!find_preset(gemma_moe ? "tiny" : o.preset, &p))
+    return invalid_argument("unknown preset '" + o.preset +
+                            "' (tiny, small, qwen3-0.6b-shape; gemma4_text also tiny-moe)");
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16)
     return invalid_argument("dtype must be f32 or bf16");
   if (o.out_dir.empty()) return invalid_argument("--out is required");
@@ -226,6 +466,7 @@ Status make_random_model(const MakeModelOptions& o) {
     c["mlp_only_layers"] = nlohmann::ordered_json::array();
     c["norm_topk_prob"] = true;
   }
+  if (is_gdn_family(o.family)) gdn_config(o.family, p, c);
   c["pagedkv_make_model"] = {{"preset", o.preset}, {"seed", o.seed}};
 
   std::vector<Spec> specs;
@@ -237,8 +478,9 @@ Status make_random_model(const MakeModelOptions& o) {
   specs.push_back(
       {"model.embed_tokens.weight", {p.vocab, p.hidden}, 0.0f, 0.08f * std::sqrt(3.0f)});
   if (!p.tie) lin("lm_head.weight", p.vocab, p.hidden);
-  norm("model.norm.weight", p.hidden);
-  for (int64_t l = 0; l < p.layers; ++l) {
+  if (is_gdn_family(o.family)) gdn_specs(o.family, p, &specs);
+  if (!is_gdn_family(o.family)) norm("model.norm.weight", p.hidden);
+  for (int64_t l = 0; l < p.layers && !is_gdn_family(o.family); ++l) {
     std::string pre = "model.layers." + std::to_string(l) + ".";
     norm(pre + "input_layernorm.weight", p.hidden);
     norm(pre + "post_attention_layernorm.weight", p.hidden);
@@ -262,6 +504,7 @@ Status make_random_model(const MakeModelOptions& o) {
       lin(pre + "mlp.down_proj.weight", p.hidden, p.inter);
     }
   }
+  if (is_gemma_family(o.family)) gemma_spec(o, p, gemma_moe, &c, &specs);
   if (o.family == "nemotron_h") nemotron_h_layout(o, p, &c, &specs);
   // Sorted like encode_safetensors; the seed stream of a tensor is keyed by its name.
   std::sort(specs.begin(), specs.end(),

@@ -18,8 +18,8 @@
 namespace pagedkv::model {
 
 struct MakeModelOptions {
-  std::string family = "qwen3";  // qwen3 | qwen3_moe | nemotron_h
-  std::string preset = "tiny";   // tiny | small | qwen3-0.6b-shape
+  std::string family = "qwen3";  // one of make_model_families()
+  std::string preset = "tiny";   // tiny | small | qwen3-0.6b-shape (gemma4_text: tiny-moe)
   uint64_t seed = 0;
   DType dtype = DType::kF32;  // F32 or BF16
   std::string out_dir;
@@ -34,6 +34,8 @@ struct MakeModelOptions {
 
 Status make_random_model(const MakeModelOptions& options);
 
+// The families make-model can write (MakeModelOptions::family).
+std::vector<std::string> make_model_families();
 std::vector<std::string> make_model_presets();
 
 }  // namespace pagedkv::model

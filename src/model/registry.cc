@@ -12,6 +12,13 @@ namespace {
 const std::pair<const char*, FamilyFactory> kFamilies[] = {
     {"qwen3", &create_qwen3},
     {"qwen3_moe", &create_qwen3},
+    {"qwen3_next", &create_qwen3_next},
+    {"qwen3_5", &create_qwen3_next},
+    {"qwen3_5_text", &create_qwen3_next},
+    {"qwen3_5_moe", &create_qwen3_next},
+    {"qwen3_5_moe_text", &create_qwen3_next},
+    {"gemma3_text", &create_gemma},  // families/gemma.cc
+    {"gemma4_text", &create_gemma},
     {"nemotron_h", &create_nemotron_h},
 };
 

@@ -26,6 +26,14 @@ std::vector<std::string> supported_model_types();
 StatusOr<std::unique_ptr<Model>> create_qwen3(std::shared_ptr<const Checkpoint> ckpt,
                                               const LoadOptions& options,
                                               backend::Backend& backend);
+// qwen3_next, qwen3_5(_text), qwen3_5_moe(_text): Gated DeltaNet hybrids.
+StatusOr<std::unique_ptr<Model>> create_qwen3_next(std::shared_ptr<const Checkpoint> ckpt,
+                                                   const LoadOptions& options,
+                                                   backend::Backend& backend);
+// gemma3_text, gemma4_text (a multimodal wrapper's nested text_config included).
+StatusOr<std::unique_ptr<Model>> create_gemma(std::shared_ptr<const Checkpoint> ckpt,
+                                              const LoadOptions& options,
+                                              backend::Backend& backend);
 StatusOr<std::unique_ptr<Model>> create_nemotron_h(std::shared_ptr<const Checkpoint> ckpt,
                                                    const LoadOptions& options,
                                                    backend::Backend& backend);

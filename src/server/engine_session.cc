@@ -44,23 +44,7 @@ GenerationResult Generation::result() const {
   GenerationResult out;
   if (!handle_->done()) return out;
   const engine::RequestResult& r = handle_->wait();
-  switch (r.finish_reason) {
-    case engine::FinishReason::kStop:
-      out.finish = EngineFinish::kStop;
-      break;
-    case engine::FinishReason::kLength:
-      out.finish = EngineFinish::kLength;
-      break;
-    case engine::FinishReason::kCancelled:
-      out.finish = EngineFinish::kCancelled;
-      break;
-    case engine::FinishReason::kError:
-      out.finish = EngineFinish::kError;
-      break;
-    case engine::FinishReason::kNone:
-      out.finish = EngineFinish::kRunning;
-      break;
-  }
+  out.finish = r.finish_reason;
   out.error = r.error;
   out.prompt_tokens = r.usage.prompt_tokens;
   out.cached_tokens = r.usage.cached_prompt_tokens;
@@ -132,41 +116,7 @@ StatusOr<std::shared_ptr<Generation>> EngineSession::submit(const GenerationSpec
   return std::shared_ptr<Generation>(new Generation(std::move(handle), std::move(wake)));
 }
 
-EngineSnapshot EngineSession::stats() const {
-  const engine::EngineStats s = engine_->stats();
-  EngineSnapshot o;
-  o.steps = s.steps;
-  o.submitted = s.submitted;
-  o.finished = s.finished;
-  o.cancelled = s.cancelled;
-  o.errors = s.errors;
-  o.rejected = s.rejected;
-  o.preemptions = s.preemptions;
-  o.prompt_tokens = s.prompt_tokens;
-  o.cached_prompt_tokens = s.cached_prompt_tokens;
-  o.completion_tokens = s.completion_tokens;
-  o.running = s.running;
-  o.waiting = s.waiting;
-  o.live_owners = s.live_owners;
-  o.num_blocks = s.pool.num_blocks;
-  o.max_blocks = s.pool.max_blocks;
-  o.used_blocks = s.pool.used_blocks;
-  o.free_blocks = s.pool.free_blocks;
-  o.cached_blocks = s.pool.cached_blocks;
-  o.block_size = s.pool.block_size;
-  o.cached_prompt_tokens_hot = s.cached_prompt_tokens_hot;
-  o.cached_prompt_tokens_cold = s.cached_prompt_tokens_cold;
-  o.has_cold = s.cold.enabled || s.cold.open_errors > 0;
-  o.cold_hits = s.cold.hits;
-  o.cold_misses = s.cold.misses;
-  o.cold_corruptions = s.cold.corruptions;
-  o.cold_bytes = s.cold.bytes_written;
-  o.cold_restored_tokens = s.cold.restored_tokens;
-  o.cold_queue_drops = s.cold.queue_drops;
-  o.cold_open_errors = s.cold.open_errors;
-  o.cold_open_error = s.cold.open_error;
-  return o;
-}
+EngineSnapshot EngineSession::stats() const { return engine_->stats(); }
 
 void EngineSession::flush_cold_tier() { engine_->flush_cold_tier(); }
 

@@ -19,11 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "pagedkv/engine.h"
 #include "pagedkv/status.h"
 
 namespace pagedkv::engine {
-class Engine;
-class RequestHandle;
 class ChatFormatter;
 }  // namespace pagedkv::engine
 namespace pagedkv::tokenizer {
@@ -56,11 +55,11 @@ struct GenerationSpec {
   std::string owner;       // the engine owner (already tenant-scoped)
 };
 
-// How a request ended, in engine terms.
-enum class EngineFinish { kRunning, kStop, kLength, kCancelled, kError };
+// How a request ended: the engine's own reason (kNone while it runs).
+using EngineFinish = engine::FinishReason;
 
 struct GenerationResult {
-  EngineFinish finish = EngineFinish::kRunning;
+  EngineFinish finish = EngineFinish::kNone;
   Status error;
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;       // hot + cold
@@ -105,20 +104,9 @@ class Generation {
   std::shared_ptr<Wake> wake_;
 };
 
-struct EngineSnapshot {
-  uint64_t steps = 0, submitted = 0, finished = 0, cancelled = 0, errors = 0, rejected = 0;
-  uint64_t preemptions = 0, prompt_tokens = 0, cached_prompt_tokens = 0, completion_tokens = 0;
-  uint64_t cached_prompt_tokens_hot = 0, cached_prompt_tokens_cold = 0;  // hot + cold == cached
-  int32_t running = 0, waiting = 0, live_owners = 0;
-  int32_t num_blocks = 0, max_blocks = 0, used_blocks = 0, free_blocks = 0, cached_blocks = 0;
-  int32_t block_size = 0;
-  // Cold-tier counters (EngineStats::cold); has_cold when the tier is on or
-  // failed to open (then cold_open_error says why).
-  bool has_cold = false;
-  uint64_t cold_hits = 0, cold_misses = 0, cold_corruptions = 0, cold_bytes = 0;
-  uint64_t cold_restored_tokens = 0, cold_queue_drops = 0, cold_open_errors = 0;
-  std::string cold_open_error;
-};
+// The engine's counters and pool/cold-tier gauges, exactly as Engine::stats()
+// reports them (include/pagedkv/engine.h): the server reads them as they are.
+using EngineSnapshot = engine::EngineStats;
 
 class EngineSession {
  public:

@@ -41,6 +41,10 @@ void sample(std::string* out, const std::string& name, double v) {
   *out += name + " " + num(v) + "\n";
 }
 
+// The cold tier is on, or was asked for and failed to open (then
+// cold.open_error says why).
+bool has_cold(const EngineSnapshot& e) { return e.cold.enabled || e.cold.open_errors > 0; }
+
 double hit_rate(const EngineSnapshot& e) {
   return e.prompt_tokens
              ? static_cast<double>(e.cached_prompt_tokens) / static_cast<double>(e.prompt_tokens)
@@ -127,11 +131,11 @@ std::string Metrics::render_prometheus(const EngineSnapshot& e, const ServerGaug
   metric(&out, "pagedkv_prefix_hit_rate", "gauge", "engine cached / prompt tokens since start");
   sample(&out, "pagedkv_prefix_hit_rate", hit_rate(e));
   metric(&out, "pagedkv_kv_blocks", "gauge", "KV pool blocks by state");
-  sample(&out, "pagedkv_kv_blocks{state=\"used\"}", e.used_blocks);
-  sample(&out, "pagedkv_kv_blocks{state=\"cached\"}", e.cached_blocks);
-  sample(&out, "pagedkv_kv_blocks{state=\"free\"}", e.free_blocks);
-  sample(&out, "pagedkv_kv_blocks{state=\"total\"}", e.num_blocks);
-  sample(&out, "pagedkv_kv_blocks{state=\"max\"}", e.max_blocks);
+  sample(&out, "pagedkv_kv_blocks{state=\"used\"}", e.pool.used_blocks);
+  sample(&out, "pagedkv_kv_blocks{state=\"cached\"}", e.pool.cached_blocks);
+  sample(&out, "pagedkv_kv_blocks{state=\"free\"}", e.pool.free_blocks);
+  sample(&out, "pagedkv_kv_blocks{state=\"total\"}", e.pool.num_blocks);
+  sample(&out, "pagedkv_kv_blocks{state=\"max\"}", e.pool.max_blocks);
   metric(&out, "pagedkv_preemptions_total", "counter", "requests preempted and recomputed");
   sample(&out, "pagedkv_preemptions_total", static_cast<double>(e.preemptions));
   metric(&out, "pagedkv_requests_running", "gauge", "requests the engine is running");
@@ -152,23 +156,24 @@ std::string Metrics::render_prometheus(const EngineSnapshot& e, const ServerGaug
   sample(&out, "pagedkv_engine_requests_total{outcome=\"error\"}", static_cast<double>(e.errors));
   sample(&out, "pagedkv_engine_requests_total{outcome=\"rejected\"}",
          static_cast<double>(e.rejected));
-  if (e.has_cold) {
+  if (has_cold(e)) {
     auto counter = [&](const char* name, const char* help, uint64_t v) {
       metric(&out, name, "counter", help);
       sample(&out, name, static_cast<double>(v));
     };
     counter("pagedkv_cold_hits_total", "cold-tier objects read, verified and restored",
-            e.cold_hits);
-    counter("pagedkv_cold_misses_total", "cold-tier lookups that found no object", e.cold_misses);
+            e.cold.hits);
+    counter("pagedkv_cold_misses_total", "cold-tier lookups that found no object", e.cold.misses);
     counter("pagedkv_cold_restored_tokens_total", "prompt tokens restored from the cold tier",
-            e.cold_restored_tokens);
+            e.cold.restored_tokens);
     counter("pagedkv_cold_corruptions_total", "cold-tier objects that failed verification",
-            e.cold_corruptions);
+            e.cold.corruptions);
     counter("pagedkv_cold_queue_drops_total", "captures the cold-tier writer queue refused",
-            e.cold_queue_drops);
-    counter("pagedkv_cold_bytes_written_total", "bytes the cold-tier writer wrote", e.cold_bytes);
+            e.cold.queue_drops);
+    counter("pagedkv_cold_bytes_written_total", "bytes the cold-tier writer wrote",
+            e.cold.bytes_written);
     counter("pagedkv_cold_open_errors_total", "cold-tier directories that could not be opened",
-            e.cold_open_errors);
+            e.cold.open_errors);
   }
   return out;
 }
@@ -199,23 +204,23 @@ nlohmann::ordered_json Metrics::stats_json(const EngineSnapshot& e, const Server
   eng["prefix_hit_rate"] = hit_rate(e);
   j["engine"] = eng;
   J pool;
-  pool["num_blocks"] = e.num_blocks;
-  pool["max_blocks"] = e.max_blocks;
-  pool["used_blocks"] = e.used_blocks;
-  pool["cached_blocks"] = e.cached_blocks;
-  pool["free_blocks"] = e.free_blocks;
-  pool["block_size"] = e.block_size;
+  pool["num_blocks"] = e.pool.num_blocks;
+  pool["max_blocks"] = e.pool.max_blocks;
+  pool["used_blocks"] = e.pool.used_blocks;
+  pool["cached_blocks"] = e.pool.cached_blocks;
+  pool["free_blocks"] = e.pool.free_blocks;
+  pool["block_size"] = e.pool.block_size;
   j["pool"] = pool;
-  if (e.has_cold) {
+  if (has_cold(e)) {
     J cold;
-    cold["hits"] = e.cold_hits;
-    cold["misses"] = e.cold_misses;
-    cold["restored_tokens"] = e.cold_restored_tokens;
-    cold["corruptions"] = e.cold_corruptions;
-    cold["queue_drops"] = e.cold_queue_drops;
-    cold["bytes"] = e.cold_bytes;  // written by the writer
-    cold["open_errors"] = e.cold_open_errors;
-    cold["open_error"] = e.cold_open_error;
+    cold["hits"] = e.cold.hits;
+    cold["misses"] = e.cold.misses;
+    cold["restored_tokens"] = e.cold.restored_tokens;
+    cold["corruptions"] = e.cold.corruptions;
+    cold["queue_drops"] = e.cold.queue_drops;
+    cold["bytes"] = e.cold.bytes_written;  // written by the writer
+    cold["open_errors"] = e.cold.open_errors;
+    cold["open_error"] = e.cold.open_error;
     j["cold"] = cold;
   } else {
     j["cold"] = nullptr;

@@ -1,5 +1,5 @@
-// BlockAllocator: null block, free-queue order, all-or-nothing allocation,
-// duplicates, reset_prefix_cache and verify_integrity.
+// BlockAllocator: null block, free-queue order (head placement too), all-or-nothing
+// allocation, duplicates, dropping a key, reset_prefix_cache and verify_integrity.
 #include "kv/block_allocator.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +31,33 @@ TEST(BlockAllocatorTest, NullBlockIsNeverHandedOut) {
   EXPECT_FALSE(a.allocate(1, &got).ok());
   a.release_blocks(got);  // tail-first
   EXPECT_EQ(a.free_queue(), (V{3, 2, 1}));
+  ASSERT_TRUE(a.verify_integrity().ok());
+}
+
+TEST(BlockAllocatorTest, HeadPlacementAndDroppingAKey) {
+  BlockAllocator a(5, 4);  // blocks 1-4
+  V got;
+  ASSERT_TRUE(a.allocate(3, &got).ok());  // 1, 2, 3; queue: 4
+  const BlockKey key = publish_one(a, got[0], testing::tokens(4, 2));
+  a.release_evict_first(got[2]);  // block 3 to the head: reused next
+  EXPECT_EQ(a.free_queue(), (V{3, 4}));
+  a.release(got[0]);  // block 1 (keyed) to the tail
+  EXPECT_EQ(a.free_queue(), (V{3, 4, 1}));
+  EXPECT_TRUE(a.move_to_queue_head(1));
+  EXPECT_EQ(a.free_queue(), (V{1, 3, 4}));
+  EXPECT_FALSE(a.move_to_queue_head(2));  // in use: nothing changes
+  EXPECT_EQ(a.free_queue(), (V{1, 3, 4}));
+  EXPECT_EQ(a.lookup(key), 1);
+  EXPECT_EQ(a.num_free_cached_blocks(), 1);
+  EXPECT_TRUE(a.drop_cached(key));  // like an eviction: unkeyed, at the head
+  EXPECT_EQ(a.lookup(key), kNullBlock);
+  EXPECT_EQ(a.key_of(1), nullptr);
+  EXPECT_EQ(a.num_free_cached_blocks(), 0);
+  EXPECT_EQ(a.stats().evictions, 1u);
+  EXPECT_FALSE(a.drop_cached(key));  // absent now
+  const BlockKey live = publish_one(a, got[1], testing::tokens(4, 3));
+  EXPECT_FALSE(a.drop_cached(live));  // in use: kept
+  EXPECT_EQ(a.lookup(live), 2);
   ASSERT_TRUE(a.verify_integrity().ok());
 }
 

@@ -1,0 +1,81 @@
+// OwnerRegistry: the engine's live owners (GenerateRequest::owner, the
+// server's prompt_cache_key). An owner is a conversation whose KV stays live
+// between its turns: its PagedKVCacheAdapter ends a turn with
+// finalize_turn_keep_live() and the owner's next request continues on it
+// without a prefix lookup. The registry keeps those adapters and decides their
+// lifetime: bound to at most one running request at a time, released when a
+// caller asks (at once when idle, else when its request ends), dropped when
+// idle past a timeout, and dropped least-recently-used first when the pool
+// needs their blocks.
+//
+// Step thread only. Time is passed in (`now`), so the policy is testable
+// without sleeping.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "kv/block_hasher.h"
+#include "kv/paged_kv_cache_adapter.h"
+
+namespace pagedkv::engine {
+
+class OwnerRegistry {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Owner {
+    std::string key;
+    std::unique_ptr<kv::PagedKVCacheAdapter> adapter;
+    std::optional<kv::SaltDomain> salt;
+    bool active = false;  // a running request holds the adapter
+    Clock::time_point last_used;
+    bool release_requested = false;
+  };
+
+  explicit OwnerRegistry(kv::PagedKVCache* cache) : cache_(cache) {}
+  ~OwnerRegistry() { clear(); }
+  OwnerRegistry(const OwnerRegistry&) = delete;
+  OwnerRegistry& operator=(const OwnerRegistry&) = delete;
+
+  // The live owner a request of `key` in domain `salt` would continue now
+  // (idle, not being released, same domain), or nullptr.
+  const Owner* continuable(const std::string& key, const std::optional<kv::SaltDomain>& salt) const;
+  // Binds a request to owner `key` (created when new): its adapter, reset to
+  // `salt` when the domain changed, or nullptr when the owner is busy or being
+  // released (the request then runs on a private adapter).
+  Owner* bind(const std::string& key, const std::optional<kv::SaltDomain>& salt,
+              Clock::time_point now);
+  // Ends the bound request's turn: keep_live keeps the KV for the next turn,
+  // otherwise it is released and the adapter starts clean. An owner whose
+  // release was requested is dropped now.
+  void unbind(Owner* o, bool keep_live, Clock::time_point now);
+  // A caller's release: dropped now when idle, else when its request ends.
+  void request_release(const std::string& key);
+  // Drops idle owners unused for `timeout_s` seconds; returns how many.
+  int64_t expire_idle(Clock::time_point now, double timeout_s);
+  // Drops the least recently used idle owner that holds blocks, other than
+  // `except`; false when there is none.
+  bool expire_lru(const Owner* except);
+
+  size_t size() const { return owners_.size(); }
+  bool empty() const { return owners_.empty(); }
+  void for_each(const std::function<void(const Owner&)>& fn) const {
+    for (const auto& [key, o] : owners_) fn(*o);
+  }
+  // Drops every owner (their adapters release their blocks).
+  void clear();
+
+ private:
+  void drop(const std::string& key);
+
+  kv::PagedKVCache* cache_;
+  std::unordered_map<std::string, std::unique_ptr<Owner>> owners_;
+};
+
+}  // namespace pagedkv::engine
