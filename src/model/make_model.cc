@@ -330,26 +330,28 @@ void nemotron_h_layout(const MakeModelOptions& o, const Preset& p, nlohmann::ord
   c["hidden_size"] = p.hidden;
   c["layers_block_type"] = nlohmann::ordered_json::array();
   for (int64_t l = 0; l < layers; ++l) c["layers_block_type"].push_back(kPattern[l % 4]);
-  c["num_attention_heads"] = p.heads;
-  c["num_key_value_heads"] = p.kv_heads;
-  c["head_dim"] = p.head_dim;
-  c["intermediate_size"] = p.inter;
-  c["mlp_hidden_act"] = "relu2";
-  c["mamba_num_heads"] = mheads;
-  c["mamba_head_dim"] = mhd;
-  c["ssm_state_size"] = state;
-  c["n_groups"] = groups;
-  c["conv_kernel"] = kconv;
-  c["use_conv_bias"] = true;
-  c["time_step_min"] = 0.001;
-  c["n_routed_experts"] = p.experts;
-  c["num_experts_per_tok"] = p.top_k;
-  c["moe_intermediate_size"] = p.moe_inter;
-  c["moe_shared_expert_intermediate_size"] = p.moe_inter;
-  c["n_group"] = 2;
-  c["topk_group"] = 1;
-  c["norm_topk_prob"] = true;
-  c["routed_scaling_factor"] = 1.0;
+  // Attention, relu² MLP, Mamba-2 and MoE fields, as transformers names them.
+  const nlohmann::ordered_json fields = {{"num_attention_heads", p.heads},
+                                         {"num_key_value_heads", p.kv_heads},
+                                         {"head_dim", p.head_dim},
+                                         {"intermediate_size", p.inter},
+                                         {"mlp_hidden_act", "relu2"},
+                                         {"mamba_num_heads", mheads},
+                                         {"mamba_head_dim", mhd},
+                                         {"ssm_state_size", state},
+                                         {"n_groups", groups},
+                                         {"conv_kernel", kconv},
+                                         {"use_conv_bias", true},
+                                         {"time_step_min", 0.001},
+                                         {"n_routed_experts", p.experts},
+                                         {"num_experts_per_tok", p.top_k},
+                                         {"moe_intermediate_size", p.moe_inter},
+                                         {"moe_shared_expert_intermediate_size", p.moe_inter},
+                                         {"n_group", 2},
+                                         {"topk_group", 1},
+                                         {"norm_topk_prob", true},
+                                         {"routed_scaling_factor", 1.0}};
+  for (const auto& [k, v] : fields.items()) c[k] = v;
   c["layer_norm_epsilon"] = 1e-5;
   c["max_position_embeddings"] = p.max_pos;
   c["tie_word_embeddings"] = p.tie;
