@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/half.h"
+#include "model/generation_config.h"
 #include "model/recurrent_state.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -181,29 +182,21 @@ Status run_decoder(backend::Backend& be, const DecoderFrame& f, const ForwardBat
                    const DecoderStack& stack, ForwardOutput* out) {
   PKV_RETURN_IF_ERROR(validate_batch(batch, *f.geometry, f.vocab_size));
   const int64_t T = batch.num_tokens();
-  if (batch.path == KVPath::kFlat) {
-    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
-  }
+  reserve_flat_rows(batch);
   KVAccess kv(batch, *f.geometry);
   const size_t TH = static_cast<size_t>(T * f.hidden);
   ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
   be.embedding(batch.token_ids.data(), T, *f.io->embed, x.data());
   stack(kv, x.data(), h.data(), y.data(), T);
-  for (const ForwardRow& row : batch.rows) {
-    const int32_t end = row.context_len + row.num_tokens;
-    if (batch.path == KVPath::kFlat) row.flat->set_length(end);
-    if (row.state != nullptr) row.state->set_length(end);
-  }
-  return compute_logits(be, batch, x.data(), f.hidden, *f.io->final_norm, f.final_eps,
-                        /*one_plus=*/false, *f.io->lm_head, f.vocab_size, out);
+  return finish_forward(be, batch, x.data(), f.hidden, *f.io, f.final_eps, f.vocab_size, out);
 }
 
 StatusOr<EmbeddingWeights> load_embedding_weights(const Checkpoint& ckpt, backend::Backend& be,
                                                   int64_t vocab, int64_t hidden, bool tied,
-                                                  const std::string& final_norm_name) {
+                                                  const std::string& final_norm_name,
+                                                  const std::string& embed_name) {
   EmbeddingWeights w;
-  PKV_ASSIGN_OR_RETURN(w.embed,
-                       load_weight(ckpt, be, "model.embed_tokens.weight", {vocab, hidden}));
+  PKV_ASSIGN_OR_RETURN(w.embed, load_weight(ckpt, be, embed_name, {vocab, hidden}));
   PKV_ASSIGN_OR_RETURN(w.final_norm, load_weight(ckpt, be, final_norm_name, {hidden}));
   if (tied && ckpt.find("lm_head.weight") == nullptr) {
     w.lm_head = w.embed.get();
@@ -441,7 +434,7 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
   }
   if (w.q_norm)
     be.rms_norm(q.data(), T * s.num_heads, *w.q_norm, s.rms_eps, s.qk_norm_one_plus, q.data());
-  be.rope(q.data(), T, s.num_heads, s.head_dim, batch.positions.data(), s.rope);
+  if (s.use_rope) be.rope(q.data(), T, s.num_heads, s.head_dim, batch.positions.data(), s.rope);
   const bool writes_kv = s.kv_layer == s.layer;
   if (writes_kv) {
     k.resize(static_cast<size_t>(T * kd));
@@ -452,7 +445,8 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
     add_bias(be, v.data(), T, w.v_bias.get(), kd, tmp);
     if (w.k_norm)
       be.rms_norm(k.data(), T * s.num_kv_heads, *w.k_norm, s.rms_eps, s.qk_norm_one_plus, k.data());
-    be.rope(k.data(), T, s.num_kv_heads, s.head_dim, batch.positions.data(), s.rope);
+    if (s.use_rope)
+      be.rope(k.data(), T, s.num_kv_heads, s.head_dim, batch.positions.data(), s.rope);
     // Write this step's K/V into every row's KV view (in its element type), before
     // any row attends.
     for (size_t r = 0; r < batch.rows.size(); ++r) {
@@ -503,6 +497,7 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
 
 void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
                float* out) {
+  if (w.gate == nullptr) return plain_mlp(be, w, act, h, T, out);
   int64_t inter = w.gate->rows();
   ScratchBuffer g(kScratchQ, static_cast<size_t>(T * inter)),
       u(kScratchK, static_cast<size_t>(T * inter));
@@ -516,20 +511,81 @@ void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const 
   be.matmul(g.data(), T, *w.down, out);
 }
 
+void plain_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
+               float* out) {
+  const int64_t n = T * w.up->rows();
+  ScratchBuffer u(kScratchK, static_cast<size_t>(n));
+  be.matmul(h, T, *w.up, u.data());
+  float* x = u.data();
+  switch (act) {
+    case Activation::kRelu2:
+      for (int64_t i = 0; i < n; ++i) {
+        float r = x[i] > 0.0f ? x[i] : 0.0f;
+        x[i] = r * r;
+      }
+      break;
+    case Activation::kSilu:
+    case Activation::kGeluTanh: {
+      // act(x) = act(x) · 1 through the backend's fused gate ops.
+      ScratchBuffer ones(kScratchQ, static_cast<size_t>(n));
+      std::fill(ones.data(), ones.data() + n, 1.0f);
+      if (act == Activation::kSilu) {
+        be.silu_mul(x, ones.data(), n, x);
+      } else {
+        be.gelu_tanh_mul(x, ones.data(), n, x);
+      }
+      break;
+    }
+  }
+  be.matmul(x, T, *w.down, out);
+}
+
+// --- group-limited expert selection (nemotron_h n_group / topk_group) ---
+// DeepSeek-V3 style: E experts in G equal groups; a group scores the sum of its
+// two best selection scores (its one score when a group holds one expert); the
+// topk_group best groups (ties → lower group id) stay eligible.
+static void group_limit(const float* sel, int32_t E, int32_t G, int32_t topk_group,
+                        char* eligible) {
+  const int32_t per = E / G;
+  std::vector<float> gscore(static_cast<size_t>(G));
+  for (int32_t g = 0; g < G; ++g) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int32_t e = g * per; e < (g + 1) * per; ++e) {
+      if (sel[e] > a) {
+        b = a;
+        a = sel[e];
+      } else if (sel[e] > b) {
+        b = sel[e];
+      }
+    }
+    gscore[g] = per >= 2 ? a + b : a;
+  }
+  std::vector<char> chosen(static_cast<size_t>(G), 0);
+  for (int32_t r = 0; r < topk_group; ++r) {
+    int32_t best = -1;
+    for (int32_t g = 0; g < G; ++g)
+      if (!chosen[g] && (best < 0 || gscore[g] > gscore[best])) best = g;
+    chosen[best] = 1;
+  }
+  for (int32_t e = 0; e < E; ++e) eligible[e] = chosen[e / per];
+}
+
 void route_experts(backend::Backend& be, const MoeWeights& w, const float* logits, int64_t T,
                    int32_t* ids, float* weights) {
   const int32_t E = static_cast<int32_t>(w.experts.size());
   const int32_t K = w.top_k;
-  PKV_CHECK_MSG(w.n_group <= 1 && w.topk_group <= 1,
-                "group-limited expert routing (n_group > 1) is not implemented");
+  const int32_t G = std::max(w.n_group, 1);
+  PKV_CHECK_MSG(E % G == 0 && w.topk_group >= 1 && w.topk_group <= G && w.topk_group * (E / G) >= K,
+                "group-limited routing needs n_group | experts and topk_group groups >= top_k");
   PKV_CHECK(w.selection_bias.empty() || static_cast<int32_t>(w.selection_bias.size()) == E);
   if (w.score == RouterScore::kSoftmax && w.selection_bias.empty() && w.norm_eps == 0.0f &&
-      w.routed_scale == 1.0f) {
+      w.routed_scale == 1.0f && G == 1) {
     // qwen3_moe's router, unchanged.
     be.topk_route(logits, T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids, weights);
     return;
   }
   std::vector<float> score(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+  std::vector<char> eligible(static_cast<size_t>(E), 1);
   for (int64_t t = 0; t < T; ++t) {
     const float* l = logits + t * E;
     if (w.score == RouterScore::kSigmoid) {
@@ -540,6 +596,7 @@ void route_experts(backend::Backend& be, const MoeWeights& w, const float* logit
     }
     for (int32_t e = 0; e < E; ++e)
       sel[e] = w.selection_bias.empty() ? score[e] : score[e] + w.selection_bias[e];
+    if (G > 1) group_limit(sel.data(), E, G, w.topk_group, eligible.data());
     int32_t* id = ids + t * K;
     float* wt = weights + t * K;
     // Selection: k passes, each taking the highest remaining selection score;
@@ -549,7 +606,7 @@ void route_experts(backend::Backend& be, const MoeWeights& w, const float* logit
       for (int32_t e = 0; e < E; ++e) {
         bool taken = false;
         for (int32_t q = 0; q < r; ++q) taken |= id[q] == e;
-        if (taken) continue;
+        if (taken || !eligible[e]) continue;
         if (best < 0 || sel[e] > sel[best] || (std::isnan(sel[best]) && !std::isnan(sel[e])))
           best = e;
       }
@@ -577,6 +634,42 @@ void residual_ffn(backend::Backend& be, const backend::Weight& norm, float eps, 
     gated_mlp(be, mlp, Activation::kSilu, h, T, y);
   }
   be.add(x, y, T * hidden);
+}
+
+Status read_special_token_ids(const ConfigReader& c, const std::string& dir, ModelConfig* mc) {
+  PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
+  for (int64_t e : eos) {
+    if (e < 0 || e > INT32_MAX)
+      return c.error("eos_token_id", "holds " + std::to_string(e) + ", not a token id");
+    mc->eos_token_ids.push_back(static_cast<int32_t>(e));
+  }
+  PKV_RETURN_IF_ERROR(merge_generation_config_eos(dir, &mc->eos_token_ids));
+  PKV_ASSIGN_OR_RETURN(int64_t v, c.get_int_or("bos_token_id", -1));
+  if (v < -1 || v > INT32_MAX)
+    return c.error("bos_token_id", "holds " + std::to_string(v) + ", not a token id");
+  mc->bos_token_id = static_cast<int32_t>(v);
+  return ok_status();
+}
+
+StatusOr<float> read_norm_eps(const ConfigReader& c, const std::string& field, double dflt) {
+  PKV_ASSIGN_OR_RETURN(double eps, c.get_double_or(field, dflt));
+  if (!(eps > 0.0 && eps <= 1.0) || !(static_cast<float>(eps) > 0.0f))
+    return c.error(field, "must be in (0, 1] (and not 0 as a float), got " + std::to_string(eps));
+  return static_cast<float>(eps);
+}
+
+void reserve_flat_rows(const ForwardBatch& batch) {
+  if (batch.path != KVPath::kFlat) return;
+  for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
+}
+
+Status finish_forward(backend::Backend& be, const ForwardBatch& batch, const float* x, int64_t H,
+                      const EmbeddingWeights& ends, float eps, int32_t vocab, ForwardOutput* out) {
+  for (const ForwardRow& row : batch.rows) {
+    if (batch.path == KVPath::kFlat) row.flat->set_length(row.context_len + row.num_tokens);
+    if (row.state != nullptr) row.state->set_length(row.context_len + row.num_tokens);
+  }
+  return compute_logits(be, batch, x, H, *ends.final_norm, eps, false, *ends.lm_head, vocab, out);
 }
 
 StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,

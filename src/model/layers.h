@@ -113,11 +113,12 @@ struct EmbeddingWeights {
   const backend::Weight* lm_head = nullptr;  // lm_head_owned, or embed when tied
 };
 
-// Loads model.embed_tokens.weight, `final_norm_name` and lm_head.weight — or, when
+// Loads `embed_name` (model.embed_tokens.weight), `final_norm_name` and lm_head.weight — or, when
 // `tied` and the checkpoint has no lm_head.weight, uses the embedding as the head.
-StatusOr<EmbeddingWeights> load_embedding_weights(const Checkpoint& ckpt, backend::Backend& be,
-                                                  int64_t vocab, int64_t hidden, bool tied,
-                                                  const std::string& final_norm_name);
+StatusOr<EmbeddingWeights> load_embedding_weights(
+    const Checkpoint& ckpt, backend::Backend& be, int64_t vocab, int64_t hidden, bool tied,
+    const std::string& final_norm_name,
+    const std::string& embed_name = "model.embed_tokens.weight");
 
 struct DecoderFrame {
   const KVGeometry* geometry = nullptr;
@@ -179,6 +180,7 @@ struct AttentionSpec {
   backend::RopeParams rope;
   int32_t sliding_window = 0;
   float scale = 1.0f;
+  bool use_rope = true;  // false: no positional rotation (NemotronH attention)
   // Gated attention (Qwen3-Next, Qwen3.5): q_proj emits per head [query | gate]
   // (2 * head_dim rows); the attention output is multiplied by sigmoid(gate)
   // before o_proj.
@@ -212,14 +214,21 @@ void attention_block(backend::Backend& be, const AttentionSpec& spec, const Atte
                      const ForwardBatch& batch, KVAccess& kv, const float* h, int64_t T,
                      float* out);
 
-enum class Activation { kSilu, kGeluTanh };
+// kRelu2 (relu(x)², NemotronH) is applied on the host: CPU backend only.
+enum class Activation { kSilu, kGeluTanh, kRelu2 };
 
 struct MlpWeights {
-  WeightPtr gate, up, down;
+  WeightPtr gate, up, down;  // gate null: a non-gated MLP
 };
 
-// out = down(act(gate(h)) * up(h)) for T rows.
+// out = down(act(gate(h)) * up(h)) for T rows; a non-gated MLP (w.gate null)
+// computes out = down(act(up(h))) instead (plain_mlp).
 void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
+               float* out);
+
+// --- non-gated MLP (NemotronH: relu² MLP layers, experts and shared experts) ---
+// out = down(act(up(h))) for T rows; act kSilu, kGeluTanh or kRelu2.
+void plain_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
                float* out);
 
 // How a router turns its logits into expert scores.
@@ -245,8 +254,9 @@ struct MoeWeights {
   // Multiplies every chosen weight after normalization (routed_scaling_factor).
   float routed_scale = 1.0f;
   // Group-limited selection (DeepSeek-V3 style: n_group groups of experts, only
-  // the topk_group best groups eligible). 1/1 = off; route_experts does not
-  // implement other values yet (a family must reject them at load).
+  // the topk_group best groups eligible; a group scores the sum of its two best
+  // selection scores). 1/1 = off. n_group must divide the experts and the
+  // eligible groups must hold at least top_k experts (a family checks at load).
   int32_t n_group = 1;
   int32_t topk_group = 1;
 };
@@ -305,5 +315,24 @@ void add_shared_expert(backend::Backend& be, const SharedExpertWeights& w, Activ
 Status compute_logits(backend::Backend& be, const ForwardBatch& batch, const float* x,
                       int64_t hidden, const backend::Weight& final_norm, float eps, bool one_plus,
                       const backend::Weight& lm_head, int32_t vocab_size, ForwardOutput* out);
+
+// --- the two ends of a decoder stack and the step's bookkeeping (shared by families) ---
+// eos_token_id (config.json merged with generation_config.json) and bos_token_id
+// into `mc`; an id outside int32 is InvalidArgument naming the field.
+Status read_special_token_ids(const ConfigReader& c, const std::string& dir, ModelConfig* mc);
+
+// A norm epsilon field (rms_norm_eps, layer_norm_epsilon): in (0, 1] and not 0
+// as a float (rsqrt(mean + eps) could divide by 0), else InvalidArgument.
+StatusOr<float> read_norm_eps(const ConfigReader& c, const std::string& field, double dflt);
+
+// Before the layers: makes every flat row's cache hold its span.
+void reserve_flat_rows(const ForwardBatch& batch);
+
+// After the layers (x [T][hidden] = the residual stream): advances every row's
+// flat cache and recurrent state by its span, then fills `out` with the logits the
+// rows ask for — final RMSNorm of those rows of x, times lm_head — NaN-checked.
+Status finish_forward(backend::Backend& be, const ForwardBatch& batch, const float* x,
+                      int64_t hidden, const EmbeddingWeights& ends, float eps, int32_t vocab,
+                      ForwardOutput* out);
 
 }  // namespace pagedkv::model

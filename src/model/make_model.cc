@@ -386,11 +386,108 @@ void gemma_spec(const MakeModelOptions& o, Preset p, bool moe, nlohmann::ordered
 }
 // --- end gemma presets ---
 
+// --- nemotron_h layout (replaces the qwen3 config and tensors) ---
+// 2x the preset's layers (or num_layers) cycling transformers' default pattern
+// Mamba-2, MoE, attention, MLP; Mamba-2 with expand 2 (heads of 16), state 16,
+// 2 groups; MoE with 2 expert groups of which 1 is eligible, a shared expert.
+void nemotron_h_layout(const MakeModelOptions& o, const Preset& p, nlohmann::ordered_json* cfg,
+                       std::vector<Spec>* specs) {
+  const int64_t layers = o.num_layers > 0 ? o.num_layers : 2 * p.layers;
+  const int64_t mheads = 2 * p.hidden / 16, mhd = 16, state = 16, groups = 2, kconv = 4;
+  const int64_t inner = mheads * mhd, conv_dim = inner + 2 * groups * state;
+  static const char* kPattern[] = {"linear_attention", "moe", "full_attention", "mlp"};
+  nlohmann::ordered_json& c = *cfg;
+  nlohmann::ordered_json keep_eos = c["eos_token_id"], keep_dtype = c["dtype"];
+  c = nlohmann::ordered_json::object();
+  c["architectures"] = {"NemotronHForCausalLM"};
+  c["model_type"] = "nemotron_h";
+  c["vocab_size"] = p.vocab;
+  c["hidden_size"] = p.hidden;
+  c["layers_block_type"] = nlohmann::ordered_json::array();
+  for (int64_t l = 0; l < layers; ++l) c["layers_block_type"].push_back(kPattern[l % 4]);
+  // Attention, relu² MLP, Mamba-2 and MoE fields, as transformers names them.
+  const nlohmann::ordered_json fields = {{"num_attention_heads", p.heads},
+                                         {"num_key_value_heads", p.kv_heads},
+                                         {"head_dim", p.head_dim},
+                                         {"intermediate_size", p.inter},
+                                         {"mlp_hidden_act", "relu2"},
+                                         {"mamba_num_heads", mheads},
+                                         {"mamba_head_dim", mhd},
+                                         {"ssm_state_size", state},
+                                         {"n_groups", groups},
+                                         {"conv_kernel", kconv},
+                                         {"use_conv_bias", true},
+                                         {"time_step_min", 0.001},
+                                         {"n_routed_experts", p.experts},
+                                         {"num_experts_per_tok", p.top_k},
+                                         {"moe_intermediate_size", p.moe_inter},
+                                         {"moe_shared_expert_intermediate_size", p.moe_inter},
+                                         {"n_group", 2},
+                                         {"topk_group", 1},
+                                         {"norm_topk_prob", true},
+                                         {"routed_scaling_factor", 1.0}};
+  for (const auto& [k, v] : fields.items()) c[k] = v;
+  c["layer_norm_epsilon"] = 1e-5;
+  c["max_position_embeddings"] = p.max_pos;
+  c["tie_word_embeddings"] = p.tie;
+  c["eos_token_id"] = keep_eos;
+  c["bos_token_id"] = nullptr;
+  c["dtype"] = keep_dtype;
+  c["pagedkv_make_model"] = {{"preset", o.preset}, {"seed", o.seed}};
+
+  auto lin = [&](const std::string& n, int64_t out, int64_t in) {
+    float stdv = std::min(0.08f, 1.0f / std::sqrt(static_cast<float>(in)));
+    specs->push_back({n, {out, in}, 0.0f, stdv * std::sqrt(3.0f)});
+  };
+  auto vec = [&](const std::string& n, int64_t d, float center, float scale) {
+    specs->push_back({n, {d}, center, scale});
+  };
+  specs->clear();
+  specs->push_back(
+      {"backbone.embeddings.weight", {p.vocab, p.hidden}, 0.0f, 0.08f * std::sqrt(3.0f)});
+  if (!p.tie) lin("lm_head.weight", p.vocab, p.hidden);
+  vec("backbone.norm_f.weight", p.hidden, 1.0f, 0.1f);
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string pre = "backbone.layers." + std::to_string(l) + ".";
+    const std::string x = pre + "mixer.";
+    vec(pre + "norm.weight", p.hidden, 1.0f, 0.1f);
+    const std::string kind = kPattern[l % 4];
+    if (kind == "linear_attention") {
+      lin(x + "in_proj.weight", inner + conv_dim + mheads, p.hidden);
+      specs->push_back({x + "conv1d.weight", {conv_dim, 1, kconv}, 0.0f, 0.5f});
+      vec(x + "conv1d.bias", conv_dim, 0.0f, 0.1f);
+      vec(x + "A_log", mheads, 0.5f, 0.5f);  // A = -exp(A_log) in [-e, -1]
+      vec(x + "D", mheads, 1.0f, 0.1f);
+      vec(x + "dt_bias", mheads, -2.0f, 1.0f);  // softplus: dt around 0.05..0.3
+      vec(x + "norm.weight", inner, 1.0f, 0.1f);
+      lin(x + "out_proj.weight", p.hidden, inner);
+    } else if (kind == "full_attention") {
+      lin(x + "q_proj.weight", p.heads * p.head_dim, p.hidden);
+      lin(x + "k_proj.weight", p.kv_heads * p.head_dim, p.hidden);
+      lin(x + "v_proj.weight", p.kv_heads * p.head_dim, p.hidden);
+      lin(x + "o_proj.weight", p.hidden, p.heads * p.head_dim);
+    } else if (kind == "mlp") {
+      lin(x + "up_proj.weight", p.inter, p.hidden);
+      lin(x + "down_proj.weight", p.hidden, p.inter);
+    } else {
+      lin(x + "gate.weight", p.experts, p.hidden);
+      vec(x + "gate.e_score_correction_bias", p.experts, 0.0f, 0.01f);
+      for (int64_t e = 0; e < p.experts; ++e) {
+        const std::string ex = x + "experts." + std::to_string(e) + ".";
+        lin(ex + "up_proj.weight", p.moe_inter, p.hidden);
+        lin(ex + "down_proj.weight", p.hidden, p.moe_inter);
+      }
+      lin(x + "shared_experts.up_proj.weight", p.moe_inter, p.hidden);
+      lin(x + "shared_experts.down_proj.weight", p.hidden, p.moe_inter);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> make_model_families() {
   return {"qwen3",       "qwen3_moe",   "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
-          "gemma3_text", "gemma4_text", "lfm2",       "lfm2_moe"};
+          "gemma3_text", "gemma4_text", "lfm2",       "lfm2_moe",     "nemotron_h"};
 }
 
 std::vector<std::string> make_model_presets() { return {"tiny", "small", "qwen3-0.6b-shape"}; }
@@ -487,6 +584,7 @@ Status make_random_model(const MakeModelOptions& o) {
   }
   if (lfm2) lfm2_checkpoint(p, o.family == "lfm2_moe", &c, &specs);
   if (is_gemma_family(o.family)) gemma_spec(o, p, gemma_moe, &c, &specs);
+  if (o.family == "nemotron_h") nemotron_h_layout(o, p, &c, &specs);
   // Sorted like encode_safetensors; the seed stream of a tensor is keyed by its name.
   std::sort(specs.begin(), specs.end(),
             [](const Spec& a, const Spec& b) { return a.name < b.name; });

@@ -21,6 +21,7 @@ const std::pair<const char*, FamilyFactory> kFamilies[] = {
     {"gemma4_text", &create_gemma},
     {"lfm2", &create_lfm2},
     {"lfm2_moe", &create_lfm2},
+    {"nemotron_h", &create_nemotron_h},
 };
 
 }  // namespace

@@ -36,5 +36,8 @@ StatusOr<std::unique_ptr<Model>> create_gemma(std::shared_ptr<const Checkpoint> 
                                               backend::Backend& backend);
 StatusOr<std::unique_ptr<Model>> create_lfm2(std::shared_ptr<const Checkpoint> ckpt,
                                              const LoadOptions& options, backend::Backend& backend);
+StatusOr<std::unique_ptr<Model>> create_nemotron_h(std::shared_ptr<const Checkpoint> ckpt,
+                                                   const LoadOptions& options,
+                                                   backend::Backend& backend);
 
 }  // namespace pagedkv::model

@@ -151,7 +151,7 @@ TEST_P(OracleTest, GreedyDecodeOneTokenAtATimeMatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Families, OracleTest,
                          ::testing::Values("qwen3-a", "qwen3_moe-a", "qwen3_5_text-a",
                                            "qwen3_5_moe_text-a", "qwen3_next-a", "gemma3_text-a",
-                                           "gemma4_text-a", "lfm2-a", "lfm2_moe-a"),
+                                           "gemma4_text-a", "lfm2-a", "lfm2_moe-a", "nemotron_h-a"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

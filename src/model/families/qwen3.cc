@@ -4,9 +4,7 @@
 // listed in mlp_only_layers; softmax router, top num_experts_per_tok, optionally
 // renormalized by norm_topk_prob). Tensor names are Hugging Face's.
 #include <cmath>
-#include <cstring>
 
-#include "model/generation_config.h"
 #include "model/layers.h"
 #include "model/registry.h"
 
@@ -84,25 +82,9 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   mc.head_dim = static_cast<int32_t>(v);
   PKV_ASSIGN_OR_RETURN(mc.max_position_embeddings, c.get_int_or("max_position_embeddings", 32768));
   PKV_ASSIGN_OR_RETURN(mc.tie_word_embeddings, c.get_bool_or("tie_word_embeddings", false));
-  PKV_ASSIGN_OR_RETURN(auto eos, c.get_int_list_or_empty("eos_token_id"));
-  for (int64_t e : eos) {
-    if (e < 0 || e > INT32_MAX)
-      return c.error("eos_token_id", "holds " + std::to_string(e) + ", not a token id");
-    mc.eos_token_ids.push_back(static_cast<int32_t>(e));
-  }
-  PKV_RETURN_IF_ERROR(merge_generation_config_eos(ckpt->dir(), &mc.eos_token_ids));
-  PKV_ASSIGN_OR_RETURN(v, c.get_int_or("bos_token_id", -1));
-  if (v < -1 || v > INT32_MAX)
-    return c.error("bos_token_id", "holds " + std::to_string(v) + ", not a token id");
-  mc.bos_token_id = static_cast<int32_t>(v);
+  PKV_RETURN_IF_ERROR(read_special_token_ids(c, ckpt->dir(), &mc));
   PKV_ASSIGN_OR_RETURN(mc.cache, read_cache_config(c));
-  double eps;
-  PKV_ASSIGN_OR_RETURN(eps, c.get_double_or("rms_norm_eps", 1e-6));
-  // rsqrt(mean + eps): a non-positive (or float-underflowing) eps can divide by 0.
-  if (!(eps > 0.0 && eps <= 1.0) || !(static_cast<float>(eps) > 0.0f))
-    return c.error("rms_norm_eps",
-                   "must be in (0, 1] (and not 0 as a float), got " + std::to_string(eps));
-  m->eps_ = static_cast<float>(eps);
+  PKV_ASSIGN_OR_RETURN(m->eps_, read_norm_eps(c, "rms_norm_eps", 1e-6));
   int64_t inter;
   PKV_ASSIGN_OR_RETURN(inter, c.get_int("intermediate_size"));
   PKV_RETURN_IF_ERROR(positive(c, "intermediate_size", inter));
