@@ -383,7 +383,10 @@ TEST_P(MatmulPathsTest, IsaThreadCountAndBatchSizeNeverChangeABit) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulPathsTest,
                          ::testing::Values(Dims{64, 64, 64}, Dims{1, 1024, 300}, Dims{8, 1000, 77},
-                                           Dims{130, 136, 203}, Dims{32, 3, 17}),
+                                           Dims{130, 136, 203}, Dims{32, 3, 17},
+                                           // the packed nest: several K blocks (the last
+                                           // short), row blocks and column panels
+                                           Dims{200, 1048, 301}, Dims{17, 520, 33}),
                          [](const auto& info) {
                            const Dims& d = info.param;
                            return "M" + std::to_string(d.m) + "_K" + std::to_string(d.k) + "_N" +

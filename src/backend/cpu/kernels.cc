@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/matmul_isa.h"
@@ -31,6 +32,7 @@ namespace {
 // the same order (no FMA: -ffp-contract=off, and "avx2" does not enable FMA), so
 // both variants produce identical bits (tests/backend/kernels_test.cc checks it).
 Isa g_isa_override = Isa::kAuto;
+bool g_matmul_packing = true;
 bool use_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   if (g_isa_override == Isa::kGeneric) return false;
@@ -403,6 +405,14 @@ __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, i
 }
 float dot_generic(const float* a, const float* b, int64_t n) { return dot_body(a, b, n); }
 
+// This thread's lane buffer for the packed matmul loop nest (matmul_isa.h).
+float* matmul_scratch() {
+  static thread_local std::unique_ptr<float[]> buf;
+  if (!buf) buf.reset(new float[kMatmulScratchFloats + 16]);
+  const auto p = reinterpret_cast<uintptr_t>(buf.get());
+  return reinterpret_cast<float*>((p + 63) & ~uintptr_t{63});
+}
+
 // Element-wise work below this many elements runs on the caller alone: a parallel
 // region costs microseconds.
 constexpr int64_t kParallelElems = 1 << 15;
@@ -410,6 +420,7 @@ constexpr int64_t kParallelElems = 1 << 15;
 }  // namespace
 
 void set_isa_for_testing(Isa isa) { g_isa_override = isa; }
+void set_matmul_packing_for_testing(bool on) { g_matmul_packing = on; }
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   return use_avx2() ? dot_avx2(a, b, n) : dot_generic(a, b, n);
@@ -459,20 +470,26 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
   a.wdt = static_cast<int>(wdt);
   a.n = n;
   a.y = y;
-  void (*cols)(const MatmulArgs&, int64_t, int64_t) = nullptr;
+  void (*simd)(const MatmulArgs&, int64_t, int64_t, float*) = nullptr;
+  void (*generic)(const MatmulArgs&, int64_t, int64_t) = nullptr;
   switch (matmul_isa()) {
     case Isa::kAvx512:
-      cols = matmul_cols_avx512;
+      simd = matmul_cols_avx512;
       break;
     case Isa::kAvx2:
-      cols = matmul_cols_avx2;
+      simd = matmul_cols_avx2;
       break;
     default:
-      cols = wdt == WeightDType::kF32    ? cols_generic<WeightDType::kF32>
-             : wdt == WeightDType::kBF16 ? cols_generic<WeightDType::kBF16>
-                                         : cols_generic<WeightDType::kF16>;
+      generic = wdt == WeightDType::kF32    ? cols_generic<WeightDType::kF32>
+                : wdt == WeightDType::kBF16 ? cols_generic<WeightDType::kBF16>
+                                            : cols_generic<WeightDType::kF16>;
       break;
   }
+  // The packed loop nest's lane buffer: one per thread, allocated on first use.
+  auto cols = [&](const MatmulArgs& args, int64_t b, int64_t e) {
+    if (simd == nullptr) return generic(args, b, e);
+    simd(args, b, e, m >= kPackMinRows && g_matmul_packing ? matmul_scratch() : nullptr);
+  };
   // The output columns are split into one fixed contiguous range per thread (in
   // groups of 16 columns); every column is computed over all m rows by one thread,
   // so each weight tile is streamed from memory once per call for the whole batch.

@@ -27,6 +27,9 @@ namespace pagedkv::backend::cpu {
 // so tests can prove it.
 enum class Isa { kAuto, kGeneric, kAvx2, kAvx512 };
 void set_isa_for_testing(Isa isa);
+// Off: the matmul's packed (prefill) loop nest is never used, only the direct one
+// (same bits; for tests and the benchmarks' same-run baseline).
+void set_matmul_packing_for_testing(bool on);
 // The matmul path taken on this CPU (for --verbose and the benchmarks).
 const char* isa_name();
 // Measured FMA throughput of all the pool's threads running register-only FMA
