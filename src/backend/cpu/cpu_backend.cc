@@ -164,24 +164,30 @@ void CpuBackend::rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim,
 // threads cannot change a bit.
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   OpTimer t(kActivation);
-  elementwise(n, &pool_, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float g = gate[i];
-      out[i] = (g / (1.0f + std::exp(-g))) * up[i];
-    }
-  });
+  elementwise(
+      n, &pool_,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          float g = gate[i];
+          out[i] = (g / (1.0f + std::exp(-g))) * up[i];
+        }
+      },
+      /*heavy=*/true);
 }
 
 void CpuBackend::gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
   OpTimer t(kActivation);
   const float k0 = 0.7978845608028654f;  // sqrt(2/pi)
-  elementwise(n, &pool_, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float g = gate[i];
-      float inner = k0 * (g + 0.044715f * (g * g * g));
-      out[i] = (0.5f * g * (1.0f + std::tanh(inner))) * up[i];
-    }
-  });
+  elementwise(
+      n, &pool_,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          float g = gate[i];
+          float inner = k0 * (g + 0.044715f * (g * g * g));
+          out[i] = (0.5f * g * (1.0f + std::tanh(inner))) * up[i];
+        }
+      },
+      /*heavy=*/true);
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {

@@ -50,8 +50,10 @@ void rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType w
 void rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
           const RopeParams& p, ThreadPool* pool = nullptr);
 
-// fn(begin, end) over [0, n) element ranges, split over the pool when n is large.
-void elementwise(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn);
+// fn(begin, end) over [0, n) element ranges, split over the pool when n is large
+// (heavy: each element costs a transcendental function, so split from 2,048 on).
+void elementwise(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn,
+                 bool heavy = false);
 
 void attention(const AttentionArgs& a, ThreadPool* pool);
 // Several attentions (one per batch row) as one parallel region over all their
