@@ -339,15 +339,41 @@ void issue11_table(const std::string& preset) {
                          {1, 1024, 3072},
                          {8, 1024, 3072},
                          {32, 1024, 3072}}) {
-    double gf = gemm_gflops(M, K, N, M == 1 ? 200 : M < 32 ? 50 : 5);
+    const int reps = M == 1 ? 200 : M <= 32 ? 50 : 5;
+    double gf = gemm_gflops(M, K, N, reps);
     backend::cpu::set_matmul_packing_for_testing(false);
-    double direct = gemm_gflops(M, K, N, M == 1 ? 200 : M < 32 ? 50 : 5);
+    double direct = gemm_gflops(M, K, N, reps);
     backend::cpu::set_matmul_packing_for_testing(true);
     std::printf(
         "GEMM M=%-4lld K=%-4lld N=%-4lld bf16   %8.1f GFLOP/s = %.0f%% of the measured FMA peak "
         "%.0f GFLOP/s (direct nest only: %.1f)\n",
         static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N), gf,
         peak > 0 ? 100.0 * gf / peak : 0.0, peak, direct);
+  }
+  // Decode's weight streaming from DRAM: the lm_head shape (311 MB of bf16), with
+  // and without the direct nest's prefetch of the next tile.
+  for (int64_t M : {1, 8}) {
+    const int64_t K = 1024, N = 151936;
+    const double on = gemm_gflops(M, K, N, 10);
+    backend::cpu::set_matmul_prefetch_for_testing(false);
+    const double off = gemm_gflops(M, K, N, 10);
+    backend::cpu::set_matmul_prefetch_for_testing(true);
+    std::printf("GEMM M=%lld K=1024 N=151936 (311 MB bf16 from DRAM): prefetch %.1f GB/s, "
+                "without %.1f GB/s of weights\n",
+                static_cast<long long>(M), on / (2.0 * M) * 2, off / (2.0 * M) * 2);
+  }
+  // The packed nest's blocking at the two prefill shapes (same bits for all).
+  for (auto [M, K, N] : {std::array<int64_t, 3>{512, 1024, 3072}, {512, 3072, 1024}}) {
+    std::printf("GEMM M=%lld K=%lld N=%lld by K block x row block:", static_cast<long long>(M),
+                static_cast<long long>(K), static_cast<long long>(N));
+    for (int64_t kc : {128, 256, 512})
+      for (int64_t mb : {48, 96, 192}) {
+        backend::cpu::set_matmul_blocking_for_testing(kc, mb);
+        std::printf(" %lldx%lld %.0f", static_cast<long long>(kc), static_cast<long long>(mb),
+                    gemm_gflops(M, K, N, 5));
+      }
+    std::printf(" GFLOP/s\n");
+    backend::cpu::set_matmul_blocking_for_testing(512, 96);
   }
   double rd = 0, cp = 0;
   bandwidth(size_t{1} << 30, &rd, &cp);

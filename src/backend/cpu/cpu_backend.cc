@@ -164,15 +164,7 @@ void CpuBackend::rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim,
 // threads cannot change a bit.
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   OpTimer t(kActivation);
-  elementwise(
-      n, &pool_,
-      [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          float g = gate[i];
-          out[i] = (g / (1.0f + std::exp(-g))) * up[i];
-        }
-      },
-      /*heavy=*/true);
+  cpu::silu_mul(gate, up, n, out, &pool_);
 }
 
 void CpuBackend::gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {

@@ -33,6 +33,8 @@ namespace {
 // both variants produce identical bits (tests/backend/kernels_test.cc checks it).
 Isa g_isa_override = Isa::kAuto;
 bool g_matmul_packing = true;
+int64_t g_matmul_kc = 512, g_matmul_mb = 96;
+bool g_matmul_prefetch = true;
 bool use_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   if (g_isa_override == Isa::kGeneric) return false;
@@ -91,6 +93,53 @@ PKV_INLINE v8f widen_bf16(const uint16_t* p) {
 
 PKV_INLINE float hsum(v8f a) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+typedef int32_t v8i32 __attribute__((vector_size(32)));
+PKV_INLINE v8f splat8(float f) { return v8f{f, f, f, f, f, f, f, f}; }
+
+// e^x of 8 floats with a fixed sequence of IEEE operations (no FMA: the build has
+// -ffp-contract=off), so every ISA clone, and a scalar call through the same
+// function, gives the same bits. Cody-Waite reduction x = n·ln2 + r, |r| <= ln2/2,
+// Cephes' degree-7 polynomial for e^r, times 2^n built in the exponent field.
+// Within 2 ulp of the correctly rounded result on [-87.3, 88.3]; 0 below (also
+// for -inf), +inf above, NaN stays NaN. Softmax and SiLU call it instead of
+// std::exp: a vector of eight exps for the price of about one scalar libm call.
+PKV_INLINE v8f vexp(v8f x) {
+  const v8f hi = splat8(88.3762626647949f), lo = splat8(-87.3365478515625f);
+  v8f xc = x > hi ? hi : x;
+  xc = xc < lo ? lo : xc;
+  const v8f magic = splat8(12582912.0f);  // 1.5·2^23: adding it rounds to an integer
+  const v8f t = xc * splat8(1.44269504088896341f) + magic;
+  const v8f n = t - magic;
+  v8f r = xc - n * splat8(0.693359375f);
+  r = r - n * splat8(-2.12194440e-4f);
+  v8f p = splat8(1.9875691500e-4f);
+  p = p * r + splat8(1.3981999507e-3f);
+  p = p * r + splat8(8.3334519073e-3f);
+  p = p * r + splat8(4.1665795894e-2f);
+  p = p * r + splat8(1.6666665459e-1f);
+  p = p * r + splat8(5.0000001201e-1f);
+  p = p * (r * r) + r + splat8(1.0f);
+  v8i32 ni, ti, mi;
+  std::memcpy(&ti, &t, sizeof(ti));
+  const v8f mg = magic;
+  std::memcpy(&mi, &mg, sizeof(mi));
+  ni = ti - mi;  // n as an integer (the low mantissa bits of t)
+  const v8i32 sbits = (ni + 127) << 23;
+  v8f scale;
+  std::memcpy(&scale, &sbits, sizeof(scale));
+  v8f y = p * scale;
+  y = x < lo ? splat8(0.0f) : y;
+  y = x > hi ? splat8(std::numeric_limits<float>::infinity()) : y;
+  return x != x ? x : y;
+}
+PKV_INLINE float vexp1(float x) { return vexp(splat8(x))[0]; }
+
+// p[j] = e^(p[j] - m) for j < n; p has room for n rounded up to 8.
+PKV_INLINE void exp_shifted(float* p, int32_t n, float m) {
+  const v8f mv = splat8(m);
+  for (int32_t j = 0; j < n; j += 8) store8(p + j, vexp(load8(p + j) - mv));
 }
 
 template <WeightDType D>
@@ -246,8 +295,9 @@ PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, flo
         tmax = std::max(tmax, sc);
       }
       float mnew = std::max(mval, tmax);
-      float alpha = std::exp(mval - mnew);
+      float alpha = vexp1(mval - mnew);
       l = l * alpha;
+      exp_shifted(scores, j1 - j0, mnew);
       // Element-wise updates: vector width cannot change their results.
       if (vec) {
         v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
@@ -256,7 +306,7 @@ PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, flo
         for (int32_t d = 0; d < hd; ++d) acc[d] = acc[d] * alpha;
       }
       for (int32_t j = j0; j < j1; ++j) {
-        float pj = std::exp(scores[j - j0] - mnew);
+        float pj = scores[j - j0];
         l = l + pj;
         const int64_t vo = (j - tile * a.tile) * kv_row + kvh * hd;
         if (vec) {
@@ -358,15 +408,16 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, in
           tmax = std::max(tmax, sc);
         }
         const float mnew = std::max(mval[r], tmax);
-        const float alpha = std::exp(mval[r] - mnew);
+        const float alpha = vexp1(mval[r] - mnew);
         float lr = l[r] * alpha;
+        exp_shifted(scores, j1 - j0, mnew);
         float* accp = ws + r * HD;
         v8f acc[C];
         const v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
 #pragma GCC unroll 32
         for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
         for (int32_t jj = j0; jj < j1; ++jj) {
-          const float pj = std::exp(scores[jj - j0] - mnew);
+          const float pj = scores[jj - j0];
           lr = lr + pj;
           const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
           const v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
@@ -469,6 +520,11 @@ constexpr int64_t kParallelElems = 1 << 15;
 
 void set_isa_for_testing(Isa isa) { g_isa_override = isa; }
 void set_matmul_packing_for_testing(bool on) { g_matmul_packing = on; }
+void set_matmul_prefetch_for_testing(bool on) { g_matmul_prefetch = on; }
+void set_matmul_blocking_for_testing(int64_t kc, int64_t mb) {
+  g_matmul_kc = std::clamp<int64_t>(kc / 8 * 8, 8, kMatmulMaxKc);
+  g_matmul_mb = std::clamp<int64_t>(mb / 24 * 24, 24, kMatmulMaxRowBlock);
+}
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   return use_avx2() ? dot_avx2(a, b, n) : dot_generic(a, b, n);
@@ -518,6 +574,9 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
   a.wdt = static_cast<int>(wdt);
   a.n = n;
   a.y = y;
+  a.kc = g_matmul_kc;
+  a.mb = g_matmul_mb;
+  a.prefetch = g_matmul_prefetch;
   void (*simd)(const MatmulArgs&, int64_t, int64_t, float*) = nullptr;
   void (*generic)(const MatmulArgs&, int64_t, int64_t) = nullptr;
   switch (matmul_isa()) {
@@ -634,6 +693,46 @@ void elementwise(int64_t n, ThreadPool* pool, const std::function<void(int64_t, 
   }
 }
 
+float exp_for_testing(float x) { return vexp1(x); }
+
+namespace {
+PKV_INLINE void silu_mul_body(const float* gate, const float* up, int64_t b, int64_t e,
+                              float* out) {
+  const v8f one = splat8(1.0f);
+  int64_t i = b;
+  for (; i + 8 <= e; i += 8) {
+    const v8f g = load8(gate + i);
+    store8(out + i, (g / (one + vexp(-g))) * load8(up + i));
+  }
+  if (i < e) {
+    const v8f g = load_partial(gate + i, e - i), u = load_partial(up + i, e - i);
+    const v8f o = (g / (one + vexp(-g))) * u;
+    for (int64_t j = i; j < e; ++j) out[j] = o[j - i];
+  }
+}
+__attribute__((target("avx2"))) void silu_mul_avx2(const float* gate, const float* up, int64_t b,
+                                                   int64_t e, float* out) {
+  silu_mul_body(gate, up, b, e, out);
+}
+void silu_mul_generic(const float* gate, const float* up, int64_t b, int64_t e, float* out) {
+  silu_mul_body(gate, up, b, e, out);
+}
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
+  const bool avx2 = use_avx2();
+  elementwise(
+      n, pool,
+      [&](int64_t b, int64_t e) {
+        if (avx2) {
+          silu_mul_avx2(gate, up, b, e, out);
+        } else {
+          silu_mul_generic(gate, up, b, e, out);
+        }
+      },
+      /*heavy=*/true);
+}
+
 void attention(const AttentionArgs& a, ThreadPool* pool) { attention_batch(&a, 1, pool); }
 
 void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) {
@@ -664,9 +763,9 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     for (int32_t t = 0; t < a.num_tokens; ++t) keys += a.positions[t] + 1;
     work_units += keys * a.num_heads * a.head_dim * 2;
   }
-  // Grouped tasks read each K/V row once for several query rows; with too few of
-  // them to keep every thread busy (decode of one or two requests), one query head
-  // per task.
+  // Grouped tasks read each K/V row once for several query rows; with fewer than
+  // two per thread (decode of one or two requests, measured faster so), one query
+  // head per task.
   for (bool grouped : {true, false}) {
     for (size_t i = 0; i < count; ++i) {
       plans[i] = plan_for(args[i], grouped);
@@ -681,7 +780,7 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     int32_t max_hd = 0;
     for (size_t i = 0; i < count; ++i) max_hd = std::max(max_hd, args[i].head_dim);
     std::vector<float> ws(static_cast<size_t>(max_hd) * kAttnMaxRows);
-    float scores[256];
+    alignas(32) float scores[256];
     size_t i =
         static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     while (b < e) {

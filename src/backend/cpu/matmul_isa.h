@@ -24,17 +24,23 @@ struct MatmulArgs {
   int wdt = 0;              // 0 f32, 1 bf16, 2 f16 (WeightDType's values)
   int64_t n = 0;
   float* y = nullptr;  // [m][n]
+  // The packed nest's K block (a multiple of 8, at most kMatmulMaxKc) and row
+  // block (a multiple of 24, at most kMatmulMaxRowBlock). Any values give the
+  // same bits; they only move data between cache levels differently.
+  int64_t kc = 512, mb = 96;
+  // The direct nest prefetches the next tile's weight columns (speed only).
+  bool prefetch = true;
 };
 
 // The packed (prefill) loop nest: used from this many rows on (K a multiple of 8);
-// K blocks of kMatmulKc, row blocks of kMatmulRowBlock, column panels of up to
+// K blocks and row blocks as MatmulArgs says, column panels of up to
 // kMatmulPanelCols. Its per-thread lane buffer (64-byte aligned) holds
 // kMatmulScratchFloats floats.
 inline constexpr int64_t kPackMinRows = 16;
-inline constexpr int64_t kMatmulKc = 256;
-inline constexpr int64_t kMatmulRowBlock = 96;
+inline constexpr int64_t kMatmulMaxKc = 512;
+inline constexpr int64_t kMatmulMaxRowBlock = 192;
 inline constexpr int64_t kMatmulPanelCols = 128;
-inline constexpr int64_t kMatmulScratchFloats = kMatmulRowBlock * kMatmulPanelCols * 8;
+inline constexpr int64_t kMatmulScratchFloats = kMatmulMaxRowBlock * kMatmulPanelCols * 8;
 
 // Computes y[0..m)[nb..ne). scratch: a per-thread lane buffer of
 // kMatmulScratchFloats floats, or null (then only the direct loop nest runs).

@@ -15,9 +15,9 @@
 //    weights widened from bf16/f16 in the inner loop (each weight is used by at
 //    most a few rows, so widening it once per use costs nothing extra).
 //  * packed (M >= kPackMinRows, K % 8 == 0; prefill): BLIS-style. For a block of
-//    kKc values of K and a group of NV vectors' columns the weights are widened
-//    once into a small f32 buffer laid out in the order the kernel reads them
-//    (it stays in L1) and reused by every row tile of a kMb-row block; the
+//    block of K (MatmulArgs::kc) and a group of NV vectors' columns the weights
+//    are widened once into a small f32 buffer laid out in the order the kernel
+//    reads them (it stays in L1) and reused by every row tile of a row block; the
 //    tile's lane accumulators are stored to a per-thread lane buffer between K
 //    blocks and reloaded exactly (an f32 store/load is the identity), so
 //    splitting K into blocks does not change a lane's FMA sequence.
@@ -186,13 +186,22 @@ PKV_AI void for_row_tiles(int64_t m0, int64_t m1, Tile&& tile) {
 // MT rows × NV vectors (NV·kCols columns from n0) over the full K.
 template <class T, int D, int MT, int NV>
 PKV_AI void direct_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y,
-                        int64_t ldy) {
+                        int64_t ldy, bool prefetch) {
   using V = typename T::V;
   constexpr int C = T::kCols;
+  constexpr int64_t kLine = D == 0 ? 16 : 32;  // weights per 64-byte line
   V acc[MT][NV];
   init_acc<T, MT, NV>(acc, nullptr);
   const int64_t k8 = k & ~int64_t{7};
+  const char* wb = static_cast<const char*>(w);
   for (int64_t kk = 0; kk < k8; kk += 8) {
+    // Decode streams the weights from DRAM: fetch the next tile's columns while
+    // this one computes (a prefetch never faults, past the end either).
+    if (prefetch && (kk & (kLine - 1)) == 0) {
+#pragma GCC unroll 16
+      for (int c = 0; c < NV * C; ++c)
+        _mm_prefetch(wb + ((n0 + NV * C + c) * k + kk) * (D == 0 ? 4 : 2), _MM_HINT_T0);
+    }
     V wv[NV];
 #pragma GCC unroll 16
     for (int v = 0; v < NV; ++v)
@@ -223,9 +232,9 @@ PKV_AI void direct_tile(const float* x, int64_t k, const void* w, int64_t n0, fl
 // Rows [m0, m1) × NV vectors' columns at n0, in row tiles of up to MAXM.
 template <class T, int D, int NV, int MAXM>
 PKV_AI void direct_rows(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t n,
-                        int64_t m0, int64_t m1) {
+                        int64_t m0, int64_t m1, bool prefetch) {
   for_row_tiles<MAXM>(m0, m1, [&]<int R>(int64_t i) {
-    direct_tile<T, D, R, NV>(x + i * k, k, w, n0, y + i * n, n);
+    direct_tile<T, D, R, NV>(x + i * k, k, w, n0, y + i * n, n, prefetch);
   });
 }
 
@@ -237,6 +246,7 @@ void direct_cols(const MatmulArgs& a, int64_t nb, int64_t ne) {
   using T = Main;
   constexpr int C = T::kCols;
   const int64_t m = a.m, k = a.k, n = a.n;
+  const bool pf = a.prefetch;
   for (int64_t p0 = nb; p0 < ne; p0 += kPanelCols) {
     const int64_t p1 = p0 + kPanelCols < ne ? p0 + kPanelCols : ne;
     for (int64_t m0 = 0; m0 < m; m0 += kRowBlock) {
@@ -244,13 +254,14 @@ void direct_cols(const MatmulArgs& a, int64_t nb, int64_t ne) {
       int64_t j = p0;
       if (m1 - m0 <= T::kDecRows) {
         for (; j + C * T::kDecVecs <= p1; j += C * T::kDecVecs)
-          direct_rows<T, D, T::kDecVecs, T::kDecRows>(a.x, k, a.w, j, a.y, n, m0, m1);
+          direct_rows<T, D, T::kDecVecs, T::kDecRows>(a.x, k, a.w, j, a.y, n, m0, m1, pf);
       }
       for (; j + C * T::kVecs <= p1; j += C * T::kVecs)
-        direct_rows<T, D, T::kVecs, T::kRows>(a.x, k, a.w, j, a.y, n, m0, m1);
-      for (; j + C <= p1; j += C) direct_rows<T, D, 1, T::kRows>(a.x, k, a.w, j, a.y, n, m0, m1);
+        direct_rows<T, D, T::kVecs, T::kRows>(a.x, k, a.w, j, a.y, n, m0, m1, pf);
+      for (; j + C <= p1; j += C)
+        direct_rows<T, D, 1, T::kRows>(a.x, k, a.w, j, a.y, n, m0, m1, false);
       // A last single column of a two-column build: one ymm per element.
-      for (; j < p1; ++j) direct_rows<VY, D, 1, 4>(a.x, k, a.w, j, a.y, n, m0, m1);
+      for (; j < p1; ++j) direct_rows<VY, D, 1, 4>(a.x, k, a.w, j, a.y, n, m0, m1, false);
     }
   }
 }
@@ -313,22 +324,22 @@ void packed_cols(const MatmulArgs& a, int64_t nb, int64_t ne, float* scratch) {
   constexpr int MT = T::kPackRows, NV = T::kPackVecs, F = T::kFloats;
   constexpr int64_t G = NV * T::kCols;  // columns per group
   constexpr int64_t P = (kMatmulPanelCols / G) * G;
-  static_assert(kMatmulRowBlock % MT == 0);
-  static_assert(kMatmulRowBlock * kMatmulPanelCols * 8 <= kMatmulScratchFloats);
-  alignas(64) float wp[kMatmulKc / 8 * NV * F];
+  static_assert(24 % MT == 0);
+  alignas(64) float wp[kMatmulMaxKc / 8 * NV * F];
+  const int64_t kc = a.kc, mb = a.mb;
   const int64_t m = a.m, k = a.k, n = a.n;
   for (int64_t p0 = nb; p0 < ne; p0 += P) {
     const int64_t p1 = p0 + P < ne ? p0 + P : ne;
-    for (int64_t m0 = 0; m0 < m; m0 += kMatmulRowBlock) {
-      const int64_t m1 = m0 + kMatmulRowBlock < m ? m0 + kMatmulRowBlock : m;
-      for (int64_t kc0 = 0; kc0 < k; kc0 += kMatmulKc) {
-        const int64_t kc1 = kc0 + kMatmulKc < k ? kc0 + kMatmulKc : k;
+    for (int64_t m0 = 0; m0 < m; m0 += mb) {
+      const int64_t m1 = m0 + mb < m ? m0 + mb : m;
+      for (int64_t kc0 = 0; kc0 < k; kc0 += kc) {
+        const int64_t kc1 = kc0 + kc < k ? kc0 + kc : k;
         const bool first = kc0 == 0, last = kc1 == k;
         const int64_t steps = (kc1 - kc0) / 8;
         for (int64_t g0 = p0; g0 < p1; g0 += G) {
           const int nc = static_cast<int>(p1 - g0 < G ? p1 - g0 : G);
           pack_w<T, D, NV>(a.w, k, g0, nc, kc0, kc1, wp);
-          float* lb = scratch + (g0 - p0) / G * (kMatmulRowBlock * NV * F);
+          float* lb = scratch + (g0 - p0) / G * (mb * NV * F);
           const float* xb = a.x + kc0;
           for_row_tiles<MT>(m0, m1, [&]<int R>(int64_t i) {
             packed_tile<T, R, NV>(xb + i * k, k, wp, steps, lb + (i - m0) * NV * F, first, last,
