@@ -33,7 +33,7 @@ void set_matmul_packing_for_testing(bool on);
 // The packed nest's K block and row block (rounded to multiples of 8 and 24 and
 // clamped; default 512 and 96): any values give the same bits.
 void set_matmul_blocking_for_testing(int64_t kc, int64_t mb);
-// Off: the direct nest does not prefetch the next tile's weights (speed only).
+// Off: the matmul does not prefetch the next tile's weights (speed only).
 void set_matmul_prefetch_for_testing(bool on);
 // The matmul path taken on this CPU (for --verbose and the benchmarks).
 const char* isa_name();

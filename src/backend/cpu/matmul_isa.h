@@ -28,7 +28,7 @@ struct MatmulArgs {
   // block (a multiple of 24, at most kMatmulMaxRowBlock). Any values give the
   // same bits; they only move data between cache levels differently.
   int64_t kc = 512, mb = 96;
-  // The direct nest prefetches the next tile's weight columns (speed only).
+  // Both nests prefetch the next tile's / group's weight columns (speed only).
   bool prefetch = true;
 };
 
