@@ -14,6 +14,8 @@ echo "build: $(( $(date +%s) - t0 )) s"
 grep -E "PASSED|FAILED" $OUT/tests.log
 echo "tests: $(( $(date +%s) - t0 )) s"
 PAGEDKV_BENCH_MODEL_DIR=/tmp/pkvmodels ./build/bench/model/bench_model_throughput --table 2>&1 | grep -v "pagedkv info" | tee $OUT/table.txt
+echo "== prefill and decode again, f32 KV (run-to-run spread)"
+PAGEDKV_BENCH_TABLE_SHORT=1 PAGEDKV_BENCH_MODEL_DIR=/tmp/pkvmodels ./build/bench/model/bench_model_throughput --table 2>&1 | grep -E "^prefill|^decode," | tee $OUT/table_again.txt
 echo "== decode with bf16 KV (PAGEDKV_KV_DTYPE=bf16)"
 PAGEDKV_BENCH_TABLE_SHORT=1 PAGEDKV_KV_DTYPE=bf16 PAGEDKV_BENCH_MODEL_DIR=/tmp/pkvmodels ./build/bench/model/bench_model_throughput --table 2>&1 | grep -E "^prefill|^decode," | tee $OUT/table_bf16kv.txt
 echo "total: $(( $(date +%s) - t0 )) s"

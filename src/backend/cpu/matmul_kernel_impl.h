@@ -274,17 +274,9 @@ void direct_cols(const MatmulArgs& a, int64_t nb, int64_t ne) {
 // kCols)]); columns past ncols are zero.
 template <class T, int D, int NV>
 PKV_AI void pack_w(const void* w, int64_t k, int64_t g0, int ncols, int64_t kc0, int64_t kc1,
-                   float* wp, bool prefetch) {
+                   float* wp) {
   constexpr int C = T::kCols;
-  constexpr int64_t kLine = D == 0 ? 16 : 32;  // weights per 64-byte line
-  const char* wb = static_cast<const char*>(w);
   for (int64_t s = 0; kc0 + 8 * s < kc1; ++s) {
-    // The next group's columns over the same K block, while this group computes.
-    if (prefetch && ((8 * s) & (kLine - 1)) == 0) {
-#pragma GCC unroll 16
-      for (int j = 0; j < NV * C; ++j)
-        _mm_prefetch(wb + ((g0 + NV * C + j) * k + kc0 + 8 * s) * (D == 0 ? 4 : 2), _MM_HINT_T0);
-    }
 #pragma GCC unroll 16
     for (int j = 0; j < NV * C; ++j) {
       float* dst = wp + (s * NV + j / C) * T::kFloats + 8 * (j % C);
@@ -346,7 +338,7 @@ void packed_cols(const MatmulArgs& a, int64_t nb, int64_t ne, float* scratch) {
         const int64_t steps = (kc1 - kc0) / 8;
         for (int64_t g0 = p0; g0 < p1; g0 += G) {
           const int nc = static_cast<int>(p1 - g0 < G ? p1 - g0 : G);
-          pack_w<T, D, NV>(a.w, k, g0, nc, kc0, kc1, wp, a.prefetch);
+          pack_w<T, D, NV>(a.w, k, g0, nc, kc0, kc1, wp);
           float* lb = scratch + (g0 - p0) / G * (mb * NV * F);
           const float* xb = a.x + kc0;
           for_row_tiles<MT>(m0, m1, [&]<int R>(int64_t i) {
