@@ -16,7 +16,10 @@
 // memory bandwidth with decode's fraction of that roofline.
 // Usage: bench_model_throughput [--quick | --table [PRESET]]
 //   --quick skips the 0.6B-shape preset; --table runs only issue 11's table
-//   (on PRESET, default qwen3-0.6b-shape).
+//   (on PRESET, default qwen3-0.6b-shape) with the backend's op profile of each
+//   timed phase, same-run baselines (direct matmul nest only, no prefetch) and a
+//   K-block × row-block sweep; PAGEDKV_BENCH_TABLE_SHORT=1 stops after the
+//   prefill and decode rows.
 #include <algorithm>
 #include <array>
 #include <chrono>

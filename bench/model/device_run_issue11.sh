@@ -1,7 +1,10 @@
 #!/bin/bash
 # Issue 11 device run (16-core host of the H200): build, exactness tests, the table
 # (with each phase's op profile), the 1 GiB bandwidth and GEMM figures.
-# Usage (from the device tool, in a copy of the tree): bash bench/model/device_run_issue11.sh
+# Usage (from the device tool, in a copy of the tree, after unpacking the Debian
+# packages of .devdeps and exporting their paths, e.g. `source .devdeps/setup.sh`;
+# when the tree that travels must stay small, a copy without static libraries and
+# docs, tar.xz-compressed, did the same): bash bench/model/device_run_issue11.sh
 set -u
 cd "$(dirname "$0")/../.."
 (lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|MHz|L2|L3"; grep -o 'amx[a-z_0-9]*\|avx512_bf16' /proc/cpuinfo | sort -u | tr '\n' ' '; echo; nproc) > $OUT/lscpu.txt 2>&1
