@@ -780,7 +780,7 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     int32_t max_hd = 0;
     for (size_t i = 0; i < count; ++i) max_hd = std::max(max_hd, args[i].head_dim);
     std::vector<float> ws(static_cast<size_t>(max_hd) * kAttnMaxRows);
-    alignas(32) float scores[256];
+    alignas(32) float scores[256] = {};  // exp_shifted reads whole 8-blocks
     size_t i =
         static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     while (b < e) {
