@@ -17,6 +17,7 @@ void BM_Matmul(benchmark::State& st) {
   const int64_t M = st.range(0), K = st.range(1), N = st.range(2);
   const bool bf16 = st.range(3) != 0;
   const int threads = static_cast<int>(st.range(4));
+  pagedkv::backend::cpu::set_matmul_packing_for_testing(st.range(5) != 0);
   std::mt19937 g(1);
   std::normal_distribution<float> d;
   std::vector<float> x(M * K), w(N * K), y(M * N);
@@ -36,13 +37,21 @@ void BM_Matmul(benchmark::State& st) {
 }
 
 BENCHMARK(BM_Matmul)
-    ->ArgNames({"M", "K", "N", "bf16", "threads"})
-    ->Args({1, 1024, 3072, 0, 1})
-    ->Args({1, 1024, 3072, 0, 2})
-    ->Args({1, 1024, 3072, 1, 2})
-    ->Args({64, 1024, 3072, 0, 1})
-    ->Args({64, 1024, 3072, 0, 2})
-    ->Args({64, 1024, 3072, 1, 2})
+    ->ArgNames({"M", "K", "N", "bf16", "threads", "packed"})
+    ->Args({1, 1024, 3072, 0, 1, 1})
+    ->Args({1, 1024, 3072, 0, 2, 1})
+    ->Args({1, 1024, 3072, 1, 2, 1})
+    ->Args({64, 1024, 3072, 0, 1, 1})
+    ->Args({64, 1024, 3072, 0, 2, 1})
+    ->Args({64, 1024, 3072, 1, 2, 1})
+    ->Args({8, 1024, 3072, 1, 1, 1})
+    ->Args({16, 1024, 3072, 1, 1, 1})
+    ->Args({32, 1024, 3072, 1, 1, 1})
+    ->Args({256, 1024, 3072, 1, 1, 1})
+    ->Args({256, 3072, 1024, 1, 1, 1})
+    ->Args({32, 1024, 3072, 1, 1, 0})
+    ->Args({256, 1024, 3072, 1, 1, 0})
+    ->Args({256, 3072, 1024, 1, 1, 0})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

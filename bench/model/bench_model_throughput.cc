@@ -16,7 +16,10 @@
 // memory bandwidth with decode's fraction of that roofline.
 // Usage: bench_model_throughput [--quick | --table [PRESET]]
 //   --quick skips the 0.6B-shape preset; --table runs only issue 11's table
-//   (on PRESET, default qwen3-0.6b-shape).
+//   (on PRESET, default qwen3-0.6b-shape) with the backend's op profile of each
+//   timed phase, same-run baselines (direct matmul nest only, no prefetch) and a
+//   K-block × row-block sweep; PAGEDKV_BENCH_TABLE_SHORT=1 stops after the
+//   prefill and decode rows.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -121,6 +124,8 @@ void ttft(const std::string& preset, model::DType dt) {
 // prefix + 16 own tokens each are submitted together; the engine prefills their
 // suffixes and then runs one forward of n decode rows per step. Only the steps
 // with no prefill row are timed.
+bool g_profile = false;  // --table: print where each timed phase spends its time
+
 double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t prefix_len, int steps) {
   const int32_t V = m->config().vocab_size;
   auto e = engine_for(m, 2048, 2048);  // allocated up front: no pool growth while timed
@@ -137,16 +142,24 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
   }
   double sec = 0;
   int64_t tokens = 0;
+  auto& cpu = static_cast<backend::cpu::CpuBackend&>(backend::cpu_backend());
+  cpu.profile_report();  // starts the op profile over
   for (;;) {
     const bool pure_decode = e->stats().running == n && e->stats().waiting == 0;
+    cpu.set_profiling(pure_decode);
     auto t = Clock::now();
     engine::StepReport rep = e->step();
     const double dt = secs(t);
+    cpu.set_profiling(false);
     if (rep.idle()) break;
     if (pure_decode && rep.prefill_rows == 0 && rep.decode_rows == n) {
       sec += dt;
       tokens += rep.decode_rows;
     }
+  }
+  if (g_profile) {
+    std::printf("  op profile of the pure-decode steps (%.2f ms of wall time in step()):\n%s",
+                sec * 1e3, cpu.profile_report().c_str());
   }
   for (auto& h : hs) bench::wait_ok(h);
   if (e->stats().cached_prompt_tokens < static_cast<uint64_t>(n) * (prefix_len / 16 * 16)) {
@@ -212,22 +225,44 @@ void issue11_table(const std::string& preset) {
   const double weight_bytes =
       static_cast<double>(std::filesystem::file_size(dir + "/model.safetensors"));
   // Prefill: one 512-token prompt in one step (best of 2, fresh engine each).
-  double prefill_tps = 0;
-  for (int rep = 0; rep < 2; ++rep) {
-    auto e = engine_for(m, 512, 1024);  // allocated up front: no pool growth while timed
-    auto h = bench::submit_fixed(*e, prompt(512, c.vocab_size), 1);
-    auto t = Clock::now();
-    engine::StepReport r = e->step();
-    const double s = secs(t);
-    bench::wait_ok(h);
-    if (r.prefill_rows != 1 || r.tokens != 512) {
-      std::fprintf(stderr, "error: the 512-token prefill took more than one step\n");
-      std::exit(1);
+  auto& cpu = static_cast<backend::cpu::CpuBackend&>(be);
+  auto prefill = [&](bool profile) {
+    double best = 0, best_s = 0;
+    std::string report;
+    for (int rep = 0; rep < 2; ++rep) {
+      auto e = engine_for(m, 512, 1024);  // allocated up front: no pool growth while timed
+      auto h = bench::submit_fixed(*e, prompt(512, c.vocab_size), 1);
+      cpu.profile_report();
+      cpu.set_profiling(profile);
+      auto t = Clock::now();
+      engine::StepReport r = e->step();
+      const double s = secs(t);
+      cpu.set_profiling(false);
+      bench::wait_ok(h);
+      if (r.prefill_rows != 1 || r.tokens != 512) {
+        std::fprintf(stderr, "error: the 512-token prefill took more than one step\n");
+        std::exit(1);
+      }
+      if (512 / s > best) {
+        best = 512 / s;
+        best_s = s;
+        report = cpu.profile_report();
+      }
     }
-    prefill_tps = std::max(prefill_tps, 512 / s);
-  }
-  std::printf("prefill, 512-token prompt        %8.1f tok/s   (llama.cpp on the H200 host: 753)\n",
-              prefill_tps);
+    if (profile)
+      std::printf("  op profile of the prefill step (%.2f ms of wall time in step()):\n%s",
+                  best_s * 1e3, report.c_str());
+    return best;
+  };
+  // Same run baseline: the direct (unpacked) matmul loop nest only.
+  backend::cpu::set_matmul_packing_for_testing(false);
+  const double prefill_direct = prefill(false);
+  backend::cpu::set_matmul_packing_for_testing(true);
+  const double prefill_tps = prefill(g_profile);
+  std::printf(
+      "prefill, 512-token prompt        %8.1f tok/s   (llama.cpp on the H200 host: 753; "
+      "direct matmul nest only: %.1f tok/s)\n",
+      prefill_tps, prefill_direct);
   const double llama[3] = {55, 162, 243};
   const int ns[3] = {1, 8, 32};
   double d1 = 0;
@@ -238,18 +273,50 @@ void issue11_table(const std::string& preset) {
         "decode, %2d request%s             %8.1f tok/s   (llama.cpp: %.0f; x%.2f of 1 request)\n",
         ns[i], ns[i] == 1 ? " " : "s", tps, llama[i], tps / d1);
   }
+  if (std::getenv("PAGEDKV_BENCH_TABLE_SHORT") != nullptr) return;  // prefill + decode rows only
   double peak =
       backend::cpu::measure_fma_peak_gflops(static_cast<backend::cpu::CpuBackend&>(be).pool());
   for (auto [M, K, N] : {std::array<int64_t, 3>{512, 1024, 3072},
                          {512, 3072, 1024},
                          {1, 1024, 3072},
+                         {8, 1024, 3072},
                          {32, 1024, 3072}}) {
-    double gf = gemm_gflops(M, K, N, M == 1 ? 200 : 5);
+    const int reps = M == 1 ? 200 : M <= 32 ? 50 : 5;
+    double gf = gemm_gflops(M, K, N, reps);
+    backend::cpu::set_matmul_packing_for_testing(false);
+    double direct = gemm_gflops(M, K, N, reps);
+    backend::cpu::set_matmul_packing_for_testing(true);
     std::printf(
         "GEMM M=%-4lld K=%-4lld N=%-4lld bf16   %8.1f GFLOP/s = %.0f%% of the measured FMA peak "
-        "%.0f GFLOP/s\n",
+        "%.0f GFLOP/s (direct nest only: %.1f)\n",
         static_cast<long long>(M), static_cast<long long>(K), static_cast<long long>(N), gf,
-        peak > 0 ? 100.0 * gf / peak : 0.0, peak);
+        peak > 0 ? 100.0 * gf / peak : 0.0, peak, direct);
+  }
+  // Decode's weight streaming from DRAM: the lm_head shape (311 MB of bf16), with
+  // and without the direct nest's prefetch of the next tile.
+  for (int64_t M : {1, 8, 32}) {
+    const int64_t K = 1024, N = 151936;
+    const double on = gemm_gflops(M, K, N, 10);
+    backend::cpu::set_matmul_prefetch_for_testing(false);
+    const double off = gemm_gflops(M, K, N, 10);
+    backend::cpu::set_matmul_prefetch_for_testing(true);
+    std::printf(
+        "GEMM M=%lld K=1024 N=151936 (311 MB bf16 from DRAM): prefetch %.1f GB/s, "
+        "without %.1f GB/s of weights\n",
+        static_cast<long long>(M), on / (2.0 * M) * 2, off / (2.0 * M) * 2);
+  }
+  // The packed nest's blocking at the two prefill shapes (same bits for all).
+  for (auto [M, K, N] : {std::array<int64_t, 3>{512, 1024, 3072}, {512, 3072, 1024}}) {
+    std::printf("GEMM M=%lld K=%lld N=%lld by K block x row block:", static_cast<long long>(M),
+                static_cast<long long>(K), static_cast<long long>(N));
+    for (int64_t kc : {128, 256, 512})
+      for (int64_t mb : {48, 96, 192}) {
+        backend::cpu::set_matmul_blocking_for_testing(kc, mb);
+        std::printf(" %lldx%lld %.0f", static_cast<long long>(kc), static_cast<long long>(mb),
+                    gemm_gflops(M, K, N, 5));
+      }
+    std::printf(" GFLOP/s\n");
+    backend::cpu::set_matmul_blocking_for_testing(512, 96);
   }
   double rd = 0, cp = 0;
   bandwidth(size_t{1} << 30, &rd, &cp);
@@ -269,6 +336,7 @@ int main(int argc, char** argv) {
   bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   bool table = argc > 1 && std::string(argv[1]) == "--table";
   if (table) {
+    g_profile = true;
     issue11_table(argc > 2 ? argv[2] : "qwen3-0.6b-shape");
     return 0;
   }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -361,6 +362,14 @@ TEST_P(MatmulPathsTest, IsaThreadCountAndBatchSizeNeverChangeABit) {
                                                 : static_cast<const void*>(wh.data());
     std::vector<float> ref(M * N);
     matmul(x.data(), M, K, wp, dt, N, ref.data(), &p1);
+    // The packed nest's K and row blocking never changes a bit either.
+    for (auto [kc, mb] : {std::pair<int64_t, int64_t>{8, 24}, {512, 192}, {136, 48}}) {
+      set_matmul_blocking_for_testing(kc, mb);
+      std::vector<float> y(M * N, -1.0f);
+      matmul(x.data(), M, K, wp, dt, N, y.data(), &p2);
+      EXPECT_TRUE(same_bits(ref.data(), y.data(), y.size())) << "kc " << kc << " mb " << mb;
+    }
+    set_matmul_blocking_for_testing(512, 96);
     for (Isa isa : {Isa::kAuto, Isa::kAvx2, Isa::kGeneric}) {
       set_isa_for_testing(isa);
       for (ThreadPool* p : {&p1, &p2, &p4, &p16}) {
@@ -383,7 +392,10 @@ TEST_P(MatmulPathsTest, IsaThreadCountAndBatchSizeNeverChangeABit) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulPathsTest,
                          ::testing::Values(Dims{64, 64, 64}, Dims{1, 1024, 300}, Dims{8, 1000, 77},
-                                           Dims{130, 136, 203}, Dims{32, 3, 17}),
+                                           Dims{130, 136, 203}, Dims{32, 3, 17},
+                                           // the packed nest: several K blocks (the last
+                                           // short), row blocks and column panels
+                                           Dims{200, 1048, 301}, Dims{17, 520, 33}),
                          [](const auto& info) {
                            const Dims& d = info.param;
                            return "M" + std::to_string(d.m) + "_K" + std::to_string(d.k) + "_N" +
@@ -559,6 +571,52 @@ TEST(AttentionBatchTest, HalfPrecisionKvEqualsF32KvOfTheSameValues) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace pagedkv::backend::cpu
+
+// ---- The kernels' own e^x (softmax in attention, SiLU). ----
+
+namespace pagedkv::backend::cpu {
+namespace {
+
+TEST(VexpTest, WithinTwoUlpOfLibmAndExactAtTheEdges) {
+  std::mt19937 g(5);
+  std::uniform_real_distribution<float> d(-87.0f, 88.0f);
+  for (int i = 0; i < 200000; ++i) {
+    const float x = i < 1000 ? -0.001f * static_cast<float>(i) : d(g);
+    const float got = exp_for_testing(x);
+    const double want = std::exp(static_cast<double>(x));
+    const double ulp = std::ldexp(1.0, std::ilogb(static_cast<float>(want)) - 23);
+    ASSERT_LE(std::fabs(got - want), 2 * ulp) << "x = " << x;
+  }
+  EXPECT_EQ(exp_for_testing(0.0f), 1.0f);
+  EXPECT_EQ(exp_for_testing(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(exp_for_testing(-200.0f), 0.0f);
+  EXPECT_EQ(exp_for_testing(200.0f), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(exp_for_testing(std::nanf(""))));
+}
+
+TEST(SiluTest, EveryLengthAndThreadCountGivesTheSameBits) {
+  const int64_t n = 5000;
+  auto gate = randn(n, 31, 3.0f), up = randn(n, 32);
+  ThreadPool p1(1), p3(3);
+  std::vector<float> a(n), b(n);
+  silu_mul(gate.data(), up.data(), n, a.data(), &p1);
+  silu_mul(gate.data(), up.data(), n, b.data(), &p3);
+  EXPECT_TRUE(same_bits(a.data(), b.data(), n));
+  for (int64_t i = 0; i < n; i += 7) {  // element i alone (the scalar tail path)
+    float one = 0;
+    silu_mul(gate.data() + i, up.data() + i, 1, &one, nullptr);
+    ASSERT_EQ(std::memcmp(&one, &a[i], 4), 0) << i;
+    const double g = gate[i];
+    EXPECT_NEAR(a[i], g / (1 + std::exp(-g)) * up[i], 1e-5 * (1 + std::fabs(a[i])));
+  }
+  set_isa_for_testing(Isa::kGeneric);
+  silu_mul(gate.data(), up.data(), n, b.data(), &p3);
+  set_isa_for_testing(Isa::kAuto);
+  EXPECT_TRUE(same_bits(a.data(), b.data(), n));
 }
 
 }  // namespace

@@ -3,11 +3,14 @@
 
 #include <sched.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul_isa.h"
 #include "backend/half.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -28,7 +31,72 @@ Backend& cpu_backend() {
 namespace cpu {
 namespace {
 const CpuWeight& cw(const Weight& w) { return static_cast<const CpuWeight&>(w); }
+
+// The profile (set_profiling): ops are issued by one thread at a time.
+enum Op {
+  kMatmulDecode,
+  kMatmulPacked,
+  kAttention,
+  kRmsNorm,
+  kRope,
+  kActivation,
+  kAdd,
+  kEmbedding,
+  kOther,
+  kNumOps
+};
+const char* const kOpNames[kNumOps] = {"matmul m<16", "matmul m>=16", "attention",
+                                       "rms_norm",    "rope",         "silu/gelu",
+                                       "add",         "embedding",    "softmax/route"};
+bool g_profiling = false;
+double g_op_seconds[kNumOps] = {};
+double g_op_flops[kNumOps] = {};
+int64_t g_op_calls[kNumOps] = {};
+
+class OpTimer {
+ public:
+  explicit OpTimer(Op op, double flops = 0) : op_(op) {
+    if (!g_profiling) return;
+    start_ = std::chrono::steady_clock::now();
+    g_op_flops[op] += flops;
+    ++g_op_calls[op];
+  }
+  ~OpTimer() {
+    if (g_profiling)
+      g_op_seconds[op_] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  Op op_;
+  std::chrono::steady_clock::time_point start_;
+};
 }  // namespace
+
+void CpuBackend::set_profiling(bool on) { g_profiling = on; }
+
+std::string CpuBackend::profile_report() {
+  double total = 0;
+  for (double s : g_op_seconds) total += s;
+  std::string out;
+  char line[160];
+  for (int i = 0; i < kNumOps; ++i) {
+    if (g_op_calls[i] == 0) continue;
+    std::snprintf(line, sizeof(line), "  %-14s %8.2f ms  %5.1f%%  %7lld calls", kOpNames[i],
+                  g_op_seconds[i] * 1e3, total > 0 ? 100.0 * g_op_seconds[i] / total : 0.0,
+                  static_cast<long long>(g_op_calls[i]));
+    out += line;
+    if (g_op_flops[i] > 0) {
+      std::snprintf(line, sizeof(line), "  %7.1f GFLOP/s", g_op_flops[i] / g_op_seconds[i] / 1e9);
+      out += line;
+    }
+    out += "\n";
+    g_op_seconds[i] = g_op_flops[i] = 0;
+    g_op_calls[i] = 0;
+  }
+  std::snprintf(line, sizeof(line), "  %-14s %8.2f ms\n", "all ops", total * 1e3);
+  return out + line;
+}
 
 int default_num_threads() {
   cpu_set_t set;
@@ -54,10 +122,12 @@ StatusOr<std::unique_ptr<Weight>> CpuBackend::upload(const HostTensorView& t) {
 }
 
 void CpuBackend::matmul(const float* x, int64_t m, const Weight& w, float* y) {
+  OpTimer t(m >= kPackMinRows ? kMatmulPacked : kMatmulDecode, 2.0 * m * w.cols() * w.rows());
   cpu::matmul(x, m, w.cols(), cw(w).data(), w.dtype(), w.rows(), y, &pool_);
 }
 
 void CpuBackend::embedding(const int32_t* ids, int64_t m, const Weight& table, float* y) {
+  OpTimer t(kEmbedding);
   int64_t d = table.cols();
   for (int64_t i = 0; i < m; ++i) {
     PKV_CHECK(ids[i] >= 0 && ids[i] < table.rows());
@@ -80,52 +150,60 @@ void CpuBackend::embedding(const int32_t* ids, int64_t m, const Weight& table, f
 
 void CpuBackend::rms_norm(const float* x, int64_t m, const Weight& w, float eps,
                           bool one_plus_weight, float* y) {
+  OpTimer t(kRmsNorm);
   cpu::rms_norm(x, m, w.cols(), cw(w).data(), w.dtype(), eps, one_plus_weight, y, &pool_);
 }
 
 void CpuBackend::rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim,
                       const int32_t* positions, const RopeParams& p) {
+  OpTimer t(kRope);
   cpu::rope(x, m, num_heads, head_dim, positions, p, &pool_);
 }
 
 // Element-wise ops: every element is computed alone, so splitting the range over
 // threads cannot change a bit.
 void CpuBackend::silu_mul(const float* gate, const float* up, int64_t n, float* out) {
-  elementwise(n, &pool_, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float g = gate[i];
-      out[i] = (g / (1.0f + std::exp(-g))) * up[i];
-    }
-  });
+  OpTimer t(kActivation);
+  cpu::silu_mul(gate, up, n, out, &pool_);
 }
 
 void CpuBackend::gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  OpTimer t(kActivation);
   const float k0 = 0.7978845608028654f;  // sqrt(2/pi)
-  elementwise(n, &pool_, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      float g = gate[i];
-      float inner = k0 * (g + 0.044715f * (g * g * g));
-      out[i] = (0.5f * g * (1.0f + std::tanh(inner))) * up[i];
-    }
-  });
+  elementwise(
+      n, &pool_,
+      [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          float g = gate[i];
+          float inner = k0 * (g + 0.044715f * (g * g * g));
+          out[i] = (0.5f * g * (1.0f + std::tanh(inner))) * up[i];
+        }
+      },
+      /*heavy=*/true);
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {
+  OpTimer t(kAdd);
   elementwise(n, &pool_, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) x[i] = x[i] + y[i];
   });
 }
 
-void CpuBackend::softmax(float* x, int64_t m, int64_t n) { cpu::softmax_rows(x, m, n); }
+void CpuBackend::softmax(float* x, int64_t m, int64_t n) {
+  OpTimer t(kOther);
+  cpu::softmax_rows(x, m, n);
+}
 
 void CpuBackend::topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k,
                             bool softmax_first, bool normalize, int32_t* ids, float* weights) {
+  OpTimer t(kOther);
   cpu::topk_route(logits, m, num_experts, k, softmax_first, normalize, ids, weights);
 }
 
 void CpuBackend::attention(const AttentionArgs& a) {
   PKV_CHECK(a.tile > 0 && a.tile <= 256);
   PKV_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0);
+  OpTimer t(kAttention);
   cpu::attention(a, &pool_);
 }
 
@@ -134,6 +212,7 @@ void CpuBackend::attention_batch(const AttentionArgs* args, size_t count) {
     PKV_CHECK(args[i].tile > 0 && args[i].tile <= 256);
     PKV_CHECK(args[i].num_kv_heads > 0 && args[i].num_heads % args[i].num_kv_heads == 0);
   }
+  OpTimer t(kAttention);
   cpu::attention_batch(args, count, &pool_);
 }
 

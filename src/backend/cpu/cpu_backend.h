@@ -51,6 +51,12 @@ class CpuBackend : public Backend {
   void attention_batch(const AttentionArgs* args, size_t count) override;
   std::string describe() const override;
 
+  // Op timing for the benchmarks: while on, every op's wall time (and the
+  // matmuls' flops) is summed per op kind; profile_report() returns the table and
+  // starts over. Off by default (then an op pays one branch).
+  void set_profiling(bool on);
+  std::string profile_report();
+
  private:
   ThreadPool pool_;
 };

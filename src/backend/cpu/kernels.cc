@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "backend/cpu/matmul_isa.h"
@@ -31,6 +32,9 @@ namespace {
 // the same order (no FMA: -ffp-contract=off, and "avx2" does not enable FMA), so
 // both variants produce identical bits (tests/backend/kernels_test.cc checks it).
 Isa g_isa_override = Isa::kAuto;
+bool g_matmul_packing = true;
+int64_t g_matmul_kc = 512, g_matmul_mb = 96;
+bool g_matmul_prefetch = true;
 bool use_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   if (g_isa_override == Isa::kGeneric) return false;
@@ -89,6 +93,53 @@ PKV_INLINE v8f widen_bf16(const uint16_t* p) {
 
 PKV_INLINE float hsum(v8f a) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+typedef int32_t v8i32 __attribute__((vector_size(32)));
+PKV_INLINE v8f splat8(float f) { return v8f{f, f, f, f, f, f, f, f}; }
+
+// e^x of 8 floats with a fixed sequence of IEEE operations (no FMA: the build has
+// -ffp-contract=off), so every ISA clone, and a scalar call through the same
+// function, gives the same bits. Cody-Waite reduction x = n·ln2 + r, |r| <= ln2/2,
+// Cephes' degree-7 polynomial for e^r, times 2^n built in the exponent field.
+// Within 2 ulp of the correctly rounded result on [-87.3, 88.3]; 0 below (also
+// for -inf), +inf above, NaN stays NaN. Softmax and SiLU call it instead of
+// std::exp: a vector of eight exps for the price of about one scalar libm call.
+PKV_INLINE v8f vexp(v8f x) {
+  const v8f hi = splat8(88.3762626647949f), lo = splat8(-87.3365478515625f);
+  v8f xc = x > hi ? hi : x;
+  xc = xc < lo ? lo : xc;
+  const v8f magic = splat8(12582912.0f);  // 1.5·2^23: adding it rounds to an integer
+  const v8f t = xc * splat8(1.44269504088896341f) + magic;
+  const v8f n = t - magic;
+  v8f r = xc - n * splat8(0.693359375f);
+  r = r - n * splat8(-2.12194440e-4f);
+  v8f p = splat8(1.9875691500e-4f);
+  p = p * r + splat8(1.3981999507e-3f);
+  p = p * r + splat8(8.3334519073e-3f);
+  p = p * r + splat8(4.1665795894e-2f);
+  p = p * r + splat8(1.6666665459e-1f);
+  p = p * r + splat8(5.0000001201e-1f);
+  p = p * (r * r) + r + splat8(1.0f);
+  v8i32 ni, ti, mi;
+  std::memcpy(&ti, &t, sizeof(ti));
+  const v8f mg = magic;
+  std::memcpy(&mi, &mg, sizeof(mi));
+  ni = ti - mi;  // n as an integer (the low mantissa bits of t)
+  const v8i32 sbits = (ni + 127) << 23;
+  v8f scale;
+  std::memcpy(&scale, &sbits, sizeof(scale));
+  v8f y = p * scale;
+  y = x < lo ? splat8(0.0f) : y;
+  y = x > hi ? splat8(std::numeric_limits<float>::infinity()) : y;
+  return x != x ? x : y;
+}
+PKV_INLINE float vexp1(float x) { return vexp(splat8(x))[0]; }
+
+// p[j] = e^(p[j] - m) for j < n; p has room for n rounded up to 8.
+PKV_INLINE void exp_shifted(float* p, int32_t n, float m) {
+  const v8f mv = splat8(m);
+  for (int32_t j = 0; j < n; j += 8) store8(p + j, vexp(load8(p + j) - mv));
 }
 
 template <WeightDType D>
@@ -244,8 +295,9 @@ PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, flo
         tmax = std::max(tmax, sc);
       }
       float mnew = std::max(mval, tmax);
-      float alpha = std::exp(mval - mnew);
+      float alpha = vexp1(mval - mnew);
       l = l * alpha;
+      exp_shifted(scores, j1 - j0, mnew);
       // Element-wise updates: vector width cannot change their results.
       if (vec) {
         v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
@@ -254,7 +306,7 @@ PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, flo
         for (int32_t d = 0; d < hd; ++d) acc[d] = acc[d] * alpha;
       }
       for (int32_t j = j0; j < j1; ++j) {
-        float pj = std::exp(scores[j - j0] - mnew);
+        float pj = scores[j - j0];
         l = l + pj;
         const int64_t vo = (j - tile * a.tile) * kv_row + kvh * hd;
         if (vec) {
@@ -272,136 +324,193 @@ PKV_INLINE void attention_body(const AttentionArgs& a, int64_t b, int64_t e, flo
   }
 }
 
-// The same computation for a head_dim known at compile time (a multiple of 8):
-// the accumulator lives in registers and the loops unroll. Every operation is the
-// one attention_body performs, in the same order, so the bits are the same.
+// How attention work is cut into tasks: a task is up to `qb` consecutive query
+// tokens of one AttentionArgs × `hb` consecutive query heads (a divisor of the GQA
+// group, so they share one KV head). Task ids run token block by token block.
+struct AttnPlan {
+  int32_t qb = 1, hb = 1;
+  int64_t tasks(const AttentionArgs& a) const {
+    return static_cast<int64_t>((a.num_tokens + qb - 1) / qb) * (a.num_heads / hb);
+  }
+};
+constexpr int kAttnMaxRows = 16;  // qb × hb
+
+// The same computation as attention_body for a head_dim known at compile time (a
+// multiple of 8), for all query rows of a task at once: the rows share each K/V
+// tile while it is in L1 (the loop over rows is inside the loop over tiles), and
+// every row performs exactly attention_body's operations in the same order, so
+// neither the task shape nor the head_dim specialization changes a bit. ws holds
+// the rows' accumulators (kAttnMaxRows × HD floats).
 template <int HD, int KD>
-PKV_INLINE void attention_fixed(const AttentionArgs& a, int64_t b, int64_t e, float* scores) {
+PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, int64_t b, int64_t e,
+                                float* ws, float* scores) {
   static_assert(HD % 8 == 0);
   constexpr int C = HD / 8;
   const int32_t group = a.num_heads / a.num_kv_heads;
   const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * HD;
+  const int32_t head_blocks = a.num_heads / plan.hb;
   for (int64_t task = b; task < e; ++task) {
-    int64_t t = task / a.num_heads;
-    int32_t h = static_cast<int32_t>(task % a.num_heads);
-    int32_t kvh = h / group;
-    const float* q = a.q + (t * a.num_heads + h) * HD;
-    int32_t pos = a.positions[t];
-    int32_t start = 0;
-    if (a.sliding_window > 0 && pos - a.sliding_window + 1 > 0) start = pos - a.sliding_window + 1;
-    float mval = -std::numeric_limits<float>::infinity();
-    float l = 0.0f;
-    v8f acc[C];
-#pragma GCC unroll 32
-    for (int c = 0; c < C; ++c) acc[c] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-    for (int32_t tile = start / a.tile; tile <= pos / a.tile; ++tile) {
-      int32_t j0 = std::max(start, tile * a.tile);
-      int32_t j1 = std::min(pos + 1, (tile + 1) * a.tile);
+    const int32_t t0 = static_cast<int32_t>(task / head_blocks) * plan.qb;
+    const int32_t t1 = std::min(a.num_tokens, t0 + plan.qb);
+    const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
+    const int32_t kvh = h0 / group;
+    const int rows = (t1 - t0) * plan.hb;
+    const float* qr[kAttnMaxRows];
+    int32_t start[kAttnMaxRows], pos[kAttnMaxRows];
+    float mval[kAttnMaxRows], l[kAttnMaxRows];
+    int32_t tile_lo = std::numeric_limits<int32_t>::max(), tile_hi = -1;
+    for (int r = 0; r < rows; ++r) {
+      const int32_t t = t0 + r / plan.hb, h = h0 + r % plan.hb;
+      qr[r] = a.q + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
+      pos[r] = a.positions[t];
+      start[r] = 0;
+      if (a.sliding_window > 0 && pos[r] - a.sliding_window + 1 > 0)
+        start[r] = pos[r] - a.sliding_window + 1;
+      mval[r] = -std::numeric_limits<float>::infinity();
+      l[r] = 0.0f;
+      for (int d = 0; d < HD; ++d) ws[r * HD + d] = 0.0f;
+      tile_lo = std::min(tile_lo, start[r] / a.tile);
+      tile_hi = std::max(tile_hi, pos[r] / a.tile);
+    }
+    for (int32_t tile = tile_lo; tile <= tile_hi; ++tile) {
       const void* kt = a.k_tiles[tile];
       const void* vt = a.v_tiles[tile];
-      float tmax = -std::numeric_limits<float>::infinity();
-      // Four keys at a time: four independent accumulator chains, each the exact
-      // dot_kv sequence of its key (so the bits are dot_kv's), four times the
-      // throughput of one latency-bound chain.
-      int32_t j = j0;
-      for (; j + 4 <= j1; j += 4) {
-        const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
-        v8f s0 = {0, 0, 0, 0, 0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
+      for (int r = 0; r < rows; ++r) {
+        if (tile < start[r] / a.tile || tile > pos[r] / a.tile) continue;
+        const float* q = qr[r];
+        const int32_t j0 = std::max(start[r], tile * a.tile);
+        const int32_t j1 = std::min(pos[r] + 1, (tile + 1) * a.tile);
+        float tmax = -std::numeric_limits<float>::infinity();
+        // Four keys at a time: four independent accumulator chains, each the exact
+        // dot_kv sequence of its key (so the bits are dot_kv's).
+        int32_t j = j0;
+        for (; j + 4 <= j1; j += 4) {
+          const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
+          v8f s0 = {0, 0, 0, 0, 0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
 #pragma GCC unroll 32
-        for (int c = 0; c < C; ++c) {
-          const v8f qv = load8(q + 8 * c);
-          s0 += qv * load_kv<KD>(kt, o0 + 8 * c);
-          s1 += qv * load_kv<KD>(kt, o0 + kv_row + 8 * c);
-          s2 += qv * load_kv<KD>(kt, o0 + 2 * kv_row + 8 * c);
-          s3 += qv * load_kv<KD>(kt, o0 + 3 * kv_row + 8 * c);
+          for (int c = 0; c < C; ++c) {
+            const v8f qv = load8(q + 8 * c);
+            s0 += qv * load_kv<KD>(kt, o0 + 8 * c);
+            s1 += qv * load_kv<KD>(kt, o0 + kv_row + 8 * c);
+            s2 += qv * load_kv<KD>(kt, o0 + 2 * kv_row + 8 * c);
+            s3 += qv * load_kv<KD>(kt, o0 + 3 * kv_row + 8 * c);
+          }
+          const float sc[4] = {hsum(s0) * a.scale, hsum(s1) * a.scale, hsum(s2) * a.scale,
+                               hsum(s3) * a.scale};
+          for (int i = 0; i < 4; ++i) {
+            scores[j - j0 + i] = sc[i];
+            tmax = std::max(tmax, sc[i]);
+          }
         }
-        const float sc[4] = {hsum(s0) * a.scale, hsum(s1) * a.scale, hsum(s2) * a.scale,
-                             hsum(s3) * a.scale};
-        for (int r = 0; r < 4; ++r) {
-          scores[j - j0 + r] = sc[r];
-          tmax = std::max(tmax, sc[r]);
+        for (; j < j1; ++j) {
+          float sc = dot_kv<KD>(q, kt, (j - tile * a.tile) * kv_row + kvh * HD, HD) * a.scale;
+          scores[j - j0] = sc;
+          tmax = std::max(tmax, sc);
         }
-      }
-      for (; j < j1; ++j) {
-        float sc = dot_kv<KD>(q, kt, (j - tile * a.tile) * kv_row + kvh * HD, HD) * a.scale;
-        scores[j - j0] = sc;
-        tmax = std::max(tmax, sc);
-      }
-      float mnew = std::max(mval, tmax);
-      float alpha = std::exp(mval - mnew);
-      l = l * alpha;
-      v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
+        const float mnew = std::max(mval[r], tmax);
+        const float alpha = vexp1(mval[r] - mnew);
+        float lr = l[r] * alpha;
+        exp_shifted(scores, j1 - j0, mnew);
+        float* accp = ws + r * HD;
+        v8f acc[C];
+        const v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
 #pragma GCC unroll 32
-      for (int c = 0; c < C; ++c) acc[c] = acc[c] * av;
-      for (int32_t j = j0; j < j1; ++j) {
-        float pj = std::exp(scores[j - j0] - mnew);
-        l = l + pj;
-        const int64_t vo = (j - tile * a.tile) * kv_row + kvh * HD;
-        v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
+        for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
+        for (int32_t jj = j0; jj < j1; ++jj) {
+          const float pj = scores[jj - j0];
+          lr = lr + pj;
+          const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
+          const v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
 #pragma GCC unroll 32
-        for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
+          for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
+        }
+#pragma GCC unroll 32
+        for (int c = 0; c < C; ++c) store8(accp + 8 * c, acc[c]);
+        l[r] = lr;
+        mval[r] = mnew;
       }
-      mval = mnew;
     }
-    float* o = a.out + (t * a.num_heads + h) * HD;
-    float tmp[HD];
-#pragma GCC unroll 32
-    for (int c = 0; c < C; ++c) store8(tmp + 8 * c, acc[c]);
-    for (int32_t d = 0; d < HD; ++d) o[d] = tmp[d] / l;
+    for (int r = 0; r < rows; ++r) {
+      const int32_t t = t0 + r / plan.hb, h = h0 + r % plan.hb;
+      float* o = a.out + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
+      for (int32_t d = 0; d < HD; ++d) o[d] = ws[r * HD + d] / l[r];
+    }
   }
 }
 
 template <int KD>
-PKV_INLINE void attention_dispatch_kd(const AttentionArgs& a, int64_t b, int64_t e, float* acc,
-                                      float* scores) {
+PKV_INLINE void attention_dispatch_kd(const AttentionArgs& a, const AttnPlan& plan, int64_t b,
+                                      int64_t e, float* ws, float* scores) {
   switch (a.head_dim) {
     case 16:
-      return attention_fixed<16, KD>(a, b, e, scores);
+      return attention_fixed<16, KD>(a, plan, b, e, ws, scores);
     case 32:
-      return attention_fixed<32, KD>(a, b, e, scores);
+      return attention_fixed<32, KD>(a, plan, b, e, ws, scores);
     case 64:
-      return attention_fixed<64, KD>(a, b, e, scores);
+      return attention_fixed<64, KD>(a, plan, b, e, ws, scores);
     case 128:
-      return attention_fixed<128, KD>(a, b, e, scores);
+      return attention_fixed<128, KD>(a, plan, b, e, ws, scores);
     case 256:
-      return attention_fixed<256, KD>(a, b, e, scores);
+      return attention_fixed<256, KD>(a, plan, b, e, ws, scores);
     default:
-      return attention_body<KD>(a, b, e, acc, scores);
+      break;
+  }
+  // Other head dims: each query row alone (attention_body's (token, head) tasks).
+  const int32_t head_blocks = a.num_heads / plan.hb;
+  for (int64_t task = b; task < e; ++task) {
+    const int32_t t0 = static_cast<int32_t>(task / head_blocks) * plan.qb;
+    const int32_t t1 = std::min(a.num_tokens, t0 + plan.qb);
+    const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
+    for (int32_t t = t0; t < t1; ++t) {
+      const int64_t first = static_cast<int64_t>(t) * a.num_heads + h0;
+      attention_body<KD>(a, first, first + plan.hb, ws, scores);
+    }
   }
 }
 
-PKV_INLINE void attention_dispatch(const AttentionArgs& a, int64_t b, int64_t e, float* acc,
-                                   float* scores) {
+PKV_INLINE void attention_dispatch(const AttentionArgs& a, const AttnPlan& plan, int64_t b,
+                                   int64_t e, float* ws, float* scores) {
   switch (a.kv_dtype) {
     case WeightDType::kF32:
-      return attention_dispatch_kd<0>(a, b, e, acc, scores);
+      return attention_dispatch_kd<0>(a, plan, b, e, ws, scores);
     case WeightDType::kBF16:
-      return attention_dispatch_kd<1>(a, b, e, acc, scores);
+      return attention_dispatch_kd<1>(a, plan, b, e, ws, scores);
     case WeightDType::kF16:
-      return attention_dispatch_kd<2>(a, b, e, acc, scores);
+      return attention_dispatch_kd<2>(a, plan, b, e, ws, scores);
   }
 }
 
-__attribute__((target("avx2"))) void attention_avx2(const AttentionArgs& a, int64_t b, int64_t e,
-                                                    float* acc, float* scores) {
-  attention_dispatch(a, b, e, acc, scores);
+__attribute__((target("avx2"))) void attention_avx2(const AttentionArgs& a, const AttnPlan& plan,
+                                                    int64_t b, int64_t e, float* ws,
+                                                    float* scores) {
+  attention_dispatch(a, plan, b, e, ws, scores);
 }
 // The same code with 32 vector registers (AVX-512VL): the 8-float vectors and
 // their per-lane arithmetic are unchanged (no FMA: -ffp-contract=off), only
 // fewer accumulators spill.
 __attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(const AttentionArgs& a,
+                                                                       const AttnPlan& plan,
                                                                        int64_t b, int64_t e,
-                                                                       float* acc, float* scores) {
-  attention_dispatch(a, b, e, acc, scores);
+                                                                       float* ws, float* scores) {
+  attention_dispatch(a, plan, b, e, ws, scores);
 }
-void attention_generic(const AttentionArgs& a, int64_t b, int64_t e, float* acc, float* scores) {
-  attention_dispatch(a, b, e, acc, scores);
+void attention_generic(const AttentionArgs& a, const AttnPlan& plan, int64_t b, int64_t e,
+                       float* ws, float* scores) {
+  attention_dispatch(a, plan, b, e, ws, scores);
 }
 
 __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, int64_t n) {
   return dot_body(a, b, n);
 }
 float dot_generic(const float* a, const float* b, int64_t n) { return dot_body(a, b, n); }
+
+// This thread's lane buffer for the packed matmul loop nest (matmul_isa.h).
+float* matmul_scratch() {
+  static thread_local std::unique_ptr<float[]> buf;
+  if (!buf) buf.reset(new float[kMatmulScratchFloats + 16]);
+  const auto p = reinterpret_cast<uintptr_t>(buf.get());
+  return reinterpret_cast<float*>((p + 63) & ~uintptr_t{63});
+}
 
 // Element-wise work below this many elements runs on the caller alone: a parallel
 // region costs microseconds.
@@ -410,6 +519,12 @@ constexpr int64_t kParallelElems = 1 << 15;
 }  // namespace
 
 void set_isa_for_testing(Isa isa) { g_isa_override = isa; }
+void set_matmul_packing_for_testing(bool on) { g_matmul_packing = on; }
+void set_matmul_prefetch_for_testing(bool on) { g_matmul_prefetch = on; }
+void set_matmul_blocking_for_testing(int64_t kc, int64_t mb) {
+  g_matmul_kc = std::clamp<int64_t>(kc / 8 * 8, 8, kMatmulMaxKc);
+  g_matmul_mb = std::clamp<int64_t>(mb / 24 * 24, 24, kMatmulMaxRowBlock);
+}
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   return use_avx2() ? dot_avx2(a, b, n) : dot_generic(a, b, n);
@@ -459,20 +574,29 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
   a.wdt = static_cast<int>(wdt);
   a.n = n;
   a.y = y;
-  void (*cols)(const MatmulArgs&, int64_t, int64_t) = nullptr;
+  a.kc = g_matmul_kc;
+  a.mb = g_matmul_mb;
+  a.prefetch = g_matmul_prefetch;
+  void (*simd)(const MatmulArgs&, int64_t, int64_t, float*) = nullptr;
+  void (*generic)(const MatmulArgs&, int64_t, int64_t) = nullptr;
   switch (matmul_isa()) {
     case Isa::kAvx512:
-      cols = matmul_cols_avx512;
+      simd = matmul_cols_avx512;
       break;
     case Isa::kAvx2:
-      cols = matmul_cols_avx2;
+      simd = matmul_cols_avx2;
       break;
     default:
-      cols = wdt == WeightDType::kF32    ? cols_generic<WeightDType::kF32>
-             : wdt == WeightDType::kBF16 ? cols_generic<WeightDType::kBF16>
-                                         : cols_generic<WeightDType::kF16>;
+      generic = wdt == WeightDType::kF32    ? cols_generic<WeightDType::kF32>
+                : wdt == WeightDType::kBF16 ? cols_generic<WeightDType::kBF16>
+                                            : cols_generic<WeightDType::kF16>;
       break;
   }
+  // The packed loop nest's lane buffer: one per thread, allocated on first use.
+  auto cols = [&](const MatmulArgs& args, int64_t b, int64_t e) {
+    if (simd == nullptr) return generic(args, b, e);
+    simd(args, b, e, m >= kPackMinRows && g_matmul_packing ? matmul_scratch() : nullptr);
+  };
   // The output columns are split into one fixed contiguous range per thread (in
   // groups of 16 columns); every column is computed over all m rows by one thread,
   // so each weight tile is streamed from memory once per call for the whole batch.
@@ -496,7 +620,18 @@ void rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType w
       float* yr = y + r * d;
       float ss = dot_f32(xr, xr, d);
       float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-      for (int64_t i = 0; i < d; ++i) {
+      // 8 elements at a time, each with the scalar loop's operations.
+      const int64_t d8 = d & ~int64_t{7};
+      const v8f iv = {inv, inv, inv, inv, inv, inv, inv, inv};
+      const v8f ones = {1, 1, 1, 1, 1, 1, 1, 1};
+      for (int64_t i = 0; i < d8; i += 8) {
+        v8f wi = wdt == WeightDType::kF32    ? load8(static_cast<const float*>(w) + i)
+                 : wdt == WeightDType::kBF16 ? widen_bf16(static_cast<const uint16_t*>(w) + i)
+                                             : widen_f16_vec(static_cast<const uint16_t*>(w) + i);
+        if (one_plus_weight) wi = ones + wi;
+        store8(yr + i, wi * (load8(xr + i) * iv));
+      }
+      for (int64_t i = d8; i < d; ++i) {
         float wi = widen_scalar(w, wdt, i);
         if (one_plus_weight) wi = 1.0f + wi;
         yr[i] = wi * (xr[i] * inv);
@@ -547,27 +682,96 @@ void rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_
   }
 }
 
-void elementwise(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn) {
-  if (pool != nullptr && n >= 2 * kParallelElems) {
+void elementwise(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn,
+                 bool heavy) {
+  if (heavy && pool != nullptr && n >= 2048) {
+    pool->parallel_for(n, 256, fn);
+  } else if (pool != nullptr && n >= 2 * kParallelElems) {
     pool->parallel_for(n, kParallelElems / 2, fn);
   } else {
     fn(0, n);
   }
 }
 
+float exp_for_testing(float x) { return vexp1(x); }
+
+namespace {
+PKV_INLINE void silu_mul_body(const float* gate, const float* up, int64_t b, int64_t e,
+                              float* out) {
+  const v8f one = splat8(1.0f);
+  int64_t i = b;
+  for (; i + 8 <= e; i += 8) {
+    const v8f g = load8(gate + i);
+    store8(out + i, (g / (one + vexp(-g))) * load8(up + i));
+  }
+  if (i < e) {
+    const v8f g = load_partial(gate + i, e - i), u = load_partial(up + i, e - i);
+    const v8f o = (g / (one + vexp(-g))) * u;
+    for (int64_t j = i; j < e; ++j) out[j] = o[j - i];
+  }
+}
+__attribute__((target("avx2"))) void silu_mul_avx2(const float* gate, const float* up, int64_t b,
+                                                   int64_t e, float* out) {
+  silu_mul_body(gate, up, b, e, out);
+}
+void silu_mul_generic(const float* gate, const float* up, int64_t b, int64_t e, float* out) {
+  silu_mul_body(gate, up, b, e, out);
+}
+}  // namespace
+
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
+  const bool avx2 = use_avx2();
+  elementwise(
+      n, pool,
+      [&](int64_t b, int64_t e) {
+        if (avx2) {
+          silu_mul_avx2(gate, up, b, e, out);
+        } else {
+          silu_mul_generic(gate, up, b, e, out);
+        }
+      },
+      /*heavy=*/true);
+}
+
 void attention(const AttentionArgs& a, ThreadPool* pool) { attention_batch(&a, 1, pool); }
 
 void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) {
-  // Tasks are (arg, token, head) triples numbered arg by arg; each is computed whole
-  // by one thread, so neither the batch nor the thread count changes a result.
+  // Tasks (AttnPlan: a block of query tokens × a block of the query heads that share
+  // a KV head) are numbered arg by arg; each is computed whole by one thread and
+  // every query row's arithmetic is the same whatever task holds it, so neither
+  // the batch, the task shape nor the thread count changes a result.
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  auto plan_for = [](const AttentionArgs& a, bool grouped) {
+    AttnPlan p;
+    if (!grouped) return p;
+    const int32_t group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1;
+    for (int32_t hb = std::min<int32_t>(group, kAttnMaxRows); hb >= 1; --hb) {
+      if (group % hb == 0) {
+        p.hb = hb;
+        break;
+      }
+    }
+    p.qb = kAttnMaxRows / p.hb;
+    return p;
+  };
+  std::vector<AttnPlan> plans(count);
   std::vector<int64_t> first(count + 1, 0);
   int64_t work_units = 0;
   for (size_t i = 0; i < count; ++i) {
     const AttentionArgs& a = args[i];
-    first[i + 1] = first[i] + static_cast<int64_t>(a.num_tokens) * a.num_heads;
     int64_t keys = 0;
     for (int32_t t = 0; t < a.num_tokens; ++t) keys += a.positions[t] + 1;
     work_units += keys * a.num_heads * a.head_dim * 2;
+  }
+  // Grouped tasks read each K/V row once for several query rows; with fewer than
+  // two per thread (decode of one or two requests, measured faster so), one query
+  // head per task.
+  for (bool grouped : {true, false}) {
+    for (size_t i = 0; i < count; ++i) {
+      plans[i] = plan_for(args[i], grouped);
+      first[i + 1] = first[i] + plans[i].tasks(args[i]);
+    }
+    if (first[count] >= 2 * static_cast<int64_t>(threads)) break;
   }
   const int64_t tasks = first[count];
   const bool avx2 = use_avx2();
@@ -575,19 +779,19 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
   auto work = [&](int64_t b, int64_t e) {
     int32_t max_hd = 0;
     for (size_t i = 0; i < count; ++i) max_hd = std::max(max_hd, args[i].head_dim);
-    std::vector<float> acc(static_cast<size_t>(max_hd));
-    float scores[256];
+    std::vector<float> ws(static_cast<size_t>(max_hd) * kAttnMaxRows);
+    alignas(32) float scores[256] = {};  // exp_shifted reads whole 8-blocks
     size_t i =
         static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     while (b < e) {
       while (first[i + 1] <= b) ++i;
       const int64_t end = std::min(e, first[i + 1]);
       if (avx512) {
-        attention_avx512(args[i], b - first[i], end - first[i], acc.data(), scores);
+        attention_avx512(args[i], plans[i], b - first[i], end - first[i], ws.data(), scores);
       } else if (avx2) {
-        attention_avx2(args[i], b - first[i], end - first[i], acc.data(), scores);
+        attention_avx2(args[i], plans[i], b - first[i], end - first[i], ws.data(), scores);
       } else {
-        attention_generic(args[i], b - first[i], end - first[i], acc.data(), scores);
+        attention_generic(args[i], plans[i], b - first[i], end - first[i], ws.data(), scores);
       }
       b = end;
     }
@@ -596,7 +800,7 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
   // differ in cost (a long prompt's last token attends to all of it), so they are
   // handed out first come, first served.
   if (pool != nullptr && tasks >= 2 && work_units >= (int64_t{1} << 20)) {
-    pool->parallel_dynamic(tasks, std::max<int64_t>(1, tasks / (8 * pool->num_threads())), work);
+    pool->parallel_dynamic(tasks, std::max<int64_t>(1, tasks / (8 * threads)), work);
   } else {
     work(0, tasks);
   }

@@ -27,6 +27,14 @@ namespace pagedkv::backend::cpu {
 // so tests can prove it.
 enum class Isa { kAuto, kGeneric, kAvx2, kAvx512 };
 void set_isa_for_testing(Isa isa);
+// Off: the matmul's packed (prefill) loop nest is never used, only the direct one
+// (same bits; for tests and the benchmarks' same-run baseline).
+void set_matmul_packing_for_testing(bool on);
+// The packed nest's K block and row block (rounded to multiples of 8 and 24 and
+// clamped; default 512 and 96): any values give the same bits.
+void set_matmul_blocking_for_testing(int64_t kc, int64_t mb);
+// Off: the matmul does not prefetch the next tile's weights (speed only).
+void set_matmul_prefetch_for_testing(bool on);
 // The matmul path taken on this CPU (for --verbose and the benchmarks).
 const char* isa_name();
 // Measured FMA throughput of all the pool's threads running register-only FMA
@@ -47,8 +55,18 @@ void rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType w
 void rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
           const RopeParams& p, ThreadPool* pool = nullptr);
 
-// fn(begin, end) over [0, n) element ranges, split over the pool when n is large.
-void elementwise(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn);
+// fn(begin, end) over [0, n) element ranges, split over the pool when n is large
+// (heavy: each element costs a transcendental function, so split from 2,048 on).
+void elementwise(int64_t n, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn,
+                 bool heavy = false);
+
+// out[i] = g / (1 + e^-g) · up[i] with g = gate[i], e^x the fixed-order vexp
+// below (every element alone, so the split over threads changes nothing).
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool);
+
+// The kernels' e^x (attention's softmax, SiLU): a fixed sequence of IEEE float
+// operations, within 2 ulp of the correctly rounded value; exposed for tests.
+float exp_for_testing(float x);
 
 void attention(const AttentionArgs& a, ThreadPool* pool);
 // Several attentions (one per batch row) as one parallel region over all their
