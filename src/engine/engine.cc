@@ -507,9 +507,9 @@ Status Engine::Impl::init_coordinator(double wm) {
               : std::max<int64_t>(1, static_cast<int64_t>(std::floor(
                                          wm * static_cast<double>(coord_->usable_blocks()))));
   PKV_LOG(kInfo) << "engine: cache groups through the KVCacheCoordinator ("
-                 << coord_->coordinator().num_groups() << " groups) max_num_batched_tokens="
-                 << max_batched_ << " max_num_seqs=" << max_seqs_
-                 << " watermark_blocks=" << watermark_blocks_
+                 << coord_->coordinator().num_groups()
+                 << " groups) max_num_batched_tokens=" << max_batched_
+                 << " max_num_seqs=" << max_seqs_ << " watermark_blocks=" << watermark_blocks_
                  << " max_concurrent_sequences=" << max_concurrent_sequences();
   make_scheduler();
   update_stats_snapshot();
@@ -1085,7 +1085,8 @@ Status Engine::Impl::check_invariants() const {
     }
     return ok_status();
   }
-  if (coord_ != nullptr) return coord_->check_invariants(scheduler_->running(), scheduler_->waiting());
+  if (coord_ != nullptr)
+    return coord_->check_invariants(scheduler_->running(), scheduler_->waiting());
   const kv::BlockAllocator& a = cache_->allocator();
   PKV_RETURN_IF_ERROR(a.verify_integrity());
   std::vector<int32_t> holders(static_cast<size_t>(a.num_blocks()), 0);
