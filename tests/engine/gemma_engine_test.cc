@@ -22,16 +22,9 @@ namespace {
 
 using testing_util::expect_matches_flat;
 using testing_util::flat_run;
+using testing_util::random_token_ids;
 using testing_util::RefRun;
 using testing_util::tiny_model;
-
-std::vector<int32_t> random_prompt(size_t n, uint32_t seed, int32_t vocab) {
-  std::mt19937 g(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
   GenerateRequest r;
@@ -73,7 +66,7 @@ TEST_P(GemmaEngineTest, PagedEqualsFlat) {
   ASSERT_TRUE(e->paged());
   int i = 0;
   for (size_t n : {1u, 15u, 32u, 33u, 97u, 260u, 500u}) {
-    GenerateRequest r = greedy(random_prompt(n, 100 + i++, vocab_), 12);
+    GenerateRequest r = greedy(random_token_ids(n, 100 + i++, vocab_), 12);
     const RefRun ref = flat_run(*model_, r);
     auto h = e->submit(r);
     ASSERT_TRUE(h.ok()) << h.status().to_string();
@@ -90,7 +83,7 @@ TEST_P(GemmaEngineTest, PagedEqualsFlat) {
 
 // Prompt logits (`pagedkv logits`) on the paged path == the flat engine's.
 TEST_P(GemmaEngineTest, PromptLogitsPagedEqualsFlat) {
-  GenerateRequest r = greedy(random_prompt(300, 5, vocab_), 0);
+  GenerateRequest r = greedy(random_token_ids(300, 5, vocab_), 0);
   r.return_prompt_logits = true;
   std::vector<float> got[2];
   for (int paged = 0; paged < 2; ++paged) {
@@ -118,7 +111,7 @@ TEST_P(GemmaEngineTest, BatchedEqualsSerial) {
   ASSERT_NE(e, nullptr);
   std::vector<GenerateRequest> reqs;
   for (size_t n : {40u, 500u, 7u, 130u, 333u})
-    reqs.push_back(greedy(random_prompt(n, 200 + static_cast<uint32_t>(n), vocab_), 10));
+    reqs.push_back(greedy(random_token_ids(n, 200 + static_cast<uint32_t>(n), vocab_), 10));
   std::vector<RequestHandlePtr> hs;
   for (const auto& r : reqs) {
     auto h = e->submit(r);
@@ -135,7 +128,7 @@ TEST_P(GemmaEngineTest, BatchedEqualsSerial) {
 
 // A warm prefix at several splits == cold, and the second request hits.
 TEST_P(GemmaEngineTest, WarmPrefixEqualsCold) {
-  const std::vector<int32_t> prompt = random_prompt(500, 77, vocab_);
+  const std::vector<int32_t> prompt = random_token_ids(500, 77, vocab_);
   const GenerateRequest full = greedy(prompt, 8);
   const RefRun ref = flat_run(*model_, full);
   for (size_t split : {16u, 33u, 48u, 100u, 257u, 480u}) {
@@ -170,13 +163,13 @@ TEST_P(GemmaEngineTest, PressureOnASmallPool) {
   auto e = make_engine(model_, o);
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->max_concurrent_sequences(), 6);
-  const std::vector<int32_t> shared = random_prompt(96, 9, vocab_);
+  const std::vector<int32_t> shared = random_token_ids(96, 9, vocab_);
   std::vector<GenerateRequest> reqs;
   std::mt19937 g(4);
   for (int i = 0; i < 14; ++i) {
     std::vector<int32_t> p;
     if (i % 3 != 2) p = shared;  // two of three share a 96-token prefix
-    const auto tail = random_prompt(10 + g() % 200, 300 + static_cast<uint32_t>(i % 5), vocab_);
+    const auto tail = random_token_ids(10 + g() % 200, 300 + static_cast<uint32_t>(i % 5), vocab_);
     p.insert(p.end(), tail.begin(), tail.end());
     reqs.push_back(greedy(p, 30 + static_cast<int32_t>(g() % 50)));
   }
@@ -215,7 +208,7 @@ TEST_P(GemmaEngineTest, AdmissionWidthIsTheCoordinators) {
   ASSERT_NE(small, nullptr);
   EXPECT_EQ(small->max_concurrent_sequences(), 3);
   // A prompt larger than the smallest pool is refused with a status.
-  auto h = small->submit(greedy(random_prompt(100, 1, vocab_), 1));
+  auto h = small->submit(greedy(random_token_ids(100, 1, vocab_), 1));
   ASSERT_FALSE(h.ok());
   EXPECT_EQ(h.status().code(), StatusCode::kResourceExhausted) << h.status().to_string();
 }
@@ -233,7 +226,7 @@ TEST_P(GemmaEngineTest, PersistenceIsDeclined) {
   EXPECT_EQ(st.cold.open_errors, 1u);
   EXPECT_NE(st.cold.open_error.find("declined"), std::string::npos) << st.cold.open_error;
   EXPECT_NE(st.cold.open_error.find("sliding-window"), std::string::npos) << st.cold.open_error;
-  GenerateRequest r = greedy(random_prompt(70, 3, vocab_), 4);
+  GenerateRequest r = greedy(random_token_ids(70, 3, vocab_), 4);
   auto h = e->submit(r);
   ASSERT_TRUE(h.ok());
   e->run_until_idle();
