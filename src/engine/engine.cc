@@ -31,6 +31,7 @@
 
 #include "engine/chat_formatter.h"
 #include "engine/cold_tier_runtime.h"
+#include "engine/coordinator_kv.h"
 #include "engine/handle_access.h"
 #include "engine/kv_cache_factory.h"
 #include "engine/owner_registry.h"
@@ -162,10 +163,19 @@ class Engine::Impl {
   void complete(Seq* s, FinishReason reason, Status error);
   void update_stats_snapshot();
   int64_t blocks_for(int64_t tokens) const {
-    const int64_t b = cache_->block_size();
+    const int64_t b = kv_block_size();
     return (tokens + b - 1) / b;
   }
   void note_admission(Seq* s, int64_t cached, bool resumed);
+  // --- Cache groups (issue #14; coordinator_kv.h): a model with a sliding-window
+  // group pages through the KVCacheCoordinator; coord_ is null on every other path.
+  Status init_coordinator(double watermark);
+  int64_t kv_block_size() const { return coord_ ? coord_->block_size() : cache_->block_size(); }
+  int64_t kv_usable_blocks() const {
+    return coord_ ? coord_->usable_blocks() : cache_->max_blocks() - 1;
+  }
+  CoordinatorKV* coord_ = nullptr;  // owned by kv_
+  // --- end cache groups
   void capture_turn(Seq* s);
 
   std::shared_ptr<model::Model> model_;
@@ -406,6 +416,7 @@ Status Engine::Impl::init() {
     update_stats_snapshot();
     return ok_status();
   }
+  if (CoordinatorKV::applies(mg)) return init_coordinator(wm);  // cache groups (issue #14)
   if (mg.groups.size() != 1 || mg.groups[0].kind != model::CacheGroupKind::kFullAttention)
     return invalid_argument("engine: the model declares " + std::to_string(mg.groups.size()) +
                             " cache groups; the engine pages exactly one full-attention group "
@@ -464,12 +475,58 @@ Status Engine::Impl::init() {
   return ok_status();
 }
 
+// Cache groups (issue #14): the coordinator path's init (coordinator_kv.h). No
+// cold tier: persistence is declined with a message in EngineStats::cold.
+Status Engine::Impl::init_coordinator(double wm) {
+  CoordinatorKV::Options o;
+  o.max_live_rows = static_cast<int32_t>(std::min<int64_t>(max_seqs_, INT32_MAX));
+  o.pool_max_blocks = options_.pool_max_blocks;
+  o.pool_initial_blocks = options_.pool_initial_blocks;
+  if (o.pool_max_blocks && (*o.pool_max_blocks < 2 || o.pool_initial_blocks.value_or(2) < 2 ||
+                            o.pool_initial_blocks.value_or(2) > *o.pool_max_blocks))
+    return invalid_argument("pool_max_blocks/pool_initial_blocks must satisfy 2 <= initial <= max");
+  PKV_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorKV> ck, CoordinatorKV::create(*model_, o));
+  coord_ = ck.get();
+  kv_ = std::move(ck);
+  // The caller's flag, else the env knob (config.json's field is not read here:
+  // the tier stays off either way).
+  const bool persist = options_.persist_paged_cache.value_or(
+      resolve_knob<bool>("PAGEDKV_PERSIST_PAGED_CACHE", std::nullopt, false));
+  if (persist) {
+    counters_.cold.open_errors = 1;
+    counters_.cold.open_error =
+        "persist_paged_cache declined: '" + model_->config().model_type +
+        "' has a sliding-window cache group, and the cold tier restores only single-group models "
+        "(the sliding-window sidecar is a later issue); running without the disk tier";
+    PKV_LOG(kWarn) << "engine: " << counters_.cold.open_error;
+  }
+  same_step_sharing_ =
+      resolve_knob<bool>(kEnvSameStepSharing, options_.same_step_prefix_sharing, true);
+  watermark_blocks_ =
+      wm == 0 ? 0
+              : std::max<int64_t>(1, static_cast<int64_t>(std::floor(
+                                         wm * static_cast<double>(coord_->usable_blocks()))));
+  PKV_LOG(kInfo) << "engine: cache groups through the KVCacheCoordinator ("
+                 << coord_->coordinator().num_groups()
+                 << " groups) max_num_batched_tokens=" << max_batched_
+                 << " max_num_seqs=" << max_seqs_ << " watermark_blocks=" << watermark_blocks_
+                 << " max_concurrent_sequences=" << max_concurrent_sequences();
+  make_scheduler();
+  update_stats_snapshot();
+  return ok_status();
+}
+
 void Engine::Impl::make_scheduler() {
   SchedulerConfig c;
   c.max_num_batched_tokens = max_batched_;
   c.max_num_seqs = std::min<int64_t>(max_seqs_, max_concurrent_sequences());
   owners_ = std::make_unique<OwnerRegistry>(cache_.get());
-  if (paged_) {
+  if (coord_ != nullptr) {  // cache groups (issue #14): kv_ is the CoordinatorKV
+    c.block_size = coord_->block_size();
+    c.usable_blocks = coord_->usable_blocks();
+    c.watermark_blocks = watermark_blocks_;
+    c.same_step_sharing = same_step_sharing_;
+  } else if (paged_) {
     c.block_size = cache_->block_size();
     c.usable_blocks = cache_->max_blocks() - 1;
     c.watermark_blocks = watermark_blocks_;
@@ -484,6 +541,7 @@ void Engine::Impl::make_scheduler() {
 
 int32_t Engine::Impl::max_concurrent_sequences() const {
   if (!paged_) return static_cast<int32_t>(max_seqs_);
+  if (coord_ != nullptr) return coord_->max_concurrent_sequences();  // cache groups
   const int64_t usable = static_cast<int64_t>(cache_->max_blocks()) - 1 - watermark_blocks_;
   return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(max_seqs_, usable)));
 }
@@ -524,13 +582,13 @@ StatusOr<RequestHandlePtr> Engine::Impl::submit(GenerateRequest req) {
     return reject(invalid_argument("request: the prompt has " + std::to_string(plen) +
                                    " tokens, more than the model's max_position_embeddings (" +
                                    std::to_string(max_context_) + ")"));
-  const int64_t usable = paged_ ? cache_->max_blocks() - 1 : INT64_MAX;
+  const int64_t usable = paged_ ? kv_usable_blocks() : INT64_MAX;
   if (paged_ && blocks_for(plen) > usable)
     return reject(resource_exhausted(
         "request: the prompt of " + std::to_string(plen) + " tokens needs " +
-        std::to_string(blocks_for(plen)) + " KV blocks of " + std::to_string(cache_->block_size()) +
+        std::to_string(blocks_for(plen)) + " KV blocks of " + std::to_string(kv_block_size()) +
         " tokens, but the largest pool holds " + std::to_string(usable) + " usable blocks (" +
-        std::to_string(usable * cache_->block_size()) +
+        std::to_string(usable * kv_block_size()) +
         " tokens); raise paged_cache_memory_mb or shorten the prompt"));
   auto seq = std::make_unique<Seq>();
   if (!req.cache_salt.empty()) {
@@ -672,6 +730,11 @@ void Engine::Impl::process_cancellations(StepReport* rep) {
 }
 
 void Engine::Impl::unbind(Seq* s, bool keep_live) {
+  if (coord_ != nullptr) {  // cache groups (issue #14): every group's tables go back
+    coord_->release(*s);
+    s->bound = false;
+    return;
+  }
   if (s->flat != nullptr) {
     s->flat->clear();  // the flat path keeps nothing between requests
     s->bound = false;
@@ -822,7 +885,9 @@ StepReport Engine::Impl::step() {
   model::ForwardBatch batch;
   batch.path = paged_ ? model::KVPath::kPaged : model::KVPath::kFlat;
   std::optional<PoolKVBlockStore> store;  // per step: the pool may have grown
-  if (paged_) {
+  if (coord_ != nullptr) {
+    batch.kv_store = coord_->store();  // cache groups (issue #14)
+  } else if (paged_) {
     store.emplace(cache_->pool());
     batch.kv_store = &*store;
   }
@@ -838,7 +903,9 @@ StepReport Engine::Impl::step() {
                       static_cast<int32_t>(s->computed),
                       all ? model::LogitsRequest::kAll
                           : (last ? model::LogitsRequest::kLast : model::LogitsRequest::kNone));
-    if (paged_) {
+    if (coord_ != nullptr) {
+      coord_->add_block_tables(*s, &row);  // cache groups: one table per group
+    } else if (paged_) {
       row.block_tables.push_back(s->adapter->block_table());
     } else {
       row.flat = s->flat.get();
@@ -872,7 +939,10 @@ StepReport Engine::Impl::step() {
     Seq* s = as_seq(sched[r].req);
     const std::span<const int32_t> fed(s->tokens.data() + s->computed,
                                        static_cast<size_t>(sched[r].num_tokens));
-    if (paged_) {
+    if (coord_ != nullptr) {
+      Status rs = coord_->record_tokens(*s, fed);  // cache groups: every group advances
+      PKV_CHECK_MSG(rs.ok(), rs.to_string().c_str());
+    } else if (paged_) {
       Status rs = s->adapter->record_tokens(fed);
       PKV_CHECK_MSG(rs.ok(), rs.to_string().c_str());
     }
@@ -961,7 +1031,9 @@ void Engine::Impl::update_stats_snapshot() {
   s.running = static_cast<int32_t>(scheduler_->running().size());
   s.waiting = static_cast<int32_t>(scheduler_->waiting().size());
   s.live_owners = static_cast<int32_t>(owners_->size());
-  if (paged_) {
+  if (coord_ != nullptr) {
+    coord_->fill_pool_stats(&s.pool);  // cache groups: summed over the groups
+  } else if (paged_) {
     const kv::BlockAllocator& a = cache_->allocator();
     s.pool.num_blocks = cache_->num_blocks();
     s.pool.max_blocks = cache_->max_blocks();
@@ -1013,6 +1085,8 @@ Status Engine::Impl::check_invariants() const {
     }
     return ok_status();
   }
+  if (coord_ != nullptr)
+    return coord_->check_invariants(scheduler_->running(), scheduler_->waiting());
   const kv::BlockAllocator& a = cache_->allocator();
   PKV_RETURN_IF_ERROR(a.verify_integrity());
   std::vector<int32_t> holders(static_cast<size_t>(a.num_blocks()), 0);
@@ -1045,6 +1119,7 @@ Status Engine::Impl::check_invariants() const {
 }
 
 int32_t Engine::Impl::held_blocks() const {
+  if (coord_ != nullptr) return coord_->held_blocks();
   return paged_ ? cache_->allocator().num_used_blocks() : 0;
 }
 

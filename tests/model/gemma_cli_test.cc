@@ -1,8 +1,9 @@
 // Gemma through the real binary: `make-model --family gemma3_text|gemma4_text
 // --dtype bf16 --tokenizer gemma3` writes a checkpoint (bf16 weights) with the real Gemma 3
 // tokenizer and chat template, `generate --flat --chat` renders the Gemma turn format and streams
-// the decode of the generated ids, the paged path (one cache group only, for now) is refused with a
-// clear message, and `logits --flat` on the transformers fixtures matches the reference logits.
+// the decode of the generated ids, the paged path (cache groups through the KVCacheCoordinator)
+// generates the flat path's ids, `logits --flat` on the transformers fixtures matches the
+// reference logits, and `logits --warm-prefix N` (paged) gives the flat logits bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,10 +48,20 @@ TEST_P(GemmaCliTest, ChatOnTheFlatPathWithTheRealTokenizer) {
   while (in >> v) got.push_back(v);
   EXPECT_EQ(got.size(), 4u);
   EXPECT_NE(r.output.find((*tok)->decode(got, true) + "\nids:"), std::string::npos) << r.output;
-  // The engine pages one full-attention group so far: the paged path says so.
-  r = test::run_pagedkv("generate --model " + out + " --prompt-ids \"1 2 3\" --max-tokens 2");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("cache groups"), std::string::npos) << r.output;
+  // The paged path (full + sliding groups through the coordinator) = the flat path.
+  std::string ids_line[2];
+  for (int paged = 0; paged < 2; ++paged) {
+    r = test::run_pagedkv(
+        "generate --model " + out + (paged ? "" : " --flat") +
+            " --ids --prompt-ids \"1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 "
+            "20 21 22 23 24 25 26 27 28 29 30 31 32 33 34 35 36 37\" --max-tokens 6",
+        /*merge_stderr=*/false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const size_t at = r.output.rfind("\nids:");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    ids_line[paged] = r.output.substr(at);
+  }
+  EXPECT_EQ(ids_line[0], ids_line[1]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GemmaCliTest, ::testing::Values("gemma3_text", "gemma4_text"));
@@ -80,6 +91,36 @@ TEST(GemmaCliLogitsTest, FlatLogitsMatchTransformers) {
         m = std::max(m, std::fabs(double((*fv)[t * V + i])));
       }
       EXPECT_LE(d / m, 1e-4) << name << " row " << t;
+    }
+  }
+}
+
+// `logits --warm-prefix N` runs the first N tokens as an earlier request on the
+// paged path (full + sliding groups), then the whole input hitting that prefix:
+// every row equals the flat run's, bit for bit.
+TEST(GemmaCliLogitsTest, WarmPrefixPagedEqualsFlat) {
+  for (const char* name : {"gemma3_text-a", "gemma4_text-a"}) {
+    const std::string dir = std::string(PAGEDKV_TEST_DATA_DIR) + "/hf-reference/" + name;
+    const std::string tmp = testing_util::temp_dir("gemma_warm");
+    auto logits_of = [&](const std::string& flags, const std::string& file) {
+      auto r = test::run_pagedkv("logits " + flags + " --model " + dir + " --input-ids " + dir +
+                                 "/reference.safetensors --out " + tmp + "/" + file);
+      EXPECT_EQ(r.exit_code, 0) << flags << ": " << r.output;
+      auto f = SafetensorsFile::open(tmp + "/" + file);
+      EXPECT_TRUE(f.ok()) << flags;
+      if (!f.ok() || (*f)->find("logits") == nullptr) return std::vector<float>();
+      auto v = tensor_to_f32(*(*f)->find("logits"));
+      EXPECT_TRUE(v.ok());
+      return v.ok() ? *v : std::vector<float>();
+    };
+    const std::vector<float> flat = logits_of("--flat", "flat.safetensors");
+    ASSERT_FALSE(flat.empty()) << name;
+    for (int warm : {0, 17, 40}) {
+      const std::vector<float> got =
+          logits_of("--warm-prefix " + std::to_string(warm), "w.safetensors");
+      ASSERT_EQ(got.size(), flat.size()) << name << " warm " << warm;
+      EXPECT_EQ(std::memcmp(got.data(), flat.data(), flat.size() * sizeof(float)), 0)
+          << name << " warm " << warm;
     }
   }
 }

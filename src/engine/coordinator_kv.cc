@@ -1,0 +1,306 @@
+// CoordinatorKV: SchedulerKV over the KVCacheCoordinator (see coordinator_kv.h).
+#include "engine/coordinator_kv.h"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/kv_cache_factory.h"
+#include "kv/block_hasher.h"
+#include "kv/kv_storage.h"
+#include "util/check.h"
+
+namespace pagedkv::engine {
+
+// The model's KVBlockStore over the coordinator's pools: layer → route → (group
+// pool, physical slot). Pools are looked up per call, so a pool that grew since
+// the last step is reached at its new storage.
+class CoordinatorKV::Store final : public model::KVBlockStore {
+ public:
+  Store(kv::KVCacheCoordinator* coord, int32_t block_size, kv::KVDType dtype)
+      : coord_(coord), block_size_(block_size), dtype_(dtype) {}
+  int32_t block_size() const override { return block_size_; }
+  model::KVDType dtype() const override { return dtype_; }
+  // The largest pool: the model validates ids against one bound; each group's
+  // own bound is the coordinator's (its tables only name its own blocks).
+  int32_t num_blocks() const override {
+    int32_t n = 0;
+    for (int32_t g = 0; g < coord_->num_groups(); ++g)
+      if (const kv::PagedKVCache* c = coord_->group_cache(g); c != nullptr)
+        n = std::max(n, c->num_blocks());
+    return n;
+  }
+  std::byte* k_block(int32_t layer, int32_t block) override {
+    const kv::LayerRoute& r = route(layer);
+    return reinterpret_cast<std::byte*>(
+        coord_->group_cache(r.group)->pool()->k_block(r.slot, block));
+  }
+  std::byte* v_block(int32_t layer, int32_t block) override {
+    const kv::LayerRoute& r = route(layer);
+    return reinterpret_cast<std::byte*>(
+        coord_->group_cache(r.group)->pool()->v_block(r.slot, block));
+  }
+
+ private:
+  const kv::LayerRoute& route(int32_t layer) const {
+    const std::vector<kv::LayerRoute>& routes = coord_->routes();
+    PKV_CHECK(layer >= 0 && static_cast<size_t>(layer) < routes.size());
+    const kv::LayerRoute& r = routes[static_cast<size_t>(layer)];
+    PKV_CHECK(r.group >= 0 && coord_->group_cache(r.group) != nullptr);
+    return r;
+  }
+
+  kv::KVCacheCoordinator* coord_;
+  int32_t block_size_;
+  kv::KVDType dtype_;
+};
+
+bool CoordinatorKV::applies(const model::KVGeometry& g) {
+  for (const model::CacheGroup& c : g.groups)
+    if (c.kind == model::CacheGroupKind::kSlidingWindow) return true;
+  return false;
+}
+
+kv::KVCacheSpec CoordinatorKV::spec_for(const model::KVGeometry& g) {
+  kv::KVCacheSpec spec;
+  for (const model::CacheGroup& c : g.groups) {
+    kv::CacheGroupSpec s;
+    switch (c.kind) {
+      case model::CacheGroupKind::kFullAttention:
+        s.kind = kv::CacheGroupKind::kFullAttention;
+        break;
+      case model::CacheGroupKind::kSlidingWindow:
+        s.kind = kv::CacheGroupKind::kSlidingWindow;
+        s.sliding_window = c.sliding_window;
+        break;
+      case model::CacheGroupKind::kRecurrent:
+        s.kind = kv::CacheGroupKind::kRecurrent;
+        break;
+    }
+    s.block_size = g.block_size;
+    spec.groups.push_back(s);
+  }
+  spec.layer_group = g.layer_group;
+  if (spec.layer_group.empty()) spec.layer_group.assign(static_cast<size_t>(g.num_layers), 0);
+  spec.layer_kv_source = g.layer_kv_source;
+  return spec;
+}
+
+CoordinatorKV::CoordinatorKV(std::unique_ptr<kv::KVCacheCoordinator> coord, int32_t block_size,
+                             kv::KVDType dtype)
+    : coord_(std::move(coord)),
+      store_(std::make_unique<Store>(coord_.get(), block_size, dtype)),
+      block_size_(block_size) {
+  counters_.block_size = block_size;
+}
+
+StatusOr<std::unique_ptr<CoordinatorKV>> CoordinatorKV::create(const model::Model& model,
+                                                               const Options& options) {
+  const model::KVGeometry& mg = model.kv_geometry();
+  if (mg.has_recurrent_state())
+    return invalid_argument(
+        "engine: a model with a sliding-window cache group and recurrent state is not paged yet "
+        "(the coordinator path supplies no recurrent state); use the flat path (--flat)");
+  const kv::KVCacheSpec spec = spec_for(mg);
+  PKV_RETURN_IF_ERROR(spec.validate());
+  const int64_t max_context = model.config().max_position_embeddings;
+  if (max_context < 1)
+    return invalid_argument("engine: max_position_embeddings must be >= 1 to size the KV pools");
+  kv::CoordinatorBudget budget;
+  budget.max_context_tokens = max_context;
+  budget.max_live_rows = std::max(1, options.max_live_rows);
+  int64_t bytes = 0;  // the pools' initial bytes
+  const int64_t token_bytes = static_cast<int64_t>(mg.bytes_per_token_per_layer());
+  for (size_t g = 0; g < spec.groups.size(); ++g) {
+    const kv::CacheGroupSpec& gs = spec.groups[g];
+    int32_t max_blocks = 0;
+    int32_t initial = 0;
+    if (gs.holds_blocks()) {
+      const int64_t minimum =
+          kv::CoordinatorBudget::minimum_blocks(gs, max_context, budget.max_live_rows);
+      const int64_t max = options.pool_max_blocks.value_or(minimum);
+      if (max > INT32_MAX)
+        return invalid_argument("engine: the KV pool of group " + std::to_string(g) + " needs " +
+                                std::to_string(max) + " blocks, more than a pool can index");
+      max_blocks = static_cast<int32_t>(max);
+      // Start small and grow on demand (the adapter's growth policy): a long
+      // max_position_embeddings must not allocate every block up front.
+      const int64_t start = (2048 + gs.block_size - 1) / gs.block_size + 1 + budget.max_live_rows;
+      initial =
+          static_cast<int32_t>(std::min<int64_t>(max, options.pool_initial_blocks.value_or(start)));
+      bytes += static_cast<int64_t>(initial) * gs.block_size * token_bytes *
+               spec.physical_layers(static_cast<int32_t>(g));
+    }
+    budget.max_blocks.push_back(max_blocks);
+    budget.initial_blocks.push_back(initial);
+  }
+  const uint64_t ram = physical_memory_bytes();
+  if (ram != 0 && static_cast<uint64_t>(bytes) > ram)
+    return resource_exhausted("the paged KV pools need " + std::to_string(bytes >> 20) +
+                              " MiB up front, more than this machine's " +
+                              std::to_string(ram >> 20) + " MiB of memory; lower max_num_seqs " +
+                              "or pool_initial_blocks");
+  kv::GroupPoolShape shape;
+  shape.num_kv_heads = mg.num_kv_heads;
+  shape.head_dim = mg.head_dim;
+  shape.dtype = mg.dtype;
+  PKV_ASSIGN_OR_RETURN(std::unique_ptr<kv::KVCacheCoordinator> coord,
+                       kv::KVCacheCoordinator::create(spec, budget, shape, kv::host_kv_storage()));
+  return std::unique_ptr<CoordinatorKV>(
+      new CoordinatorKV(std::move(coord), mg.block_size, mg.dtype));
+}
+
+CoordinatorKV::~CoordinatorKV() = default;
+
+model::KVBlockStore* CoordinatorKV::store() { return store_.get(); }
+
+int64_t CoordinatorKV::usable_blocks() const {
+  int64_t n = INT64_MAX;
+  for (int32_t g = 0; g < coord_->num_groups(); ++g)
+    if (const kv::PagedKVCache* c = coord_->group_cache(g); c != nullptr)
+      n = std::min<int64_t>(n, c->max_blocks() - 1);
+  return n;
+}
+
+int64_t CoordinatorKV::free_blocks() const {
+  int64_t n = INT64_MAX;
+  for (int32_t g = 0; g < coord_->num_groups(); ++g)
+    if (coord_->group_cache(g) != nullptr) n = std::min(n, coord_->available_blocks(g));
+  return n;
+}
+
+kv::SeqId CoordinatorKV::new_row(const SchedRequest& r) {
+  if (r.salt) {
+    const kv::ExtraKey key = kv::salt_extra_key(*r.salt);
+    return coord_->add_sequence(std::span<const kv::ExtraKey>(&key, 1));
+  }
+  return coord_->add_sequence();
+}
+
+// A throwaway row answers the probe: rows hold no blocks until a hit is committed.
+StatusOr<kv::CoordinatorProbe> CoordinatorKV::probe(const SchedRequest& r) {
+  const kv::SeqId id = new_row(r);
+  StatusOr<kv::CoordinatorProbe> p = coord_->probe_cached_prefix(id, r.tokens, r.num_tokens());
+  coord_->release_sequence(id);
+  return p;
+}
+
+StatusOr<int64_t> CoordinatorKV::admission_cost(const SchedRequest& r) {
+  PKV_ASSIGN_OR_RETURN(const kv::CoordinatorProbe p, probe(r));
+  // The least slack over the groups: cost <= free_blocks() - reserve exactly
+  // when every group keeps `reserve` blocks after admitting r.
+  int64_t slack = INT64_MAX;
+  for (int32_t g = 0; g < coord_->num_groups(); ++g) {
+    if (coord_->group_cache(g) == nullptr) continue;
+    slack = std::min(slack, coord_->available_blocks(g) - p.cost[static_cast<size_t>(g)]);
+  }
+  return free_blocks() - slack;
+}
+
+StatusOr<int64_t> CoordinatorKV::cached_prefix_blocks(const SchedRequest& r) {
+  PKV_ASSIGN_OR_RETURN(const kv::CoordinatorProbe p, probe(r));
+  return p.cached_tokens / block_size_;
+}
+
+SchedulerKV::Admission CoordinatorKV::admit(SchedRequest& r) {
+  Admission a;
+  PKV_CHECK(rows_.count(r.id) == 0);
+  const kv::SeqId id = new_row(r);
+  StatusOr<int64_t> hit = coord_->find_cached_prefix(id, r.tokens);
+  if (!hit.ok()) {
+    coord_->release_sequence(id);
+    a.error = hit.status();
+    return a;
+  }
+  if (Status st = coord_->allocate_slots(id, r.num_tokens()); !st.ok()) {
+    // The probe said it fits; only a refused pool growth gets here.
+    coord_->release_sequence(id);
+    a.outcome = AdmitOutcome::kNoRoom;
+    return a;
+  }
+  rows_.emplace(r.id, id);
+  r.computed = coord_->num_tokens(id);
+  ++counters_.lookups;
+  counters_.lookup_blocks +=
+      static_cast<uint64_t>(std::max<int64_t>(0, (r.num_tokens() - 1) / block_size_));
+  counters_.hit_blocks += static_cast<uint64_t>(*hit / block_size_);
+  counters_.hit_tokens += static_cast<uint64_t>(*hit);
+  a.outcome = AdmitOutcome::kAdmitted;
+  a.cached_tokens = *hit;
+  return a;
+}
+
+bool CoordinatorKV::grow(SchedRequest& r, int64_t tokens) {
+  auto it = rows_.find(r.id);
+  PKV_CHECK(it != rows_.end());
+  return coord_->allocate_slots(it->second, tokens).ok();
+}
+
+void CoordinatorKV::release(SchedRequest& r) {
+  if (auto it = rows_.find(r.id); it != rows_.end()) {
+    coord_->release_sequence(it->second);
+    rows_.erase(it);
+  }
+  r.computed = 0;
+}
+
+void CoordinatorKV::add_block_tables(const SchedRequest& r, model::ForwardRow* row) const {
+  const kv::SeqId id = rows_.at(r.id);
+  for (int32_t g = 0; g < coord_->num_groups(); ++g)
+    row->block_tables.push_back(coord_->block_table(id, g));
+}
+
+Status CoordinatorKV::record_tokens(const SchedRequest& r, std::span<const int32_t> tokens) {
+  auto it = rows_.find(r.id);
+  if (it == rows_.end())
+    return internal_error("request " + std::to_string(r.id) + " has no coordinator row");
+  return coord_->record_tokens(it->second, tokens);
+}
+
+void CoordinatorKV::fill_pool_stats(PoolStats* s) const {
+  *s = counters_;
+  for (int32_t g = 0; g < coord_->num_groups(); ++g) {
+    const kv::PagedKVCache* c = coord_->group_cache(g);
+    if (c == nullptr) continue;
+    const kv::BlockAllocator& a = c->allocator();
+    s->num_blocks += c->num_blocks();
+    s->max_blocks += c->max_blocks();
+    s->used_blocks += a.num_used_blocks();
+    s->free_blocks += a.num_free_blocks();
+    s->cached_blocks += a.num_free_cached_blocks();
+    s->evictions += a.stats().evictions;
+    s->grow_events += c->stats().grow_events;
+  }
+}
+
+int32_t CoordinatorKV::held_blocks() const {
+  int32_t n = 0;
+  for (int32_t g = 0; g < coord_->num_groups(); ++g)
+    if (const kv::PagedKVCache* c = coord_->group_cache(g); c != nullptr)
+      n += c->allocator().num_used_blocks();
+  return n;
+}
+
+Status CoordinatorKV::check_invariants(const std::vector<SchedRequest*>& running,
+                                       const std::deque<SchedRequest*>& waiting) const {
+  PKV_RETURN_IF_ERROR(coord_->verify_integrity());
+  for (const SchedRequest* r : running) {
+    auto it = rows_.find(r->id);
+    if (it == rows_.end())
+      return internal_error("running request " + std::to_string(r->id) +
+                            " holds no coordinator row");
+    if (coord_->num_tokens(it->second) != r->computed)
+      return internal_error("request " + std::to_string(r->id) + ": computed " +
+                            std::to_string(r->computed) + " != coordinator tokens " +
+                            std::to_string(coord_->num_tokens(it->second)));
+  }
+  for (const SchedRequest* r : waiting)
+    if (rows_.count(r->id) != 0)
+      return internal_error("waiting request " + std::to_string(r->id) +
+                            " still holds a coordinator row");
+  if (rows_.size() != running.size() || coord_->num_sequences() != rows_.size())
+    return internal_error("coordinator rows (" + std::to_string(coord_->num_sequences()) +
+                          ") != running requests (" + std::to_string(running.size()) + ")");
+  return ok_status();
+}
+
+}  // namespace pagedkv::engine
