@@ -168,6 +168,71 @@ Status check_logits(const ForwardOutput& out) {
   return ok_status();
 }
 
+Status final_logits(backend::Backend& be, const ForwardBatch& batch, const float* x, int64_t hidden,
+                    const backend::Weight& final_norm, float eps, const backend::Weight& lm_head,
+                    int32_t vocab_size, ForwardOutput* out) {
+  // Logits for the requested positions only.
+  std::vector<int64_t> pick;
+  out->row_begin.clear();
+  out->row_count.clear();
+  for (const ForwardRow& row : batch.rows) {
+    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
+    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
+                : row.logits == LogitsRequest::kLast ? 1
+                                                     : 0;
+    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
+      pick.push_back(row.first_token + i);
+    out->row_count.push_back(n);
+  }
+  const int64_t P = static_cast<int64_t>(pick.size());
+  out->vocab_size = vocab_size;
+  out->logits.assign(static_cast<size_t>(P * vocab_size), 0.0f);
+  if (P == 0) return ok_status();
+  std::vector<float> sel(static_cast<size_t>(P * hidden));
+  for (int64_t i = 0; i < P; ++i)
+    std::memcpy(sel.data() + i * hidden, x + pick[i] * hidden, hidden * sizeof(float));
+  be.rms_norm(sel.data(), P, final_norm, eps, false, sel.data());
+  be.matmul(sel.data(), P, lm_head, out->logits.data());
+  return check_logits(*out);
+}
+
+Status run_decoder(backend::Backend& be, const DecoderFrame& f, const ForwardBatch& batch,
+                   const DecoderStack& stack, ForwardOutput* out) {
+  PKV_RETURN_IF_ERROR(validate_batch(batch, *f.geometry, f.vocab_size));
+  const int64_t T = batch.num_tokens();
+  if (batch.path == KVPath::kFlat) {
+    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
+  }
+  KVAccess kv(batch, *f.geometry);
+  const size_t TH = static_cast<size_t>(T * f.hidden);
+  ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
+  be.embedding(batch.token_ids.data(), T, *f.io->embed, x.data());
+  stack(kv, x.data(), h.data(), y.data(), T);
+  for (const ForwardRow& row : batch.rows) {
+    const int32_t end = row.context_len + row.num_tokens;
+    if (batch.path == KVPath::kFlat) row.flat->set_length(end);
+    if (row.state != nullptr) row.state->set_length(end);
+  }
+  return final_logits(be, batch, x.data(), f.hidden, *f.io->final_norm, f.final_eps, *f.io->lm_head,
+                      f.vocab_size, out);
+}
+
+StatusOr<EmbeddingWeights> load_embedding_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  int64_t vocab, int64_t hidden, bool tied,
+                                                  const std::string& final_norm_name) {
+  EmbeddingWeights w;
+  PKV_ASSIGN_OR_RETURN(w.embed,
+                       load_weight(ckpt, be, "model.embed_tokens.weight", {vocab, hidden}));
+  PKV_ASSIGN_OR_RETURN(w.final_norm, load_weight(ckpt, be, final_norm_name, {hidden}));
+  if (tied && ckpt.find("lm_head.weight") == nullptr) {
+    w.lm_head = w.embed.get();
+    return w;
+  }
+  PKV_ASSIGN_OR_RETURN(w.lm_head_owned, load_weight(ckpt, be, "lm_head.weight", {vocab, hidden}));
+  w.lm_head = w.lm_head_owned.get();
+  return w;
+}
+
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size) {
   if (batch.positions.size() != batch.token_ids.size())
     return invalid_argument("forward batch: positions and token_ids differ in length");
@@ -204,11 +269,16 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
     if (batch.path == KVPath::kPaged) {
       if (batch.kv_store == nullptr)
         return invalid_argument("forward batch: paged without kv_store");
-      if (row.block_tables.size() < geom.groups.size())
+      // A kRecurrent group keeps no per-token KV: it needs no block table.
+      size_t paged_groups = 0;
+      for (size_t g = 0; g < geom.groups.size(); ++g)
+        if (geom.groups[g].kind != CacheGroupKind::kRecurrent) paged_groups = g + 1;
+      if (row.block_tables.size() < paged_groups)
         return invalid_argument(where + "needs one block table per cache group");
       if (batch.kv_store->block_size() != geom.block_size || batch.kv_store->dtype() != geom.dtype)
         return invalid_argument("forward batch: kv_store block size/dtype differ from the model's");
-      for (size_t g = 0; g < geom.groups.size(); ++g) {
+      for (size_t g = 0; g < paged_groups; ++g) {
+        if (geom.groups[g].kind == CacheGroupKind::kRecurrent) continue;
         if (static_cast<int64_t>(row.block_tables[g].size()) * geom.block_size < total)
           return invalid_argument(where + "block table of group " + std::to_string(g) +
                                   " covers fewer than " + std::to_string(total) + " tokens");
@@ -303,6 +373,28 @@ void KVAccess::tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<c
   }
 }
 
+StatusOr<AttentionWeights> load_attention_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  const std::string& a, int64_t NH, int64_t KVH,
+                                                  int64_t D, int64_t H, bool bias,
+                                                  const AttentionNames& names) {
+  AttentionWeights w;
+  PKV_ASSIGN_OR_RETURN(w.q, load_weight(ckpt, be, a + "q_proj.weight", {NH * D, H}));
+  PKV_ASSIGN_OR_RETURN(w.k, load_weight(ckpt, be, a + "k_proj.weight", {KVH * D, H}));
+  PKV_ASSIGN_OR_RETURN(w.v, load_weight(ckpt, be, a + "v_proj.weight", {KVH * D, H}));
+  PKV_ASSIGN_OR_RETURN(w.o, load_weight(ckpt, be, a + names.o + ".weight", {H, NH * D}));
+  if (!names.q_norm.empty()) {
+    PKV_ASSIGN_OR_RETURN(w.q_norm, load_weight(ckpt, be, a + names.q_norm + ".weight", {D}));
+    PKV_ASSIGN_OR_RETURN(w.k_norm, load_weight(ckpt, be, a + names.k_norm + ".weight", {D}));
+  }
+  if (bias) {
+    PKV_ASSIGN_OR_RETURN(w.q_bias, load_weight(ckpt, be, a + "q_proj.bias", {NH * D}));
+    PKV_ASSIGN_OR_RETURN(w.k_bias, load_weight(ckpt, be, a + "k_proj.bias", {KVH * D}));
+    PKV_ASSIGN_OR_RETURN(w.v_bias, load_weight(ckpt, be, a + "v_proj.bias", {KVH * D}));
+    PKV_ASSIGN_OR_RETURN(w.o_bias, load_optional_weight(ckpt, be, a + names.o + ".bias", {H}));
+  }
+  return w;
+}
+
 void attention_block(backend::Backend& be, const AttentionSpec& s, const AttentionWeights& w,
                      const ForwardBatch& batch, KVAccess& kv, const float* h, int64_t T,
                      float* out) {
@@ -387,6 +479,75 @@ void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const 
   be.matmul(g.data(), T, *w.down, out);
 }
 
+void route_experts(backend::Backend& be, const MoeWeights& w, const float* logits, int64_t T,
+                   int32_t* ids, float* weights) {
+  const int32_t E = static_cast<int32_t>(w.experts.size());
+  const int32_t K = w.top_k;
+  PKV_CHECK_MSG(w.n_group <= 1 && w.topk_group <= 1,
+                "group-limited expert routing (n_group > 1) is not implemented");
+  PKV_CHECK(w.selection_bias.empty() || static_cast<int32_t>(w.selection_bias.size()) == E);
+  if (w.score == RouterScore::kSoftmax && w.selection_bias.empty() && w.norm_eps == 0.0f &&
+      w.routed_scale == 1.0f) {
+    // qwen3_moe's router, unchanged.
+    be.topk_route(logits, T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids, weights);
+    return;
+  }
+  std::vector<float> score(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits + t * E;
+    if (w.score == RouterScore::kSigmoid) {
+      for (int32_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      std::memcpy(score.data(), l, static_cast<size_t>(E) * sizeof(float));
+      be.softmax(score.data(), 1, E);
+    }
+    for (int32_t e = 0; e < E; ++e)
+      sel[e] = w.selection_bias.empty() ? score[e] : score[e] + w.selection_bias[e];
+    int32_t* id = ids + t * K;
+    float* wt = weights + t * K;
+    // Selection: k passes, each taking the highest remaining selection score;
+    // strict > keeps the lower id on ties. A NaN score is never chosen over a number.
+    for (int32_t r = 0; r < K; ++r) {
+      int32_t best = -1;
+      for (int32_t e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int32_t q = 0; q < r; ++q) taken |= id[q] == e;
+        if (taken) continue;
+        if (best < 0 || sel[e] > sel[best] || (std::isnan(sel[best]) && !std::isnan(sel[e])))
+          best = e;
+      }
+      id[r] = best;
+      wt[r] = score[best];
+    }
+    if (w.norm_topk_prob) {
+      float sum = 0.0f;
+      for (int32_t r = 0; r < K; ++r) sum += wt[r];
+      const float denom = sum + w.norm_eps;
+      for (int32_t r = 0; r < K; ++r) wt[r] /= denom;
+    }
+    if (w.routed_scale != 1.0f)
+      for (int32_t r = 0; r < K; ++r) wt[r] *= w.routed_scale;
+  }
+}
+
+void residual_ffn(backend::Backend& be, const backend::Weight& norm, float eps, bool is_moe,
+                  const MlpWeights& mlp, const MoeWeights& moe, float* x, float* h, float* y,
+                  int64_t T, int64_t hidden) {
+  be.rms_norm(x, T, norm, eps, false, h);
+  if (is_moe) {
+    moe_block(be, moe, h, T, hidden, y);
+  } else {
+    gated_mlp(be, mlp, Activation::kSilu, h, T, y);
+  }
+  be.add(x, y, T * hidden);
+}
+
+StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,
+                                              int64_t n) {
+  PKV_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.require(name, {n}));
+  return tensor_to_f32(*t);
+}
+
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out) {
   const int32_t E = static_cast<int32_t>(w.experts.size());
@@ -395,8 +556,7 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
   be.matmul(h, T, *w.router, logits.data());
   std::vector<int32_t> ids(static_cast<size_t>(T * K));
   std::vector<float> wts(static_cast<size_t>(T * K));
-  be.topk_route(logits.data(), T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids.data(),
-                wts.data());
+  route_experts(be, w, logits.data(), T, ids.data(), wts.data());
   // results[t][rank][hidden]
   std::vector<float> results(static_cast<size_t>(T * K * hidden));
   std::vector<float> xin, yout;

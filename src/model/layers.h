@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,6 +87,48 @@ int32_t resolve_block_size(const LoadOptions& options, const CacheConfig& cache)
 // view of the right kind per row, block tables long enough.
 Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t vocab_size);
 
+// The tail every family shares: fills `out` with the logits the rows asked for
+// (forward_batch.h) — final RMSNorm of those positions of x [T][hidden], then the
+// LM head — and checks them (check_logits).
+Status final_logits(backend::Backend& be, const ForwardBatch& batch, const float* x, int64_t hidden,
+                    const backend::Weight& final_norm, float eps, const backend::Weight& lm_head,
+                    int32_t vocab_size, ForwardOutput* out);
+
+class KVAccess;
+
+// A family's decoder stack over the residual stream x [T][hidden] (h, y: [T][hidden]
+// scratch it may use freely).
+using DecoderStack = std::function<void(KVAccess& kv, float* x, float* h, float* y, int64_t T)>;
+
+// The token embedding, final norm and LM head every family has.
+struct EmbeddingWeights {
+  WeightPtr embed;       // [vocab][hidden]
+  WeightPtr final_norm;  // [hidden]
+  WeightPtr lm_head_owned;
+  const backend::Weight* lm_head = nullptr;  // lm_head_owned, or embed when tied
+};
+
+// Loads model.embed_tokens.weight, `final_norm_name` and lm_head.weight — or, when
+// `tied` and the checkpoint has no lm_head.weight, uses the embedding as the head.
+StatusOr<EmbeddingWeights> load_embedding_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  int64_t vocab, int64_t hidden, bool tied,
+                                                  const std::string& final_norm_name);
+
+struct DecoderFrame {
+  const KVGeometry* geometry = nullptr;
+  int32_t vocab_size = 0;
+  int64_t hidden = 0;
+  const EmbeddingWeights* io = nullptr;
+  float final_eps = 1e-6f;
+};
+
+// The frame of every family's forward(): validates the batch, grows each flat
+// row's cache, embeds the tokens into x, runs `stack`, then advances every row's
+// flat length and recurrent state to context_len + num_tokens and returns the
+// requested logits (final_logits).
+Status run_decoder(backend::Backend& be, const DecoderFrame& f, const ForwardBatch& batch,
+                   const DecoderStack& stack, ForwardOutput* out);
+
 // A NaN logit is an error naming the batch row and vocabulary index, never a
 // token (a degenerate checkpoint or config would otherwise sample garbage).
 Status check_logits(const ForwardOutput& out);
@@ -133,6 +176,22 @@ struct AttentionWeights {
   WeightPtr q_norm, k_norm;                  // optional (qwen3: present)
 };
 
+// Tensor names of an attention block below its prefix (defaults: Hugging Face's
+// Llama/Qwen names; LFM2 says out_proj, q_layernorm, k_layernorm).
+struct AttentionNames {
+  std::string o = "o_proj";
+  std::string q_norm = "q_norm";  // "" = no q/k norm
+  std::string k_norm = "k_norm";
+};
+
+// Loads q/k/v/o projections ([heads·head_dim][hidden] ...), the per-head q/k norms
+// and, when `bias`, the q/k/v biases and an optional o bias.
+StatusOr<AttentionWeights> load_attention_weights(const Checkpoint& ckpt, backend::Backend& be,
+                                                  const std::string& prefix, int64_t num_heads,
+                                                  int64_t num_kv_heads, int64_t head_dim,
+                                                  int64_t hidden, bool bias,
+                                                  const AttentionNames& names = {});
+
 // out[T][hidden] = o_proj(attention(h)); writes this step's K/V first.
 void attention_block(backend::Backend& be, const AttentionSpec& spec, const AttentionWeights& w,
                      const ForwardBatch& batch, KVAccess& kv, const float* h, int64_t T,
@@ -148,17 +207,57 @@ struct MlpWeights {
 void gated_mlp(backend::Backend& be, const MlpWeights& w, Activation act, const float* h, int64_t T,
                float* out);
 
+// How a router turns its logits into expert scores.
+enum class RouterScore { kSoftmax, kSigmoid };
+
 struct MoeWeights {
   WeightPtr router;  // [num_experts][hidden]
   std::vector<MlpWeights> experts;
   int32_t top_k = 1;
   bool norm_topk_prob = false;
   Activation act = Activation::kSilu;
+  // --- Router generalization (sigmoid routers with a score-correction bias:
+  // lfm2_moe, nemotron_h). The defaults are qwen3_moe's softmax router, which
+  // keeps its exact code path (Backend::topk_route).
+  RouterScore score = RouterScore::kSoftmax;
+  // Per expert, added to the scores for choosing the top-k only; the weights are
+  // the unbiased scores (lfm2_moe `expert_bias`, nemotron_h
+  // `e_score_correction_bias`). Empty: no bias.
+  std::vector<float> selection_bias;
+  // norm_topk_prob divides the chosen weights by (their sum + norm_eps)
+  // (lfm2_moe: 1e-6, nemotron_h: 1e-20).
+  float norm_eps = 0.0f;
+  // Multiplies every chosen weight after normalization (routed_scaling_factor).
+  float routed_scale = 1.0f;
+  // Group-limited selection (DeepSeek-V3 style: n_group groups of experts, only
+  // the topk_group best groups eligible). 1/1 = off; route_experts does not
+  // implement other values yet (a family must reject them at load).
+  int32_t n_group = 1;
+  int32_t topk_group = 1;
 };
 
-// Sparse MoE: per token the top-k experts by softmax(router(h)); out = Σ_rank w·expert(h)
-// summed in rank order. Experts run on the tokens routed to them (M-invariant rows).
+// The router's choice for T tokens from logits [T][num_experts]: ids/weights
+// [T][top_k], in descending selection score (score + selection_bias), ties →
+// lower expert id. Each token's result depends only on its own logits.
+void route_experts(backend::Backend& be, const MoeWeights& w, const float* logits, int64_t T,
+                   int32_t* ids, float* weights);
+
+// Sparse MoE: per token the top-k experts of route_experts(router(h)); out =
+// Σ_rank w·expert(h) summed in rank order. Experts run on the tokens routed to
+// them (M-invariant rows); an expert no token chose is skipped.
 void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_t T, int64_t hidden,
                float* out);
+
+// The second half of a pre-norm decoder layer: x += ffn(rms_norm(x, norm)), where
+// ffn is the MoE when `is_moe`, else the gated SiLU MLP. h and y are [T][hidden]
+// scratch.
+void residual_ffn(backend::Backend& be, const backend::Weight& norm, float eps, bool is_moe,
+                  const MlpWeights& mlp, const MoeWeights& moe, float* x, float* h, float* y,
+                  int64_t T, int64_t hidden);
+
+// Loads a small 1-D tensor (a router bias) as host floats of any stored dtype,
+// checking it has exactly n elements.
+StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std::string& name,
+                                              int64_t n);
 
 }  // namespace pagedkv::model

@@ -83,6 +83,81 @@ Status write_weights(FileSystem& fs, const MakeModelOptions& o, const std::vecto
   return wf->close();
 }
 
+// --- lfm2 / lfm2_moe: the preset's sizes in LFM2's config shape and tensor
+// names; conv layers at even indices, attention at odd ones; lfm2_moe has one
+// dense layer, then MoE layers with an expert_bias.
+void lfm2_checkpoint(const Preset& p, bool moe, nlohmann::ordered_json* c,
+                     std::vector<Spec>* specs) {
+  nlohmann::ordered_json q = *c;  // the shared fields (sizes, ids, dtype, provenance)
+  nlohmann::ordered_json& o = *c;
+  o = nlohmann::ordered_json::object();
+  o["architectures"] = {moe ? "Lfm2MoeForCausalLM" : "Lfm2ForCausalLM"};
+  for (const char* k :
+       {"model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "max_position_embeddings", "rope_parameters",
+        "tie_word_embeddings", "eos_token_id", "bos_token_id", "dtype"})
+    o[k] = q[k];
+  o["norm_eps"] = 1e-5;
+  o["conv_L_cache"] = 3;
+  o["conv_bias"] = false;
+  o["block_auto_adjust_ff_dim"] = false;
+  std::vector<std::string> types;
+  for (int64_t l = 0; l < p.layers; ++l) types.push_back(l % 2 == 1 ? "full_attention" : "conv");
+  o["layer_types"] = types;
+  if (moe) {
+    o["num_dense_layers"] = 1;
+    o["num_experts"] = p.experts;
+    o["num_experts_per_tok"] = p.top_k;
+    o["moe_intermediate_size"] = p.moe_inter;
+    o["use_expert_bias"] = true;
+    o["norm_topk_prob"] = true;
+    o["routed_scaling_factor"] = 1.0;
+  }
+  o["pagedkv_make_model"] = q["pagedkv_make_model"];
+
+  specs->clear();
+  auto lin = [&](const std::string& n, std::vector<int64_t> shape, int64_t in) {
+    float stdv = std::min(0.08f, 1.0f / std::sqrt(static_cast<float>(in)));
+    specs->push_back({n, std::move(shape), 0.0f, stdv * std::sqrt(3.0f)});
+  };
+  auto norm = [&](const std::string& n, int64_t d) { specs->push_back({n, {d}, 1.0f, 0.1f}); };
+  const int64_t H = p.hidden, QD = p.heads * p.head_dim, KD = p.kv_heads * p.head_dim;
+  specs->push_back({"model.embed_tokens.weight", {p.vocab, H}, 0.0f, 0.08f * std::sqrt(3.0f)});
+  if (!p.tie) lin("lm_head.weight", {p.vocab, H}, H);
+  norm("model.embedding_norm.weight", H);
+  auto mlp = [&](const std::string& x, int64_t inter) {
+    lin(x + "w1.weight", {inter, H}, H);
+    lin(x + "w3.weight", {inter, H}, H);
+    lin(x + "w2.weight", {H, inter}, inter);
+  };
+  for (int64_t l = 0; l < p.layers; ++l) {
+    std::string pre = "model.layers." + std::to_string(l) + ".";
+    norm(pre + "operator_norm.weight", H);
+    norm(pre + "ffn_norm.weight", H);
+    if (types[static_cast<size_t>(l)] == "conv") {
+      lin(pre + "conv.in_proj.weight", {3 * H, H}, H);
+      lin(pre + "conv.out_proj.weight", {H, H}, H);
+      specs->push_back({pre + "conv.conv.weight", {H, 1, 3}, 0.0f, 0.5f});
+    } else {
+      lin(pre + "self_attn.q_proj.weight", {QD, H}, H);
+      lin(pre + "self_attn.k_proj.weight", {KD, H}, H);
+      lin(pre + "self_attn.v_proj.weight", {KD, H}, H);
+      lin(pre + "self_attn.out_proj.weight", {H, QD}, QD);
+      norm(pre + "self_attn.q_layernorm.weight", p.head_dim);
+      norm(pre + "self_attn.k_layernorm.weight", p.head_dim);
+    }
+    std::string f = pre + "feed_forward.";
+    if (!moe || l < 1) {
+      mlp(f, p.inter);
+      continue;
+    }
+    lin(f + "gate.weight", {p.experts, H}, H);
+    specs->push_back({f + "expert_bias", {p.experts}, 0.0f, 0.05f});
+    for (int64_t e = 0; e < p.experts; ++e)
+      mlp(f + "experts." + std::to_string(e) + ".", p.moe_inter);
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> make_model_presets() { return {"tiny", "small", "qwen3-0.6b-shape"}; }
@@ -91,8 +166,9 @@ Status make_random_model(const MakeModelOptions& o) {
   Preset p;
   if (!find_preset(o.preset, &p))
     return invalid_argument("unknown preset '" + o.preset + "' (tiny, small, qwen3-0.6b-shape)");
-  if (o.family != "qwen3" && o.family != "qwen3_moe")
-    return invalid_argument("unknown family '" + o.family + "' (qwen3, qwen3_moe)");
+  const bool lfm2 = o.family == "lfm2" || o.family == "lfm2_moe";
+  if (o.family != "qwen3" && o.family != "qwen3_moe" && !lfm2)
+    return invalid_argument("unknown family '" + o.family + "' (qwen3, qwen3_moe, lfm2, lfm2_moe)");
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16)
     return invalid_argument("dtype must be f32 or bf16");
   if (o.out_dir.empty()) return invalid_argument("--out is required");
@@ -167,6 +243,7 @@ Status make_random_model(const MakeModelOptions& o) {
       lin(pre + "mlp.down_proj.weight", p.hidden, p.inter);
     }
   }
+  if (lfm2) lfm2_checkpoint(p, o.family == "lfm2_moe", &c, &specs);
   // Sorted like encode_safetensors; the seed stream of a tensor is keyed by its name.
   std::sort(specs.begin(), specs.end(),
             [](const Spec& a, const Spec& b) { return a.name < b.name; });

@@ -12,6 +12,8 @@ namespace {
 const std::pair<const char*, FamilyFactory> kFamilies[] = {
     {"qwen3", &create_qwen3},
     {"qwen3_moe", &create_qwen3},
+    {"lfm2", &create_lfm2},
+    {"lfm2_moe", &create_lfm2},
 };
 
 }  // namespace

@@ -26,5 +26,7 @@ std::vector<std::string> supported_model_types();
 StatusOr<std::unique_ptr<Model>> create_qwen3(std::shared_ptr<const Checkpoint> ckpt,
                                               const LoadOptions& options,
                                               backend::Backend& backend);
+StatusOr<std::unique_ptr<Model>> create_lfm2(std::shared_ptr<const Checkpoint> ckpt,
+                                             const LoadOptions& options, backend::Backend& backend);
 
 }  // namespace pagedkv::model

@@ -148,7 +148,8 @@ TEST_P(OracleTest, GreedyDecodeOneTokenAtATimeMatchesTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, OracleTest, ::testing::Values("qwen3-a", "qwen3_moe-a"),
+INSTANTIATE_TEST_SUITE_P(Families, OracleTest,
+                         ::testing::Values("qwen3-a", "qwen3_moe-a", "lfm2-a", "lfm2_moe-a"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -37,8 +37,7 @@ class Qwen3Model : public Model {
   ModelConfig cfg_;
   KVGeometry geom_;
   float eps_ = 1e-6f;
-  WeightPtr embed_, final_norm_, lm_head_owned_;
-  const backend::Weight* lm_head_ = nullptr;
+  EmbeddingWeights io_;
   std::vector<LayerWeights> layers_;
 };
 
@@ -167,14 +166,8 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   m->be_ = &be;
   const int64_t H = mc.hidden_size, V = mc.vocab_size, D = mc.head_dim;
   const int64_t NH = mc.num_attention_heads, KVH = mc.num_key_value_heads;
-  PKV_ASSIGN_OR_RETURN(m->embed_, load_weight(*ckpt, be, "model.embed_tokens.weight", {V, H}));
-  PKV_ASSIGN_OR_RETURN(m->final_norm_, load_weight(*ckpt, be, "model.norm.weight", {H}));
-  if (mc.tie_word_embeddings && ckpt->find("lm_head.weight") == nullptr) {
-    m->lm_head_ = m->embed_.get();
-  } else {
-    PKV_ASSIGN_OR_RETURN(m->lm_head_owned_, load_weight(*ckpt, be, "lm_head.weight", {V, H}));
-    m->lm_head_ = m->lm_head_owned_.get();
-  }
+  PKV_ASSIGN_OR_RETURN(
+      m->io_, load_embedding_weights(*ckpt, be, V, H, mc.tie_word_embeddings, "model.norm.weight"));
 
   m->geom_.num_layers = mc.num_hidden_layers;
   m->geom_.num_kv_heads = mc.num_key_value_heads;
@@ -192,19 +185,8 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
     PKV_ASSIGN_OR_RETURN(L.input_norm, load_weight(*ckpt, be, p + "input_layernorm.weight", {H}));
     PKV_ASSIGN_OR_RETURN(L.post_norm,
                          load_weight(*ckpt, be, p + "post_attention_layernorm.weight", {H}));
-    std::string a = p + "self_attn.";
-    PKV_ASSIGN_OR_RETURN(L.attn.q, load_weight(*ckpt, be, a + "q_proj.weight", {NH * D, H}));
-    PKV_ASSIGN_OR_RETURN(L.attn.k, load_weight(*ckpt, be, a + "k_proj.weight", {KVH * D, H}));
-    PKV_ASSIGN_OR_RETURN(L.attn.v, load_weight(*ckpt, be, a + "v_proj.weight", {KVH * D, H}));
-    PKV_ASSIGN_OR_RETURN(L.attn.o, load_weight(*ckpt, be, a + "o_proj.weight", {H, NH * D}));
-    PKV_ASSIGN_OR_RETURN(L.attn.q_norm, load_weight(*ckpt, be, a + "q_norm.weight", {D}));
-    PKV_ASSIGN_OR_RETURN(L.attn.k_norm, load_weight(*ckpt, be, a + "k_norm.weight", {D}));
-    if (attn_bias) {
-      PKV_ASSIGN_OR_RETURN(L.attn.q_bias, load_weight(*ckpt, be, a + "q_proj.bias", {NH * D}));
-      PKV_ASSIGN_OR_RETURN(L.attn.k_bias, load_weight(*ckpt, be, a + "k_proj.bias", {KVH * D}));
-      PKV_ASSIGN_OR_RETURN(L.attn.v_bias, load_weight(*ckpt, be, a + "v_proj.bias", {KVH * D}));
-      PKV_ASSIGN_OR_RETURN(L.attn.o_bias, load_optional_weight(*ckpt, be, a + "o_proj.bias", {H}));
-    }
+    PKV_ASSIGN_OR_RETURN(
+        L.attn, load_attention_weights(*ckpt, be, p + "self_attn.", NH, KVH, D, H, attn_bias));
     const std::string& lt = layer_types[i];
     if (lt != "full_attention" && lt != "sliding_attention")
       return c.error("layer_types", "entry " + std::to_string(i) + " '" + lt +
@@ -249,55 +231,20 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
 }
 
 Status Qwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
-  PKV_RETURN_IF_ERROR(validate_batch(batch, geom_, cfg_.vocab_size));
   backend::Backend& be = *be_;
-  const int64_t T = batch.num_tokens();
   const int64_t H = cfg_.hidden_size;
-  if (batch.path == KVPath::kFlat) {
-    for (const ForwardRow& row : batch.rows) row.flat->reserve(row.context_len + row.num_tokens);
-  }
-  KVAccess kv(batch, geom_);
-  const size_t TH = static_cast<size_t>(T * H);
-  ScratchBuffer x(kScratchX, TH), h(kScratchH, TH), y(kScratchY, TH);
-  be.embedding(batch.token_ids.data(), T, *embed_, x.data());
-  for (const LayerWeights& L : layers_) {
-    be.rms_norm(x.data(), T, *L.input_norm, eps_, false, h.data());
-    attention_block(be, L.spec, L.attn, batch, kv, h.data(), T, y.data());
-    be.add(x.data(), y.data(), T * H);
-    be.rms_norm(x.data(), T, *L.post_norm, eps_, false, h.data());
-    if (L.is_moe) {
-      moe_block(be, L.moe, h.data(), T, H, y.data());
-    } else {
-      gated_mlp(be, L.mlp, Activation::kSilu, h.data(), T, y.data());
-    }
-    be.add(x.data(), y.data(), T * H);
-  }
-  if (batch.path == KVPath::kFlat) {
-    for (const ForwardRow& row : batch.rows) row.flat->set_length(row.context_len + row.num_tokens);
-  }
-  // Logits for the requested positions only.
-  std::vector<int64_t> pick;
-  out->row_begin.clear();
-  out->row_count.clear();
-  for (const ForwardRow& row : batch.rows) {
-    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
-    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
-                : row.logits == LogitsRequest::kLast ? 1
-                                                     : 0;
-    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
-      pick.push_back(row.first_token + i);
-    out->row_count.push_back(n);
-  }
-  const int64_t P = static_cast<int64_t>(pick.size());
-  out->vocab_size = cfg_.vocab_size;
-  out->logits.assign(static_cast<size_t>(P * cfg_.vocab_size), 0.0f);
-  if (P == 0) return ok_status();
-  std::vector<float> sel(static_cast<size_t>(P * H));
-  for (int64_t i = 0; i < P; ++i)
-    std::memcpy(sel.data() + i * H, x.data() + pick[i] * H, H * sizeof(float));
-  be.rms_norm(sel.data(), P, *final_norm_, eps_, false, sel.data());
-  be.matmul(sel.data(), P, *lm_head_, out->logits.data());
-  return check_logits(*out);
+  DecoderFrame f{&geom_, cfg_.vocab_size, H, &io_, eps_};
+  return run_decoder(
+      be, f, batch,
+      [&](KVAccess& kv, float* x, float* h, float* y, int64_t T) {
+        for (const LayerWeights& L : layers_) {
+          be.rms_norm(x, T, *L.input_norm, eps_, false, h);
+          attention_block(be, L.spec, L.attn, batch, kv, h, T, y);
+          be.add(x, y, T * H);
+          residual_ffn(be, *L.post_norm, eps_, L.is_moe, L.mlp, L.moe, x, h, y, T, H);
+        }
+      },
+      out);
 }
 
 }  // namespace
