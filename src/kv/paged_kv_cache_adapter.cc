@@ -54,9 +54,12 @@ void PagedKVCacheAdapter::truncate_to(int64_t n) {
   keys_.resize(std::min(keys_.size(), static_cast<size_t>(n / b)));
 }
 
-StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_t> prompt) {
+StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_t> prompt,
+                                                          int64_t max_cached) {
   if (prompt.empty()) return invalid_argument("find_cached_prefix: the prompt is empty");
-  const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;  // ≥ 1 token left to compute
+  // ≥ 1 token left to compute; at most max_cached kept or hit.
+  const int64_t limit =
+      std::max<int64_t>(0, std::min<int64_t>(static_cast<int64_t>(prompt.size()) - 1, max_cached));
   if (!tokens_.empty() || !block_table_.empty()) {
     if (!kept_live_) {
       return failed_precondition("find_cached_prefix: the adapter still holds " +
@@ -106,9 +109,10 @@ StatusOr<int64_t> PagedKVCacheAdapter::find_cached_prefix(std::span<const int32_
 }
 
 StatusOr<PagedKVCacheAdapter::PrefixProbe> PagedKVCacheAdapter::probe_cached_prefix(
-    std::span<const int32_t> prompt) const {
+    std::span<const int32_t> prompt, int64_t max_cached) const {
   if (prompt.empty()) return invalid_argument("probe_cached_prefix: the prompt is empty");
-  const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;
+  const int64_t limit =
+      std::max<int64_t>(0, std::min<int64_t>(static_cast<int64_t>(prompt.size()) - 1, max_cached));
   const int64_t b = cache_->block_size();
   const BlockAllocator& alloc = cache_->allocator();
   PrefixProbe p;
@@ -129,6 +133,8 @@ StatusOr<PagedKVCacheAdapter::PrefixProbe> PagedKVCacheAdapter::probe_cached_pre
       if (alloc.refcount(block_table_[i]) == 1) ++p.freed_blocks;
   }
   int64_t hits = 0;
+  const int64_t kept_full = std::min<int64_t>(own / b, static_cast<int64_t>(keys_.size()));
+  p.keys.assign(keys_.begin(), keys_.begin() + kept_full);
   if (own % b == 0) {
     BlockKey parent = own == 0 ? root_parent_key() : keys_[static_cast<size_t>(own / b) - 1];
     for (int64_t i = own / b; i < limit / b; ++i) {
@@ -137,6 +143,7 @@ StatusOr<PagedKVCacheAdapter::PrefixProbe> PagedKVCacheAdapter::probe_cached_pre
       if (hit == kNullBlock) break;
       if (alloc.refcount(hit) == 0) ++p.idle_hit_blocks;
       parent = *alloc.key_of(hit);
+      p.keys.push_back(parent);
       ++hits;
     }
   }

@@ -71,7 +71,10 @@ class PagedKVCacheAdapter {
   // (a partial block never hits). Hit blocks get ref + 1 and join the block table.
   // InvalidArgument for an empty prompt; FailedPrecondition when the adapter
   // already holds tokens that are not a kept-live history.
-  StatusOr<int64_t> find_cached_prefix(std::span<const int32_t> prompt);
+  // `max_cached` caps the result (kept history and hits together): a hybrid
+  // model resumes only at a length where it has a recurrent-state checkpoint.
+  StatusOr<int64_t> find_cached_prefix(std::span<const int32_t> prompt,
+                                       int64_t max_cached = INT64_MAX);
 
   // What find_cached_prefix(prompt) would do now, with NO side effect: no
   // reference taken, no counter touched, the LRU free queue untouched. Admission
@@ -83,8 +86,12 @@ class PagedKVCacheAdapter {
     int32_t idle_hit_blocks = 0;  // ... of which are idle (ref 0): they leave the free queue
     int32_t freed_blocks = 0;     // kept-live blocks a rollback would return to the free queue
     int32_t table_blocks = 0;     // the block table's size afterwards
+    // Keys of the full blocks of [0, cached_tokens), in order (the kept
+    // history's and the hits'): where a hybrid's state checkpoints are keyed.
+    std::vector<BlockKey> keys;
   };
-  StatusOr<PrefixProbe> probe_cached_prefix(std::span<const int32_t> prompt) const;
+  StatusOr<PrefixProbe> probe_cached_prefix(std::span<const int32_t> prompt,
+                                            int64_t max_cached = INT64_MAX) const;
 
   // Ensures the block table covers positions [0, total_tokens). All-or-nothing:
   // grows the pool first when the allocation would otherwise evict (one grow before
