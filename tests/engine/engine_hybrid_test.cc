@@ -151,6 +151,34 @@ TEST_P(HybridEngineTest, AWarmPrefixAtEveryBlockBoundaryOfA200TokenPromptEqualsC
   }
 }
 
+// What `pagedkv logits --warm-prefix W` does: a prefill-only request of the
+// first W tokens, then the whole input with every position's logits; the rows
+// computed after the hit equal a cold flat run's.
+TEST_P(HybridEngineTest, PromptLogitsAfterAWarmPrefixEqualACold) {
+  const std::vector<int32_t> ids = random_prompt(100, 77, vocab_);
+  GenerateRequest all;
+  all.prompt = ids;
+  all.sampling.max_tokens = 0;
+  all.return_prompt_logits = true;
+  auto flat = make_engine(model_, false);
+  ASSERT_NE(flat, nullptr);
+  const std::vector<float> cold = run_all(*flat, {all})[0].prompt_logits;
+  ASSERT_EQ(cold.size(), ids.size() * static_cast<size_t>(vocab_));
+  for (int64_t w : {1, 17, 50, 64, 99}) {
+    auto e = make_engine(model_, true);
+    ASSERT_NE(e, nullptr);
+    GenerateRequest warm = all;
+    warm.prompt.resize(static_cast<size_t>(w));
+    const auto wr = run_all(*e, {warm});
+    ASSERT_EQ(wr[0].finish_reason, FinishReason::kLength) << wr[0].error.to_string();
+    const RequestResult r = run_all(*e, {all})[0];
+    ASSERT_EQ(r.finish_reason, FinishReason::kLength) << r.error.to_string();
+    EXPECT_EQ(r.prompt_logits_first, (w - 1) / block_ * block_) << "w=" << w;
+    const std::vector<float> tail(cold.begin() + r.prompt_logits_first * vocab_, cold.end());
+    EXPECT_TRUE(testing_util::same_bits(r.prompt_logits, tail)) << "w=" << w;
+  }
+}
+
 TEST_P(HybridEngineTest, AHitReconcilesDownToTheDeepestCheckpointedBoundary) {
   const std::vector<int32_t> p = random_prompt(200, 9, vocab_);
   auto e = make_engine(model_, true);
