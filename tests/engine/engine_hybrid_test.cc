@@ -28,11 +28,7 @@ using testing_util::flat_run;
 using testing_util::tiny_model;
 
 std::vector<int32_t> random_prompt(size_t n, uint32_t seed, int32_t vocab) {
-  std::mt19937 g(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
+  return testing_util::random_ids(n, seed, vocab);
 }
 
 GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,15 @@ inline std::shared_ptr<model::Model> tiny_model(const std::string& family, uint6
   std::filesystem::remove_all(o.out_dir);
   if (!m.ok()) return nullptr;
   return std::shared_ptr<model::Model>(std::move(*m));
+}
+
+// `n` token ids drawn uniformly from [0, vocab) by a seeded generator.
+inline std::vector<int32_t> random_ids(size_t n, uint32_t seed, int32_t vocab) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
 }
 
 struct RefRun {
