@@ -317,6 +317,16 @@ struct EngineStats {
   uint64_t cached_prompt_tokens_cold = 0;
   uint64_t resumed_cached_tokens = 0;  // re-hit at re-admission after preemption
   uint64_t completion_tokens = 0;
+  // Hybrid (recurrent-state) models, issue #15: admissions that resumed from a
+  // state checkpoint, from an owner's live state, and prompt tokens whose K/V
+  // were cached but recomputed for lack of a checkpoint at their boundary;
+  // the checkpoint store's puts and evictions (global + per-owner cap).
+  uint64_t state_checkpoint_hits = 0;
+  uint64_t state_live_continuations = 0;
+  uint64_t state_replayed_tokens = 0;
+  uint64_t state_checkpoints_stored = 0;
+  uint64_t state_checkpoints_evicted = 0;
+  uint64_t state_checkpoint_bytes = 0;  // held now
   int32_t running = 0;
   int32_t waiting = 0;
   int32_t live_owners = 0;

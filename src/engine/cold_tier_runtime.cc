@@ -8,6 +8,7 @@
 
 #include "engine/kv_cache_factory.h"
 #include "util/file_system.h"
+#include "util/knobs.h"
 #include "util/logging.h"
 #include "util/sha256.h"
 
@@ -77,6 +78,13 @@ StatusOr<std::string> weight_identity(const std::string& model_dir) {
     }
   }
   return to_hex(h.finish());
+}
+
+bool ColdTierRuntime::persist_requested(const std::string& model_dir,
+                                        const ColdTierOptions& options) {
+  if (options.persist) return *options.persist;
+  if (auto e = env_bool("PAGEDKV_PERSIST_PAGED_CACHE")) return *e;
+  return !model_dir.empty() && read_cold_config(model_dir).persist_paged_cache.value_or(false);
 }
 
 StatusOr<std::unique_ptr<ColdTierRuntime>> ColdTierRuntime::open_if_enabled(

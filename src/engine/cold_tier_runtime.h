@@ -47,6 +47,11 @@ class ColdTierRuntime {
                                                                     const ColdTierOptions& options,
                                                                     Status* open_error = nullptr);
 
+  // Whether persistence is asked for at all (caller flag > env
+  // PAGEDKV_PERSIST_PAGED_CACHE > config.json), whatever the family: the engine
+  // declines it, with a message, for models the tier cannot hold whole.
+  static bool persist_requested(const std::string& model_dir, const ColdTierOptions& options);
+
   // After adapter.find_cached_prefix(prompt): blocks restored from disk.
   cold::RestoreResult restore(kv::PagedKVCacheAdapter& adapter, std::span<const int32_t> prompt);
   // When a turn ends (before its blocks are released): persists its full blocks

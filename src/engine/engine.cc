@@ -38,6 +38,7 @@
 #include "engine/pool_kv_store.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/state_checkpoint_store.h"
 #include "kv/block_hasher.h"
 #include "kv/kv_storage.h"
 #include "kv/paged_kv_cache.h"
@@ -45,6 +46,7 @@
 #include "kv/pool_budget.h"
 #include "model/flat_kv_cache.h"
 #include "model/model.h"
+#include "model/recurrent_state.h"
 #include "pagedkv/engine.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -61,6 +63,8 @@ constexpr const char* kEnvFreeWatermark = "PAGEDKV_KV_FREE_WATERMARK";
 constexpr const char* kEnvOwnerIdleTimeout = "PAGEDKV_OWNER_IDLE_TIMEOUT_S";
 constexpr const char* kEnvCaptureContinue = "PAGEDKV_COLD_CAPTURE_CONTINUE";
 constexpr const char* kEnvSameStepSharing = "PAGEDKV_SAME_STEP_PREFIX_SHARING";
+constexpr const char* kEnvStateCheckpointMb = "PAGEDKV_STATE_CHECKPOINT_MAX_MB";
+constexpr const char* kEnvStateCheckpointPerOwner = "PAGEDKV_STATE_CHECKPOINT_MAX_PER_OWNER";
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -98,11 +102,15 @@ struct Seq : SchedRequest {
   std::unique_ptr<kv::PagedKVCacheAdapter> own_adapter;
   kv::PagedKVCacheAdapter* adapter = nullptr;  // own_adapter, or the owner's
   std::unique_ptr<model::FlatKVCache> flat;    // the flat KV path's per-request cache
-  bool bound = false;                          // holds KV (admitted and running)
-  int64_t restored_tokens = 0;                 // restored from the cold tier (first admission)
-  int64_t admit_cold_tokens = 0;               // ... at the latest admission
-  int64_t prompt_logits_next = 0;              // next prompt position whose logits to keep
-  Owner* owner = nullptr;                      // bound owner while admitted
+  // A hybrid model's recurrent state: own_state, or the bound owner's live one.
+  // Its length() always equals `computed` while the request is bound.
+  std::unique_ptr<model::RecurrentState> own_state;
+  model::RecurrentState* state = nullptr;
+  bool bound = false;              // holds KV (admitted and running)
+  int64_t restored_tokens = 0;     // restored from the cold tier (first admission)
+  int64_t admit_cold_tokens = 0;   // ... at the latest admission
+  int64_t prompt_logits_next = 0;  // next prompt position whose logits to keep
+  Owner* owner = nullptr;          // bound owner while admitted
   bool admitted_once = false;
   RequestResult result;
   Clock::time_point submit_time;
@@ -188,6 +196,14 @@ class Engine::Impl {
   int32_t vocab_size_ = 0;
 
   bool paged_ = true;
+  // The model keeps recurrent state (a hybrid, issue #15): every row carries
+  // its request's RecurrentState; a prefix hit resumes only at a block boundary
+  // that has a state checkpoint (checkpoints_, paged path) or from an owner's
+  // live state.
+  bool hybrid_ = false;
+  std::unique_ptr<StateCheckpointStore> checkpoints_;
+  void bind_state(Seq* s);
+  void publish_checkpoint(Seq* s);
   std::unique_ptr<kv::PagedKVCache> cache_;  // paged path only
   std::unique_ptr<ColdTierRuntime> cold_;    // the disk tier, when on
   // Blocks pinned (one reference each) for capture continuations, by job id;
@@ -238,9 +254,13 @@ class Engine::Impl::PagedKV final : public SchedulerKV {
     const Seq& s = *as_seq(&r);
     kv::PagedKVCacheAdapter::PrefixProbe p;
     if (const Owner* o = continued_owner(s); o != nullptr) {
-      PKV_ASSIGN_OR_RETURN(p, o->adapter->probe_cached_prefix(s.tokens));
+      PKV_ASSIGN_OR_RETURN(const ResumePoint rp, resume_point(s, *o->adapter, o->state.get()));
+      PKV_ASSIGN_OR_RETURN(p, o->adapter->probe_cached_prefix(s.tokens, rp.cap));
     } else {
-      PKV_ASSIGN_OR_RETURN(p, probe(s));
+      kv::PagedKVCacheAdapter a(e_.cache_.get());
+      a.reset_for_new_request(s.salt);
+      PKV_ASSIGN_OR_RETURN(const ResumePoint rp, resume_point(s, a, nullptr));
+      PKV_ASSIGN_OR_RETURN(p, a.probe_cached_prefix(s.tokens, rp.cap));
     }
     return e_.blocks_for(s.num_tokens()) - p.table_blocks - p.freed_blocks + p.idle_hit_blocks;
   }
@@ -266,13 +286,45 @@ class Engine::Impl::PagedKV final : public SchedulerKV {
     }
     s->bound = true;
     Admission a;
-    auto cached = s->adapter->find_cached_prefix(s->tokens);
+    e_.bind_state(s);
+    ResumePoint rp;
+    if (e_.hybrid_) {
+      auto r = resume_point(*s, *s->adapter, s->owner != nullptr ? s->owner->state.get() : nullptr);
+      if (!r.ok()) {
+        e_.unbind(s, /*keep_live=*/false);
+        a.error = r.status();
+        return a;
+      }
+      rp = std::move(*r);
+    }
+    auto cached = s->adapter->find_cached_prefix(s->tokens, rp.cap);
+    if (cached.ok() && e_.hybrid_ && *cached != rp.cap) {
+      // The probe and the hit disagree (cannot happen: same step, same
+      // table); recompute from zero rather than resume at a stateless length.
+      s->adapter->reset_for_new_request(s->salt);
+      cached = s->adapter->find_cached_prefix(s->tokens, 0);
+      rp = ResumePoint{};
+    }
     if (!cached.ok()) {
       e_.unbind(s, /*keep_live=*/false);
       a.error = cached.status();
       return a;
     }
     const int64_t hot = *cached;
+    if (e_.hybrid_) {
+      // The state at `hot` tokens: the owner's live one as it is, a
+      // checkpoint's copy, or zero.
+      if (rp.checkpoint.has_value()) {
+        *s->state = *e_.checkpoints_->find(*rp.checkpoint);
+        ++e_.counters_.state_checkpoint_hits;
+      } else if (!rp.live) {
+        s->state->clear();
+      } else {
+        ++e_.counters_.state_live_continuations;
+      }
+      PKV_CHECK(s->state->length() == hot);
+      e_.counters_.state_replayed_tokens += static_cast<uint64_t>(rp.chain_tokens - hot);
+    }
     int64_t cold_tokens = 0;
     if (e_.cold_ != nullptr) {
       // Extend the hot hit through the cold chain (restore before prefill).
@@ -319,6 +371,49 @@ class Engine::Impl::PagedKV final : public SchedulerKV {
   }
 
  private:
+  // Where a hybrid request resumes: `cap` tokens (the prefix hit is capped
+  // there), from the owner's live state (`live`), from the checkpoint keyed
+  // `checkpoint`, or from zero. `chain_tokens` is what the K/V chain alone
+  // would serve. Attention-only models: no cap. No side effects.
+  struct ResumePoint {
+    int64_t cap = INT64_MAX;
+    bool live = false;
+    std::optional<kv::BlockKey> checkpoint;
+    int64_t chain_tokens = 0;
+  };
+  StatusOr<ResumePoint> resume_point(const Seq& s, const kv::PagedKVCacheAdapter& a,
+                                     const model::RecurrentState* live_state) const {
+    ResumePoint rp;
+    if (!e_.hybrid_) return rp;
+    PKV_ASSIGN_OR_RETURN(const kv::PagedKVCacheAdapter::PrefixProbe p,
+                         a.probe_cached_prefix(s.tokens));
+    rp.chain_tokens = p.cached_tokens;
+    // A kept-live owner whose history the prompt extends continues from its
+    // live state (which has consumed exactly that history).
+    const std::span<const int32_t> hist = a.tokens();
+    const int64_t h = static_cast<int64_t>(hist.size());
+    if (a.kept_live() && live_state != nullptr && h > 0 && live_state->length() == h &&
+        h < s.num_tokens() && std::equal(hist.begin(), hist.end(), s.tokens.begin())) {
+      rp.cap = h;
+      rp.live = true;
+      rp.chain_tokens = std::max(rp.chain_tokens, h);
+      return rp;
+    }
+    // Else the deepest block boundary with both the K/V chain and a checkpoint.
+    rp.cap = 0;
+    const int64_t b = e_.cache_->block_size();
+    for (int64_t k = static_cast<int64_t>(p.keys.size()); k >= 1; --k) {
+      if (k * b > p.cached_tokens) continue;
+      const kv::BlockKey& key = p.keys[static_cast<size_t>(k - 1)];
+      if (e_.checkpoints_ != nullptr && e_.checkpoints_->contains(key)) {
+        rp.cap = k * b;
+        rp.checkpoint = key;
+        break;
+      }
+    }
+    return rp;
+  }
+
   // The live owner a waiting request would continue, or nullptr.
   const Owner* continued_owner(const Seq& s) const {
     return s.req.owner.empty() ? nullptr : e_.owners_->continuable(s.req.owner, s.salt);
@@ -347,6 +442,8 @@ class Engine::Impl::FlatKV final : public SchedulerKV {
     s->flat->clear();
     s->computed = 0;
     s->bound = true;
+    e_.bind_state(s);
+    if (s->state != nullptr) s->state->clear();
     s->admit_cold_tokens = 0;
     return {AdmitOutcome::kAdmitted, 0, ok_status()};
   }
@@ -405,6 +502,7 @@ Status Engine::Impl::init() {
   paged_ = options_.use_block_paged_cache.value_or(true) &&
            model::resolve_use_block_paged_cache(mc.cache);
   counters_.paged = paged_;
+  hybrid_ = mg.has_recurrent_state();
   if (!paged_) {
     if (options_.persist_paged_cache.value_or(false))
       return invalid_argument(
@@ -417,10 +515,38 @@ Status Engine::Impl::init() {
     return ok_status();
   }
   if (CoordinatorKV::applies(mg)) return init_coordinator(wm);  // cache groups (issue #14)
-  if (mg.groups.size() != 1 || mg.groups[0].kind != model::CacheGroupKind::kFullAttention)
-    return invalid_argument("engine: the model declares " + std::to_string(mg.groups.size()) +
-                            " cache groups; the engine pages exactly one full-attention group "
-                            "for now");
+  if (mg.groups.empty() || mg.groups[0].kind != model::CacheGroupKind::kFullAttention)
+    return invalid_argument("engine: model '" + mc.model_type +
+                            "' does not declare a full-attention cache group first; the engine "
+                            "pages exactly one full-attention group");
+  for (size_t g = 1; g < mg.groups.size(); ++g) {
+    if (mg.groups[g].kind != model::CacheGroupKind::kRecurrent)
+      return invalid_argument("engine: model '" + mc.model_type + "' declares cache group " +
+                              std::to_string(g) +
+                              " that is neither its full-attention group nor recurrent state; "
+                              "the engine pages one full-attention group (plus recurrent state)");
+  }
+  for (size_t l = 0; l < mg.layer_group.size(); ++l) {
+    const int32_t g = mg.layer_group[l];
+    if (g > 0 && mg.groups[static_cast<size_t>(g)].kind != model::CacheGroupKind::kRecurrent)
+      return invalid_argument("engine: layer " + std::to_string(l) + " of model '" + mc.model_type +
+                              "' pages KV outside group 0");
+  }
+  if (hybrid_) {
+    StateCheckpointStore::Limits lim;
+    const double mb = resolve_knob<double>(kEnvStateCheckpointMb, std::nullopt,
+                                           static_cast<double>(lim.max_bytes >> 20));
+    const int64_t per_owner =
+        resolve_knob<int64_t>(kEnvStateCheckpointPerOwner, std::nullopt, lim.max_per_owner);
+    if (!(mb >= 0 && mb < 1e9) || per_owner < 1 || per_owner > INT32_MAX)
+      return invalid_argument(std::string(kEnvStateCheckpointMb) + " must be >= 0 and " +
+                              kEnvStateCheckpointPerOwner + " >= 1, got " + std::to_string(mb) +
+                              " and " + std::to_string(per_owner));
+    lim.max_bytes = static_cast<size_t>(mb * 1048576.0);
+    lim.max_per_owner = static_cast<int32_t>(per_owner);
+    // 0 MiB turns checkpoints off: hybrids then recompute every prompt from zero.
+    if (mb > 0) checkpoints_ = std::make_unique<StateCheckpointStore>(lim);
+  }
   if (options_.pool_max_blocks) {
     kv::PoolBudget budget;
     budget.geometry = pool_geometry(mg);
@@ -454,7 +580,21 @@ Status Engine::Impl::init() {
   co.quota_mb = options_.cold_cache_quota_mb;
   co.metrics_dir = options_.metrics_dir;
   const std::string model_dir = options_.model_dir.value_or(mc.source_path);
-  if (!model_dir.empty() || co.persist.value_or(false)) {
+  if (mg.groups.size() != 1 || hybrid_) {
+    // The cold tier stores one full-attention group's blocks; a model with
+    // more cache groups (recurrent state has no sidecar yet) would restore only
+    // part of what it needs, so persistence is declined whole.
+    const Status declined = failed_precondition(
+        "cold tier: model '" + mc.model_type + "' keeps " + std::to_string(mg.groups.size()) +
+        " cache groups" + (hybrid_ ? " (recurrent state)" : "") +
+        "; the cold tier persists a single full-attention group only, so persistence is "
+        "declined for this family");
+    if (ColdTierRuntime::persist_requested(model_dir, co)) {
+      PKV_LOG(kWarn) << declined.to_string();
+      counters_.cold.open_errors = 1;
+      counters_.cold.open_error = declined.to_string();
+    }
+  } else if (!model_dir.empty() || co.persist.value_or(false)) {
     Status cold_open_error;
     PKV_ASSIGN_OR_RETURN(
         cold_, ColdTierRuntime::open_if_enabled(*model_, model_dir, co, &cold_open_error));
@@ -730,6 +870,10 @@ void Engine::Impl::process_cancellations(StepReport* rep) {
 }
 
 void Engine::Impl::unbind(Seq* s, bool keep_live) {
+  // A hybrid's state goes with its K/V: kept for a live owner's next turn,
+  // else dropped (a preempted request recomputes it).
+  if (s->state != nullptr && !(keep_live && s->owner != nullptr)) s->state->clear();
+  s->state = nullptr;
   if (coord_ != nullptr) {  // cache groups (issue #14): every group's tables go back
     coord_->release(*s);
     s->bound = false;
@@ -791,6 +935,36 @@ void Engine::Impl::apply_plan(const SchedulerOutput& plan, StepReport* rep) {
     finish_unqueued(as_seq(f.req), FinishReason::kError, f.error);
     ++rep->finished;
   }
+}
+
+void Engine::Impl::bind_state(Seq* s) {
+  if (!hybrid_) return;
+  const model::KVGeometry& g = model_->kv_geometry();
+  if (s->owner != nullptr) {
+    if (s->owner->state == nullptr) s->owner->state = std::make_unique<model::RecurrentState>(g);
+    s->state = s->owner->state.get();
+  } else {
+    if (s->own_state == nullptr) s->own_state = std::make_unique<model::RecurrentState>(g);
+    s->state = s->own_state.get();
+  }
+  // The checkpoint target: the largest full block strictly before the prompt
+  // end. The slice that crosses it ends there so the state can be copied.
+  const int64_t b = paged_ ? cache_->block_size() : 0;
+  s->slice_stop = checkpoints_ != nullptr && b > 0 ? (s->prompt_len - 1) / b * b : 0;
+}
+
+void Engine::Impl::publish_checkpoint(Seq* s) {
+  // After a forward that ended at a block boundary inside the prompt: the
+  // state there, keyed by the block before it (prefix, salt and all).
+  const int64_t b = cache_->block_size();
+  const int64_t n = s->computed;
+  if (s->state == nullptr || n == 0 || n % b != 0 || n >= s->prompt_len) return;
+  PKV_CHECK(s->state->length() == n);
+  const std::span<const kv::BlockKey> keys = s->adapter->block_keys();
+  if (static_cast<int64_t>(keys.size()) < n / b) return;
+  const uint64_t owner =
+      s->req.owner.empty() ? s->id : std::hash<std::string>{}(s->req.owner) | (1ull << 63);
+  checkpoints_->put(keys[static_cast<size_t>(n / b - 1)], owner, *s->state);
 }
 
 void Engine::Impl::capture_turn(Seq* s) {
@@ -910,6 +1084,7 @@ StepReport Engine::Impl::step() {
     } else {
       row.flat = s->flat.get();
     }
+    row.state = s->state;
     if (s->is_decode()) {
       ++rep.decode_rows;
     } else {
@@ -948,6 +1123,7 @@ StepReport Engine::Impl::step() {
     }
     const int64_t first = s->computed;
     s->computed += sched[r].num_tokens;
+    if (checkpoints_ != nullptr && paged_) publish_checkpoint(s);
     if (batch.rows[r].logits == model::LogitsRequest::kAll) {
       // Keep each prompt position's row once (a recompute after preemption
       // produces the same bits; the rows already kept are skipped).
@@ -1064,6 +1240,12 @@ void Engine::Impl::update_stats_snapshot() {
     s.cold.continued_blocks = cold_->continued_blocks();
     s.cold.pinned_blocks = pinned_blocks_;
     s.cold.bytes_restored = c.bytes_restored;
+  }
+  if (checkpoints_ != nullptr) {
+    const StateCheckpointStore::Stats& c = checkpoints_->stats();
+    s.state_checkpoints_stored = static_cast<uint64_t>(c.stored);
+    s.state_checkpoints_evicted = static_cast<uint64_t>(c.evicted_global + c.evicted_owner);
+    s.state_checkpoint_bytes = c.bytes;
   }
   std::lock_guard<std::mutex> lk(stats_mu_);
   s.rejected = rejected_;

@@ -22,6 +22,7 @@
 
 #include "kv/block_hasher.h"
 #include "kv/paged_kv_cache_adapter.h"
+#include "model/recurrent_state.h"
 
 namespace pagedkv::engine {
 
@@ -36,6 +37,9 @@ class OwnerRegistry {
     bool active = false;  // a running request holds the adapter
     Clock::time_point last_used;
     bool release_requested = false;
+    // A hybrid model's recurrent state after the owner's last turn (the engine
+    // keeps it in step with the adapter's history; null for attention-only models).
+    std::unique_ptr<model::RecurrentState> state;
   };
 
   explicit OwnerRegistry(kv::PagedKVCache* cache) : cache_(cache) {}

@@ -115,7 +115,7 @@ SchedulerOutput Scheduler::schedule(SchedulerKV& kv) {
   for (SchedRequest* s : running_) {
     if (budget == 0) break;
     if (s->is_decode()) continue;
-    const int64_t n = std::min(s->pending(), budget);
+    const int64_t n = s->next_slice(budget);
     out.rows.push_back({s, n});
     budget -= n;
   }
@@ -161,7 +161,7 @@ SchedulerOutput Scheduler::schedule(SchedulerKV& kv) {
     }
     out.admitted.push_back({s, a.cached_tokens, s->preempted});
     s->preempted = false;
-    const int64_t n = std::min(s->pending(), budget);
+    const int64_t n = s->next_slice(budget);
     out.rows.push_back({s, n});
     budget -= n;
     insert_running(s);

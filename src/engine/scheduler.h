@@ -21,6 +21,7 @@
 // preempted requests at the head) of SchedRequest pointers it does not own.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -43,12 +44,22 @@ struct SchedRequest {
   // The prefix-sharing domain (cache_salt); requests of different domains
   // never share blocks.
   std::optional<kv::SaltDomain> salt;
+  // A prefill slice that starts before this position ends exactly there (0 =
+  // none): a hybrid model copies its recurrent state at that block boundary
+  // (a state checkpoint, issue #15), which only exists between two forwards.
+  int64_t slice_stop = 0;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t pending() const { return num_tokens() - computed; }
   int64_t completion() const { return num_tokens() - prompt_len; }
   // The next input is exactly one sampled token.
   bool is_decode() const { return completion() > 0 && pending() == 1; }
+  // Tokens of the next slice under `budget`: all pending ones, but never past
+  // slice_stop when the slice starts before it.
+  int64_t next_slice(int64_t budget) const {
+    const int64_t n = std::min(pending(), budget);
+    return computed < slice_stop ? std::min(n, slice_stop - computed) : n;
+  }
 };
 
 // The scheduler's view of the KV cache, in blocks. Queries are side-effect

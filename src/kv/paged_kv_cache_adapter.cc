@@ -133,6 +133,8 @@ StatusOr<PagedKVCacheAdapter::PrefixProbe> PagedKVCacheAdapter::probe_cached_pre
       if (alloc.refcount(block_table_[i]) == 1) ++p.freed_blocks;
   }
   int64_t hits = 0;
+  const int64_t kept_full = std::min<int64_t>(own / b, static_cast<int64_t>(keys_.size()));
+  p.keys.assign(keys_.begin(), keys_.begin() + kept_full);
   if (own % b == 0) {
     BlockKey parent = own == 0 ? root_parent_key() : keys_[static_cast<size_t>(own / b) - 1];
     for (int64_t i = own / b; i < limit / b; ++i) {
@@ -141,6 +143,7 @@ StatusOr<PagedKVCacheAdapter::PrefixProbe> PagedKVCacheAdapter::probe_cached_pre
       if (hit == kNullBlock) break;
       if (alloc.refcount(hit) == 0) ++p.idle_hit_blocks;
       parent = *alloc.key_of(hit);
+      p.keys.push_back(parent);
       ++hits;
     }
   }

@@ -71,7 +71,9 @@ class PagedKVCacheAdapter {
   // (a partial block never hits). Hit blocks get ref + 1 and join the block table.
   // InvalidArgument for an empty prompt; FailedPrecondition when the adapter
   // already holds tokens that are not a kept-live history. `max_cached_tokens`
-  // caps the result (KVCacheCoordinator passes the length every group accepts).
+  // caps the result, kept history and hits together (KVCacheCoordinator passes the
+  // length every group accepts; a hybrid model's engine the deepest length where it
+  // has a recurrent-state checkpoint).
   StatusOr<int64_t> find_cached_prefix(std::span<const int32_t> prompt,
                                        int64_t max_cached_tokens = INT64_MAX);
 
@@ -85,6 +87,9 @@ class PagedKVCacheAdapter {
     int32_t idle_hit_blocks = 0;  // ... of which are idle (ref 0): they leave the free queue
     int32_t freed_blocks = 0;     // kept-live blocks a rollback would return to the free queue
     int32_t table_blocks = 0;     // the block table's size afterwards
+    // Keys of the full blocks of [0, cached_tokens), in order (the kept
+    // history's and the hits'): where a hybrid's state checkpoints are keyed.
+    std::vector<BlockKey> keys;
   };
   StatusOr<PrefixProbe> probe_cached_prefix(std::span<const int32_t> prompt,
                                             int64_t max_cached_tokens = INT64_MAX) const;

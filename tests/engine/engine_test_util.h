@@ -17,6 +17,7 @@
 #include "model/flat_kv_cache.h"
 #include "model/make_model.h"
 #include "model/model.h"
+#include "model/recurrent_state.h"
 #include "pagedkv/engine.h"
 #include "temp_dir.h"
 
@@ -32,7 +33,7 @@ inline std::string temp_dir(const std::string& tag) {
   return d;
 }
 
-// A tiny random checkpoint of `family` (qwen3 | qwen3_moe), loaded.
+// A tiny random checkpoint of `family` (qwen3 | qwen3_moe | lfm2 | lfm2_moe), loaded.
 inline std::shared_ptr<model::Model> tiny_model(const std::string& family, uint64_t seed) {
   model::MakeModelOptions o;
   o.family = family;
@@ -68,6 +69,7 @@ struct RefRun {
 inline RefRun flat_run(model::Model& m, const GenerateRequest& req) {
   RefRun r;
   model::FlatKVCache cache(m.kv_geometry());
+  model::RecurrentState state(m.kv_geometry());  // hybrids: the request's recurrent state
   std::vector<int32_t> stop = req.sampling.stop_token_ids;
   if (!req.ignore_eos)
     stop.insert(stop.end(), m.config().eos_token_ids.begin(), m.config().eos_token_ids.end());
@@ -83,6 +85,7 @@ inline RefRun flat_run(model::Model& m, const GenerateRequest& req) {
     b.path = model::KVPath::kFlat;
     model::ForwardRow& row = b.add_row(feed, ctx, model::LogitsRequest::kLast);
     row.flat = &cache;
+    if (m.kv_geometry().has_recurrent_state()) row.state = &state;
     model::ForwardOutput out;
     Status s = m.forward(b, &out);
     EXPECT_TRUE(s.ok()) << s.to_string();

@@ -278,6 +278,34 @@ TEST(SchedulerTest, ChunksAPrefillByTheTokenBudget) {
   EXPECT_EQ(sim.finished, (std::vector<uint64_t>{1}));
 }
 
+TEST(SchedulerTest, APrefillSliceEndsExactlyAtItsSliceStop) {
+  // A hybrid's checkpoint boundary: the slice that crosses it ends there (the
+  // state is copied between the two forwards); the budget is not the reason.
+  Sim sim(config(100, 8, 64), 64);
+  SchedRequest* r = sim.submit(prompt(11, 0), 2);
+  r->slice_stop = 8;
+  EXPECT_EQ(sim.row_sizes(sim.step()), (std::vector<int64_t>{8}));
+  EXPECT_EQ(r->computed, 8);
+  EXPECT_EQ(sim.row_sizes(sim.step()), (std::vector<int64_t>{3}));  // past the stop: whole
+  EXPECT_EQ(r->completion(), 1);
+  // Under a smaller budget the stop still ends its slice; a slice starting at
+  // or after the stop is not cut.
+  Sim small(config(5, 8, 64), 64);
+  SchedRequest* q = small.submit(prompt(13, 0), 1);
+  q->slice_stop = 8;
+  EXPECT_EQ(small.row_sizes(small.step()), (std::vector<int64_t>{5}));
+  EXPECT_EQ(small.row_sizes(small.step()), (std::vector<int64_t>{3}));
+  EXPECT_EQ(small.row_sizes(small.step()), (std::vector<int64_t>{5}));
+  EXPECT_EQ(small.finished, (std::vector<uint64_t>{1}));
+  // A running request's later slice (not the admission slice) stops there too.
+  Sim two(config(4, 8, 64), 64);
+  SchedRequest* a = two.submit(prompt(9, 0), 1);
+  a->slice_stop = 6;
+  EXPECT_EQ(two.row_sizes(two.step()), (std::vector<int64_t>{4}));
+  EXPECT_EQ(two.row_sizes(two.step()), (std::vector<int64_t>{2}));
+  EXPECT_EQ(two.row_sizes(two.step()), (std::vector<int64_t>{3}));
+}
+
 TEST(SchedulerTest, DecodeRowsComeFirstThenPrefillThenAdmission) {
   Sim sim(config(6, 8, 64), 64);
   sim.submit(prompt(3, 0), 10);  // decodes from step 2
