@@ -740,21 +740,8 @@ void add_shared_expert(backend::Backend& be, const SharedExpertWeights& w, Activ
 Status compute_logits(backend::Backend& be, const ForwardBatch& batch, const float* x,
                       int64_t hidden, const backend::Weight& final_norm, float eps, bool one_plus,
                       const backend::Weight& lm_head, int32_t vocab_size, ForwardOutput* out) {
-  std::vector<int64_t> pick;
-  out->row_begin.clear();
-  out->row_count.clear();
-  for (const ForwardRow& row : batch.rows) {
-    out->row_begin.push_back(static_cast<int32_t>(pick.size()));
-    int32_t n = row.logits == LogitsRequest::kAll    ? row.num_tokens
-                : row.logits == LogitsRequest::kLast ? 1
-                                                     : 0;
-    for (int32_t i = row.num_tokens - n; i < row.num_tokens; ++i)
-      pick.push_back(row.first_token + i);
-    out->row_count.push_back(n);
-  }
+  const std::vector<int64_t> pick = requested_logits_tokens(batch, vocab_size, out);
   const int64_t P = static_cast<int64_t>(pick.size());
-  out->vocab_size = vocab_size;
-  out->logits.assign(static_cast<size_t>(P * vocab_size), 0.0f);
   if (P == 0) return ok_status();
   std::vector<float> sel(static_cast<size_t>(P * hidden));
   for (int64_t i = 0; i < P; ++i)

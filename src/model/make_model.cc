@@ -254,6 +254,20 @@ void gdn_specs(const std::string& family, const Preset& p, std::vector<Spec>* sp
     lin(pre + "mlp.shared_expert_gate.weight", 1, H);
   }
 }
+// The config.json fields every family's preset writes first, in this order.
+void shared_config_fields(const MakeModelOptions& o, const Preset& p, const char* architecture,
+                          nlohmann::ordered_json* c) {
+  (*c)["architectures"] = {architecture};
+  (*c)["model_type"] = o.family;
+  (*c)["vocab_size"] = p.vocab;
+  (*c)["hidden_size"] = p.hidden;
+  (*c)["intermediate_size"] = p.inter;
+  (*c)["num_hidden_layers"] = p.layers;
+  (*c)["num_attention_heads"] = p.heads;
+  (*c)["num_key_value_heads"] = p.kv_heads;
+  (*c)["head_dim"] = p.head_dim;
+}
+
 // --- gemma3_text / gemma4_text presets ---
 // The preset's sizes with Gemma's layer layout: 6 layers unless --layers (every
 // third full attention, the rest sliding, window 32 tiny / 128 otherwise), tied
@@ -276,15 +290,7 @@ void gemma_spec(const MakeModelOptions& o, Preset p, bool moe, nlohmann::ordered
   if (g4) types.back() = "full_attention";
   nlohmann::ordered_json& c = *cfg;
   c = nlohmann::ordered_json::object();
-  c["architectures"] = {g4 ? "Gemma4ForCausalLM" : "Gemma3ForCausalLM"};
-  c["model_type"] = o.family;
-  c["vocab_size"] = p.vocab;
-  c["hidden_size"] = p.hidden;
-  c["intermediate_size"] = p.inter;
-  c["num_hidden_layers"] = p.layers;
-  c["num_attention_heads"] = p.heads;
-  c["num_key_value_heads"] = p.kv_heads;
-  c["head_dim"] = p.head_dim;
+  shared_config_fields(o, p, g4 ? "Gemma4ForCausalLM" : "Gemma3ForCausalLM", &c);
   c["hidden_activation"] = "gelu_pytorch_tanh";
   c["max_position_embeddings"] = p.max_pos;
   c["rms_norm_eps"] = 1e-6;
@@ -514,15 +520,7 @@ Status make_random_model(const MakeModelOptions& o) {
   const bool moe = o.family == "qwen3_moe";
 
   nlohmann::ordered_json c;
-  c["architectures"] = {moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"};
-  c["model_type"] = o.family;
-  c["vocab_size"] = p.vocab;
-  c["hidden_size"] = p.hidden;
-  c["intermediate_size"] = p.inter;
-  c["num_hidden_layers"] = p.layers;
-  c["num_attention_heads"] = p.heads;
-  c["num_key_value_heads"] = p.kv_heads;
-  c["head_dim"] = p.head_dim;
+  shared_config_fields(o, p, moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM", &c);
   c["hidden_act"] = "silu";
   c["max_position_embeddings"] = p.max_pos;
   c["rms_norm_eps"] = 1e-6;

@@ -32,12 +32,7 @@ std::vector<int32_t> random_prompt(size_t n, uint32_t seed, int32_t vocab) {
 }
 
 GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  r.return_logits = true;
-  return r;
+  return testing_util::greedy_with_logits(std::move(prompt), max_tokens);
 }
 
 // Sets an environment knob for one scope.

@@ -49,6 +49,16 @@ inline std::shared_ptr<model::Model> tiny_model(const std::string& family, uint6
   return std::shared_ptr<model::Model>(std::move(*m));
 }
 
+// A greedy request (ignore_eos) for max_tokens tokens that returns its logits.
+inline GenerateRequest greedy_with_logits(std::vector<int32_t> prompt, int32_t max_tokens) {
+  GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  r.return_logits = true;
+  return r;
+}
+
 // `n` token ids drawn uniformly from [0, vocab) by a seeded generator.
 inline std::vector<int32_t> random_token_ids(size_t n, uint32_t seed, int32_t vocab) {
   std::mt19937 g(seed);

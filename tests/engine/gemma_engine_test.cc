@@ -27,12 +27,7 @@ using testing_util::RefRun;
 using testing_util::tiny_model;
 
 GenerateRequest greedy(std::vector<int32_t> prompt, int32_t max_tokens) {
-  GenerateRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling.max_tokens = max_tokens;
-  r.ignore_eos = true;
-  r.return_logits = true;
-  return r;
+  return testing_util::greedy_with_logits(std::move(prompt), max_tokens);
 }
 
 std::unique_ptr<Engine> make_engine(std::shared_ptr<model::Model> m, EngineOptions o = {}) {
