@@ -293,7 +293,9 @@ TEST_P(HybridEngineTest, TheColdTierIsDeclinedWithAMessageNamingTheFamily) {
   expect_matches_flat(got[1], flat_run(*model_, r), "cold declined, again");
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, HybridEngineTest, ::testing::Values("lfm2", "lfm2_moe"),
+INSTANTIATE_TEST_SUITE_P(Families, HybridEngineTest,
+                         ::testing::Values("lfm2", "lfm2_moe", "qwen3_next", "qwen3_5_text",
+                                           "qwen3_5_moe_text", "nemotron_h"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

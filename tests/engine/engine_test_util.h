@@ -33,7 +33,7 @@ inline std::string temp_dir(const std::string& tag) {
   return d;
 }
 
-// A tiny random checkpoint of `family` (qwen3 | qwen3_moe | lfm2 | lfm2_moe), loaded.
+// A tiny random checkpoint of `family` (any of model::make_model_families()), loaded.
 inline std::shared_ptr<model::Model> tiny_model(const std::string& family, uint64_t seed) {
   model::MakeModelOptions o;
   o.family = family;
