@@ -1,6 +1,7 @@
 // The `pagedkv tokenize` / `pagedkv detokenize` commands on the real Qwen3
 // tokenizer: --text, --jsonl (one JSON line per input), --ids, and errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -17,8 +18,10 @@ namespace {
 // redirects it.
 test::CommandResult run(const std::string& cmd) { return test::run_command(cmd, false); }
 
+// A file under the test temp dir, named per process: suites of several checkouts
+// may run at once on one machine.
 std::string tmp_file(const std::string& name, const std::string& content) {
-  std::string path = ::testing::TempDir() + "/" + name;
+  std::string path = ::testing::TempDir() + "/pkv_tok_cli_" + std::to_string(getpid()) + "_" + name;
   std::ofstream(path) << content;
   test::remove_at_exit(path);
   return path;
