@@ -8,6 +8,7 @@
 #include "kv/block_hasher.h"
 #include "kv/kv_storage.h"
 #include "util/check.h"
+#include "util/knobs.h"
 
 namespace pagedkv::engine {
 
@@ -85,6 +86,60 @@ kv::KVCacheSpec CoordinatorKV::spec_for(const model::KVGeometry& g) {
   return spec;
 }
 
+namespace {
+
+constexpr uint64_t kMiB = 1024ull * 1024ull;
+
+// `mb` MiB as one block count for every block-holding group (a block in each
+// costs `per_block_set` bytes together); InvalidArgument naming `what` when it is
+// below two blocks (the null block + one usable) or beyond a pool's index range.
+StatusOr<int64_t> blocks_for_mb(const char* what, uint64_t mb, int64_t per_block_set) {
+  if (mb > UINT64_MAX / kMiB)
+    return invalid_argument(std::string(what) + " = " + std::to_string(mb) + " MiB is too large");
+  const uint64_t blocks = mb * kMiB / static_cast<uint64_t>(per_block_set);
+  if (blocks < 2)
+    return invalid_argument(std::string(what) + " = " + std::to_string(mb) +
+                            " MiB holds fewer than 2 blocks per cache group (a block in every "
+                            "group takes " +
+                            std::to_string(per_block_set) + " bytes; null block + one usable)");
+  if (blocks > static_cast<uint64_t>(INT32_MAX))
+    return invalid_argument(std::string(what) + " = " + std::to_string(mb) +
+                            " MiB exceeds 2^31-1 blocks per group");
+  return static_cast<int64_t>(blocks);
+}
+
+}  // namespace
+
+StatusOr<CoordinatorKV::MemoryBlocks> CoordinatorKV::memory_blocks(
+    const model::Model& model, const kv::KVCacheSpec& spec, const Options& options,
+    const std::function<int64_t(size_t)>& block_bytes) {
+  MemoryBlocks m;
+  if (options.pool_max_blocks) return m;  // explicit block counts win, as on the adapter path
+  // env > the caller's options > config.json (make_paged_cache's order).
+  kv::PoolBudgetConfig c = options.memory;
+  const model::CacheConfig& cc = model.config().cache;
+  if (!c.paged_cache_memory_mb) c.paged_cache_memory_mb = cc.paged_cache_memory_mb;
+  if (!c.paged_cache_initial_memory_mb)
+    c.paged_cache_initial_memory_mb = cc.paged_cache_initial_memory_mb;
+  const auto max_mb =
+      resolve_optional_knob<uint64_t>(kv::kEnvPagedCacheMemoryMb, c.paged_cache_memory_mb);
+  const auto initial_mb =
+      resolve_optional_knob<uint64_t>(kv::kEnvPagedCacheInitialMb, c.paged_cache_initial_memory_mb);
+  if (!max_mb && !initial_mb) return m;
+  int64_t per_set = 0;
+  for (size_t g = 0; g < spec.groups.size(); ++g)
+    if (spec.groups[g].holds_blocks()) per_set += block_bytes(g);
+  if (per_set <= 0) return m;
+  if (max_mb) {
+    PKV_ASSIGN_OR_RETURN(m.max, blocks_for_mb("paged_cache_memory_mb", *max_mb, per_set));
+  }
+  if (initial_mb) {
+    PKV_ASSIGN_OR_RETURN(m.initial,
+                         blocks_for_mb("paged_cache_initial_memory_mb", *initial_mb, per_set));
+  }
+  return m;
+}
+
 CoordinatorKV::CoordinatorKV(std::unique_ptr<kv::KVCacheCoordinator> coord, int32_t block_size,
                              kv::KVDType dtype)
     : coord_(std::move(coord)),
@@ -108,8 +163,14 @@ StatusOr<std::unique_ptr<CoordinatorKV>> CoordinatorKV::create(const model::Mode
   kv::CoordinatorBudget budget;
   budget.max_context_tokens = max_context;
   budget.max_live_rows = std::max(1, options.max_live_rows);
-  int64_t bytes = 0;  // the pools' initial bytes
   const int64_t token_bytes = static_cast<int64_t>(mg.bytes_per_token_per_layer());
+  // One block of group g: its physical layers' K and V for block_size tokens.
+  auto block_bytes = [&](size_t g) {
+    return static_cast<int64_t>(spec.groups[g].block_size) * token_bytes *
+           spec.physical_layers(static_cast<int32_t>(g));
+  };
+  PKV_ASSIGN_OR_RETURN(const MemoryBlocks mem, memory_blocks(model, spec, options, block_bytes));
+  int64_t bytes = 0;  // the pools' initial bytes
   for (size_t g = 0; g < spec.groups.size(); ++g) {
     const kv::CacheGroupSpec& gs = spec.groups[g];
     int32_t max_blocks = 0;
@@ -117,18 +178,19 @@ StatusOr<std::unique_ptr<CoordinatorKV>> CoordinatorKV::create(const model::Mode
     if (gs.holds_blocks()) {
       const int64_t minimum =
           kv::CoordinatorBudget::minimum_blocks(gs, max_context, budget.max_live_rows);
-      const int64_t max = options.pool_max_blocks.value_or(minimum);
+      const int64_t max = options.pool_max_blocks.value_or(mem.max.value_or(minimum));
       if (max > INT32_MAX)
         return invalid_argument("engine: the KV pool of group " + std::to_string(g) + " needs " +
                                 std::to_string(max) + " blocks, more than a pool can index");
       max_blocks = static_cast<int32_t>(max);
       // Start small and grow on demand (the adapter's growth policy): a long
-      // max_position_embeddings must not allocate every block up front.
+      // max_position_embeddings must not allocate every block up front. A
+      // budget in MiB without an initial size is a fixed pool, as on the adapter path.
       const int64_t start = (2048 + gs.block_size - 1) / gs.block_size + 1 + budget.max_live_rows;
-      initial =
-          static_cast<int32_t>(std::min<int64_t>(max, options.pool_initial_blocks.value_or(start)));
-      bytes += static_cast<int64_t>(initial) * gs.block_size * token_bytes *
-               spec.physical_layers(static_cast<int32_t>(g));
+      int64_t want = options.pool_initial_blocks.value_or(start);
+      if (!options.pool_max_blocks && (mem.max || mem.initial)) want = mem.initial.value_or(max);
+      initial = static_cast<int32_t>(std::min<int64_t>(max, want));
+      bytes += static_cast<int64_t>(initial) * block_bytes(g);
     }
     budget.max_blocks.push_back(max_blocks);
     budget.initial_blocks.push_back(initial);
@@ -176,8 +238,27 @@ kv::SeqId CoordinatorKV::new_row(const SchedRequest& r) {
   return coord_->add_sequence();
 }
 
-// A throwaway row answers the probe: rows hold no blocks until a hit is committed.
+void CoordinatorKV::set_owners(OwnerRegistry* owners, OwnerKeyFn owner_key) {
+  owners_ = owners;
+  owner_key_ = std::move(owner_key);
+}
+
+const OwnerRegistry::Owner* CoordinatorKV::continued_owner(const SchedRequest& r) const {
+  if (owners_ == nullptr) return nullptr;
+  const std::string& key = owner_key_(r);
+  return key.empty() ? nullptr : owners_->continuable(key, r.salt);
+}
+
+// An idle owner's live row answers for its next turn; otherwise a throwaway row.
 StatusOr<kv::CoordinatorProbe> CoordinatorKV::probe(const SchedRequest& r) {
+  if (const OwnerRegistry::Owner* o = continued_owner(r); o != nullptr)
+    return coord_->probe_cached_prefix(o->row, r.tokens, r.num_tokens());
+  return probe_prefix_table(r);
+}
+
+// A throwaway row: the prefix table alone (rows hold no blocks until a hit is
+// committed).
+StatusOr<kv::CoordinatorProbe> CoordinatorKV::probe_prefix_table(const SchedRequest& r) {
   const kv::SeqId id = new_row(r);
   StatusOr<kv::CoordinatorProbe> p = coord_->probe_cached_prefix(id, r.tokens, r.num_tokens());
   coord_->release_sequence(id);
@@ -197,27 +278,42 @@ StatusOr<int64_t> CoordinatorKV::admission_cost(const SchedRequest& r) {
 }
 
 StatusOr<int64_t> CoordinatorKV::cached_prefix_blocks(const SchedRequest& r) {
-  PKV_ASSIGN_OR_RETURN(const kv::CoordinatorProbe p, probe(r));
+  // The prefix table alone, as on the adapter path.
+  PKV_ASSIGN_OR_RETURN(const kv::CoordinatorProbe p, probe_prefix_table(r));
   return p.cached_tokens / block_size_;
 }
 
 SchedulerKV::Admission CoordinatorKV::admit(SchedRequest& r) {
   Admission a;
   PKV_CHECK(rows_.count(r.id) == 0);
-  const kv::SeqId id = new_row(r);
+  // Bind: its owner's live row (continuing the conversation) or a private one.
+  OwnerRegistry::Owner* owner = nullptr;
+  if (owners_ != nullptr) {
+    if (const std::string& key = owner_key_(r); !key.empty())
+      owner = owners_->bind(key, r.salt, OwnerRegistry::Clock::now());
+  }
+  const kv::SeqId id = owner != nullptr ? owner->row : new_row(r);
+  auto unbind = [&](bool keep_live) {
+    if (owner != nullptr) {
+      owners_->unbind(owner, keep_live, OwnerRegistry::Clock::now());
+    } else {
+      coord_->release_sequence(id);
+    }
+  };
   StatusOr<int64_t> hit = coord_->find_cached_prefix(id, r.tokens);
   if (!hit.ok()) {
-    coord_->release_sequence(id);
+    unbind(/*keep_live=*/false);
     a.error = hit.status();
     return a;
   }
   if (Status st = coord_->allocate_slots(id, r.num_tokens()); !st.ok()) {
-    // The probe said it fits; only a refused pool growth gets here.
-    coord_->release_sequence(id);
+    // The probe said it fits; only a refused pool growth gets here. An owner
+    // keeps what it kept of its history (the adapter path does the same).
+    unbind(/*keep_live=*/true);
     a.outcome = AdmitOutcome::kNoRoom;
     return a;
   }
-  rows_.emplace(r.id, id);
+  rows_.emplace(r.id, Binding{id, owner});
   r.computed = coord_->num_tokens(id);
   ++counters_.lookups;
   counters_.lookup_blocks +=
@@ -232,19 +328,36 @@ SchedulerKV::Admission CoordinatorKV::admit(SchedRequest& r) {
 bool CoordinatorKV::grow(SchedRequest& r, int64_t tokens) {
   auto it = rows_.find(r.id);
   PKV_CHECK(it != rows_.end());
-  return coord_->allocate_slots(it->second, tokens).ok();
+  return coord_->allocate_slots(it->second.row, tokens).ok();
 }
 
-void CoordinatorKV::release(SchedRequest& r) {
+void CoordinatorKV::end_turn(SchedRequest& r, bool keep_live) {
   if (auto it = rows_.find(r.id); it != rows_.end()) {
-    coord_->release_sequence(it->second);
+    if (it->second.owner != nullptr) {
+      owners_->unbind(it->second.owner, keep_live, OwnerRegistry::Clock::now());
+    } else {
+      coord_->release_sequence(it->second.row);
+    }
     rows_.erase(it);
   }
   r.computed = 0;
 }
 
+bool CoordinatorKV::reclaim(const SchedRequest& r) {
+  if (owners_ == nullptr) return false;
+  const OwnerRegistry::Owner* except = nullptr;
+  if (auto it = rows_.find(r.id); it != rows_.end()) {
+    except = it->second.owner;
+  } else {
+    except = continued_owner(r);
+  }
+  if (!owners_->expire_lru(except)) return false;
+  ++owners_expired_;
+  return true;
+}
+
 void CoordinatorKV::add_block_tables(const SchedRequest& r, model::ForwardRow* row) const {
-  const kv::SeqId id = rows_.at(r.id);
+  const kv::SeqId id = rows_.at(r.id).row;
   for (int32_t g = 0; g < coord_->num_groups(); ++g)
     row->block_tables.push_back(coord_->block_table(id, g));
 }
@@ -253,7 +366,7 @@ Status CoordinatorKV::record_tokens(const SchedRequest& r, std::span<const int32
   auto it = rows_.find(r.id);
   if (it == rows_.end())
     return internal_error("request " + std::to_string(r.id) + " has no coordinator row");
-  return coord_->record_tokens(it->second, tokens);
+  return coord_->record_tokens(it->second.row, tokens);
 }
 
 void CoordinatorKV::fill_pool_stats(PoolStats* s) const {
@@ -288,18 +401,25 @@ Status CoordinatorKV::check_invariants(const std::vector<SchedRequest*>& running
     if (it == rows_.end())
       return internal_error("running request " + std::to_string(r->id) +
                             " holds no coordinator row");
-    if (coord_->num_tokens(it->second) != r->computed)
+    if (coord_->num_tokens(it->second.row) != r->computed)
       return internal_error("request " + std::to_string(r->id) + ": computed " +
                             std::to_string(r->computed) + " != coordinator tokens " +
-                            std::to_string(coord_->num_tokens(it->second)));
+                            std::to_string(coord_->num_tokens(it->second.row)));
   }
   for (const SchedRequest* r : waiting)
     if (rows_.count(r->id) != 0)
       return internal_error("waiting request " + std::to_string(r->id) +
                             " still holds a coordinator row");
-  if (rows_.size() != running.size() || coord_->num_sequences() != rows_.size())
+  // Rows: one per running request without an owner, plus one per owner (live
+  // between its turns, or running one).
+  size_t private_rows = 0;
+  for (const auto& [id, b] : rows_) private_rows += b.owner == nullptr;
+  const size_t owner_rows = owners_ != nullptr ? owners_->size() : 0;
+  if (rows_.size() != running.size() || coord_->num_sequences() != private_rows + owner_rows)
     return internal_error("coordinator rows (" + std::to_string(coord_->num_sequences()) +
-                          ") != running requests (" + std::to_string(running.size()) + ")");
+                          ") != running requests (" + std::to_string(running.size()) +
+                          ") without an owner (" + std::to_string(private_rows) + ") + owners (" +
+                          std::to_string(owner_rows) + ")");
   return ok_status();
 }
 

@@ -18,21 +18,30 @@
 // resolves each model layer through the coordinator's routes to its group's
 // pool and physical slot (a KV-shared layer reaches its anchor's slot).
 //
-// Not here (docs/cache-groups.md): kept-live owners (a request's owner key is
-// ignored: its finished blocks stay in the prefix table, so a continuation still
-// hits them), the cold tier (the engine declines persistence for these models),
-// and recurrent groups beside a sliding group (refused at create).
-// Step thread only.
+// Kept-live owners (GenerateRequest::owner, set_owners): an owner is a
+// coordinator row in the engine's OwnerRegistry that outlives its turns. A
+// request of an idle owner is admitted on that row (its next prompt keeps the
+// common prefix with the live history in every group, partial tail block too;
+// a sliding group holds only the window's run), ends its turn with
+// finalize_turn_keep_live, and idle owners are expired LRU by reclaim() under
+// pressure, as on the adapter path (docs/engine.md, "Owners").
+//
+// Not here (docs/cache-groups.md): the cold tier (the engine declines
+// persistence for these models), and recurrent groups beside a sliding group
+// (refused at create). Step thread only.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/owner_registry.h"
 #include "engine/scheduler.h"
 #include "kv/kv_cache_coordinator.h"
 #include "model/forward_batch.h"
@@ -50,7 +59,13 @@ class CoordinatorKV final : public SchedulerKV {
     // the null block + one starter block per live row).
     std::optional<int32_t> pool_max_blocks;
     std::optional<int32_t> pool_initial_blocks;  // unset: min(max, a 2048-token start)
+    // Unless pool_max_blocks is set: the shared budget in MiB (paged_cache_memory_mb,
+    // paged_cache_initial_memory_mb; env > these > config.json), split into the same
+    // block count for every block-holding group (docs/cache-groups.md, "Budget").
+    kv::PoolBudgetConfig memory;
   };
+  // A request's owner key (GenerateRequest::owner; empty: none).
+  using OwnerKeyFn = std::function<const std::string&(const SchedRequest&)>;
 
   // True when the model's geometry has a sliding-window group (the coordinator path).
   static bool applies(const model::KVGeometry& g);
@@ -69,9 +84,21 @@ class CoordinatorKV final : public SchedulerKV {
   StatusOr<int64_t> cached_prefix_blocks(const SchedRequest& r) override;
   Admission admit(SchedRequest& r) override;
   bool grow(SchedRequest& r, int64_t tokens) override;
-  // Idempotent: a request without a row is left alone (computed set to 0 either way).
-  void release(SchedRequest& r) override;
-  bool reclaim(const SchedRequest&) override { return false; }
+  // Preemption: end_turn(r, /*keep_live=*/false).
+  void release(SchedRequest& r) override { end_turn(r, /*keep_live=*/false); }
+  // Expires the least recently used idle owner holding blocks (not r's own).
+  bool reclaim(const SchedRequest& r) override;
+
+  // --- Owners ---
+  // Owners live in `owners` (constructed over coordinator()); `owner_key` reads a
+  // request's key. Without this call every request runs on a private row.
+  void set_owners(OwnerRegistry* owners, OwnerKeyFn owner_key);
+  // Ends r's turn: its owner keeps the row live (keep_live) or starts clean; a
+  // private row is released. Idempotent: a request without a row is left alone
+  // (computed set to 0 either way).
+  void end_turn(SchedRequest& r, bool keep_live);
+  // Owners expired by reclaim() (EngineStats::owners_expired adds these).
+  uint64_t owners_expired() const { return owners_expired_; }
 
   // --- The engine's step ---
   int32_t block_size() const { return block_size_; }
@@ -103,12 +130,32 @@ class CoordinatorKV final : public SchedulerKV {
                 kv::KVDType dtype);
   kv::SeqId new_row(const SchedRequest& r);
   StatusOr<kv::CoordinatorProbe> probe(const SchedRequest& r);
+  StatusOr<kv::CoordinatorProbe> probe_prefix_table(const SchedRequest& r);
+  // The idle owner r would continue now, or nullptr.
+  const OwnerRegistry::Owner* continued_owner(const SchedRequest& r) const;
+
+  struct Binding {
+    kv::SeqId row = 0;
+    OwnerRegistry::Owner* owner = nullptr;  // the row is the owner's (else private)
+  };
+
+  // The shared budget in MiB as block counts per group (unset: not configured).
+  struct MemoryBlocks {
+    std::optional<int64_t> max;
+    std::optional<int64_t> initial;
+  };
+  static StatusOr<MemoryBlocks> memory_blocks(const model::Model& model,
+                                              const kv::KVCacheSpec& spec, const Options& options,
+                                              const std::function<int64_t(size_t)>& block_bytes);
 
   std::unique_ptr<kv::KVCacheCoordinator> coord_;
   std::unique_ptr<Store> store_;
   int32_t block_size_;
-  std::unordered_map<uint64_t, kv::SeqId> rows_;  // request id → its row
-  PoolStats counters_;                            // lookups / hits of admitted requests
+  std::unordered_map<uint64_t, Binding> rows_;  // request id → its row
+  PoolStats counters_;                          // lookups / hits of admitted requests
+  OwnerRegistry* owners_ = nullptr;
+  OwnerKeyFn owner_key_;
+  uint64_t owners_expired_ = 0;
 };
 
 }  // namespace pagedkv::engine

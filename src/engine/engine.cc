@@ -622,6 +622,8 @@ Status Engine::Impl::init_coordinator(double wm) {
   o.max_live_rows = static_cast<int32_t>(std::min<int64_t>(max_seqs_, INT32_MAX));
   o.pool_max_blocks = options_.pool_max_blocks;
   o.pool_initial_blocks = options_.pool_initial_blocks;
+  o.memory.paged_cache_memory_mb = options_.paged_cache_memory_mb;
+  o.memory.paged_cache_initial_memory_mb = options_.paged_cache_initial_memory_mb;
   if (o.pool_max_blocks && (*o.pool_max_blocks < 2 || o.pool_initial_blocks.value_or(2) < 2 ||
                             o.pool_initial_blocks.value_or(2) > *o.pool_max_blocks))
     return invalid_argument("pool_max_blocks/pool_initial_blocks must satisfy 2 <= initial <= max");
@@ -660,8 +662,12 @@ void Engine::Impl::make_scheduler() {
   SchedulerConfig c;
   c.max_num_batched_tokens = max_batched_;
   c.max_num_seqs = std::min<int64_t>(max_seqs_, max_concurrent_sequences());
-  owners_ = std::make_unique<OwnerRegistry>(cache_.get());
+  owners_ = coord_ != nullptr ? std::make_unique<OwnerRegistry>(&coord_->coordinator())
+                              : std::make_unique<OwnerRegistry>(cache_.get());
   if (coord_ != nullptr) {  // cache groups (issue #14): kv_ is the CoordinatorKV
+    coord_->set_owners(owners_.get(), [](const SchedRequest& r) -> const std::string& {
+      return as_seq(&r)->req.owner;
+    });
     c.block_size = coord_->block_size();
     c.usable_blocks = coord_->usable_blocks();
     c.watermark_blocks = watermark_blocks_;
@@ -875,7 +881,7 @@ void Engine::Impl::unbind(Seq* s, bool keep_live) {
   if (s->state != nullptr && !(keep_live && s->owner != nullptr)) s->state->clear();
   s->state = nullptr;
   if (coord_ != nullptr) {  // cache groups (issue #14): every group's tables go back
-    coord_->release(*s);
+    coord_->end_turn(*s, keep_live);  // ... or stay live for the request's owner
     s->bound = false;
     return;
   }
@@ -1209,6 +1215,7 @@ void Engine::Impl::update_stats_snapshot() {
   s.live_owners = static_cast<int32_t>(owners_->size());
   if (coord_ != nullptr) {
     coord_->fill_pool_stats(&s.pool);  // cache groups: summed over the groups
+    s.owners_expired += coord_->owners_expired();
   } else if (paged_) {
     const kv::BlockAllocator& a = cache_->allocator();
     s.pool.num_blocks = cache_->num_blocks();

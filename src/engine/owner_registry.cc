@@ -22,9 +22,13 @@ OwnerRegistry::Owner* OwnerRegistry::bind(const std::string& key,
   if (it == owners_.end()) {
     auto o = std::make_unique<Owner>();
     o->key = key;
-    o->adapter = std::make_unique<kv::PagedKVCacheAdapter>(cache_);
     o->salt = salt;
-    o->adapter->reset_for_new_request(o->salt);
+    if (coord_ != nullptr) {
+      o->row = coord_->add_sequence();
+    } else {
+      o->adapter = std::make_unique<kv::PagedKVCacheAdapter>(cache_);
+    }
+    reset_kv(*o);
     o->last_used = now;
     it = owners_.emplace(key, std::move(o)).first;
   }
@@ -32,7 +36,7 @@ OwnerRegistry::Owner* OwnerRegistry::bind(const std::string& key,
   if (o->active || o->release_requested) return nullptr;
   if (o->salt != salt) {
     o->salt = salt;
-    o->adapter->reset_for_new_request(o->salt);
+    reset_kv(*o);
   }
   o->active = true;
   return o;
@@ -40,10 +44,13 @@ OwnerRegistry::Owner* OwnerRegistry::bind(const std::string& key,
 
 void OwnerRegistry::unbind(Owner* o, bool keep_live, Clock::time_point now) {
   if (keep_live) {
-    o->adapter->finalize_turn_keep_live();
+    if (coord_ != nullptr) {
+      coord_->finalize_turn_keep_live(o->row);
+    } else {
+      o->adapter->finalize_turn_keep_live();
+    }
   } else {
-    o->adapter->release_request();
-    o->adapter->reset_for_new_request(o->salt);
+    reset_kv(*o);
   }
   o->active = false;
   o->last_used = now;
@@ -64,8 +71,32 @@ void OwnerRegistry::drop(const std::string& key) {
   auto it = owners_.find(key);
   if (it == owners_.end()) return;
   PKV_CHECK(!it->second->active);
-  it->second->adapter->release_request();
+  if (coord_ != nullptr) {
+    coord_->release_sequence(it->second->row);
+  } else {
+    it->second->adapter->release_request();
+  }
   owners_.erase(it);
+}
+
+void OwnerRegistry::reset_kv(Owner& o) {
+  if (coord_ == nullptr) {
+    o.adapter->reset_for_new_request(o.salt);  // releases what it held
+    return;
+  }
+  if (o.salt) {
+    const kv::ExtraKey key = kv::salt_extra_key(*o.salt);
+    PKV_CHECK(coord_->reset_sequence(o.row, std::span<const kv::ExtraKey>(&key, 1)).ok());
+  } else {
+    PKV_CHECK(coord_->reset_sequence(o.row).ok());
+  }
+}
+
+bool OwnerRegistry::holds_blocks(const Owner& o) const {
+  if (coord_ == nullptr) return !o.adapter->block_table().empty();
+  for (int32_t g = 0; g < coord_->num_groups(); ++g)
+    if (coord_->manager(o.row, g).held_blocks() > 0) return true;
+  return false;
 }
 
 int64_t OwnerRegistry::expire_idle(Clock::time_point now, double timeout_s) {
@@ -81,7 +112,7 @@ int64_t OwnerRegistry::expire_idle(Clock::time_point now, double timeout_s) {
 bool OwnerRegistry::expire_lru(const Owner* except) {
   const Owner* lru = nullptr;
   for (const auto& [key, o] : owners_) {
-    if (o.get() == except || o->active || o->adapter->block_table().empty()) continue;
+    if (o.get() == except || o->active || !holds_blocks(*o)) continue;
     if (lru == nullptr || o->last_used < lru->last_used) lru = o.get();
   }
   if (lru == nullptr) return false;
@@ -90,6 +121,10 @@ bool OwnerRegistry::expire_lru(const Owner* except) {
   return true;
 }
 
-void OwnerRegistry::clear() { owners_.clear(); }  // each adapter releases what it holds
+void OwnerRegistry::clear() {
+  if (coord_ != nullptr)
+    for (const auto& [key, o] : owners_) coord_->release_sequence(o->row);
+  owners_.clear();  // each adapter releases what it holds
+}
 
 }  // namespace pagedkv::engine

@@ -8,6 +8,10 @@
 // idle past a timeout, and dropped least-recently-used first when the pool
 // needs their blocks.
 //
+// The live KV is a PagedKVCacheAdapter on the one-pool path, or a
+// KVCacheCoordinator row (one SeqId across every cache group) on the cache-group
+// path (coordinator_kv.h); the policy is the same for both.
+//
 // Step thread only. Time is passed in (`now`), so the policy is testable
 // without sleeping.
 #pragma once
@@ -21,6 +25,7 @@
 #include <unordered_map>
 
 #include "kv/block_hasher.h"
+#include "kv/kv_cache_coordinator.h"
 #include "kv/paged_kv_cache_adapter.h"
 #include "model/recurrent_state.h"
 
@@ -32,7 +37,8 @@ class OwnerRegistry {
 
   struct Owner {
     std::string key;
-    std::unique_ptr<kv::PagedKVCacheAdapter> adapter;
+    std::unique_ptr<kv::PagedKVCacheAdapter> adapter;  // the one-pool path's live KV
+    kv::SeqId row = 0;  // the cache-group path's live coordinator row (adapter null)
     std::optional<kv::SaltDomain> salt;
     bool active = false;  // a running request holds the adapter
     Clock::time_point last_used;
@@ -43,6 +49,8 @@ class OwnerRegistry {
   };
 
   explicit OwnerRegistry(kv::PagedKVCache* cache) : cache_(cache) {}
+  // Owners as rows of `coord` (the cache-group path).
+  explicit OwnerRegistry(kv::KVCacheCoordinator* coord) : coord_(coord) {}
   ~OwnerRegistry() { clear(); }
   OwnerRegistry(const OwnerRegistry&) = delete;
   OwnerRegistry& operator=(const OwnerRegistry&) = delete;
@@ -72,13 +80,19 @@ class OwnerRegistry {
   void for_each(const std::function<void(const Owner&)>& fn) const {
     for (const auto& [key, o] : owners_) fn(*o);
   }
-  // Drops every owner (their adapters release their blocks).
+  // Drops every owner (their adapters or rows release their blocks).
   void clear();
+
+  // True when the owner's live KV holds any block (in any cache group).
+  bool holds_blocks(const Owner& o) const;
 
  private:
   void drop(const std::string& key);
+  // The owner's live KV starts clean in its salt domain.
+  void reset_kv(Owner& o);
 
-  kv::PagedKVCache* cache_;
+  kv::PagedKVCache* cache_ = nullptr;
+  kv::KVCacheCoordinator* coord_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<Owner>> owners_;
 };
 

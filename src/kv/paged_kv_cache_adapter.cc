@@ -271,15 +271,28 @@ Status PagedKVCacheAdapter::adopt_prefix(std::span<const int32_t> prefix,
                                          std::span<const BlockId> table,
                                          std::span<const BlockKey> keys) {
   const int64_t b = cache_->block_size();
-  if (!tokens_.empty() || !block_table_.empty()) {
+  const bool holds = !tokens_.empty() || !block_table_.empty();
+  if (holds && !kept_live_) {
     return failed_precondition("adopt_prefix: the adapter still holds " +
                                std::to_string(num_tokens()) + " tokens");
   }
-  if (static_cast<int64_t>(prefix.size()) != static_cast<int64_t>(table.size()) * b ||
-      table.size() != keys.size()) {
+  const int64_t n = static_cast<int64_t>(prefix.size());
+  if (static_cast<int64_t>(table.size()) != (n + b - 1) / b ||
+      static_cast<int64_t>(keys.size()) != n / b) {
     return invalid_argument("adopt_prefix: " + std::to_string(prefix.size()) + " tokens, " +
                             std::to_string(table.size()) + " blocks and " +
-                            std::to_string(keys.size()) + " keys do not describe whole blocks");
+                            std::to_string(keys.size()) + " keys do not describe the prefix");
+  }
+  if (n % b != 0) {
+    // Only a kept-live history's own unpublished tail block may stay partial.
+    const size_t last = table.size() - 1;
+    if (!holds || last >= block_table_.size() || block_table_[last] != table[last] ||
+        table[last] == kNullBlock || last < keys_.size() || prefix.size() > tokens_.size() ||
+        !std::equal(prefix.begin(), prefix.end(), tokens_.begin())) {
+      return invalid_argument(
+          "adopt_prefix: a partial last block must be the kept-live "
+          "history's own unpublished tail");
+    }
   }
   BlockAllocator& alloc = cache_->allocator();
   int64_t held = 0;
@@ -293,6 +306,7 @@ Status PagedKVCacheAdapter::adopt_prefix(std::span<const int32_t> prefix,
   for (BlockId blk : table) {
     if (blk != kNullBlock) alloc.acquire(blk);
   }
+  if (holds) alloc.release_blocks(block_table_);  // the old history: what is not kept goes
   block_table_.assign(table.begin(), table.end());
   keys_.assign(keys.begin(), keys.end());
   tokens_.assign(prefix.begin(), prefix.end());

@@ -134,11 +134,16 @@ class PagedKVCacheAdapter {
       int32_t* failed_block = nullptr);
 
   // --- Hooks for KVCacheCoordinator's groups (kv_cache_coordinator.h) ---
-  // Starts the history of an adapter that holds nothing with `prefix` (whole
-  // blocks), whose blocks are `table` (kNullBlock where a sliding window no longer
-  // needs the block) and whose keys are `keys`, one per block. Every non-null
-  // block gets ref + 1. InvalidArgument on mismatched lengths, FailedPrecondition
-  // when the adapter holds tokens.
+  // Starts the history of an adapter that holds nothing — or replaces a
+  // kept-live owner's history — with `prefix`, whose blocks are `table`
+  // (kNullBlock where a sliding window no longer needs the block) and whose keys
+  // are `keys`, one per whole block. A partial last block (prefix.size() not a
+  // multiple of B) is allowed only for a kept-live history: it must be the block
+  // the history already holds there (private, unpublished; its later rows are
+  // rewritten). Every non-null block of `table` gets ref + 1 before the old
+  // table is released (tail-first), so blocks in both stay put. InvalidArgument
+  // on mismatched lengths, FailedPrecondition when the adapter holds tokens of
+  // an unfinished request.
   Status adopt_prefix(std::span<const int32_t> prefix, std::span<const BlockId> table,
                       std::span<const BlockKey> keys);
   // Replaces block_table()[i] by the null block and releases the block (to the

@@ -24,13 +24,40 @@ int64_t SlidingWindowManager::run_start(int64_t end_block) const {
   return std::max<int64_t>(0, end_block - spec().window_blocks());
 }
 
-bool SlidingWindowManager::run_cached(const std::vector<BlockKey>& keys, int64_t end_block) const {
-  if (end_block > static_cast<int64_t>(keys.size())) return false;
-  const BlockAllocator& alloc = cache_->allocator();
-  for (int64_t j = run_start(end_block); j < end_block; ++j) {
-    if (alloc.lookup(keys[static_cast<size_t>(j)]) == kNullBlock) return false;
+int64_t SlidingWindowManager::live_common(std::span<const int32_t> prompt, int64_t limit) const {
+  if (!adapter_.kept_live()) return 0;
+  const std::span<const int32_t> hist = adapter_.tokens();
+  limit = std::min<int64_t>(limit, static_cast<int64_t>(prompt.size()) - 1);
+  const size_t max_common = static_cast<size_t>(
+      std::max<int64_t>(0, std::min<int64_t>(static_cast<int64_t>(hist.size()), limit)));
+  size_t common = 0;
+  while (common < max_common && hist[common] == prompt[common]) ++common;
+  const int64_t b = spec().block_size;
+  int64_t own = static_cast<int64_t>(common);
+  // The adapter's rule: a published block's bytes must not change.
+  if (own % b != 0 && own / b < static_cast<int64_t>(adapter_.block_keys().size())) {
+    own = own / b * b;
   }
-  return true;
+  return own;
+}
+
+int64_t SlidingWindowManager::held_common(std::span<const int32_t> prompt) const {
+  if (!adapter_.kept_live()) return 0;
+  const std::span<const int32_t> hist = adapter_.tokens();
+  const size_t n = std::min(hist.size(), prompt.size());
+  size_t common = 0;
+  while (common < n && hist[common] == prompt[common]) ++common;
+  return static_cast<int64_t>(common);
+}
+
+BlockId SlidingWindowManager::available_block(const std::vector<BlockKey>& keys, int64_t j,
+                                              int64_t common) const {
+  const std::span<const BlockId> held = adapter_.block_table();
+  if (j < static_cast<int64_t>(held.size()) && held[static_cast<size_t>(j)] != kNullBlock &&
+      (j + 1) * spec().block_size <= common) {
+    return held[static_cast<size_t>(j)];  // a kept-live row's own block, same tokens
+  }
+  return cache_->allocator().lookup(keys[static_cast<size_t>(j)]);
 }
 
 StatusOr<int64_t> SlidingWindowManager::upper_bound(std::span<const int32_t> prompt,
@@ -38,20 +65,29 @@ StatusOr<int64_t> SlidingWindowManager::upper_bound(std::span<const int32_t> pro
   if (prompt.empty()) return invalid_argument("sliding-window group: the prompt is empty");
   const int64_t b = spec().block_size;
   limit = std::min<int64_t>(limit, static_cast<int64_t>(prompt.size()) - 1);
-  return std::max<int64_t>(0, limit) / b * b;
+  // Whole blocks, or a kept-live history's exact length (its partial tail too).
+  return std::max(std::max<int64_t>(0, limit) / b * b, live_common(prompt, limit));
 }
 
 int64_t SlidingWindowManager::largest_accepted(std::span<const int32_t> prompt, int64_t at_most,
                                                int64_t granularity) const {
   const int64_t b = spec().block_size;
+  if (at_most <= 0) return 0;
+  if (at_most % b != 0 && at_most < static_cast<int64_t>(prompt.size())) {
+    // Only a kept-live row's own history ends inside a block: accepted when the
+    // row still holds that partial tail and the window's run before it is held
+    // or cached.
+    std::vector<BlockKey> keys;
+    if (hit_table(prompt, at_most, &keys).ok()) return at_most;
+  }
   at_most = std::min<int64_t>(at_most, static_cast<int64_t>(prompt.size()) / b * b);
   if (at_most <= 0) return 0;
   const std::vector<BlockKey> keys = chain_keys(prompt, at_most / b);
-  // One pass over the blocks: run[j] = cached blocks ending at block j.
-  const BlockAllocator& alloc = cache_->allocator();
+  const int64_t common = held_common(prompt);
+  // One pass over the blocks: run[j] = available blocks ending at block j.
   std::vector<int32_t> run(keys.size(), 0);
   for (size_t j = 0; j < keys.size(); ++j) {
-    const bool cached = alloc.lookup(keys[j]) != kNullBlock;
+    const bool cached = available_block(keys, static_cast<int64_t>(j), common) != kNullBlock;
     run[j] = cached ? (j == 0 ? 1 : run[j - 1] + 1) : 0;
   }
   const int64_t n = spec().window_blocks();
@@ -73,19 +109,32 @@ StatusOr<std::vector<BlockId>> SlidingWindowManager::hit_table(std::span<const i
                                                                int64_t length,
                                                                std::vector<BlockKey>* keys) const {
   const int64_t b = spec().block_size;
-  if (length % b != 0 || length > static_cast<int64_t>(prompt.size())) {
+  const bool partial = length % b != 0;
+  if (length < 0 || length > static_cast<int64_t>(prompt.size()) ||
+      (partial && live_common(prompt, length) != length)) {
     return internal_error("sliding-window group: a hit of " + std::to_string(length) +
-                          " tokens is not whole blocks of the prompt");
+                          " tokens is neither whole blocks of the prompt nor the row's live "
+                          "history");
   }
-  const int64_t k = length / b;
-  *keys = chain_keys(prompt, k);
-  if (!run_cached(*keys, k)) {
-    return internal_error("sliding-window group: the run ending at " + std::to_string(length) +
-                          " is not cached");
-  }
-  std::vector<BlockId> table(static_cast<size_t>(k), kNullBlock);
-  for (int64_t j = run_start(k); j < k; ++j) {
-    table[static_cast<size_t>(j)] = cache_->allocator().lookup((*keys)[static_cast<size_t>(j)]);
+  const int64_t whole = length / b;
+  *keys = chain_keys(prompt, whole);
+  const int64_t common = held_common(prompt);
+  const std::span<const BlockId> held = adapter_.block_table();
+  // The run a query at `length` attends: positions [length - w + 1, length).
+  const int64_t start = std::max<int64_t>(0, length - spec().sliding_window + 1) / b;
+  std::vector<BlockId> table(static_cast<size_t>(whole + (partial ? 1 : 0)), kNullBlock);
+  for (int64_t j = start; j < static_cast<int64_t>(table.size()); ++j) {
+    BlockId blk = kNullBlock;
+    if (j < whole) {
+      blk = available_block(*keys, j, common);
+    } else if (j < static_cast<int64_t>(held.size())) {
+      blk = held[static_cast<size_t>(j)];  // the live history's partial tail
+    }
+    if (blk == kNullBlock) {
+      return internal_error("sliding-window group: the run ending at " + std::to_string(length) +
+                            " is not cached (block " + std::to_string(j) + ")");
+    }
+    table[static_cast<size_t>(j)] = blk;
   }
   return table;
 }
@@ -115,17 +164,17 @@ StatusOr<GroupHitCost> SlidingWindowManager::probe_hit(std::span<const int32_t> 
 Status SlidingWindowManager::commit_hit(std::span<const int32_t> prompt, int64_t length) {
   if (prompt.empty()) return invalid_argument("sliding-window group: the prompt is empty");
   PKV_RETURN_IF_ERROR(check_can_lookup());
-  if (adapter_.num_tokens() > 0 || !adapter_.block_table().empty()) {
-    // A kept-live history is served through the prefix table (its whole blocks
-    // are published); nothing is allocated before the hit is taken, so none of
-    // the blocks released here can be evicted in between.
-    adapter_.release_request();
-    kept_expired_.clear();
-  }
+  kept_expired_.clear();
   const int64_t limit = static_cast<int64_t>(prompt.size()) - 1;
   protect_end_ = limit / granularity_ * granularity_ / spec().block_size;
   protect_begin_ = run_start(protect_end_);
-  if (length == 0) return ok_status();
+  if (length == 0) {
+    adapter_.release_request();  // a kept-live history that nothing of is kept
+    return ok_status();
+  }
+  // A kept-live history keeps the blocks of the run it still holds (its
+  // partial tail too); the rest of the run comes from the prefix table. The
+  // adapter takes the new table's references before it lets the old one go.
   std::vector<BlockKey> keys;
   PKV_ASSIGN_OR_RETURN(const std::vector<BlockId> table, hit_table(prompt, length, &keys));
   return adapter_.adopt_prefix(prompt.first(static_cast<size_t>(length)), table, keys);

@@ -15,6 +15,13 @@
 // runs right to left from the longest candidate, like vLLM's
 // SlidingWindowManager.find_longest_cache_hit.
 //
+// Kept-live owners. After finalize_turn_keep_live the row holds exactly the
+// window's run (expired blocks were released as the window moved). Its next
+// turn hits like the adapter's owner path: the common prefix with the live
+// history, its partial tail block included, is accepted when the run before it
+// is held by the row or cached; held blocks stay in the table, missing ones
+// come from the prefix table, and the rest of the old table is released.
+//
 // Eviction order (chosen so sliding hits survive pressure; docs/cache-groups.md):
 // a block that leaves the window while its request runs is released to the HEAD
 // of the free queue (evicted first), unless it belongs to a run a later request
@@ -61,11 +68,20 @@ class SlidingWindowManager final : public PagedGroupManager {
  private:
   // Keys of the first `n_blocks` whole blocks of prompt (block 0 with the extras).
   std::vector<BlockKey> chain_keys(std::span<const int32_t> prompt, int64_t n_blocks) const;
-  // True when every block of the run ending at `end_block` is cached.
-  bool run_cached(const std::vector<BlockKey>& keys, int64_t end_block) const;
   int64_t run_start(int64_t end_block) const;
+  // A kept-live row's history a hit of at most `limit` tokens keeps (the
+  // adapter's rule: the common prefix, rolled back to a block start when it ends
+  // inside a published block); 0 for a row that is not kept live.
+  int64_t live_common(std::span<const int32_t> prompt, int64_t limit) const;
+  // The raw common prefix of a kept-live row's history and `prompt` (0 otherwise).
+  int64_t held_common(std::span<const int32_t> prompt) const;
+  // Block j of the prompt for a hit: the kept-live row's own block when its
+  // tokens are all within `common`, else the prefix table's (kNullBlock: none).
+  BlockId available_block(const std::vector<BlockKey>& keys, int64_t j, int64_t common) const;
   // The table a hit of `length` tokens installs (null entries before the run) and
-  // the prompt's block keys up to it; Internal when the run is not cached.
+  // the prompt's block keys up to it; Internal when the run is not held or
+  // cached. `length` is whole blocks, or a kept-live history's exact length
+  // ending in its own partial tail block.
   StatusOr<std::vector<BlockId>> hit_table(std::span<const int32_t> prompt, int64_t length,
                                            std::vector<BlockKey>* keys) const;
 

@@ -10,10 +10,14 @@
 // declined with a message for these models.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "engine/coordinator_kv.h"
 #include "engine_test_util.h"
 #include "pagedkv/engine.h"
 
@@ -226,6 +230,187 @@ TEST_P(GemmaEngineTest, PersistenceIsDeclined) {
   ASSERT_TRUE(h.ok());
   e->run_until_idle();
   expect_matches_flat((*h)->wait(), flat_run(*model_, r), "with persistence declined");
+}
+
+// Blocks a kept-live conversation of `h` tokens holds: every block in the full
+// group, only the window's run (positions h - 31 .. h - 1, window 32) in the
+// sliding group.
+int64_t live_blocks(int64_t h) {
+  const int64_t table = (h + 15) / 16;
+  return table + (table - std::max<int64_t>(0, h - 31) / 16);
+}
+
+// A kept-live owner (prompt_cache_key) on the cache-group path: five turns of
+// a conversation that runs through many windows; each turn reuses exactly the
+// previous prompt + completion − 1 tokens (the partial tail block too) and is
+// bit-identical to a cold flat run; between turns the owner holds its full
+// chain and only the window's run of the sliding group; releasing frees all.
+TEST_P(GemmaEngineTest, OwnerConversationHitsEveryPreviousTurn) {
+  auto e = make_engine(model_);
+  ASSERT_NE(e, nullptr);
+  std::vector<int32_t> conversation = random_token_ids(70, 41, vocab_);
+  int64_t prev_history = 0;
+  for (int turn = 0; turn < 5; ++turn) {
+    GenerateRequest r = greedy(conversation, 6 + 3 * turn);
+    r.owner = "conversation-1";
+    auto h = e->submit(r);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    e->run_until_idle();
+    const RequestResult& got = (*h)->wait();
+    const std::string what = "turn " + std::to_string(turn);
+    expect_matches_flat(got, flat_run(*model_, r), what);
+    EXPECT_EQ(got.usage.cached_prompt_tokens, prev_history) << what;
+    EXPECT_EQ(e->stats().live_owners, 1) << what;
+    ASSERT_TRUE(e->check_invariants().ok()) << e->check_invariants().to_string();
+    prev_history = static_cast<int64_t>(conversation.size() + got.tokens.size()) - 1;
+    EXPECT_EQ(e->held_blocks(), live_blocks(prev_history)) << what;
+    conversation.insert(conversation.end(), got.tokens.begin(), got.tokens.end());
+    const auto frame = random_token_ids(23 + 19 * static_cast<size_t>(turn), 50 + turn, vocab_);
+    conversation.insert(conversation.end(), frame.begin(), frame.end());
+  }
+  EXPECT_GT(prev_history, 200);  // many windows of 32
+  e->release_owner("conversation-1");
+  e->step();
+  EXPECT_EQ(e->stats().live_owners, 0);
+  EXPECT_EQ(e->held_blocks(), 0);
+  ASSERT_TRUE(e->check_invariants().ok()) << e->check_invariants().to_string();
+  // Without the owner the prefix table still serves whole blocks.
+  auto h = e->submit(greedy(conversation, 2));
+  ASSERT_TRUE(h.ok());
+  e->run_until_idle();
+  EXPECT_EQ((*h)->wait().usage.cached_prompt_tokens, prev_history / 16 * 16);
+}
+
+// Under pool pressure the owner's live blocks are held, not cached: other
+// requests evict every cached block around them, and the owner's next turn
+// still reuses its whole history. A filler that cannot fit beside the owner
+// expires it (LRU) instead of failing.
+TEST_P(GemmaEngineTest, OwnerHeldUnderPoolPressure) {
+  EngineOptions o;
+  o.pool_max_blocks = 33;  // 32 usable blocks per group
+  auto e = make_engine(model_, o);
+  ASSERT_NE(e, nullptr);
+  std::vector<int32_t> conversation = random_token_ids(150, 61, vocab_);
+  GenerateRequest t1 = greedy(conversation, 10);
+  t1.owner = "chat";
+  auto h1 = e->submit(t1);
+  ASSERT_TRUE(h1.ok());
+  e->run_until_idle();
+  const RequestResult& r1 = (*h1)->wait();
+  expect_matches_flat(r1, flat_run(*model_, t1), "turn 1");
+  const int64_t history = static_cast<int64_t>(conversation.size() + r1.tokens.size()) - 1;
+  EXPECT_EQ(e->held_blocks(), live_blocks(history));
+  // Fillers: 4 × 14 blocks through the 32 − 10 blocks the owner leaves free.
+  for (int i = 0; i < 4; ++i) {
+    GenerateRequest f = greedy(random_token_ids(210, 700 + static_cast<uint32_t>(i), vocab_), 3);
+    auto h = e->submit(f);
+    ASSERT_TRUE(h.ok());
+    while (e->stats().finished < static_cast<uint64_t>(2 + i)) {
+      e->step();
+      ASSERT_TRUE(e->check_invariants().ok()) << e->check_invariants().to_string();
+    }
+    expect_matches_flat((*h)->wait(), flat_run(*model_, f), "filler " + std::to_string(i));
+  }
+  EXPECT_GT(e->stats().pool.evictions, 0u);
+  EXPECT_EQ(e->stats().owners_expired, 0u);
+  conversation.insert(conversation.end(), r1.tokens.begin(), r1.tokens.end());
+  const auto frame = random_token_ids(20, 62, vocab_);
+  conversation.insert(conversation.end(), frame.begin(), frame.end());
+  GenerateRequest t2 = greedy(conversation, 8);
+  t2.owner = "chat";
+  auto h2 = e->submit(t2);
+  ASSERT_TRUE(h2.ok());
+  e->run_until_idle();
+  const RequestResult& r2 = (*h2)->wait();
+  expect_matches_flat(r2, flat_run(*model_, t2), "turn 2");
+  EXPECT_EQ(r2.usage.cached_prompt_tokens, history);
+  ASSERT_TRUE(e->check_invariants().ok()) << e->check_invariants().to_string();
+
+  // A filler of 30 blocks fits only once the idle owner is expired.
+  GenerateRequest big = greedy(random_token_ids(470, 800, vocab_), 2);
+  auto hb = e->submit(big);
+  ASSERT_TRUE(hb.ok());
+  for (int steps = 0; e->stats().finished < 7; ++steps) {
+    ASSERT_LT(steps, 1000);
+    e->step();
+    ASSERT_TRUE(e->check_invariants().ok()) << e->check_invariants().to_string();
+  }
+  expect_matches_flat((*hb)->wait(), flat_run(*model_, big), "big");
+  EXPECT_EQ(e->stats().owners_expired, 1u);
+  EXPECT_EQ(e->stats().live_owners, 0);
+  EXPECT_EQ(e->held_blocks(), 0);
+}
+
+// paged_cache_memory_mb / paged_cache_initial_memory_mb size the coordinator's
+// shared budget: the MiB buy the same block count in every block-holding group
+// (a "block set" costs one block of each group's physical layers); without an
+// initial size the pools are fixed, with one they start there and grow. The env
+// overrides win over the options; a budget below two blocks per group is an
+// InvalidArgument naming the knob.
+TEST_P(GemmaEngineTest, PagedCacheMemoryMbSizesTheSharedBudget) {
+  const model::KVGeometry& g = model_->kv_geometry();
+  const kv::KVCacheSpec spec = CoordinatorKV::spec_for(g);
+  int64_t per_set = 0;
+  for (int32_t grp = 0; grp < static_cast<int32_t>(spec.groups.size()); ++grp)
+    per_set += static_cast<int64_t>(g.block_size) *
+               static_cast<int64_t>(g.bytes_per_token_per_layer()) * spec.physical_layers(grp);
+  const int64_t n_max = 3 * 1048576 / per_set;  // blocks per group for 3 MiB
+  const int64_t n_initial = 1048576 / per_set;  // ... for 1 MiB
+  ASSERT_GE(n_initial, 2);
+  ASSERT_GT(n_max, n_initial);
+  {
+    EngineOptions o;
+    o.paged_cache_memory_mb = 3;
+    auto e = make_engine(model_, o);
+    ASSERT_NE(e, nullptr);
+    const EngineStats st = e->stats();
+    EXPECT_EQ(st.pool.max_blocks, 2 * n_max);  // summed over the two groups
+    EXPECT_EQ(st.pool.num_blocks, 2 * n_max);  // fixed: no initial size
+    EXPECT_EQ(e->max_concurrent_sequences(), std::min<int64_t>(64, n_max - 1));
+    GenerateRequest r = greedy(random_token_ids(90, 8, vocab_), 4);
+    auto h = e->submit(r);
+    ASSERT_TRUE(h.ok());
+    e->run_until_idle();
+    expect_matches_flat((*h)->wait(), flat_run(*model_, r), "3 MiB");
+  }
+  {
+    EngineOptions o;
+    o.paged_cache_memory_mb = 3;
+    o.paged_cache_initial_memory_mb = 1;
+    auto e = make_engine(model_, o);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->stats().pool.max_blocks, 2 * n_max);
+    EXPECT_EQ(e->stats().pool.num_blocks, 2 * n_initial);  // grows on demand
+  }
+  {
+    // The env knobs win over the options.
+    ::setenv("PAGEDKV_PAGED_CACHE_MEMORY_MB", "1", 1);
+    EngineOptions o;
+    o.paged_cache_memory_mb = 3;
+    auto e = make_engine(model_, o);
+    ::unsetenv("PAGEDKV_PAGED_CACHE_MEMORY_MB");
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->stats().pool.max_blocks, 2 * n_initial);
+  }
+  {
+    // pool_max_blocks (explicit block counts) wins over a budget in MiB.
+    EngineOptions o;
+    o.paged_cache_memory_mb = 3;
+    o.pool_max_blocks = 20;
+    auto e = make_engine(model_, o);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->stats().pool.max_blocks, 40);
+  }
+  {
+    EngineOptions o;
+    o.use_block_paged_cache = true;
+    o.paged_cache_memory_mb = 0;
+    auto e = Engine::create(model_, o);
+    ASSERT_FALSE(e.ok());
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find("paged_cache_memory_mb"), std::string::npos)
+        << e.status().to_string();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GemmaEngineTest,

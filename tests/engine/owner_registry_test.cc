@@ -1,7 +1,8 @@
 // OwnerRegistry tests on a block-only PagedKVCache (no model, no threads; time
 // passed in): binding and continuing an owner's live KV, one request at a time,
 // a salt change starting clean, release now or at the end of the turn, idle
-// expiry by timeout and LRU expiry for blocks, and the allocator left clean.
+// expiry by timeout and LRU expiry for blocks, and the allocator left clean;
+// and the same policy over KVCacheCoordinator rows (the cache-group path).
 #include "engine/owner_registry.h"
 
 #include <gtest/gtest.h>
@@ -131,6 +132,68 @@ TEST_F(OwnerRegistryTest, LruSkipsOwnersThatHoldNoBlocks) {
   reg.unbind(empty, true, t0);  // nothing ran: holds no block
   EXPECT_FALSE(reg.expire_lru(nullptr));
   EXPECT_EQ(reg.size(), 1u);
+}
+
+// The cache-group path: owners are rows of a KVCacheCoordinator (full + sliding
+// groups) under the same policy — a kept-live row holds blocks in both groups
+// and continues, a salt change resets it, LRU expiry and clear() release the row.
+TEST(OwnerRegistryCoordinatorTest, OwnersAreCoordinatorRows) {
+  kv::KVCacheSpec spec;
+  spec.groups = {kv::CacheGroupSpec{kv::CacheGroupKind::kFullAttention, kB, 0},
+                 kv::CacheGroupSpec{kv::CacheGroupKind::kSlidingWindow, kB, 6}};
+  kv::CoordinatorBudget budget;
+  budget.max_context_tokens = 256;
+  budget.max_live_rows = 4;
+  budget.max_blocks = {32, 32};
+  auto c = kv::KVCacheCoordinator::create_logical(spec, budget);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  kv::KVCacheCoordinator& coord = **c;
+  OwnerRegistry reg(&coord);
+  const Clock::time_point t0 = Clock::now();
+  auto turn = [&](kv::SeqId row, const std::vector<int32_t>& t) {
+    auto cached = coord.find_cached_prefix(row, t);
+    EXPECT_TRUE(cached.ok()) << cached.status().to_string();
+    EXPECT_TRUE(coord.allocate_slots(row, static_cast<int64_t>(t.size())).ok());
+    EXPECT_TRUE(coord.record_tokens(row, std::span(t).subspan(static_cast<size_t>(*cached))).ok());
+    return *cached;
+  };
+  OwnerRegistry::Owner* o = reg.bind("conv", std::nullopt, t0);
+  ASSERT_NE(o, nullptr);
+  EXPECT_EQ(o->adapter, nullptr);
+  EXPECT_TRUE(coord.has_sequence(o->row));
+  EXPECT_FALSE(reg.holds_blocks(*o));
+  EXPECT_EQ(turn(o->row, tokens(21, 0)), 0);
+  reg.unbind(o, /*keep_live=*/true, t0);
+  EXPECT_TRUE(reg.holds_blocks(*o));
+  // The sliding group holds only the window's run (positions 16..20: 2 blocks).
+  EXPECT_EQ(coord.manager(o->row, 1).held_blocks(), 2);
+  EXPECT_EQ(coord.manager(o->row, 0).held_blocks(), 6);
+  // The next turn continues the whole live history (21 tokens, partial block too).
+  std::vector<int32_t> t2 = tokens(21, 0);
+  for (int32_t t : tokens(5, 100)) t2.push_back(t);
+  ASSERT_EQ(reg.bind("conv", std::nullopt, t0), o);
+  EXPECT_EQ(turn(o->row, t2), 21);
+  reg.unbind(o, /*keep_live=*/true, t0);
+  // A salt change starts the row clean.
+  ASSERT_EQ(reg.bind("conv", salt("b"), t0), o);
+  EXPECT_FALSE(reg.holds_blocks(*o));
+  EXPECT_EQ(turn(o->row, t2), 0);  // the default domain's blocks are not b's
+  reg.unbind(o, /*keep_live=*/true, t0);
+  EXPECT_TRUE(coord.verify_integrity().ok()) << coord.verify_integrity().to_string();
+  // LRU expiry releases the row in every group.
+  EXPECT_TRUE(reg.expire_lru(nullptr));
+  EXPECT_TRUE(reg.empty());
+  EXPECT_EQ(coord.num_sequences(), 0u);
+  EXPECT_EQ(coord.group_cache(0)->allocator().num_used_blocks(), 0);
+  EXPECT_EQ(coord.group_cache(1)->allocator().num_used_blocks(), 0);
+  // clear() releases the rows of live owners too.
+  OwnerRegistry::Owner* p = reg.bind("p", std::nullopt, t0);
+  turn(p->row, tokens(9, 7));
+  reg.unbind(p, /*keep_live=*/true, t0);
+  reg.clear();
+  EXPECT_EQ(coord.num_sequences(), 0u);
+  EXPECT_EQ(coord.group_cache(0)->allocator().num_used_blocks(), 0);
+  EXPECT_TRUE(coord.verify_integrity().ok());
 }
 
 }  // namespace

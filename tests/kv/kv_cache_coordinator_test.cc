@@ -236,6 +236,128 @@ TEST(KVCacheCoordinatorTest, FullPlusSlidingHitKeepsNullBeforeTheWindow) {
   EXPECT_NE(st[2], kNullBlock);
 }
 
+// --- Kept-live rows (an engine owner's conversation): full B 16 + sliding B 16, w 32 ---
+
+// A 53-token prompt, then 10 decoded tokens, finalized keep-live: 63 tokens of
+// history, the sliding group holding only the window's run (blocks 2 and 3).
+struct KeptLive {
+  std::unique_ptr<KVCacheCoordinator> c;
+  std::vector<int32_t> history = tokens(63, 21);
+  SeqId row = 0;
+
+  explicit KeptLive(int32_t pool_blocks) {
+    c = logical(spec_of({full(16), sliding(16, 32)}), {pool_blocks, pool_blocks});
+    row = c->add_sequence();
+    const std::vector<int32_t> prompt(history.begin(), history.begin() + 53);
+    EXPECT_EQ(serve(*c, row, prompt), 0);
+    for (size_t p = 53; p < history.size(); ++p) {
+      EXPECT_TRUE(c->allocate_slots(row, static_cast<int64_t>(p) + 1).ok());
+      EXPECT_TRUE(c->record_tokens(row, std::span(history).subspan(p, 1)).ok());
+    }
+    c->finalize_turn_keep_live(row);
+    expect_ok(*c);
+  }
+};
+
+TEST(KVCacheCoordinatorTest, KeptLiveRowHoldsTheWindowAndContinuesExactly) {
+  KeptLive k(12);  // 11 usable blocks per group
+  const V full_before = table(*k.c, k.row, 0);
+  const V sliding_before = table(*k.c, k.row, 1);
+  ASSERT_EQ(full_before.size(), 4u);
+  // The window of the next query (positions 32..62) is blocks 2 and 3: only
+  // those stay held; the expired blocks 0 and 1 are null entries.
+  EXPECT_EQ(sliding_before[0], kNullBlock);
+  EXPECT_EQ(sliding_before[1], kNullBlock);
+  EXPECT_NE(sliding_before[2], kNullBlock);
+  EXPECT_NE(sliding_before[3], kNullBlock);
+  EXPECT_EQ(k.c->manager(k.row, 1).held_blocks(), 2);
+  EXPECT_EQ(k.c->manager(k.row, 0).held_blocks(), 4);
+
+  // Pressure: another row takes every free block of both pools (evicting every
+  // cached block); the kept-live blocks are referenced, so they survive.
+  const SeqId other = k.c->add_sequence();
+  EXPECT_EQ(serve(*k.c, other, tokens(16 * 7, 99)), 0);
+  EXPECT_EQ(k.c->available_blocks(0), 0);
+  k.c->release_sequence(other);
+  expect_ok(*k.c);
+
+  // The next turn extends the history: it keeps all 63 tokens, the partial
+  // tail block included, in both groups, and is charged one new block each.
+  const std::vector<int32_t> next = concat(k.history, tokens(5, 7));
+  auto probe = k.c->probe_cached_prefix(k.row, next);
+  ASSERT_TRUE(probe.ok()) << probe.status().to_string();
+  EXPECT_EQ(probe->cached_tokens, 63);
+  EXPECT_EQ(probe->cost, (std::vector<int64_t>{1, 1}));
+  EXPECT_TRUE(probe->fits);
+  auto hit = k.c->find_cached_prefix(k.row, next);
+  ASSERT_TRUE(hit.ok()) << hit.status().to_string();
+  EXPECT_EQ(*hit, 63);
+  EXPECT_EQ(table(*k.c, k.row, 0), full_before);
+  EXPECT_EQ(table(*k.c, k.row, 1), sliding_before);
+  expect_ok(*k.c);
+  ASSERT_TRUE(k.c->allocate_slots(k.row, static_cast<int64_t>(next.size())).ok());
+  ASSERT_TRUE(k.c->record_tokens(k.row, std::span(next).subspan(63)).ok());
+  expect_ok(*k.c);
+  // Released, every block of both groups goes back.
+  k.c->release_sequence(k.row);
+  EXPECT_EQ(k.c->group_cache(0)->allocator().num_used_blocks(), 0);
+  EXPECT_EQ(k.c->group_cache(1)->allocator().num_used_blocks(), 0);
+  expect_ok(*k.c);
+}
+
+TEST(KVCacheCoordinatorTest, KeptLiveRowThatDivergesTakesTheRunItNeeds) {
+  {
+    // Diverging at 60, inside the unpublished tail block: 60 tokens are kept;
+    // their window (positions 29..59) needs expired block 1 again — it left the
+    // window last, so it is still cached and joins the table beside the held ones.
+    KeptLive k(32);
+    const V before = table(*k.c, k.row, 1);
+    std::vector<int32_t> next(k.history.begin(), k.history.begin() + 60);
+    next = concat(next, tokens(9, 3));
+    auto hit = k.c->find_cached_prefix(k.row, next);
+    ASSERT_TRUE(hit.ok()) << hit.status().to_string();
+    EXPECT_EQ(*hit, 60);
+    const V after = table(*k.c, k.row, 1);
+    ASSERT_EQ(after.size(), 4u);
+    EXPECT_EQ(after[0], kNullBlock);
+    EXPECT_EQ(after[1], k.c->group_cache(1)->allocator().lookup(keys_of(k.history, 16)[1]));
+    EXPECT_NE(after[1], kNullBlock);
+    EXPECT_EQ(after[2], before[2]);
+    EXPECT_EQ(after[3], before[3]);  // the partial tail stays the row's own
+    expect_ok(*k.c);
+  }
+  {
+    // The same divergence with block 1 evicted: the sliding group can no longer
+    // serve 60, and the joint hit falls to the longest length both accept (48:
+    // blocks 1 and 2 → block 1 missing; 32: blocks 0 and 1 → missing; 16 → block 0).
+    KeptLive k(32);
+    drop(*k.c, 1, k.history, 16, 1);
+    std::vector<int32_t> next(k.history.begin(), k.history.begin() + 60);
+    next = concat(next, tokens(9, 3));
+    auto probe = k.c->probe_cached_prefix(k.row, next);
+    ASSERT_TRUE(probe.ok());
+    auto hit = k.c->find_cached_prefix(k.row, next);
+    ASSERT_TRUE(hit.ok()) << hit.status().to_string();
+    EXPECT_EQ(probe->cached_tokens, *hit);
+    EXPECT_EQ(*hit, 16);
+    expect_ok(*k.c);
+  }
+  {
+    // Diverging at 40, inside published block 2: rolled back to 32 (a published
+    // block's bytes never change); the window of 32 is blocks 0 and 1, both
+    // expired but still cached.
+    KeptLive k(32);
+    std::vector<int32_t> next(k.history.begin(), k.history.begin() + 40);
+    next = concat(next, tokens(9, 5));
+    auto hit = k.c->find_cached_prefix(k.row, next);
+    ASSERT_TRUE(hit.ok()) << hit.status().to_string();
+    EXPECT_EQ(*hit, 32);
+    EXPECT_EQ(k.c->manager(k.row, 1).held_blocks(), 2);
+    EXPECT_EQ(k.c->manager(k.row, 0).held_blocks(), 2);
+    expect_ok(*k.c);
+  }
+}
+
 TEST(KVCacheCoordinatorTest, FullPlusSlidingEvictions) {
   {
     FullSliding f;  // sliding block 0 is outside the window at 48
@@ -416,9 +538,10 @@ TEST(KVCacheCoordinatorTest, LookupOnAnUnfinishedRowChangesNothing) {
   EXPECT_EQ(table(*c, id, 0), t0);
   EXPECT_EQ(table(*c, id, 1), t1);
   EXPECT_EQ(c->num_tokens(id), 70);
-  // A kept-live owner's next turn continues across both groups.
+  // A kept-live owner's next turn continues across both groups: its whole
+  // history, the partial tail block included (the sliding group holds it).
   c->finalize_turn_keep_live(id);
-  EXPECT_EQ(*c->find_cached_prefix(id, concat(prompt, tokens(9, 13))), 64);
+  EXPECT_EQ(*c->find_cached_prefix(id, concat(prompt, tokens(9, 13))), 70);
   expect_ok(*c);
 }
 
