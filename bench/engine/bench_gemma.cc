@@ -4,9 +4,10 @@
 // sliding-window residency — KV blocks a request holds per cache group — at a
 // 4K context.
 //
-// Throughput: every model runs through the same engine path (Engine::step on
-// this thread, paged; gemma pages through the KVCacheCoordinator, qwen3 through
-// the one-pool path). Prefill = one request of --prefill tokens, max_tokens 1;
+// Throughput: every model runs through the same engine (Engine::step on this
+// thread), paged — gemma through the KVCacheCoordinator, qwen3 through the
+// one-pool path — and flat (per-request contiguous KV: the model's own cost
+// without any cache bookkeeping). Prefill = one request of --prefill tokens, max_tokens 1;
 // decode = --rows requests of 32-token prompts generating --decode tokens each,
 // timing only the steps that carry no prefill row. Time is process CPU time
 // (run with PAGEDKV_CPU_THREADS=1 so it is one core's work; the build machine
@@ -20,7 +21,8 @@
 // total must equal the engine's. Reported: blocks of the full and the sliding
 // group at admission (the prompt is reserved whole in every group) and while
 // decoding, their ratio sliding/full, and KV bytes per request against the
-// all-full-attention size of the same layers.
+// all-full-attention size of the same layers and against the qwen3 baseline
+// (same K/V row shape, 6 layers, its held blocks measured the same way).
 //
 // Usage: bench_gemma [--prefill 1024] [--rows 4] [--decode 64] [--context 4096]
 //                    [--reps 3]
@@ -73,9 +75,10 @@ std::shared_ptr<model::Model> small_model(const std::string& family) {
   return std::shared_ptr<model::Model>(std::move(*m));
 }
 
-std::unique_ptr<engine::Engine> paged_engine(const std::shared_ptr<model::Model>& m) {
+std::unique_ptr<engine::Engine> paged_engine(const std::shared_ptr<model::Model>& m,
+                                             bool paged = true) {
   engine::EngineOptions o;
-  o.use_block_paged_cache = true;
+  o.use_block_paged_cache = paged;
   o.max_num_seqs = 8;
   return bench::create_engine(m, o);
 }
@@ -85,14 +88,14 @@ struct Throughput {
   double decode_tps = 0;
 };
 
-Throughput measure_throughput(const std::shared_ptr<model::Model>& m, int prefill, int rows,
-                              int decode, int reps) {
+Throughput measure_throughput(const std::shared_ptr<model::Model>& m, bool paged, int prefill,
+                              int rows, int decode, int reps) {
   Throughput best;
   const int32_t vocab = m->config().vocab_size;
   for (int rep = 0; rep < reps; ++rep) {
     std::mt19937 g(11 + static_cast<uint32_t>(rep));
     {
-      auto e = paged_engine(m);
+      auto e = paged_engine(m, paged);
       const auto prompt = bench::random_tokens(g, static_cast<size_t>(prefill), vocab);
       const double t0 = cpu_s();
       auto h = bench::submit_fixed(*e, prompt, 1);
@@ -102,7 +105,7 @@ Throughput measure_throughput(const std::shared_ptr<model::Model>& m, int prefil
       best.prefill_tps = std::max(best.prefill_tps, prefill / t);
     }
     {
-      auto e = paged_engine(m);
+      auto e = paged_engine(m, paged);
       std::vector<engine::RequestHandlePtr> hs;
       for (int r = 0; r < rows; ++r)
         hs.push_back(bench::submit_fixed(*e, bench::random_tokens(g, 32, vocab), decode));
@@ -210,19 +213,28 @@ int main(int argc, char** argv) {
       "throughput (process CPU time, best of %d): prefill %d tokens; decode %d rows x %d "
       "tokens\n",
       reps, prefill, rows, decode);
-  std::printf("%-12s %14s %8s %14s %8s\n", "family", "prefill tok/s", "vs qwen3", "decode tok/s",
-              "vs qwen3");
-  Throughput base;
+  std::printf("%-12s %6s %14s %8s %14s %8s\n", "family", "path", "prefill tok/s", "vs qwen3",
+              "decode tok/s", "vs qwen3");
+  Throughput base[2];
   for (const std::string family : {"qwen3", "gemma3_text", "gemma4_text"}) {
     const auto m = small_model(family);
-    const Throughput t = measure_throughput(m, prefill, rows, decode, reps);
-    if (family == "qwen3") base = t;
-    std::printf("%-12s %14.0f %7.2fx %14.1f %7.2fx\n", family.c_str(), t.prefill_tps,
-                t.prefill_tps / base.prefill_tps, t.decode_tps, t.decode_tps / base.decode_tps);
+    for (int paged = 1; paged >= 0; --paged) {
+      const Throughput t = measure_throughput(m, paged == 1, prefill, rows, decode, reps);
+      if (family == "qwen3") base[paged] = t;
+      std::printf("%-12s %6s %14.0f %7.2fx %14.1f %7.2fx\n", family.c_str(),
+                  paged ? "paged" : "flat", t.prefill_tps, t.prefill_tps / base[paged].prefill_tps,
+                  t.decode_tps, t.decode_tps / base[paged].decode_tps);
+    }
   }
 
   std::printf("\nresidency: one request, %lld prompt tokens + %d decoded; blocks of 16 tokens\n",
               static_cast<long long>(context), decode);
+  // The baseline: qwen3 of the same shape pages every layer's K/V at full context.
+  const auto qwen = small_model("qwen3");
+  const int64_t qwen_blocks = engine_decode_held(qwen, context, decode);
+  const int64_t qwen_layers = qwen->kv_geometry().num_layers;
+  std::printf("%-12s all %lld layers full attention: %lld blocks per layer while decoding\n",
+              "qwen3", static_cast<long long>(qwen_layers), static_cast<long long>(qwen_blocks));
   for (const std::string family : {"gemma3_text", "gemma4_text"}) {
     const auto m = small_model(family);
     const kv::KVCacheSpec spec = engine::CoordinatorKV::spec_for(m->kv_geometry());
@@ -242,13 +254,14 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "%-12s window %d: full group %lld blocks (admission %lld), sliding group %lld blocks while "
-        "decoding (admission %lld); sliding/full %.3f; KV bytes vs all-full layers %.3f "
-        "(layers: %d full, %d sliding); engine held %lld = replay %lld%s\n",
+        "decoding (admission %lld); sliding/full %.3f; KV bytes vs its layers all full %.3f, vs "
+        "qwen3 %.3f (KV layers: %d full, %d sliding); engine held %lld = replay %lld%s\n",
         family.c_str(), spec.groups[sliding].sliding_window, static_cast<long long>(r.decode[full]),
         static_cast<long long>(r.admit[full]), static_cast<long long>(r.decode[sliding]),
         static_cast<long long>(r.admit[sliding]),
         static_cast<double>(r.decode[sliding]) / static_cast<double>(r.decode[full]),
         static_cast<double>(layer_blocks) / static_cast<double>(all_full),
+        static_cast<double>(layer_blocks) / static_cast<double>(qwen_blocks * qwen_layers),
         spec.physical_layers(full), spec.physical_layers(sliding),
         static_cast<long long>(r.engine_decode_max), static_cast<long long>(r.replay_decode_max),
         r.engine_decode_max == r.replay_decode_max ? "" : "  (MISMATCH)");
