@@ -880,8 +880,8 @@ void Engine::Impl::unbind(Seq* s, bool keep_live) {
   // else dropped (a preempted request recomputes it).
   if (s->state != nullptr && !(keep_live && s->owner != nullptr)) s->state->clear();
   s->state = nullptr;
-  if (coord_ != nullptr) {  // cache groups (issue #14): every group's tables go back
-    coord_->end_turn(*s, keep_live);  // ... or stay live for the request's owner
+  if (coord_ != nullptr) {  // cache groups (issue #14): tables go back, or stay live (owner)
+    coord_->end_turn(*s, keep_live);
     s->bound = false;
     return;
   }
