@@ -1,19 +1,19 @@
 // Prefill and decode throughput of every hybrid family (issue #15) against
 // qwen3 on the same preset, in the same run: each family's random `make-model
 // --preset P` checkpoint (seed 1) runs through the Engine (paged path, step()
-// on this thread, one request at a time). Prefill: one request of --prompt
-// tokens generating one token (the step time is the whole prompt's forward);
-// decode: one request of 16 prompt tokens generating --decode + 1 tokens, timed
-// from its first token to its last (token_ms). The families are interleaved in
+// on this thread), one request of --prompt tokens generating --decode + 1
+// tokens. Prefill: submit to its first token (one step: the whole prompt's
+// forward); decode: its first token to its last (token_ms), one-token steps at
+// a context of about --prompt tokens. The families are interleaved in
 // every rep and the best of --reps is kept, so a neighbour's burst on a shared
 // machine hits every family alike; each line's ratio is against qwen3 in the
-// same run. Prints the machine's load average with the figures.
+// same run. Prints the machine's load average with the figures, and each
+// family's pool bytes per token (only attention layers hold K/V).
 // Usage: bench_hybrid_families [--preset small] [--prompt 512] [--decode 64]
 //                              [--reps 3] [--families qwen3,lfm2,...]
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +25,7 @@
 
 #include "bench_engine.h"
 #include "bench_machine.h"
+#include "engine/kv_cache_factory.h"
 #include "exit_on_error.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -33,12 +34,6 @@
 using namespace pagedkv;
 
 namespace {
-
-double now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 struct Family {
   std::string name;
@@ -102,17 +97,13 @@ int main(int argc, char** argv) {
       engine::EngineOptions o;
       o.use_block_paged_cache = true;
       auto e = bench::create_engine(f.model, o);
-      // Prefill: the whole prompt in one step (budget 2048), then one token.
+      // One request: the whole prompt in one step (budget 2048) to its first
+      // token, then `decode` one-token steps at a context of ~prompt tokens.
       const std::vector<int32_t> p = bench::random_tokens(g, static_cast<size_t>(prompt), vocab);
-      const double t0 = now_ms();
-      auto h = bench::submit_fixed(*e, p, 1);
+      auto h = bench::submit_fixed(*e, p, decode + 1);
       e->run_until_idle();
-      f.prefill_ms = std::min(f.prefill_ms, now_ms() - t0);
-      bench::wait_ok(h);
-      // Decode: first token → last, `decode` one-token steps.
-      auto d = bench::submit_fixed(*e, bench::random_tokens(g, 16, vocab), decode + 1);
-      e->run_until_idle();
-      const engine::RequestResult& r = bench::wait_ok(d);
+      const engine::RequestResult& r = bench::wait_ok(h);
+      f.prefill_ms = std::min(f.prefill_ms, r.token_ms.front());
       f.decode_ms = std::min(f.decode_ms, r.token_ms.back() - r.token_ms.front());
     }
   }
@@ -120,13 +111,15 @@ int main(int argc, char** argv) {
       "bench_hybrid_families preset=%s prompt=%d decode=%d reps=%d (best of reps, wall, "
       "paged, one request)\nload average before: %s, after: %s\n",
       preset.c_str(), prompt, decode, reps, load_before.c_str(), bench::load_average().c_str());
-  std::printf("%-18s %14s %8s %14s %8s\n", "family", "prefill tok/s", "vs qwen3", "decode tok/s",
-              "vs qwen3");
+  std::printf("%-18s %14s %8s %14s %8s %12s\n", "family", "prefill tok/s", "vs qwen3",
+              "decode tok/s", "vs qwen3", "KV B/token");
   const double base_p = prompt / fs[0].prefill_ms, base_d = decode / fs[0].decode_ms;
   for (const Family& f : fs) {
     const double p = prompt / f.prefill_ms, d = decode / f.decode_ms;
-    std::printf("%-18s %14.1f %7.2fx %14.1f %7.2fx\n", f.name.c_str(), p * 1e3, p / base_p, d * 1e3,
-                d / base_d);
+    // Pool bytes per token: K + V of the layers that own K/V (kv_cache_factory.h).
+    const kv::KVGeometry pg = engine::pool_geometry(f.model->kv_geometry());
+    std::printf("%-18s %14.1f %7.2fx %14.1f %7.2fx %12zu\n", f.name.c_str(), p * 1e3, p / base_p,
+                d * 1e3, d / base_d, pg.bytes_per_block() / static_cast<size_t>(pg.block_size));
   }
   return 0;
 }
