@@ -205,6 +205,7 @@ class Engine::Impl {
   void bind_state(Seq* s);
   void publish_checkpoint(Seq* s);
   std::unique_ptr<kv::PagedKVCache> cache_;  // paged path only
+  std::vector<int32_t> pool_slots_;          // model layer -> pool layer (pool_layer_slots)
   std::unique_ptr<ColdTierRuntime> cold_;    // the disk tier, when on
   // Blocks pinned (one reference each) for capture continuations, by job id;
   // released on the step thread when the continuation reports done.
@@ -571,6 +572,7 @@ Status Engine::Impl::init() {
     pc.paged_cache_initial_memory_mb = options_.paged_cache_initial_memory_mb;
     PKV_ASSIGN_OR_RETURN(cache_, make_paged_cache(*model_, pc));
   }
+  pool_slots_ = pool_layer_slots(mg);  // only layers with K/V have pool storage
   capture_continue_ = resolve_knob<bool>(kEnvCaptureContinue, std::nullopt, true);
   same_step_sharing_ =
       resolve_knob<bool>(kEnvSameStepSharing, options_.same_step_prefix_sharing, true);
@@ -1068,7 +1070,7 @@ StepReport Engine::Impl::step() {
   if (coord_ != nullptr) {
     batch.kv_store = coord_->store();  // cache groups (issue #14)
   } else if (paged_) {
-    store.emplace(cache_->pool());
+    store.emplace(cache_->pool(), pool_slots_);
     batch.kv_store = &*store;
   }
   batch.rows.reserve(sched.size());

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 #include "kv/kv_storage.h"
@@ -16,9 +17,26 @@ uint64_t physical_memory_bytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
 }
 
+std::vector<int32_t> pool_layer_slots(const model::KVGeometry& g) {
+  std::vector<int32_t> slots(static_cast<size_t>(std::max(g.num_layers, 0)), -1);
+  int32_t next = 0;
+  for (size_t l = 0; l < slots.size(); ++l) {
+    // A layer of another group (recurrent state) or of none keeps no K/V here.
+    if (l < g.layer_group.size() && g.layer_group[l] != 0) continue;
+    // A KV-shared layer reads its (earlier) anchor's slot and owns none.
+    const int32_t src = l < g.layer_kv_source.size() ? g.layer_kv_source[l] : -1;
+    slots[l] = src >= 0 && static_cast<size_t>(src) < l ? slots[static_cast<size_t>(src)] : next++;
+  }
+  return slots;
+}
+
 kv::KVGeometry pool_geometry(const model::KVGeometry& g) {
   kv::KVGeometry p;
-  p.num_layers = g.num_layers;
+  int32_t owned = 0;
+  for (int32_t slot : pool_layer_slots(g)) owned = std::max(owned, slot + 1);
+  // No layer count at all is left for validate() to name; no attention layer
+  // (every layer recurrent) still gets one pool layer.
+  p.num_layers = g.num_layers <= 0 ? g.num_layers : std::max(owned, 1);
   p.num_kv_heads = g.num_kv_heads;
   p.head_dim = g.head_dim;
   p.block_size = g.block_size;

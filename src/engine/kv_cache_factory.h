@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "kv/paged_kv_cache.h"
 #include "kv/pool_budget.h"
@@ -11,8 +12,18 @@
 
 namespace pagedkv::engine {
 
-// The pool geometry that holds a model's KV (all layers with KV, one group).
+// The pool geometry that holds a model's K/V on the one-group paged path: one pool
+// layer per model layer that owns K/V in cache group 0 (the full-attention group).
+// Recurrent layers, layers without a cache and KV-shared layers get no storage, so
+// bytes_per_block — and every budget figure derived from it (kv/pool_budget.h) —
+// counts only attention layers. A model with no such layer keeps a one-layer pool
+// (block accounting needs non-zero block bytes).
 kv::KVGeometry pool_geometry(const model::KVGeometry& g);
+
+// Per model layer: its layer in the pool pool_geometry(g) describes (a KV-shared
+// layer gets its anchor's), or -1 for a layer with no K/V there. The identity for
+// a model whose every layer has its own K/V (qwen3).
+std::vector<int32_t> pool_layer_slots(const model::KVGeometry& g);
 
 // The machine's physical memory in bytes (0 when unknown).
 uint64_t physical_memory_bytes();

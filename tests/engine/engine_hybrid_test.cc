@@ -8,7 +8,9 @@
 // chain and a checkpoint, never a K/V-only hit, three owners over several turns
 // under checkpoint caps smaller than they need (live continuations, evictions,
 // counted replays, no leaked block), salts that never share checkpoints, and
-// the cold tier declined with a message naming the family.
+// the cold tier declined with a message naming the family, and K/V storage
+// (pool blocks, the MiB budget, the flat cache) sized for the attention layers
+// alone.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -16,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv_cache_factory.h"
 #include "engine_test_util.h"
+#include "model/flat_kv_cache.h"
 #include "model/recurrent_state.h"
 #include "pagedkv/engine.h"
 
@@ -291,6 +295,47 @@ TEST_P(HybridEngineTest, TheColdTierIsDeclinedWithAMessageNamingTheFamily) {
   const auto got = run_all(*e, {r, r});
   expect_matches_flat(got[0], flat_run(*model_, r), "cold declined");
   expect_matches_flat(got[1], flat_run(*model_, r), "cold declined, again");
+}
+
+// Recurrent layers keep no K/V: a pool block holds K and V of the attention
+// layers only (every tiny hybrid preset has exactly one), so a MiB budget buys
+// blocks at that size, and the flat cache allocates the same layers.
+TEST_P(HybridEngineTest, OnlyAttentionLayersHoldKVStorage) {
+  const model::KVGeometry& g = model_->kv_geometry();
+  int32_t attention = 0;
+  for (int32_t group : g.layer_group) attention += group == 0 ? 1 : 0;
+  EXPECT_EQ(attention, 1);
+  ASSERT_GT(g.num_layers, attention);
+  // K + V of one block in one layer.
+  const size_t per_layer =
+      2 * static_cast<size_t>(block_) * g.num_kv_heads * g.head_dim * kv::kv_dtype_size(g.dtype);
+  kv::PoolBudgetConfig pc;
+  pc.paged_cache_memory_mb = 4;
+  auto cache = make_paged_cache(*model_, pc);
+  ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+  const kv::LayerKVPool& pool = *(*cache)->pool();
+  EXPECT_EQ(pool.geometry().num_layers, attention);
+  EXPECT_EQ(pool.geometry().bytes_per_block(), attention * per_layer);
+  EXPECT_EQ(pool.total_bytes(), static_cast<size_t>(pool.num_blocks()) * attention * per_layer);
+  EXPECT_EQ(static_cast<size_t>(pool.num_blocks()), (size_t{4} << 20) / (attention * per_layer));
+  // The model addresses K/V by its own layer index; recurrent layers map to none.
+  const std::vector<int32_t> slots = pool_layer_slots(g);
+  ASSERT_EQ(slots.size(), static_cast<size_t>(g.num_layers));
+  for (int32_t l = 0; l < g.num_layers; ++l)
+    EXPECT_EQ(slots[static_cast<size_t>(l)], g.layer_group[static_cast<size_t>(l)] == 0 ? 0 : -1)
+        << "layer " << l;
+  // The engine sizes its pool from the same budget.
+  EngineOptions o;
+  o.use_block_paged_cache = true;
+  o.paged_cache_memory_mb = 4;
+  auto e = Engine::create(model_, o);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(static_cast<size_t>((*e)->stats().pool.max_blocks),
+            (size_t{4} << 20) / (attention * per_layer));
+  // The flat path: one tile of K/V per attention layer, nothing for the rest.
+  model::FlatKVCache flat(g);
+  flat.reserve(static_cast<int32_t>(block_));
+  EXPECT_EQ(flat.memory_bytes(), attention * per_layer);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HybridEngineTest,

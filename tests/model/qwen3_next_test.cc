@@ -75,7 +75,8 @@ class HybridTest : public ::testing::TestWithParam<std::string> {
     auto c = engine::make_paged_cache(*model_);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     cache_ = std::move(*c);
-    store_ = std::make_unique<engine::PoolKVBlockStore>(cache_->pool());
+    store_ = std::make_unique<engine::PoolKVBlockStore>(
+        cache_->pool(), engine::pool_layer_slots(model_->kv_geometry()));
     next_block_ = store_->num_blocks() - 1;
     V_ = model_->config().vocab_size;
   }
