@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -52,21 +53,19 @@ std::vector<int32_t> random_tokens(size_t n, int32_t vocab, uint32_t seed) {
   return v;
 }
 
-// Logits of every position, the sequence fed on the flat path in chunks of the
-// given sizes (cycled).
-std::vector<float> flat_logits(Model& m, const std::vector<int32_t>& seq,
-                               const std::vector<int32_t>& chunks) {
-  FlatKVCache flat(m.kv_geometry());
+// Logits of every position, the sequence fed in chunks of the given sizes
+// (cycled), one forward per chunk. `add_chunk(b, pos, n)` sets the batch's path
+// and adds the chunk seq[pos, pos + n) as its one row.
+std::vector<float> chunked_logits(
+    Model& m, const std::vector<int32_t>& seq, const std::vector<int32_t>& chunks,
+    const std::function<void(ForwardBatch&, int32_t pos, size_t n)>& add_chunk) {
   std::vector<float> all;
   size_t pos = 0, ci = 0;
   while (pos < seq.size()) {
     size_t n =
         std::min<size_t>(static_cast<size_t>(chunks[ci++ % chunks.size()]), seq.size() - pos);
     ForwardBatch b;
-    b.path = KVPath::kFlat;
-    b.add_row(std::span<const int32_t>(seq.data() + pos, n), static_cast<int32_t>(pos),
-              LogitsRequest::kAll)
-        .flat = &flat;
+    add_chunk(b, static_cast<int32_t>(pos), n);
     ForwardOutput out;
     Status s = m.forward(b, &out);
     EXPECT_TRUE(s.ok()) << s.to_string();
@@ -75,6 +74,16 @@ std::vector<float> flat_logits(Model& m, const std::vector<int32_t>& seq,
     pos += n;
   }
   return all;
+}
+
+// chunked_logits on the flat path.
+std::vector<float> flat_logits(Model& m, const std::vector<int32_t>& seq,
+                               const std::vector<int32_t>& chunks) {
+  FlatKVCache flat(m.kv_geometry());
+  return chunked_logits(m, seq, chunks, [&](ForwardBatch& b, int32_t pos, size_t n) {
+    b.path = KVPath::kFlat;
+    b.add_row(std::span<const int32_t>(seq.data() + pos, n), pos, LogitsRequest::kAll).flat = &flat;
+  });
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -184,24 +193,14 @@ std::vector<float> paged_logits(Model& m, const std::vector<int32_t>& seq,
   TestStore store(g, num_blocks);
   std::vector<int32_t> ids = id_pool(num_blocks);
   PagedRequest req{&g, &store, &ids, {}, 0};
-  std::vector<float> all;
-  size_t pos = 0, ci = 0;
-  while (pos < seq.size()) {
-    size_t n =
-        std::min<size_t>(static_cast<size_t>(chunks[ci++ % chunks.size()]), seq.size() - pos);
-    req.prepare(static_cast<int32_t>(pos), static_cast<int32_t>(pos + n));
-    ForwardBatch b;
-    b.path = KVPath::kPaged;
-    b.kv_store = &store;
-    req.attach(b.add_row(std::span<const int32_t>(seq.data() + pos, n), static_cast<int32_t>(pos),
-                         LogitsRequest::kAll));
-    ForwardOutput out;
-    Status s = m.forward(b, &out);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    if (!s.ok()) return {};
-    all.insert(all.end(), out.logits.begin(), out.logits.end());
-    pos += n;
-  }
+  std::vector<float> all =
+      chunked_logits(m, seq, chunks, [&](ForwardBatch& b, int32_t pos, size_t n) {
+        req.prepare(pos, pos + static_cast<int32_t>(n));
+        b.path = KVPath::kPaged;
+        b.kv_store = &store;
+        req.attach(
+            b.add_row(std::span<const int32_t>(seq.data() + pos, n), pos, LogitsRequest::kAll));
+      });
   EXPECT_EQ(store.null_lookups, 0);
   if (nulls != nullptr) *nulls = req.nulls;
   return all;
@@ -525,8 +524,7 @@ TEST(GemmaConfigTest, UnsupportedShapesAreRejectedByName) {
 
 std::vector<std::vector<int32_t>> engine_greedy(const std::string& dir,
                                                 const std::vector<std::vector<int32_t>>& prompts,
-                                                int64_t budget, bool together,
-                                                bool paged = false) {
+                                                int64_t budget, bool together, bool paged = false) {
   std::vector<std::vector<int32_t>> out;
   auto run = [&](const std::vector<std::vector<int32_t>>& batch) {
     auto m = load_model(dir);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "hybrid_test_util.h"
 #include "model/flat_kv_cache.h"
 #include "model/layers.h"
 #include "model/model.h"
@@ -31,6 +32,7 @@ namespace {
 
 using testing_util::make_tiny;
 using testing_util::read_json;
+using testing_util::same_state;
 using testing_util::temp_dir;
 using testing_util::write_text;
 
@@ -142,17 +144,6 @@ std::vector<int32_t> slice(const std::vector<int32_t>& v, size_t a, size_t b) {
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-bool same_state(const RecurrentState& a, const RecurrentState& b, int32_t layers) {
-  if (a.length() != b.length()) return false;
-  for (int32_t l = 0; l < layers; ++l) {
-    if (a.layer_floats(l) != b.layer_floats(l)) return false;
-    if (a.layer_floats(l) > 0 &&
-        std::memcmp(a.layer(l), b.layer(l), a.layer_floats(l) * sizeof(float)) != 0)
-      return false;
-  }
-  return true;
 }
 
 // The models: the transformers fixtures and make-model's tiny presets (4 layers:
@@ -513,14 +504,7 @@ WeightPtr random_weight(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 g(seed);
   std::uniform_real_distribution<float> d(-0.5f, 0.5f);
   for (float& x : v) x = d(g);
-  backend::HostTensorView t;
-  t.dtype = backend::WeightDType::kF32;
-  t.rows = rows;
-  t.cols = cols;
-  t.data = reinterpret_cast<const std::byte*>(v.data());
-  auto w = backend::cpu_backend().upload(t);
-  EXPECT_TRUE(w.ok());
-  return std::move(*w);
+  return testing_util::upload_f32(v, rows, cols);
 }
 
 TEST(MoeRouting, ExpertsWithoutTokensAreSkippedAndRowsStayExact) {
@@ -540,24 +524,20 @@ TEST(MoeRouting, ExpertsWithoutTokensAreSkippedAndRowsStayExact) {
   auto hi = random_tokens(kT * kH, 2, 1000);
   std::vector<float> h(hi.begin(), hi.end());
   for (float& x : h) x = x / 500.0f - 1.0f;
-  std::vector<float> batch(kT * kH);
-  moe_block(be, w, h.data(), kT, kH, batch.data());
-  for (int64_t t = 0; t < kT; ++t) {
-    // One token alone: two of four experts get no tokens at all.
-    std::vector<float> one(kH);
-    moe_block(be, w, h.data() + t * kH, 1, kH, one.data());
-    EXPECT_EQ(0, std::memcmp(one.data(), batch.data() + t * kH, kH * sizeof(float))) << t;
-    // And it is the weighted sum of experts 0 and 2.
-    std::vector<float> logit(kE), y0(kH), y2(kH);
-    be.matmul(h.data() + t * kH, 1, *w.router, logit.data());
-    gated_mlp(be, w.experts[0], Activation::kSilu, h.data() + t * kH, 1, y0.data());
-    gated_mlp(be, w.experts[2], Activation::kSilu, h.data() + t * kH, 1, y2.data());
-    const float s0 = 1.0f / (1.0f + std::exp(-logit[0])), s2 = 1.0f / (1.0f + std::exp(-logit[2]));
-    for (int64_t i = 0; i < kH; ++i) {
-      float want = (s0 * y0[i] + s2 * y2[i]) / (s0 + s2 + 1e-6f);
-      EXPECT_NEAR(batch[t * kH + i], want, 1e-5f) << t << " " << i;
-    }
-  }
+  // One token alone: two of four experts get no tokens at all. And each row is
+  // the weighted sum of experts 0 and 2.
+  testing_util::expect_moe_rows_exact(
+      be, w, h, kT, kH, [&](int64_t t, const std::vector<float>& logit, const float* row) {
+        std::vector<float> y0(kH), y2(kH);
+        gated_mlp(be, w.experts[0], Activation::kSilu, h.data() + t * kH, 1, y0.data());
+        gated_mlp(be, w.experts[2], Activation::kSilu, h.data() + t * kH, 1, y2.data());
+        const float s0 = 1.0f / (1.0f + std::exp(-logit[0]));
+        const float s2 = 1.0f / (1.0f + std::exp(-logit[2]));
+        for (int64_t i = 0; i < kH; ++i) {
+          float want = (s0 * y0[i] + s2 * y2[i]) / (s0 + s2 + 1e-6f);
+          EXPECT_NEAR(row[i], want, 1e-5f) << t << " " << i;
+        }
+      });
 }
 
 }  // namespace

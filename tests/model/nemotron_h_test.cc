@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "engine/pool_kv_store.h"
+#include "hybrid_test_util.h"
 #include "kv/layer_kv_pool.h"
 #include "model/flat_kv_cache.h"
 #include "model/layers.h"
@@ -31,9 +32,12 @@
 namespace pagedkv::model {
 namespace {
 
+using testing_util::expect_moe_rows_exact;
 using testing_util::make_tiny;
 using testing_util::read_json;
+using testing_util::same_state;
 using testing_util::temp_dir;
+using testing_util::upload_f32;
 using testing_util::write_text;
 
 std::string fixture_dir() {
@@ -100,17 +104,6 @@ std::vector<float> run_alone(Model& m, Req& req, const std::vector<int32_t>& tok
 
 bool same_bits(const std::vector<float>& a, const float* b, size_t n) {
   return a.size() == n && std::memcmp(a.data(), b, n * sizeof(float)) == 0;
-}
-
-bool same_state(const RecurrentState& a, const RecurrentState& b, int32_t layers) {
-  if (a.length() != b.length()) return false;
-  for (int32_t l = 0; l < layers; ++l) {
-    if (a.layer_floats(l) != b.layer_floats(l)) return false;
-    if (a.layer_floats(l) != 0 &&
-        std::memcmp(a.layer(l), b.layer(l), a.layer_floats(l) * sizeof(float)) != 0)
-      return false;
-  }
-  return true;
 }
 
 std::vector<int32_t> slice(const std::vector<int32_t>& v, size_t a, size_t b) {
@@ -353,16 +346,6 @@ INSTANTIATE_TEST_SUITE_P(model, NemotronH, ::testing::Values("fixture", "tiny_pr
 
 // ---- MoE routing corner cases (layers: route_experts, moe_block) ----
 
-std::unique_ptr<backend::Weight> upload(const std::vector<float>& v, int64_t rows, int64_t cols) {
-  backend::HostTensorView t;
-  t.rows = rows;
-  t.cols = cols;
-  t.data = reinterpret_cast<const std::byte*>(v.data());
-  auto w = backend::cpu_backend().upload(t);
-  EXPECT_TRUE(w.ok());
-  return std::move(*w);
-}
-
 MoeWeights sigmoid_router(int32_t E, int32_t top_k, std::vector<float> bias) {
   MoeWeights w;
   w.experts.resize(static_cast<size_t>(E));
@@ -437,35 +420,31 @@ TEST(NemotronHRouting, ExpertsWithoutTokensAreSkippedAndRowsStayExact) {
   MoeWeights w = sigmoid_router(E, 2, {-5.0f, 5.0f, 5.0f, -5.0f});
   w.act = Activation::kRelu2;
   host.push_back(rnd(E * H));
-  w.router = upload(host.back(), E, H);
+  w.router = upload_f32(host.back(), E, H);
   for (auto& e : w.experts) {
     host.push_back(rnd(I * H));
-    e.up = upload(host.back(), I, H);
+    e.up = upload_f32(host.back(), I, H);
     host.push_back(rnd(H * I));
-    e.down = upload(host.back(), H, I);
+    e.down = upload_f32(host.back(), H, I);
   }
-  std::vector<float> h = rnd(T * H), out(T * H);
-  moe_block(be, w, h.data(), T, H, out.data());
+  std::vector<float> h = rnd(T * H);
   // Each token alone gives the same bits (M-invariance, empty experts skipped).
-  for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> one(H);
-    moe_block(be, w, h.data() + t * H, 1, H, one.data());
-    EXPECT_EQ(0, std::memcmp(one.data(), out.data() + t * H, H * sizeof(float))) << t;
-    // And it is w1·e1(h) + w2·e2(h) in rank order, computed by hand.
-    std::vector<float> logit(E), e1(H), e2(H);
-    be.matmul(h.data() + t * H, 1, *w.router, logit.data());
-    int32_t ids[2];
-    float wts[2];
-    route_experts(be, w, logit.data(), 1, ids, wts);
-    ASSERT_TRUE((ids[0] == 1 && ids[1] == 2) || (ids[0] == 2 && ids[1] == 1));
-    plain_mlp(be, w.experts[ids[0]], Activation::kRelu2, h.data() + t * H, 1, e1.data());
-    plain_mlp(be, w.experts[ids[1]], Activation::kRelu2, h.data() + t * H, 1, e2.data());
-    for (int64_t d = 0; d < H; ++d) {
-      float want = e1[d] * wts[0];
-      want += e2[d] * wts[1];
-      EXPECT_EQ(want, out[t * H + d]) << t << "," << d;
-    }
-  }
+  // And it is w1·e1(h) + w2·e2(h) in rank order, computed by hand.
+  expect_moe_rows_exact(
+      be, w, h, T, H, [&](int64_t t, const std::vector<float>& logit, const float* row) {
+        std::vector<float> e1(H), e2(H);
+        int32_t ids[2];
+        float wts[2];
+        route_experts(be, w, logit.data(), 1, ids, wts);
+        ASSERT_TRUE((ids[0] == 1 && ids[1] == 2) || (ids[0] == 2 && ids[1] == 1));
+        plain_mlp(be, w.experts[ids[0]], Activation::kRelu2, h.data() + t * H, 1, e1.data());
+        plain_mlp(be, w.experts[ids[1]], Activation::kRelu2, h.data() + t * H, 1, e2.data());
+        for (int64_t d = 0; d < H; ++d) {
+          float want = e1[d] * wts[0];
+          want += e2[d] * wts[1];
+          EXPECT_EQ(want, row[d]) << t << "," << d;
+        }
+      });
 }
 
 // ---- config spellings and errors ----
