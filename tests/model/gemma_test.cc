@@ -563,6 +563,7 @@ TEST(GemmaConfigTest, UnsupportedShapesAreRejectedByName) {
     std::function<void(nlohmann::json&)> edit;
   };
   std::vector<Bad> bad = {
+      // The fixture's per_layer_config {} says full layers keep head_dim 16.
       {"gemma4_text-a", "global_head_dim", [](nlohmann::json& c) { c["global_head_dim"] = 32; }},
       {"gemma3_text-a", "use_bidirectional_attention",
        [](nlohmann::json& c) { c["use_bidirectional_attention"] = true; }},
