@@ -44,7 +44,8 @@ int make_model_main(int argc, char** argv) {
   for (const auto& f : model::make_model_families())
     families += (families.empty() ? "" : " | ") + f;
   p.add_option("family", "F", "model family: " + families, "qwen3");
-  p.add_option("preset", "P", "size: tiny | small | qwen3-0.6b-shape (gemma4_text also tiny-moe)",
+  p.add_option("preset", "P",
+               "size: tiny | small | qwen3-0.6b-shape (gemma4_text also tiny-moe, tiny-global)",
                "tiny");
   p.add_option("seed", "S", "random seed (same seed, same bytes)", "0");
   p.add_option("dtype", "T", "weight dtype: f32 | bf16", "f32");

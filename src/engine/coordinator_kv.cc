@@ -21,6 +21,15 @@ class CoordinatorKV::Store final : public model::KVBlockStore {
       : coord_(coord), block_size_(block_size), dtype_(dtype) {}
   int32_t block_size() const override { return block_size_; }
   model::KVDType dtype() const override { return dtype_; }
+  // The layer's group pool's element type (groups may differ); a layer
+  // without a pool has the default.
+  model::KVDType layer_dtype(int32_t layer) const override {
+    const std::vector<kv::LayerRoute>& routes = coord_->routes();
+    if (layer < 0 || static_cast<size_t>(layer) >= routes.size()) return dtype_;
+    const int32_t g = routes[static_cast<size_t>(layer)].group;
+    const kv::PagedKVCache* c = g >= 0 ? coord_->group_cache(g) : nullptr;
+    return c != nullptr ? c->pool()->geometry().dtype : dtype_;
+  }
   // The largest pool: the model validates ids against one bound; each group's
   // own bound is the coordinator's (its tables only name its own blocks).
   int32_t num_blocks() const override {
@@ -59,6 +68,13 @@ bool CoordinatorKV::applies(const model::KVGeometry& g) {
   for (const model::CacheGroup& c : g.groups)
     if (c.kind == model::CacheGroupKind::kSlidingWindow) return true;
   return false;
+}
+
+std::vector<kv::GroupPoolShape> CoordinatorKV::shapes_for(const model::KVGeometry& g) {
+  std::vector<kv::GroupPoolShape> shapes;
+  for (size_t i = 0; i < g.groups.size(); ++i)
+    shapes.push_back({g.group_kv_heads(i), g.group_head_dim(i), g.group_dtype(i)});
+  return shapes;
 }
 
 kv::KVCacheSpec CoordinatorKV::spec_for(const model::KVGeometry& g) {
@@ -163,14 +179,14 @@ StatusOr<std::unique_ptr<CoordinatorKV>> CoordinatorKV::create(const model::Mode
   kv::CoordinatorBudget budget;
   budget.max_context_tokens = max_context;
   budget.max_live_rows = std::max(1, options.max_live_rows);
-  const int64_t token_bytes = static_cast<int64_t>(mg.bytes_per_token_per_layer());
-  // One block of group g: its physical layers' K and V for block_size tokens.
+  const std::vector<kv::GroupPoolShape> shapes = shapes_for(mg);
+  // One block of group g at its own shape: its physical layers' K and V for block_size tokens.
   auto block_bytes = [&](size_t g) {
-    return static_cast<int64_t>(spec.groups[g].block_size) * token_bytes *
-           spec.physical_layers(static_cast<int32_t>(g));
+    return static_cast<int64_t>(
+        kv::group_bytes_per_block(spec, static_cast<int32_t>(g), shapes[g]));
   };
   PKV_ASSIGN_OR_RETURN(const MemoryBlocks mem, memory_blocks(model, spec, options, block_bytes));
-  int64_t bytes = 0;  // the pools' initial bytes
+  int64_t bytes = 0;  // the pools' initial bytes, each group at its own bytes per block
   for (size_t g = 0; g < spec.groups.size(); ++g) {
     const kv::CacheGroupSpec& gs = spec.groups[g];
     int32_t max_blocks = 0;
@@ -201,12 +217,8 @@ StatusOr<std::unique_ptr<CoordinatorKV>> CoordinatorKV::create(const model::Mode
                               " MiB up front, more than this machine's " +
                               std::to_string(ram >> 20) + " MiB of memory; lower max_num_seqs " +
                               "or pool_initial_blocks");
-  kv::GroupPoolShape shape;
-  shape.num_kv_heads = mg.num_kv_heads;
-  shape.head_dim = mg.head_dim;
-  shape.dtype = mg.dtype;
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<kv::KVCacheCoordinator> coord,
-                       kv::KVCacheCoordinator::create(spec, budget, shape, kv::host_kv_storage()));
+                       kv::KVCacheCoordinator::create(spec, budget, shapes, kv::host_kv_storage()));
   return std::unique_ptr<CoordinatorKV>(
       new CoordinatorKV(std::move(coord), mg.block_size, mg.dtype));
 }

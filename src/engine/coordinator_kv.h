@@ -71,6 +71,8 @@ class CoordinatorKV final : public SchedulerKV {
   static bool applies(const model::KVGeometry& g);
   // The model's groups as a kv::KVCacheSpec (every group at the model's block size).
   static kv::KVCacheSpec spec_for(const model::KVGeometry& g);
+  // Per group its pool's K/V row shape (KVGeometry::group_*; groups may differ).
+  static std::vector<kv::GroupPoolShape> shapes_for(const model::KVGeometry& g);
   // Pools with host bytes for `model`. InvalidArgument for a geometry this path
   // cannot serve; ResourceExhausted when the initial pools exceed the machine.
   static StatusOr<std::unique_ptr<CoordinatorKV>> create(const model::Model& model,

@@ -32,9 +32,17 @@ KVCacheCoordinator::~KVCacheCoordinator() {
   rows_.clear();  // managers release their blocks before the caches go
 }
 
+uint64_t group_bytes_per_block(const KVCacheSpec& spec, int32_t g, const GroupPoolShape& shape) {
+  const CacheGroupSpec& group = spec.groups[static_cast<size_t>(g)];
+  if (!group.holds_blocks()) return 0;
+  return static_cast<uint64_t>(group.block_size) * static_cast<uint64_t>(spec.physical_layers(g)) *
+         shape.token_bytes();
+}
+
 StatusOr<std::unique_ptr<KVCacheCoordinator>> KVCacheCoordinator::build(
-    const KVCacheSpec& spec, const CoordinatorBudget& budget, const GroupPoolShape* shape,
-    std::shared_ptr<KVStorage> storage, MemoryCoordinator* memory) {
+    const KVCacheSpec& spec, const CoordinatorBudget& budget,
+    std::span<const GroupPoolShape> shapes, std::shared_ptr<KVStorage> storage,
+    MemoryCoordinator* memory) {
   PKV_ASSIGN_OR_RETURN(auto routes, spec.resolve_routes());
   PKV_ASSIGN_OR_RETURN(auto sizes, budget.resolve(spec));
   std::vector<std::unique_ptr<PagedKVCache>> caches(spec.groups.size());
@@ -42,11 +50,12 @@ StatusOr<std::unique_ptr<KVCacheCoordinator>> KVCacheCoordinator::build(
     const CacheGroupSpec& group = spec.groups[g];
     if (!group.holds_blocks()) continue;
     const CoordinatorBudget::Resolved& r = sizes[g];
-    if (shape == nullptr) {
+    if (shapes.empty()) {
       PKV_ASSIGN_OR_RETURN(caches[g], PagedKVCache::create_logical(group.block_size,
                                                                    r.initial_blocks, r.max_blocks));
       continue;
     }
+    const GroupPoolShape* shape = &shapes[g];
     PoolBudget pool;
     pool.geometry.num_layers = spec.physical_layers(static_cast<int32_t>(g));
     pool.geometry.num_kv_heads = shape->num_kv_heads;
@@ -73,14 +82,26 @@ StatusOr<std::unique_ptr<KVCacheCoordinator>> KVCacheCoordinator::build(
 
 StatusOr<std::unique_ptr<KVCacheCoordinator>> KVCacheCoordinator::create_logical(
     const KVCacheSpec& spec, const CoordinatorBudget& budget) {
-  return build(spec, budget, nullptr, nullptr, nullptr);
+  return build(spec, budget, {}, nullptr, nullptr);
 }
 
 StatusOr<std::unique_ptr<KVCacheCoordinator>> KVCacheCoordinator::create(
     const KVCacheSpec& spec, const CoordinatorBudget& budget, const GroupPoolShape& shape,
     std::shared_ptr<KVStorage> storage, MemoryCoordinator* memory) {
+  const std::vector<GroupPoolShape> shapes(spec.groups.size(), shape);
+  return create(spec, budget, shapes, std::move(storage), memory);
+}
+
+StatusOr<std::unique_ptr<KVCacheCoordinator>> KVCacheCoordinator::create(
+    const KVCacheSpec& spec, const CoordinatorBudget& budget,
+    std::span<const GroupPoolShape> shapes, std::shared_ptr<KVStorage> storage,
+    MemoryCoordinator* memory) {
   if (storage == nullptr) return invalid_argument("KVCacheCoordinator::create: no storage");
-  return build(spec, budget, &shape, std::move(storage), memory);
+  if (shapes.size() != spec.groups.size() || shapes.empty())
+    return invalid_argument("KVCacheCoordinator::create: " + std::to_string(shapes.size()) +
+                            " pool shapes for " + std::to_string(spec.groups.size()) +
+                            " cache groups (one per group)");
+  return build(spec, budget, shapes, std::move(storage), memory);
 }
 
 int32_t KVCacheCoordinator::max_concurrent_sequences() const {

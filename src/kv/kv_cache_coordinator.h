@@ -49,13 +49,26 @@ namespace pagedkv::kv {
 
 using SeqId = int64_t;
 
-// The per-token shape of one physical layer's K/V, shared by every group (each
-// group's pool holds spec.physical_layers(g) such layers).
+// The per-token shape of one physical layer's K/V in a group's pool (the pool
+// holds spec.physical_layers(g) such layers). Groups may differ (Gemma 4's full
+// layers are wider than its sliding ones); each pool's bytes per block follow
+// its own shape.
 struct GroupPoolShape {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   KVDType dtype = KVDType::kF32;
+
+  // K + V of one token in one physical layer.
+  uint64_t token_bytes() const {
+    return 2ull * static_cast<uint64_t>(num_kv_heads) * static_cast<uint64_t>(head_dim) *
+           kv_dtype_size(dtype);
+  }
 };
+
+// Bytes one block of group `g` takes in its pool: block_size x physical_layers(g)
+// x shape.token_bytes(); 0 for a group that holds no blocks. The per-group unit
+// of any byte budget (docs/cache-groups.md, "Budget and admission width").
+uint64_t group_bytes_per_block(const KVCacheSpec& spec, int32_t g, const GroupPoolShape& shape);
 
 // probe_cached_prefix's answer.
 struct CoordinatorProbe {
@@ -78,12 +91,18 @@ class KVCacheCoordinator {
   static StatusOr<std::unique_ptr<KVCacheCoordinator>> create_logical(
       const KVCacheSpec& spec, const CoordinatorBudget& budget);
   // Pools with bytes on `storage`, every pool debiting `memory` (optional) under
-  // "kv_pool.group<g>".
+  // "kv_pool.group<g>". One shape for every group ...
   static StatusOr<std::unique_ptr<KVCacheCoordinator>> create(const KVCacheSpec& spec,
                                                               const CoordinatorBudget& budget,
                                                               const GroupPoolShape& shape,
                                                               std::shared_ptr<KVStorage> storage,
                                                               MemoryCoordinator* memory = nullptr);
+  // ... or one per group (index = group; InvalidArgument unless there is one
+  // per group; a group without blocks ignores its entry).
+  static StatusOr<std::unique_ptr<KVCacheCoordinator>> create(
+      const KVCacheSpec& spec, const CoordinatorBudget& budget,
+      std::span<const GroupPoolShape> shapes, std::shared_ptr<KVStorage> storage,
+      MemoryCoordinator* memory = nullptr);
   ~KVCacheCoordinator();
   KVCacheCoordinator(const KVCacheCoordinator&) = delete;
   KVCacheCoordinator& operator=(const KVCacheCoordinator&) = delete;
@@ -145,9 +164,10 @@ class KVCacheCoordinator {
   KVCacheCoordinator(KVCacheSpec spec, std::vector<LayerRoute> routes,
                      std::vector<CoordinatorBudget::Resolved> budget, int32_t max_live_rows,
                      std::vector<std::unique_ptr<PagedKVCache>> caches);
+  // `shapes` empty: logical pools (no bytes); else one per group.
   static StatusOr<std::unique_ptr<KVCacheCoordinator>> build(const KVCacheSpec& spec,
                                                              const CoordinatorBudget& budget,
-                                                             const GroupPoolShape* shape,
+                                                             std::span<const GroupPoolShape> shapes,
                                                              std::shared_ptr<KVStorage> storage,
                                                              MemoryCoordinator* memory);
   StatusOr<const Row*> row(SeqId id) const;

@@ -4,8 +4,11 @@
 namespace pagedkv::model {
 
 FlatKVCache::FlatKVCache(const KVGeometry& geometry) : geometry_(geometry) {
-  token_bytes_ = static_cast<size_t>(geometry.num_kv_heads) * geometry.head_dim *
-                 kv_dtype_size(geometry.dtype);
+  default_token_bytes_ = static_cast<size_t>(geometry.num_kv_heads) * geometry.head_dim *
+                         kv_dtype_size(geometry.dtype);
+  token_bytes_.resize(static_cast<size_t>(geometry.num_layers));
+  for (int32_t l = 0; l < geometry.num_layers; ++l)
+    token_bytes_[static_cast<size_t>(l)] = geometry.layer_token_bytes(l);
   k_.resize(geometry.num_layers);
   v_.resize(geometry.num_layers);
 }
@@ -24,8 +27,8 @@ void FlatKVCache::reserve(int32_t tokens) {
       continue;
     // A KV-shared layer reads its anchor's buffers and owns none.
     if (!geometry_.layer_kv_source.empty() && geometry_.layer_kv_source[l] >= 0) continue;
-    k_[l].resize(static_cast<size_t>(cap) * token_bytes_);
-    v_[l].resize(static_cast<size_t>(cap) * token_bytes_);
+    k_[l].resize(static_cast<size_t>(cap) * token_bytes_[l]);
+    v_[l].resize(static_cast<size_t>(cap) * token_bytes_[l]);
   }
   capacity_ = cap;
 }

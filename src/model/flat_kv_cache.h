@@ -1,6 +1,7 @@
 // FlatKVCache: the flat (non-paged) KV path — one request's K and V per layer in
-// one contiguous buffer each, laid out [capacity][num_kv_heads][head_dim], the same
-// per-token layout as a paged block. It is the rollback path behind
+// one contiguous buffer each, laid out [capacity][num_kv_heads][head_dim] in the
+// layer's cache-group shape (KVGeometry::layer_token_bytes), the same per-token
+// layout as a block of that group's pool. It is the rollback path behind
 // `use_block_paged_cache: false` / PAGEDKV_USE_BLOCK_PAGED_CACHE=0, and the
 // baseline the paged path is checked against bit for bit. Capacity grows in whole
 // tiles of `block_size` tokens, so attention walks the same 16-token tiles over it
@@ -30,12 +31,16 @@ class FlatKVCache {
 
   std::byte* k(int32_t layer) { return k_[layer].data(); }
   std::byte* v(int32_t layer) { return v_[layer].data(); }
-  size_t token_bytes() const { return token_bytes_; }
+  // One token's K (or V) in `layer` (its cache group's shape); token_bytes() is
+  // the geometry's default shape (every layer's, when the shape is uniform).
+  size_t token_bytes(int32_t layer) const { return token_bytes_[static_cast<size_t>(layer)]; }
+  size_t token_bytes() const { return default_token_bytes_; }
   size_t memory_bytes() const;
 
  private:
   KVGeometry geometry_;
-  size_t token_bytes_ = 0;  // one token's K (or V) in one layer
+  size_t default_token_bytes_ = 0;
+  std::vector<size_t> token_bytes_;  // per layer: one token's K (or V)
   int32_t capacity_ = 0;
   int32_t length_ = 0;
   std::vector<std::vector<std::byte>> k_, v_;

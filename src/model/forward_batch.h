@@ -61,14 +61,18 @@ enum class KVPath : uint8_t { kPaged = 0, kFlat = 1 };
 
 // Physical paged KV storage as the model sees it. `layer` is the model's global
 // layer index (the store maps it to its cache group's pool). Each block holds
-// [block_size][num_kv_heads][head_dim] elements of K (resp. V) of dtype(),
-// contiguous. Pointers stay valid for the duration of one forward() call (a pool
-// may move its storage when it grows between steps).
+// [block_size][num_kv_heads][head_dim] elements of K (resp. V) of the layer's
+// dtype, contiguous, in the shape of the layer's cache group
+// (KVGeometry::layer_token_bytes). Pointers stay valid for the duration of one
+// forward() call (a pool may move its storage when it grows between steps).
 class KVBlockStore {
  public:
   virtual ~KVBlockStore() = default;
   virtual int32_t block_size() const = 0;
   virtual KVDType dtype() const = 0;
+  // The element type of `layer`'s blocks (its group's pool); dtype() unless a
+  // store holds groups of different dtypes.
+  virtual KVDType layer_dtype(int32_t /*layer*/) const { return dtype(); }
   // Valid block ids are [1, num_blocks()) (0 is the null block).
   virtual int32_t num_blocks() const = 0;
   virtual std::byte* k_block(int32_t layer, int32_t block) = 0;

@@ -251,6 +251,10 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
         return invalid_argument(where + "needs one block table per cache group");
       if (batch.kv_store->block_size() != geom.block_size || batch.kv_store->dtype() != geom.dtype)
         return invalid_argument("forward batch: kv_store block size/dtype differ from the model's");
+      for (int32_t l = 0; l < geom.num_layers && r == 0; ++l)
+        if (geom.group_of(l) >= 0 && batch.kv_store->layer_dtype(l) != geom.layer_dtype(l))
+          return invalid_argument("forward batch: kv_store's dtype of layer " + std::to_string(l) +
+                                  " differs from its cache group's");
       for (size_t g = 0; g < geom.groups.size(); ++g) {
         // A recurrent group keeps no per-token KV: its block table is unused.
         if (geom.groups[g].kind == CacheGroupKind::kRecurrent) continue;
@@ -286,7 +290,9 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
 }
 
 KVAccess::KVAccess(const ForwardBatch& batch, const KVGeometry& geom) : batch_(batch), geom_(geom) {
-  token_bytes_ = static_cast<size_t>(geom.num_kv_heads) * geom.head_dim * kv_dtype_size(geom.dtype);
+  token_bytes_.resize(static_cast<size_t>(geom.num_layers));
+  for (int32_t l = 0; l < geom.num_layers; ++l)
+    token_bytes_[static_cast<size_t>(l)] = geom.layer_token_bytes(l);
 }
 
 std::byte* KVAccess::k_base(size_t row, int32_t layer, int32_t tile) {
@@ -295,7 +301,7 @@ std::byte* KVAccess::k_base(size_t row, int32_t layer, int32_t tile) {
     int32_t g = geom_.layer_group.empty() ? 0 : geom_.layer_group[layer];
     return batch_.kv_store->k_block(layer, r.block_tables[g][tile]);
   }
-  return r.flat->k(layer) + static_cast<size_t>(tile) * geom_.block_size * token_bytes_;
+  return r.flat->k(layer) + static_cast<size_t>(tile) * geom_.block_size * token_bytes_[layer];
 }
 
 std::byte* KVAccess::v_base(size_t row, int32_t layer, int32_t tile) {
@@ -304,21 +310,23 @@ std::byte* KVAccess::v_base(size_t row, int32_t layer, int32_t tile) {
     int32_t g = geom_.layer_group.empty() ? 0 : geom_.layer_group[layer];
     return batch_.kv_store->v_block(layer, r.block_tables[g][tile]);
   }
-  return r.flat->v(layer) + static_cast<size_t>(tile) * geom_.block_size * token_bytes_;
+  return r.flat->v(layer) + static_cast<size_t>(tile) * geom_.block_size * token_bytes_[layer];
 }
 
 std::byte* KVAccess::k_slot(size_t row, int32_t layer, int32_t pos) {
   int32_t b = geom_.block_size;
-  return k_base(row, layer, pos / b) + (pos % b) * token_bytes_;
+  return k_base(row, layer, pos / b) + (pos % b) * token_bytes_[layer];
 }
 
 std::byte* KVAccess::v_slot(size_t row, int32_t layer, int32_t pos) {
   int32_t b = geom_.block_size;
-  return v_base(row, layer, pos / b) + (pos % b) * token_bytes_;
+  return v_base(row, layer, pos / b) + (pos % b) * token_bytes_[layer];
 }
 
-void KVAccess::store(std::byte* dst, const float* src, int64_t n) const {
-  switch (geom_.dtype) {
+namespace {
+
+void store_as(KVDType dtype, std::byte* dst, const float* src, int64_t n) {
+  switch (dtype) {
     case KVDType::kF32:
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
       return;
@@ -335,8 +343,8 @@ void KVAccess::store(std::byte* dst, const float* src, int64_t n) const {
   }
 }
 
-backend::WeightDType KVAccess::element_type() const {
-  switch (geom_.dtype) {
+backend::WeightDType backend_kv_type(KVDType dtype) {
+  switch (dtype) {
     case KVDType::kBF16:
       return backend::WeightDType::kBF16;
     case KVDType::kF16:
@@ -344,6 +352,16 @@ backend::WeightDType KVAccess::element_type() const {
     default:
       return backend::WeightDType::kF32;
   }
+}
+
+}  // namespace
+
+void KVAccess::store(int32_t layer, std::byte* dst, const float* src, int64_t n) const {
+  store_as(geom_.layer_dtype(layer), dst, src, n);
+}
+
+backend::WeightDType KVAccess::element_type(int32_t layer) const {
+  return backend_kv_type(geom_.layer_dtype(layer));
 }
 
 void KVAccess::tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
@@ -454,8 +472,8 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
       for (int32_t i = 0; i < row.num_tokens; ++i) {
         int64_t t = row.first_token + i;
         int32_t pos = batch.positions[t];
-        kv.store(kv.k_slot(r, s.layer, pos), k.data() + t * kd, kd);
-        kv.store(kv.v_slot(r, s.layer, pos), v.data() + t * kd, kd);
+        kv.store(s.layer, kv.k_slot(r, s.layer, pos), k.data() + t * kd, kd);
+        kv.store(s.layer, kv.v_slot(r, s.layer, pos), v.data() + t * kd, kd);
       }
     }
   }
@@ -484,7 +502,7 @@ void attention_block(backend::Backend& be, const AttentionSpec& s, const Attenti
     a.v_tiles = vt[r].data();
     a.num_tiles = ntiles;
     a.sliding_window = s.sliding_window;
-    a.kv_dtype = kv.element_type();
+    a.kv_dtype = kv.element_type(s.kv_layer);
   }
   be.attention_batch(args.data(), R);
   if (s.output_gate) {

@@ -139,17 +139,20 @@ Status run_decoder(backend::Backend& be, const DecoderFrame& f, const ForwardBat
 // token (a degenerate checkpoint or config would otherwise sample garbage).
 Status check_logits(const ForwardOutput& out);
 
-// Where each row's K/V live, in the geometry's element type (f32, bf16 or f16).
+// Where each row's K/V live, in each layer's cache-group shape and element type
+// (f32, bf16 or f16; KVGeometry::layer_token_bytes / layer_dtype).
 class KVAccess {
  public:
   KVAccess(const ForwardBatch& batch, const KVGeometry& geom);
   // Destination of position `pos` of batch row `row` in `layer`.
   std::byte* k_slot(size_t row, int32_t layer, int32_t pos);
   std::byte* v_slot(size_t row, int32_t layer, int32_t pos);
-  // Writes n f32 values at dst in the KV element type (bf16/f16: rounded to nearest even).
-  void store(std::byte* dst, const float* src, int64_t n) const;
-  // The element type as the backend names it (AttentionArgs::kv_dtype).
-  backend::WeightDType element_type() const;
+  // Writes n f32 values at dst in `layer`'s KV element type (bf16/f16: rounded to
+  // nearest even).
+  void store(int32_t layer, std::byte* dst, const float* src, int64_t n) const;
+  // `layer`'s element type as the backend names it (AttentionArgs::kv_dtype).
+  backend::WeightDType element_type(int32_t layer) const;
+
   // Tile pointers covering positions [0, num_tiles * block_size).
   void tiles(size_t row, int32_t layer, int32_t num_tiles, std::vector<const float*>* k,
              std::vector<const float*>* v);
@@ -166,7 +169,7 @@ class KVAccess {
   std::byte* v_base(size_t row, int32_t layer, int32_t tile);
   const ForwardBatch& batch_;
   const KVGeometry& geom_;
-  size_t token_bytes_;
+  std::vector<size_t> token_bytes_;  // per layer
 };
 
 struct AttentionSpec {

@@ -273,15 +273,24 @@ void shared_config_fields(const MakeModelOptions& o, const Preset& p, const char
 // third full attention, the rest sliding, window 32 tiny / 128 otherwise), tied
 // embeddings, gelu_pytorch_tanh. gemma4_text adds per-layer inputs (16 / 32 per
 // layer), the last third of the layers KV-shared, proportional partial RoPE on
-// full layers; preset tiny-moe adds the MoE block and attention_k_eq_v. Norm
+// full layers, global_head_dim = head_dim; preset tiny-moe adds the MoE block and
+// attention_k_eq_v; preset tiny-global gives the full layers their own KV shape
+// (global_head_dim 2 x head_dim, attention_k_eq_v with num_global_key_value_heads
+// = num_attention_heads), the shape of the published Gemma 4 checkpoints. Norm
 // weights are centred on 0 for gemma3 (applied as 1 + w) and on 1 for gemma4.
 bool is_gemma_family(const std::string& f) { return f == "gemma3_text" || f == "gemma4_text"; }
 
 void gemma_spec(const MakeModelOptions& o, Preset p, bool moe, nlohmann::ordered_json* cfg,
                 std::vector<Spec>* specs) {
   const bool g4 = o.family == "gemma4_text";
+  const bool global = g4 && o.preset == "tiny-global";
   if (o.num_layers <= 0) p.layers = 6;
-  const int64_t window = o.preset == "tiny" || o.preset == "tiny-moe" ? 32 : 128;
+  const int64_t window =
+      o.preset == "tiny" || o.preset == "tiny-moe" || o.preset == "tiny-global" ? 32 : 128;
+  // Full-attention layers' KV shape (tiny-global: its own).
+  const int64_t global_hd = global ? 2 * p.head_dim : p.head_dim;
+  const int64_t global_kvh = global ? p.heads : p.kv_heads;
+  const bool k_eq_v = moe || global;
   const int64_t ple = g4 ? (p.hidden <= 64 ? 16 : 32) : 0;
   const int64_t shared = g4 ? p.layers / 3 : 0;
   std::vector<std::string> types;
@@ -319,8 +328,9 @@ void gemma_spec(const MakeModelOptions& o, Preset p, bool moe, nlohmann::ordered
     c["hidden_size_per_layer_input"] = ple;
     c["vocab_size_per_layer_input"] = p.vocab;
     c["num_kv_shared_layers"] = shared;
-    c["attention_k_eq_v"] = moe;
-    c["num_global_key_value_heads"] = moe ? nlohmann::ordered_json(p.kv_heads) : nullptr;
+    c["attention_k_eq_v"] = k_eq_v;
+    c["num_global_key_value_heads"] = k_eq_v ? nlohmann::ordered_json(global_kvh) : nullptr;
+    c["global_head_dim"] = global_hd;
     c["use_double_wide_mlp"] = false;
     c["enable_moe_block"] = moe;
     c["num_experts"] = moe ? nlohmann::ordered_json(p.experts) : nullptr;
@@ -350,17 +360,20 @@ void gemma_spec(const MakeModelOptions& o, Preset p, bool moe, nlohmann::ordered
   for (int64_t l = 0; l < p.layers; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
     const bool is_shared = l >= p.layers - shared;
-    const bool kv_eq = moe && types[l] == "full_attention";
+    const bool full = types[l] == "full_attention";
+    const bool kv_eq = k_eq_v && full;
+    const int64_t hd = g4 && full ? global_hd : p.head_dim;
+    const int64_t kvh = kv_eq ? global_kvh : p.kv_heads;
     for (const char* n : {"input_layernorm", "post_attention_layernorm",
                           "pre_feedforward_layernorm", "post_feedforward_layernorm"})
       norm(pre + n + ".weight", p.hidden);
-    lin(pre + "self_attn.q_proj.weight", p.heads * p.head_dim, p.hidden);
-    lin(pre + "self_attn.o_proj.weight", p.hidden, p.heads * p.head_dim);
-    norm(pre + "self_attn.q_norm.weight", p.head_dim);
+    lin(pre + "self_attn.q_proj.weight", p.heads * hd, p.hidden);
+    lin(pre + "self_attn.o_proj.weight", p.hidden, p.heads * hd);
+    norm(pre + "self_attn.q_norm.weight", hd);
     if (!is_shared) {
-      lin(pre + "self_attn.k_proj.weight", p.kv_heads * p.head_dim, p.hidden);
-      if (!kv_eq) lin(pre + "self_attn.v_proj.weight", p.kv_heads * p.head_dim, p.hidden);
-      norm(pre + "self_attn.k_norm.weight", p.head_dim);
+      lin(pre + "self_attn.k_proj.weight", kvh * hd, p.hidden);
+      if (!kv_eq) lin(pre + "self_attn.v_proj.weight", kvh * hd, p.hidden);
+      norm(pre + "self_attn.k_norm.weight", hd);
     }
     lin(pre + "mlp.gate_proj.weight", p.inter, p.hidden);
     lin(pre + "mlp.up_proj.weight", p.inter, p.hidden);
@@ -506,11 +519,14 @@ Status make_random_model(const MakeModelOptions& o) {
     for (const auto& f : families) list += (list.empty() ? "" : ", ") + f;
     return invalid_argument("unknown family '" + o.family + "' (" + list + ")");
   }
-  // gemma4_text's tiny-moe: the tiny sizes plus the MoE block (gemma presets).
+  // gemma4_text's tiny-moe / tiny-global: the tiny sizes plus the MoE block /
+  // full layers with their own KV shape (gemma presets).
   const bool gemma_moe = o.family == "gemma4_text" && o.preset == "tiny-moe";
-  if (!find_preset(gemma_moe ? "tiny" : o.preset, &p))
-    return invalid_argument("unknown preset '" + o.preset +
-                            "' (tiny, small, qwen3-0.6b-shape; gemma4_text also tiny-moe)");
+  const bool gemma_global = o.family == "gemma4_text" && o.preset == "tiny-global";
+  if (!find_preset(gemma_moe || gemma_global ? "tiny" : o.preset, &p))
+    return invalid_argument(
+        "unknown preset '" + o.preset +
+        "' (tiny, small, qwen3-0.6b-shape; gemma4_text also tiny-moe, tiny-global)");
   const bool lfm2 = o.family == "lfm2" || o.family == "lfm2_moe";
   if (o.dtype != DType::kF32 && o.dtype != DType::kBF16)
     return invalid_argument("dtype must be f32 or bf16");

@@ -19,7 +19,8 @@ namespace pagedkv::model {
 
 struct MakeModelOptions {
   std::string family = "qwen3";  // one of make_model_families()
-  std::string preset = "tiny";   // tiny | small | qwen3-0.6b-shape (gemma4_text: tiny-moe)
+  // tiny | small | qwen3-0.6b-shape (gemma4_text also tiny-moe, tiny-global)
+  std::string preset = "tiny";
   uint64_t seed = 0;
   DType dtype = DType::kF32;  // F32 or BF16
   std::string out_dir;

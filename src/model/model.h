@@ -35,15 +35,31 @@ struct CacheGroup {
   int32_t sliding_window = 0;  // kSlidingWindow only
 };
 
+// A cache group's own K/V row shape where it differs from the geometry's
+// default (gemma4_text full-attention layers: global_head_dim,
+// num_global_key_value_heads); 0 / unset fields = KVGeometry::num_kv_heads,
+// head_dim, dtype. Every layer of a group has its group's shape, and so has
+// each block of the group's pool.
+struct GroupKVShape {
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  std::optional<KVDType> dtype;
+};
+
 // The shape of the KV the model needs. Attention layers store per token
-// num_kv_heads * head_dim elements of K and of V.
+// num_kv_heads * head_dim elements of K and of V — the geometry's default shape,
+// which a cache group may override (CacheGroup); use the group_* / layer_*
+// accessors, which resolve the override.
 struct KVGeometry {
   int32_t num_layers = 0;  // all decoder layers
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;  // paged block size; the flat path uses it as its tile
   KVDType dtype = KVDType::kF32;
-  std::vector<CacheGroup> groups;    // cache groups (qwen3: one full-attention group)
+  std::vector<CacheGroup> groups;  // cache groups (qwen3: one full-attention group)
+  // Per group (index = group) its own row shape, or empty: every group has the
+  // default shape. Read through group_kv_heads / group_head_dim / group_dtype.
+  std::vector<GroupKVShape> group_shapes;
   std::vector<int32_t> layer_group;  // per layer: its group, or -1 (no KV)
   // Per layer: the layer whose KV it reads instead of its own (KV-shared layers),
   // or -1. All -1 for qwen3.
@@ -58,8 +74,52 @@ struct KVGeometry {
     return false;
   }
 
+  // The default shape's K and V of one token in one layer (the whole story when
+  // no group overrides it: uniform_kv_shape()).
   size_t bytes_per_token_per_layer() const {
     return 2u * static_cast<size_t>(num_kv_heads) * head_dim * kv_dtype_size(dtype);
+  }
+
+  // --- per cache group / per layer shapes (a group's override, else the default) ---
+  int32_t group_kv_heads(size_t g) const {
+    return g < group_shapes.size() && group_shapes[g].num_kv_heads > 0
+               ? group_shapes[g].num_kv_heads
+               : num_kv_heads;
+  }
+  int32_t group_head_dim(size_t g) const {
+    return g < group_shapes.size() && group_shapes[g].head_dim > 0 ? group_shapes[g].head_dim
+                                                                   : head_dim;
+  }
+  KVDType group_dtype(size_t g) const {
+    return g < group_shapes.size() ? group_shapes[g].dtype.value_or(dtype) : dtype;
+  }
+  // One token's K (or V) in one layer of group g, in bytes.
+  size_t group_token_bytes(size_t g) const {
+    return static_cast<size_t>(group_kv_heads(g)) * group_head_dim(g) *
+           kv_dtype_size(group_dtype(g));
+  }
+  // The group of `layer` (0 when layer_group is empty), or -1.
+  int32_t group_of(int32_t layer) const {
+    return layer_group.empty() ? 0 : layer_group[static_cast<size_t>(layer)];
+  }
+  // Layer-level views (a layer without a group has the default shape).
+  KVDType layer_dtype(int32_t layer) const {
+    const int32_t g = group_of(layer);
+    return g >= 0 && static_cast<size_t>(g) < groups.size() ? group_dtype(g) : dtype;
+  }
+  size_t layer_token_bytes(int32_t layer) const {
+    const int32_t g = group_of(layer);
+    return g >= 0 && static_cast<size_t>(g) < groups.size()
+               ? group_token_bytes(g)
+               : static_cast<size_t>(num_kv_heads) * head_dim * kv_dtype_size(dtype);
+  }
+  // True when no group overrides the default shape (one K/V row shape for all).
+  bool uniform_kv_shape() const {
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (group_kv_heads(g) != num_kv_heads || group_head_dim(g) != head_dim ||
+          group_dtype(g) != dtype)
+        return false;
+    return true;
   }
 };
 

@@ -33,11 +33,13 @@ inline std::string temp_dir(const std::string& tag) {
   return d;
 }
 
-// A tiny random checkpoint of `family` (any of model::make_model_families()), loaded.
-inline std::shared_ptr<model::Model> tiny_model(const std::string& family, uint64_t seed) {
+// A tiny random checkpoint of `family` (any of model::make_model_families()), loaded
+// (`preset`: another make-model preset, e.g. gemma4_text's tiny-global).
+inline std::shared_ptr<model::Model> tiny_model(const std::string& family, uint64_t seed,
+                                                const std::string& preset = "tiny") {
   model::MakeModelOptions o;
   o.family = family;
-  o.preset = "tiny";
+  o.preset = preset;
   o.seed = seed;
   o.out_dir = temp_dir(family);
   Status s = model::make_random_model(o);

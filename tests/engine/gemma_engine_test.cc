@@ -7,7 +7,10 @@
 // flat, batched == serial, warm prefix at several splits == cold (and the warm
 // request hits), a small pool under pressure ends with the coordinator's
 // verify_integrity (Engine::check_invariants) after every step. Persistence is
-// declined with a message for these models.
+// declined with a message for these models. gemma4_text/tiny-global runs every
+// test with full-attention layers of their own KV shape (4 KV heads x head_dim
+// 32 beside the sliding layers' 2 x 16): the full group's pool has its own
+// bytes per block.
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -19,6 +22,7 @@
 
 #include "engine/coordinator_kv.h"
 #include "engine_test_util.h"
+#include "kv/kv_cache_coordinator.h"
 #include "pagedkv/engine.h"
 
 namespace pagedkv::engine {
@@ -45,7 +49,11 @@ std::unique_ptr<Engine> make_engine(std::shared_ptr<model::Model> m, EngineOptio
 class GemmaEngineTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    model_ = tiny_model(GetParam(), 7);
+    // "family" or "family/preset".
+    const std::string p = GetParam();
+    const size_t slash = p.find('/');
+    model_ = slash == std::string::npos ? tiny_model(p, 7)
+                                        : tiny_model(p.substr(0, slash), 7, p.substr(slash + 1));
     ASSERT_NE(model_, nullptr);
     const model::KVGeometry& g = model_->kv_geometry();
     ASSERT_EQ(g.groups.size(), 2u);
@@ -411,10 +419,40 @@ TEST_P(GemmaEngineTest, PagedCacheMemoryMbSizesTheSharedBudget) {
     EXPECT_NE(e.status().message().find("paged_cache_memory_mb"), std::string::npos)
         << e.status().to_string();
   }
+// The pools of tiny-global's groups have their own shapes and bytes per block.
+TEST(GemmaEngineShapeTest, FullGroupPoolHasTheFullLayersShape) {
+  auto m = tiny_model("gemma4_text", 7, "tiny-global");
+  ASSERT_NE(m, nullptr);
+  const model::KVGeometry& g = m->kv_geometry();
+  ASSERT_FALSE(g.uniform_kv_shape());
+  auto e = make_engine(m);
+  ASSERT_NE(e, nullptr);
+  ASSERT_TRUE(e->paged());
+  GenerateRequest r = greedy(random_token_ids(200, 8, m->config().vocab_size), 6);
+  auto h = e->submit(r);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  e->run_until_idle();
+  expect_matches_flat((*h)->wait(), flat_run(*m, r), "tiny-global");
+  const std::vector<kv::GroupPoolShape> shapes = CoordinatorKV::shapes_for(g);
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(shapes[0].num_kv_heads, 4);
+  EXPECT_EQ(shapes[0].head_dim, 32);
+  EXPECT_EQ(shapes[1].num_kv_heads, 2);
+  EXPECT_EQ(shapes[1].head_dim, 16);
+  // Full group: 1 physical layer (2; layer 5 reads it); sliding: 3 (0, 1, 3; 4 reads 3).
+  const kv::KVCacheSpec spec = CoordinatorKV::spec_for(g);
+  EXPECT_EQ(kv::group_bytes_per_block(spec, 0, shapes[0]), 16u * 1u * 2u * 4u * 32u * 4u);
+  EXPECT_EQ(kv::group_bytes_per_block(spec, 1, shapes[1]), 16u * 3u * 2u * 2u * 16u * 4u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GemmaEngineTest,
-                         ::testing::Values("gemma3_text", "gemma4_text"));
+                         ::testing::Values("gemma3_text", "gemma4_text", "gemma4_text/tiny-global"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '/' || ch == '-') ch = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace pagedkv::engine

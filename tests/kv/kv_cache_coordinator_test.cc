@@ -492,6 +492,51 @@ TEST(KVCacheCoordinatorTest, PartialAllocationFailureRollsEveryGroupBack) {
   expect_ok(c);
 }
 
+// Per-group pool shapes (Gemma 4: full layers wider than sliding ones): each
+// pool's blocks have its own bytes, and the memory coordinator is debited per
+// group by them; a shape list that does not match the groups is refused.
+TEST(KVCacheCoordinatorTest, PerGroupPoolShapesGiveEachPoolItsOwnBytes) {
+  KVCacheSpec spec = spec_of({full(16), sliding(16, 32)});
+  spec.layer_group = {1, 0, 1, 0, 1};
+  spec.layer_kv_source = {-1, -1, -1, -1, 2};  // layer 4 reads layer 2 (no storage)
+  const std::vector<GroupPoolShape> shapes = {{4, 32, KVDType::kBF16}, {2, 16, KVDType::kF32}};
+  // full: 2 physical layers x 16 tokens x 2 (K+V) x 4 x 32 x 2 B; sliding: 2 layers x 16 x 2 x 2 x
+  // 16 x 4 B.
+  EXPECT_EQ(group_bytes_per_block(spec, 0, shapes[0]), 2ull * 16 * 2 * 4 * 32 * 2);
+  EXPECT_EQ(group_bytes_per_block(spec, 1, shapes[1]), 2ull * 16 * 2 * 2 * 16 * 4);
+  CoordinatorBudget budget;
+  budget.max_context_tokens = 128;
+  budget.max_live_rows = 2;
+  budget.max_blocks = {12, 10};
+  MemoryCoordinator memory;
+  auto made = KVCacheCoordinator::create(spec, budget, shapes, host_kv_storage(), &memory);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  KVCacheCoordinator& c = **made;
+  for (int32_t g = 0; g < 2; ++g) {
+    const auto& geo = c.group_cache(g)->pool()->geometry();
+    EXPECT_EQ(geo.num_kv_heads, shapes[g].num_kv_heads) << g;
+    EXPECT_EQ(geo.head_dim, shapes[g].head_dim) << g;
+    EXPECT_EQ(geo.dtype, shapes[g].dtype) << g;
+    EXPECT_EQ(geo.bytes_per_block(), group_bytes_per_block(spec, g, shapes[g])) << g;
+    EXPECT_EQ(memory.owner_bytes("kv_pool.group" + std::to_string(g)),
+              group_bytes_per_block(spec, g, shapes[g]) * (g == 0 ? 12u : 10u))
+        << g;
+  }
+  // The rows work as with one shape.
+  const SeqId id = c.add_sequence();
+  ASSERT_EQ(*c.find_cached_prefix(id, tokens(40, 1)), 0);
+  ASSERT_TRUE(c.allocate_slots(id, 40).ok());
+  EXPECT_EQ(table(c, id, 0).size(), 3u);
+  expect_ok(c);
+  // One shape per group, or nothing is built.
+  auto bad = KVCacheCoordinator::create(spec, budget, std::span(shapes.data(), 1),
+                                        host_kv_storage(), nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("one per group"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(KVCacheCoordinatorTest, InfeasibleReservationChangesNothing) {
   auto c = logical(spec_of({full(16), sliding(16, 32)}), {40, 6});
   const SeqId id = c->add_sequence();

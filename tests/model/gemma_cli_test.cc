@@ -97,14 +97,22 @@ TEST(GemmaCliLogitsTest, FlatLogitsMatchTransformers) {
 
 // `logits --warm-prefix N` runs the first N tokens as an earlier request on the
 // paged path (full + sliding groups), then the whole input hitting that prefix:
-// every row equals the flat run's, bit for bit.
+// every row equals the flat run's, bit for bit. Also on make-model's gemma4_text
+// tiny-global (full layers of their own KV shape), fed the gemma4 fixture's ids.
 TEST(GemmaCliLogitsTest, WarmPrefixPagedEqualsFlat) {
-  for (const char* name : {"gemma3_text-a", "gemma4_text-a"}) {
-    const std::string dir = std::string(PAGEDKV_TEST_DATA_DIR) + "/hf-reference/" + name;
+  const std::string fixtures = std::string(PAGEDKV_TEST_DATA_DIR) + "/hf-reference/";
+  const std::string global = testing_util::temp_dir("gemma_global") + "/m";
+  auto made =
+      test::run_pagedkv("make-model --family gemma4_text --preset tiny-global --out " + global);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  for (const char* name : {"gemma3_text-a", "gemma4_text-a", "tiny-global"}) {
+    const bool preset = std::string(name) == "tiny-global";
+    const std::string dir = preset ? global : fixtures + name;
+    const std::string ids = fixtures + (preset ? "gemma4_text-a" : name) + "/reference.safetensors";
     const std::string tmp = testing_util::temp_dir("gemma_warm");
     auto logits_of = [&](const std::string& flags, const std::string& file) {
-      auto r = test::run_pagedkv("logits " + flags + " --model " + dir + " --input-ids " + dir +
-                                 "/reference.safetensors --out " + tmp + "/" + file);
+      auto r = test::run_pagedkv("logits " + flags + " --model " + dir + " --input-ids " + ids +
+                                 " --out " + tmp + "/" + file);
       EXPECT_EQ(r.exit_code, 0) << flags << ": " << r.output;
       auto f = SafetensorsFile::open(tmp + "/" + file);
       EXPECT_TRUE(f.ok()) << flags;

@@ -4,8 +4,10 @@
 // tables for the two cache groups (full + sliding), where sliding blocks wholly
 // outside the window are the null block 0, their storage poisoned with NaN and
 // recycled for later blocks. Prompts run to 500 tokens (many windows of 24/32).
-// Also: make-model's gemma presets, softcapping, a nested text_config, and the
-// config shapes we reject.
+// The same on make-model's gemma4_text tiny-global preset, whose full-attention
+// layers have their own KV shape (global_head_dim, num_global_key_value_heads:
+// per-group pool shapes). Also: make-model's gemma presets, softcapping, a
+// nested text_config, per_layer_config, and the config shapes we reject.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,9 +35,27 @@ using testing_util::read_json;
 using testing_util::temp_dir;
 using testing_util::write_text;
 
+// A checkpoint directory: a fixture of tests/data/hf-reference, or
+// "preset:<family>/<preset>" made once per process by make-model (seed 3).
 std::string fixture(const std::string& name) {
+  if (name.rfind("preset:", 0) == 0) {
+    static std::map<std::string, std::string> made;
+    auto it = made.find(name);
+    if (it != made.end()) return it->second;
+    const size_t slash = name.find('/');
+    MakeModelOptions o;
+    o.family = name.substr(7, slash - 7);
+    o.preset = name.substr(slash + 1);
+    o.seed = 3;
+    o.out_dir = temp_dir("gemma_preset");
+    Status s = make_random_model(o);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return made[name] = o.out_dir;
+  }
   return std::string(PAGEDKV_TEST_DATA_DIR) + "/hf-reference/" + name;
 }
+
+const char kTinyGlobal[] = "preset:gemma4_text/tiny-global";
 
 std::unique_ptr<Model> load(const std::string& dir, KVDType dt = KVDType::kF32) {
   LoadOptions o;
@@ -90,21 +110,19 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// Paged storage for the tests: per layer one array of blocks. Block 0 (the null
-// block) is NaN and looking it up is a test failure; a freed block is poisoned
-// with NaN before it is handed out again.
+// Paged storage for the tests: per layer one array of blocks, each of its
+// layer's group shape (KVGeometry::layer_token_bytes). Block 0 (the null block)
+// is NaN and looking it up is a test failure; a freed block is poisoned with NaN
+// before it is handed out again.
 class TestStore : public KVBlockStore {
  public:
-  TestStore(const KVGeometry& g, int32_t num_blocks)
-      : g_(g),
-        num_blocks_(num_blocks),
-        block_bytes_(static_cast<size_t>(g.block_size) * g.num_kv_heads * g.head_dim *
-                     kv_dtype_size(g.dtype)) {
+  TestStore(const KVGeometry& g, int32_t num_blocks) : g_(g), num_blocks_(num_blocks) {
     k_.resize(g.num_layers);
     v_.resize(g.num_layers);
     for (int32_t l = 0; l < g.num_layers; ++l) {
-      k_[l].resize(block_bytes_ * num_blocks);
-      v_[l].resize(block_bytes_ * num_blocks);
+      block_bytes_.push_back(static_cast<size_t>(g.block_size) * g.layer_token_bytes(l));
+      k_[l].resize(block_bytes_[l] * num_blocks);
+      v_[l].resize(block_bytes_[l] * num_blocks);
     }
     for (int32_t b = 0; b < num_blocks; ++b) poison(b);
   }
@@ -113,17 +131,17 @@ class TestStore : public KVBlockStore {
   int32_t num_blocks() const override { return num_blocks_; }
   std::byte* k_block(int32_t layer, int32_t block) override {
     check(layer, block);
-    return k_[layer].data() + block_bytes_ * block;
+    return k_[layer].data() + block_bytes_[layer] * block;
   }
   std::byte* v_block(int32_t layer, int32_t block) override {
     check(layer, block);
-    return v_[layer].data() + block_bytes_ * block;
+    return v_[layer].data() + block_bytes_[layer] * block;
   }
   // All-ones bytes: NaN in f32, bf16 and f16 alike.
   void poison(int32_t block) {
     for (int32_t l = 0; l < g_.num_layers; ++l) {
-      std::memset(k_[l].data() + block_bytes_ * block, 0xff, block_bytes_);
-      std::memset(v_[l].data() + block_bytes_ * block, 0xff, block_bytes_);
+      std::memset(k_[l].data() + block_bytes_[l] * block, 0xff, block_bytes_[l]);
+      std::memset(v_[l].data() + block_bytes_[l] * block, 0xff, block_bytes_[l]);
     }
   }
   int null_lookups = 0;
@@ -137,7 +155,7 @@ class TestStore : public KVBlockStore {
   }
   KVGeometry g_;
   int32_t num_blocks_;
-  size_t block_bytes_;
+  std::vector<size_t> block_bytes_;  // per layer
   std::vector<std::vector<std::byte>> k_, v_;
 };
 
@@ -317,16 +335,17 @@ TEST_P(GemmaPathsTest, BatchedRowsEqualEachRowAlone) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GemmaPathsTest,
-                         ::testing::Values(Case{"gemma3_text-a", KVDType::kF32},
-                                           Case{"gemma4_text-a", KVDType::kF32},
-                                           Case{"gemma3_text-a", KVDType::kBF16},
-                                           Case{"gemma4_text-a", KVDType::kBF16}),
-                         [](const auto& info) {
-                           std::string n = info.param.fixture;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n + (info.param.dtype == KVDType::kF32 ? "_f32" : "_bf16");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, GemmaPathsTest,
+    ::testing::Values(Case{"gemma3_text-a", KVDType::kF32}, Case{"gemma4_text-a", KVDType::kF32},
+                      Case{"gemma3_text-a", KVDType::kBF16}, Case{"gemma4_text-a", KVDType::kBF16},
+                      Case{kTinyGlobal, KVDType::kF32}, Case{kTinyGlobal, KVDType::kBF16}),
+    [](const auto& info) {
+      std::string n = info.param.fixture;
+      if (n == kTinyGlobal) n = "gemma4_text_tiny_global";
+      std::replace(n.begin(), n.end(), '-', '_');
+      return n + (info.param.dtype == KVDType::kF32 ? "_f32" : "_bf16");
+    });
 
 TEST(GemmaGeometryTest, DeclaresFullAndSlidingGroupsAndKvSharedLayers) {
   auto m3 = load(fixture("gemma3_text-a"));
@@ -347,6 +366,51 @@ TEST(GemmaGeometryTest, DeclaresFullAndSlidingGroupsAndKvSharedLayers) {
   FlatKVCache flat(g4);
   flat.reserve(16);
   EXPECT_EQ(flat.memory_bytes(), 4u * 2u * 16u * g4.num_kv_heads * g4.head_dim * sizeof(float));
+}
+
+// tiny-global: full layers 4 KV heads x head_dim 32 (attention_k_eq_v), sliding
+// layers 2 x 16. The full group declares its own shape; the flat cache and the
+// KV access size each layer by its group.
+TEST(GemmaGeometryTest, FullLayersWithTheirOwnKvShapeGetTheirOwnGroupShape) {
+  auto m = load(fixture(kTinyGlobal));
+  ASSERT_NE(m, nullptr);
+  const KVGeometry& g = m->kv_geometry();
+  ASSERT_EQ(g.groups.size(), 2u);
+  ASSERT_EQ(g.groups[0].kind, CacheGroupKind::kFullAttention);
+  EXPECT_EQ(g.num_kv_heads, 2);  // the default: the sliding layers'
+  EXPECT_EQ(g.head_dim, 16);
+  EXPECT_EQ(g.group_kv_heads(0), 4);
+  EXPECT_EQ(g.group_head_dim(0), 32);
+  EXPECT_EQ(g.group_kv_heads(1), 2);
+  EXPECT_EQ(g.group_head_dim(1), 16);
+  EXPECT_FALSE(g.uniform_kv_shape());
+  // s s f s | s f, the last two KV-shared (layers 3 and 2).
+  EXPECT_EQ(g.layer_group, (std::vector<int32_t>{1, 1, 0, 1, 1, 0}));
+  EXPECT_EQ(g.layer_kv_source, (std::vector<int32_t>{-1, -1, -1, -1, 3, 2}));
+  EXPECT_EQ(g.layer_token_bytes(2), 4u * 32u * sizeof(float));
+  EXPECT_EQ(g.layer_token_bytes(0), 2u * 16u * sizeof(float));
+  FlatKVCache flat(g);
+  flat.reserve(16);
+  // Owning layers: sliding 0, 1, 3 and full 2.
+  EXPECT_EQ(flat.memory_bytes(), 2u * 16u * (3u * 2u * 16u + 4u * 32u) * sizeof(float));
+  EXPECT_EQ(flat.token_bytes(2), 4u * 32u * sizeof(float));
+  // A store whose pool of a group has another dtype than the model's is refused.
+  struct OtherDType : TestStore {
+    using TestStore::TestStore;
+    KVDType layer_dtype(int32_t layer) const override {
+      return layer == 2 ? KVDType::kBF16 : dtype();
+    }
+  } store(g, 8);
+  ForwardBatch b;
+  b.path = KVPath::kPaged;
+  b.kv_store = &store;
+  int32_t tok = 1;
+  std::vector<int32_t> t0 = {1}, t1 = {2};
+  b.add_row(std::span<const int32_t>(&tok, 1), 0, LogitsRequest::kLast).block_tables = {t0, t1};
+  ForwardOutput out;
+  Status s = m->forward(b, &out);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("layer 2"), std::string::npos) << s.message();
 }
 
 TEST(GemmaPagedTest, NullBlockInsideTheWindowIsRejected) {
@@ -498,6 +562,7 @@ TEST(GemmaConfigTest, UnsupportedShapesAreRejectedByName) {
     std::function<void(nlohmann::json&)> edit;
   };
   std::vector<Bad> bad = {
+      // The fixture's per_layer_config {} says full layers keep head_dim 16.
       {"gemma4_text-a", "global_head_dim", [](nlohmann::json& c) { c["global_head_dim"] = 32; }},
       {"gemma3_text-a", "use_bidirectional_attention",
        [](nlohmann::json& c) { c["use_bidirectional_attention"] = true; }},
@@ -514,6 +579,89 @@ TEST(GemmaConfigTest, UnsupportedShapesAreRejectedByName) {
   };
   for (const auto& b : bad) {
     auto m = load_model(copy_with_config(fixture(b.fixture), "bad", b.edit));
+    ASSERT_FALSE(m.ok()) << b.field;
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << b.field;
+    EXPECT_NE(m.status().message().find(b.field), std::string::npos) << m.status().message();
+  }
+}
+
+// The three ways a config.json names the full layers' KV shape read the same
+// model: transformers' classic global_head_dim + num_global_key_value_heads
+// (what make-model writes), the per_layer_config that newer transformers
+// versions write instead, and the multimodal wrapper's nested text_config.
+TEST(GemmaConfigTest, FullLayerShapeFromGlobalFieldsPerLayerConfigOrNestedTextConfig) {
+  const std::string src = fixture(kTinyGlobal);
+  auto classic = load(src);
+  ASSERT_NE(classic, nullptr);
+  auto seq = random_tokens(90, 512, 23);
+  const auto want = flat_logits(*classic, seq, {90});
+  auto per_layer = load(copy_with_config(src, "plc", [](nlohmann::json& c) {
+    c.erase("global_head_dim");
+    c.erase("num_global_key_value_heads");
+    c["per_layer_config"] = {{"2", {{"head_dim", 32}, {"num_key_value_heads", 4}}},
+                             {"5", {{"head_dim", 32}, {"num_key_value_heads", 4}}}};
+  }));
+  ASSERT_NE(per_layer, nullptr);
+  EXPECT_EQ(per_layer->kv_geometry().group_head_dim(0), 32);
+  EXPECT_TRUE(same_bits(want, flat_logits(*per_layer, seq, {90})));
+  std::string d = copy_with_config(src, "nested4", [](nlohmann::json& c) {
+    nlohmann::json text = c;
+    c = nlohmann::json::object();
+    c["model_type"] = "gemma4";
+    c["architectures"] = {"Gemma4ForConditionalGeneration"};
+    c["text_config"] = text;
+    c["vision_config"] = nullptr;
+  });
+  testing_util::rewrite_tensors(d, [](std::vector<testing_util::OwnedTensor>& ts) {
+    for (auto& t : ts)
+      if (t.name.rfind("model.", 0) == 0) t.name = "model.language_model." + t.name.substr(6);
+  });
+  auto nested = load(d);
+  ASSERT_NE(nested, nullptr);
+  EXPECT_EQ(nested->kv_geometry().group_kv_heads(0), 4);
+  EXPECT_TRUE(same_bits(want, flat_logits(*nested, seq, {90})));
+  EXPECT_TRUE(same_bits(want, paged_logits(*nested, seq, {17, 40})));
+}
+
+// Bad combinations of the full-layer shape fields: InvalidArgument naming the field.
+TEST(GemmaConfigTest, BadFullLayerShapesAreRejectedByName) {
+  struct Bad {
+    const char* field;  // must appear in the message
+    std::function<void(nlohmann::json&)> edit;
+  };
+  const std::vector<Bad> bad = {
+      // transformers' default global_head_dim is 512: tensors of 32 do not fit.
+      {"global_head_dim", [](nlohmann::json& c) { c.erase("global_head_dim"); }},
+      {"global_head_dim", [](nlohmann::json& c) { c["global_head_dim"] = 33; }},
+      {"num_global_key_value_heads",
+       [](nlohmann::json& c) { c["num_global_key_value_heads"] = 3; }},
+      // per_layer_config beside a global_head_dim that says otherwise.
+      {"global_head_dim",
+       [](nlohmann::json& c) {
+         c["per_layer_config"] = {{"2", {{"head_dim", 16}, {"num_key_value_heads", 4}}},
+                                  {"5", {{"head_dim", 16}, {"num_key_value_heads", 4}}}};
+       }},
+      // Two full layers of different shapes cannot share one cache group.
+      {"per_layer_config",
+       [](nlohmann::json& c) {
+         c.erase("global_head_dim");
+         c.erase("num_global_key_value_heads");
+         c["per_layer_config"] = {{"2", {{"head_dim", 32}, {"num_key_value_heads", 4}}},
+                                  {"5", {{"head_dim", 64}, {"num_key_value_heads", 4}}}};
+       }},
+      {"per_layer_config.2",
+       [](nlohmann::json& c) {
+         c.erase("global_head_dim");
+         c["per_layer_config"] = {{"2", {{"sliding_window", 8}}}};
+       }},
+      {"per_layer_config",
+       [](nlohmann::json& c) {
+         c.erase("global_head_dim");
+         c["per_layer_config"] = {{"9", {{"head_dim", 32}}}};
+       }},
+  };
+  for (const auto& b : bad) {
+    auto m = load_model(copy_with_config(fixture(kTinyGlobal), "badshape", b.edit));
     ASSERT_FALSE(m.ok()) << b.field;
     EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << b.field;
     EXPECT_NE(m.status().message().find(b.field), std::string::npos) << m.status().message();
@@ -599,7 +747,8 @@ TEST_P(GemmaPresetTest, LoadsAndEveryPathAgrees) {
 INSTANTIATE_TEST_SUITE_P(Presets, GemmaPresetTest,
                          ::testing::Values(std::make_pair("gemma3_text", "tiny"),
                                            std::make_pair("gemma4_text", "tiny"),
-                                           std::make_pair("gemma4_text", "tiny-moe")),
+                                           std::make_pair("gemma4_text", "tiny-moe"),
+                                           std::make_pair("gemma4_text", "tiny-global")),
                          [](const auto& info) {
                            std::string n = info.param.first + "_" + info.param.second;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -15,13 +15,17 @@
 //     partial RoPE; attention_k_eq_v (full layers reuse k_proj for v); an optional
 //     MoE block beside the MLP; a learned per-layer output scalar.
 // KV geometry: one full-attention group and one sliding-window group (those that
-// occur), layer_group per layer. Tensor names are Hugging Face's; a checkpoint of
-// the multimodal wrapper (nested text_config, tensors under model.language_model.,
-// both resolved by Checkpoint, or language_model.model. of transformers 4.x) is
-// read for its text part. docs/gemma.md lists the supported config fields.
+// occur), layer_group per layer; each group has its layers' K/V row shape
+// (gemma4_text full layers: global_head_dim, and with attention_k_eq_v
+// num_global_key_value_heads, or per_layer_config), so a group's pool and the
+// flat cache hold its layers' rows at their own size. Tensor names are Hugging Face's; a checkpoint
+// of the multimodal wrapper (nested text_config, tensors under model.language_model., both resolved
+// by Checkpoint, or language_model.model. of transformers 4.x) is read for its text part.
+// docs/gemma.md lists the supported config fields.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "backend/half.h"
 #include "model/gemma_ops.h"
@@ -35,7 +39,9 @@ namespace {
 struct GemmaLayer {
   bool sliding = false;
   int32_t window = 0;
-  int32_t kv_source = -1;  // KV-shared: the anchor layer; else -1
+  int32_t kv_heads = 0, head_dim = 0;        // this layer's K/V row shape (its group's)
+  const backend::Weight* ones_hd = nullptr;  // [head_dim] ones: the scale-free v norm
+  int32_t kv_source = -1;                    // KV-shared: the anchor layer; else -1
   WeightPtr input_norm, post_attn_norm, pre_ff_norm, post_ff_norm;
   // Attention.
   WeightPtr q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm;
@@ -83,14 +89,15 @@ class GemmaModel : public Model {
   float attn_scale_ = 1.0f;
   float attn_softcap_ = 0.0f;
   float final_softcap_ = 0.0f;
-  int32_t num_heads_ = 0, num_kv_heads_ = 0, head_dim_ = 0;
+  int32_t num_heads_ = 0;
   // Per-layer input embeddings (gemma4; ple_dim_ == 0: none).
   int32_t ple_dim_ = 0, ple_vocab_ = 0;
   float ple_embed_scale_ = 1.0f;
   WeightPtr ple_embed_, ple_model_proj_, ple_proj_norm_;
   int32_t top_k_ = 0;
-  std::vector<float> ones_storage_;  // the weight of scale-free RMSNorms (v, router)
-  WeightPtr ones_hd_, ones_h_;
+  std::vector<float> ones_storage_;       // the weight of scale-free RMSNorms (v, router)
+  std::map<int64_t, WeightPtr> ones_hd_;  // per head_dim in use
+  WeightPtr ones_h_;
   WeightPtr embed_, final_norm_, lm_head_owned_;
   const backend::Weight* lm_head_ = nullptr;
   std::vector<GemmaLayer> layers_;
@@ -142,6 +149,110 @@ StatusOr<std::vector<float>> host_vector(const Checkpoint& ckpt, const std::stri
                                          int64_t n) {
   PKV_ASSIGN_OR_RETURN(const TensorInfo* t, ckpt.require(name, {n}));
   return tensor_to_f32(*t);
+}
+
+struct KVShape {
+  int32_t kv_heads = 0, head_dim = 0;
+  bool operator==(const KVShape&) const = default;
+};
+
+std::string shape_str(const KVShape& s) {
+  return std::to_string(s.kv_heads) + " KV heads x head_dim " + std::to_string(s.head_dim);
+}
+
+// Gemma 4's K/V row shape per layer, as transformers builds Gemma4TextAttention:
+//  - `per_layer_config` (written by transformers versions that have it; {} =
+//    no overrides) is authoritative: layer index -> {head_dim, num_key_value_heads};
+//  - otherwise full-attention layers have head_dim `global_head_dim` (absent:
+//    512, transformers' default; null: head_dim) and, with attention_k_eq_v,
+//    num_key_value_heads `num_global_key_value_heads` (absent or null: the
+//    sliding layers'); sliding layers have head_dim / num_key_value_heads.
+// Every layer of one type must end with one shape (one cache group, one pool
+// shape); a global_head_dim / num_global_key_value_heads beside a
+// per_layer_config that says otherwise is refused (which one wins differs
+// between transformers versions).
+StatusOr<std::vector<KVShape>> gemma4_layer_shapes(const ConfigReader& c, const ModelConfig& mc,
+                                                   const std::vector<std::string>& types,
+                                                   bool k_eq_v) {
+  const int32_t L = mc.num_hidden_layers;
+  const KVShape base{mc.num_key_value_heads, mc.head_dim};
+  std::vector<KVShape> shapes(static_cast<size_t>(L), base);
+  auto check = [&](const char* field, int64_t heads, int64_t hd) -> Status {
+    if (hd <= 0 || hd > 1024 || hd % 2 != 0)
+      return c.error(field, "head_dim " + std::to_string(hd) + " must be even and in [2, 1024]");
+    if (heads <= 0 || heads > mc.num_attention_heads || mc.num_attention_heads % heads != 0)
+      return c.error(field, std::to_string(heads) + " KV heads must divide num_attention_heads (" +
+                                std::to_string(mc.num_attention_heads) + ")");
+    return ok_status();
+  };
+  // The classic fields.
+  std::optional<int64_t> global_hd, global_kvh;
+  if (c.has("global_head_dim")) {
+    PKV_ASSIGN_OR_RETURN(int64_t v, c.get_int("global_head_dim"));
+    global_hd = v;
+  }
+  if (c.has("num_global_key_value_heads")) {
+    PKV_ASSIGN_OR_RETURN(int64_t v, c.get_int("num_global_key_value_heads"));
+    global_kvh = v;
+  }
+  KVShape full = base;
+  full.head_dim = static_cast<int32_t>(
+      global_hd.value_or(c.json().contains("global_head_dim") ? mc.head_dim : 512));
+  if (k_eq_v && global_kvh) full.kv_heads = static_cast<int32_t>(*global_kvh);
+  if (global_hd) PKV_RETURN_IF_ERROR(check("global_head_dim", base.kv_heads, *global_hd));
+  if (k_eq_v && global_kvh)
+    PKV_RETURN_IF_ERROR(check("num_global_key_value_heads", *global_kvh, full.head_dim));
+  if (!c.has("per_layer_config")) {
+    for (int32_t i = 0; i < L; ++i)
+      if (types[i] == "full_attention") shapes[i] = full;
+    return shapes;
+  }
+  // per_layer_config: {"<layer>": {"head_dim": .., "num_key_value_heads": ..}}.
+  const nlohmann::json& plc = c.json()["per_layer_config"];
+  if (!plc.is_object())
+    return c.error("per_layer_config", "must be an object of layer index -> overrides");
+  for (const auto& [key, over] : plc.items()) {
+    int64_t layer = -1;
+    try {
+      size_t used = 0;
+      layer = std::stoll(key, &used);
+      if (used != key.size()) layer = -1;
+    } catch (...) {
+      layer = -1;
+    }
+    const std::string where = "per_layer_config." + key;
+    if (layer < 0 || layer >= L)
+      return c.error("per_layer_config",
+                     "key '" + key + "' is not a layer index in [0, " + std::to_string(L) + ")");
+    if (!over.is_object()) return c.error(where.c_str(), "must be an object of overrides");
+    KVShape& sh = shapes[static_cast<size_t>(layer)];
+    for (const auto& [name, val] : over.items()) {
+      if (name != "head_dim" && name != "num_key_value_heads")
+        return c.error(where.c_str(), "override '" + name +
+                                          "' is not supported (supported: head_dim, "
+                                          "num_key_value_heads)");
+      if (!val.is_number_integer())
+        return c.error((where + "." + name).c_str(), "must be an integer");
+      (name == "head_dim" ? sh.head_dim : sh.kv_heads) =
+          static_cast<int32_t>(std::clamp<int64_t>(val.get<int64_t>(), INT32_MIN, INT32_MAX));
+    }
+    PKV_RETURN_IF_ERROR(check(where.c_str(), sh.kv_heads, sh.head_dim));
+  }
+  // A classic field beside it must agree with what it says for full layers.
+  for (int32_t i = 0; i < L; ++i) {
+    if (types[i] != "full_attention") continue;
+    if (global_hd && shapes[i].head_dim != *global_hd)
+      return c.error("global_head_dim",
+                     "is " + std::to_string(*global_hd) + " but per_layer_config gives layer " +
+                         std::to_string(i) + " head_dim " + std::to_string(shapes[i].head_dim) +
+                         "; give one of them");
+    if (k_eq_v && global_kvh && shapes[i].kv_heads != *global_kvh)
+      return c.error("num_global_key_value_heads",
+                     "is " + std::to_string(*global_kvh) + " but per_layer_config gives layer " +
+                         std::to_string(i) + " " + std::to_string(shapes[i].kv_heads) +
+                         " KV heads; give one of them");
+  }
+  return shapes;
 }
 
 StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkpoint> ckpt,
@@ -232,7 +343,7 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
       return c.error("use_bidirectional_attention",
                      "bidirectional attention is not supported (causal decoding only)");
   }
-  if (c.has("per_layer_config") && !c.json()["per_layer_config"].empty())
+  if (!g4 && c.has("per_layer_config") && !c.json()["per_layer_config"].empty())
     return c.error("per_layer_config", "a non-empty per_layer_config is not supported");
 
   const int32_t L = mc.num_hidden_layers;
@@ -278,7 +389,6 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
   // gemma4 extras.
   int64_t num_shared = 0, num_experts = 0, top_k = 0, moe_inter = 0;
   bool k_eq_v = false, enable_moe = false, double_wide = false;
-  int32_t full_kv_heads = mc.num_key_value_heads, full_head_dim = mc.head_dim;
   if (g4) {
     int64_t ple;
     PKV_ASSIGN_OR_RETURN(ple, c.get_int_or("hidden_size_per_layer_input", 256));
@@ -292,12 +402,6 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
     if (num_shared < 0 || num_shared >= L)
       return c.error("num_kv_shared_layers", "must be in [0, num_hidden_layers)");
     PKV_ASSIGN_OR_RETURN(k_eq_v, c.get_bool_or("attention_k_eq_v", false));
-    if (k_eq_v && c.has("num_global_key_value_heads")) {
-      PKV_ASSIGN_OR_RETURN(full_kv_heads, read_positive(c, "num_global_key_value_heads", 1));
-    }
-    if (c.has("global_head_dim")) {
-      PKV_ASSIGN_OR_RETURN(full_head_dim, read_positive(c, "global_head_dim", 1));
-    }
     PKV_ASSIGN_OR_RETURN(double_wide, c.get_bool_or("use_double_wide_mlp", false));
     PKV_ASSIGN_OR_RETURN(enable_moe, c.get_bool_or("enable_moe_block", false));
     if (enable_moe) {
@@ -313,22 +417,27 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
   }
   bool has_full = false, has_sliding = false;
   for (const auto& t : layer_types) (t == "full_attention" ? has_full : has_sliding) = true;
-  // One KV row shape for every layer (KVGeometry holds one num_kv_heads x head_dim).
-  if (has_full && (full_kv_heads != mc.num_key_value_heads || full_head_dim != mc.head_dim))
-    return c.error(full_head_dim != mc.head_dim ? "global_head_dim" : "num_global_key_value_heads",
-                   "full-attention layers with a KV shape (" + std::to_string(full_kv_heads) +
-                       " x " + std::to_string(full_head_dim) +
-                       ") other than the sliding layers' are not supported yet");
-  if (mc.num_attention_heads % full_kv_heads != 0)
-    return c.error("num_global_key_value_heads", "must divide num_attention_heads");
+  // Each layer's K/V row shape; one per layer type (= per cache group).
+  std::vector<KVShape> shapes(static_cast<size_t>(L), KVShape{mc.num_key_value_heads, mc.head_dim});
+  if (g4) {
+    PKV_ASSIGN_OR_RETURN(shapes, gemma4_layer_shapes(c, mc, layer_types, k_eq_v));
+  }
+  std::map<std::string, std::pair<int32_t, KVShape>> type_shape;  // type -> (first layer, shape)
+  for (int32_t i = 0; i < L; ++i) {
+    auto [it, fresh] = type_shape.try_emplace(layer_types[i], i, shapes[i]);
+    if (!fresh && !(it->second.second == shapes[i]))
+      return c.error("per_layer_config",
+                     "layers " + std::to_string(it->second.first) + " and " + std::to_string(i) +
+                         " (" + layer_types[i] + ") have different KV shapes (" +
+                         shape_str(it->second.second) + " vs " + shape_str(shapes[i]) +
+                         "); each cache group holds one shape");
+  }
 
   m->ckpt_ = ckpt;
   m->be_ = &be;
   m->num_heads_ = mc.num_attention_heads;
-  m->num_kv_heads_ = mc.num_key_value_heads;
-  m->head_dim_ = mc.head_dim;
-  const int64_t H = mc.hidden_size, V = mc.vocab_size, D = mc.head_dim;
-  const int64_t NH = mc.num_attention_heads, KVH = mc.num_key_value_heads;
+  const int64_t H = mc.hidden_size, V = mc.vocab_size;
+  const int64_t NH = mc.num_attention_heads;
   PKV_ASSIGN_OR_RETURN(m->embed_, load_weight(*ckpt, be, pre + "embed_tokens.weight", {V, H}));
   m->embed_scale_ = embedding_scale(std::sqrt(static_cast<double>(H)),
                                     ckpt->find(pre + "embed_tokens.weight")->dtype);
@@ -340,13 +449,20 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
     m->lm_head_ = m->lm_head_owned_.get();
   }
   // Scale-free RMSNorms use a weight of ones (the backend's norm takes a weight).
-  m->ones_storage_.assign(static_cast<size_t>(std::max<int64_t>(H, D)), 1.0f);
-  for (auto [n, dst] : {std::pair<int64_t, WeightPtr*>{D, &m->ones_hd_}, {H, &m->ones_h_}}) {
+  int64_t widest = H;
+  for (const KVShape& sh : shapes) widest = std::max<int64_t>(widest, sh.head_dim);
+  m->ones_storage_.assign(static_cast<size_t>(widest), 1.0f);
+  auto ones = [&](int64_t n) -> StatusOr<WeightPtr> {
     backend::HostTensorView ov;
     ov.rows = 1;
     ov.cols = n;
     ov.data = reinterpret_cast<const std::byte*>(m->ones_storage_.data());
-    PKV_ASSIGN_OR_RETURN(*dst, be.upload(ov));
+    return be.upload(ov);
+  };
+  PKV_ASSIGN_OR_RETURN(m->ones_h_, ones(H));
+  for (const KVShape& sh : shapes) {
+    if (m->ones_hd_.count(sh.head_dim) != 0) continue;
+    PKV_ASSIGN_OR_RETURN(m->ones_hd_[sh.head_dim], ones(sh.head_dim));
   }
   if (m->ple_dim_ > 0) {
     const int64_t LP = static_cast<int64_t>(L) * m->ple_dim_;
@@ -363,17 +479,26 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
         load_weight(*ckpt, be, pre + "per_layer_projection_norm.weight", {m->ple_dim_}));
   }
 
-  // KV geometry: group 0 full (if any), then sliding (if any).
+  // KV geometry: group 0 full (if any), then sliding (if any). The default
+  // shape is the sliding layers' (else the full layers'); a group whose layers
+  // differ declares its own.
   KVGeometry& g = m->geom_;
+  const KVShape base = type_shape.at(has_sliding ? "sliding_attention" : "full_attention").second;
   g.num_layers = L;
-  g.num_kv_heads = mc.num_key_value_heads;
-  g.head_dim = mc.head_dim;
+  g.num_kv_heads = base.kv_heads;
+  g.head_dim = base.head_dim;
   g.block_size = resolve_block_size(options, mc.cache);
   g.dtype = options.kv_dtype;
   int32_t full_group = -1, sliding_group = -1;
   if (has_full) {
     full_group = static_cast<int32_t>(g.groups.size());
     g.groups.push_back(CacheGroup{CacheGroupKind::kFullAttention, 0});
+    const KVShape fs = type_shape.at("full_attention").second;
+    if (!(fs == base)) {
+      g.group_shapes.resize(g.groups.size());
+      g.group_shapes.back().num_kv_heads = fs.kv_heads;
+      g.group_shapes.back().head_dim = fs.head_dim;
+    }
   }
   if (has_sliding) {
     sliding_group = static_cast<int32_t>(g.groups.size());
@@ -382,6 +507,8 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
   g.layer_group.assign(L, -1);
   g.layer_kv_source.assign(L, -1);
 
+  const bool global_hd_defaulted =
+      g4 && !c.json().contains("global_head_dim") && !c.has("per_layer_config");
   const int32_t first_shared = L - static_cast<int32_t>(num_shared);
   m->layers_.resize(L);
   for (int32_t i = 0; i < L; ++i) {
@@ -403,6 +530,10 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
     }
     const bool shared = Y.kv_source >= 0;
     Y.k_eq_v = k_eq_v && !Y.sliding;
+    Y.kv_heads = shapes[i].kv_heads;
+    Y.head_dim = shapes[i].head_dim;
+    Y.ones_hd = m->ones_hd_.at(Y.head_dim).get();
+    const int64_t D = Y.head_dim, KVH = Y.kv_heads;
     const std::string p = pre + "layers." + std::to_string(i) + ".";
     PKV_ASSIGN_OR_RETURN(Y.input_norm, load_weight(*ckpt, be, p + "input_layernorm.weight", {H}));
     PKV_ASSIGN_OR_RETURN(Y.post_attn_norm,
@@ -412,7 +543,16 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
     PKV_ASSIGN_OR_RETURN(Y.post_ff_norm,
                          load_weight(*ckpt, be, p + "post_feedforward_layernorm.weight", {H}));
     const std::string a = p + "self_attn.";
-    PKV_ASSIGN_OR_RETURN(Y.q, load_weight(*ckpt, be, a + "q_proj.weight", {NH * D, H}));
+    {
+      StatusOr<WeightPtr> q = load_weight(*ckpt, be, a + "q_proj.weight", {NH * D, H});
+      // The most likely cause of a wrong full-layer shape: transformers' default.
+      if (!q.ok() && global_hd_defaulted && !Y.sliding)
+        return invalid_argument(q.status().message() +
+                                " (full-attention layers take head_dim from global_head_dim, "
+                                "which is 512 when config.json names neither it nor "
+                                "per_layer_config, as in transformers)");
+      PKV_ASSIGN_OR_RETURN(Y.q, std::move(q));
+    }
     PKV_ASSIGN_OR_RETURN(Y.o, load_weight(*ckpt, be, a + "o_proj.weight", {H, NH * D}));
     PKV_ASSIGN_OR_RETURN(Y.q_norm, load_weight(*ckpt, be, a + "q_norm.weight", {D}));
     if (attn_bias) {
@@ -527,8 +667,11 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
 void GemmaModel::attention(const GemmaLayer& Y, int32_t layer, const ForwardBatch& batch,
                            KVAccess& kv, const float* h, int64_t T, float* out) {
   backend::Backend& be = *be_;
-  const int64_t qd = static_cast<int64_t>(num_heads_) * head_dim_;
-  const int64_t kd = static_cast<int64_t>(num_kv_heads_) * head_dim_;
+  // This layer's shape (a full layer may differ from the sliding ones; a
+  // KV-shared layer has its anchor's, the same type's).
+  const int32_t hd = Y.head_dim, kvh = Y.kv_heads;
+  const int64_t qd = static_cast<int64_t>(num_heads_) * hd;
+  const int64_t kd = static_cast<int64_t>(kvh) * hd;
   ScratchBuffer q(kScratchQ, static_cast<size_t>(T * qd)),
       attn(kScratchAttn, static_cast<size_t>(T * qd));
   ScratchBuffer k(kScratchK, 0), v(kScratchV, 0);
@@ -542,9 +685,9 @@ void GemmaModel::attention(const GemmaLayer& Y, int32_t layer, const ForwardBatc
   };
   auto rope = [&](float* x, int32_t heads) {
     if (Y.proportional) {
-      proportional_rope(x, T, heads, head_dim_, batch.positions.data(), Y.prope);
+      proportional_rope(x, T, heads, hd, batch.positions.data(), Y.prope);
     } else {
-      be.rope(x, T, heads, head_dim_, batch.positions.data(), Y.rope);
+      be.rope(x, T, heads, hd, batch.positions.data(), Y.rope);
     }
   };
   be.matmul(h, T, *Y.q, q.data());
@@ -563,17 +706,17 @@ void GemmaModel::attention(const GemmaLayer& Y, int32_t layer, const ForwardBatc
       be.matmul(h, T, *Y.v, v.data());
       add_bias(v.data(), Y.v_bias.get(), kd);
     }
-    norm(k.data(), T * num_kv_heads_, *Y.k_norm, k.data());
-    rope(k.data(), num_kv_heads_);
+    norm(k.data(), T * kvh, *Y.k_norm, k.data());
+    rope(k.data(), kvh);
     // gemma4: a scale-free RMSNorm on v.
-    if (gemma4_) be.rms_norm(v.data(), T * num_kv_heads_, *ones_hd_, eps_, false, v.data());
+    if (gemma4_) be.rms_norm(v.data(), T * kvh, *Y.ones_hd, eps_, false, v.data());
     for (size_t r = 0; r < batch.rows.size(); ++r) {
       const ForwardRow& row = batch.rows[r];
       for (int32_t i = 0; i < row.num_tokens; ++i) {
         const int64_t t = row.first_token + i;
         const int32_t pos = batch.positions[t];
-        kv.store(kv.k_slot(r, layer, pos), k.data() + t * kd, kd);
-        kv.store(kv.v_slot(r, layer, pos), v.data() + t * kd, kd);
+        kv.store(layer, kv.k_slot(r, layer, pos), k.data() + t * kd, kd);
+        kv.store(layer, kv.v_slot(r, layer, pos), v.data() + t * kd, kd);
       }
     }
   }
@@ -594,8 +737,8 @@ void GemmaModel::attention(const GemmaLayer& Y, int32_t layer, const ForwardBatc
     a.out = attn.data() + row.first_token * qd;
     a.num_tokens = row.num_tokens;
     a.num_heads = num_heads_;
-    a.num_kv_heads = num_kv_heads_;
-    a.head_dim = head_dim_;
+    a.num_kv_heads = kvh;
+    a.head_dim = hd;
     a.positions = batch.positions.data() + row.first_token;
     a.scale = attn_scale_;
     a.tile = bs;
@@ -603,7 +746,7 @@ void GemmaModel::attention(const GemmaLayer& Y, int32_t layer, const ForwardBatc
     a.v_tiles = vt[r].data();
     a.num_tiles = ntiles;
     a.sliding_window = Y.window;
-    a.kv_dtype = kv.element_type();
+    a.kv_dtype = kv.element_type(kv_layer);
   }
   if (attn_softcap_ > 0.0f) {
     for (const auto& a : args) softcapped_attention(a, attn_softcap_);
