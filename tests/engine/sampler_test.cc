@@ -171,3 +171,145 @@ TEST(SamplerFastPathTest, SameTokensAsTheComparatorSort) {
 
 }  // namespace
 }  // namespace pagedkv::engine
+
+namespace pagedkv::engine {
+namespace {
+
+// The greedy rule as the scalar loop had it: first non-NaN, replaced only by a
+// strictly larger value; all-NaN → 0.
+int32_t reference_argmax(std::span<const float> logits) {
+  int32_t best = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i])) continue;
+    if (best < 0 || logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  }
+  return best < 0 ? 0 : best;
+}
+
+// Random rows of several shapes: ties (values on a coarse grid), signed zeros,
+// NaN, ±inf, constant rows, and a wide spread (so the sampler's dropped tail of
+// negligible probabilities is exercised at low temperatures).
+std::vector<float> random_row(std::mt19937& g, size_t n, int kind) {
+  std::vector<float> v(n);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::uniform_int_distribution<size_t> at(0, n - 1);
+  switch (kind % 6) {
+    case 0:  // smooth, few ties
+      for (auto& x : v) x = d(g) * 3.0f;
+      break;
+    case 1:  // coarse grid: many ties
+      for (auto& x : v) x = std::round(d(g) * 2.0f) / 2.0f;
+      break;
+    case 2:  // wide spread: most of the row is far below the top
+      for (auto& x : v) x = d(g) * 60.0f;
+      break;
+    case 3:  // constant row
+      std::fill(v.begin(), v.end(), 1.25f);
+      break;
+    case 4:  // a few peaks over a flat floor, with -inf entries
+      std::fill(v.begin(), v.end(), -20.0f);
+      for (int i = 0; i < 5; ++i) v[at(g)] = 10.0f + static_cast<float>(i % 2);
+      v[at(g)] = -INFINITY;
+      break;
+    default:  // zeros of both signs as the maximum, NaNs around
+      for (auto& x : v) x = -std::fabs(std::round(d(g) * 4.0f)) / 4.0f;
+      v[at(g)] = -0.0f;
+      v[at(g)] = 0.0f;
+      break;
+  }
+  if (kind % 2 == 0) v[at(g)] = std::nanf("");
+  return v;
+}
+
+TEST(SamplerFastPathTest, GreedyMatchesTheScalarLoop) {
+  std::mt19937 g(11);
+  for (size_t n : {1ul, 3ul, 15ul, 16ul, 17ul, 100ul, 4099ul}) {
+    for (int kind = 0; kind < 24; ++kind) {
+      std::vector<float> v = random_row(g, n, kind);
+      ASSERT_EQ(argmax(v), reference_argmax(v)) << "n " << n << " kind " << kind;
+    }
+  }
+  std::vector<float> nan(40, std::nanf(""));
+  EXPECT_EQ(argmax(nan), 0);
+  nan[33] = -INFINITY;
+  EXPECT_EQ(argmax(nan), 33);
+  std::vector<float> inf(40, -INFINITY);
+  inf[0] = std::nanf("");
+  EXPECT_EQ(argmax(inf), 1);
+  std::vector<float> z(40, -1.0f);
+  z[20] = -0.0f;
+  z[31] = 0.0f;
+  EXPECT_EQ(argmax(z), 20);
+  z[37] = INFINITY;
+  EXPECT_EQ(argmax(z), 37);
+}
+
+// Every setting against the comparator sort: temperatures from near-greedy to
+// hot, top-k from 1 past the vocabulary (both sides of the partial-selection /
+// radix-sort switch), top-p and min-p on and off, many seeds and positions.
+TEST(SamplerFastPathTest, EverySettingMatchesTheFullSortReference) {
+  std::mt19937 g(2024);
+  int compared = 0;
+  for (size_t n : {2ul, 7ul, 64ul, 1000ul, 5000ul}) {
+    const std::vector<int32_t> ks = {0,
+                                     1,
+                                     3,
+                                     40,
+                                     static_cast<int32_t>(n / 8),
+                                     static_cast<int32_t>(n / 8 + 1),
+                                     static_cast<int32_t>(n - 1),
+                                     static_cast<int32_t>(n),
+                                     static_cast<int32_t>(n + 5)};
+    for (int kind = 0; kind < 12; ++kind) {
+      const std::vector<float> v = random_row(g, n, kind);
+      for (double t : {0.0, 0.02, 0.3, 1.0, 2.5}) {
+        for (int32_t k : ks) {
+          if (k < 0) continue;
+          for (double top_p : {1.0, 0.9, 0.3}) {
+            for (double min_p : {0.0, 0.05}) {
+              SamplingParams p;
+              p.temperature = t;
+              p.top_k = k;
+              p.top_p = top_p;
+              p.min_p = min_p;
+              p.seed = g();
+              for (int64_t pos = 0; pos < 3; ++pos) {
+                const int32_t want = t == 0 ? reference_argmax(v) : reference_sample(v, p, pos);
+                ASSERT_EQ(sample_token(v, p, pos), want)
+                    << "n " << n << " kind " << kind << " T " << t << " k " << k << " top_p "
+                    << top_p << " min_p " << min_p << " pos " << pos;
+                ++compared;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 10000);
+}
+
+// The Qwen3 vocabulary size: the radix sort's three passes, the dropped tail
+// (wide spread, low temperature) and top-k's threshold filter at full scale.
+TEST(SamplerFastPathTest, FullVocabularyMatchesTheReference) {
+  std::mt19937 g(5);
+  const size_t n = 151936;
+  for (int kind : {0, 1, 2, 4}) {
+    const std::vector<float> v = random_row(g, n, kind);
+    for (double t : {0.05, 0.8}) {
+      for (int32_t k : {0, 50}) {
+        SamplingParams p;
+        p.temperature = t;
+        p.top_k = k;
+        p.top_p = kind == 1 ? 0.95 : 1.0;
+        p.seed = 77 + static_cast<uint64_t>(kind);
+        for (int64_t pos = 0; pos < 4; ++pos)
+          ASSERT_EQ(sample_token(v, p, pos), reference_sample(v, p, pos))
+              << "kind " << kind << " T " << t << " k " << k << " pos " << pos;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pagedkv::engine
