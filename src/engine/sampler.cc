@@ -5,10 +5,10 @@
 // this file computes exactly the same doubles in exactly the same order, and only
 // avoids work that cannot change them:
 //  * greedy: a vectorizable max pass, then the first id holding that value;
-//  * top-k (k small against the vocabulary): a threshold filter keeps every
-//    element that can still be among the k best (the k-th best so far is the
-//    threshold), then nth_element + sort of those few keys — the k best keys of
-//    a total order are unique, so the kept list is the reference's;
+//  * top-k (k <= vocabulary / 8): the smallest of the maxima of k disjoint
+//    blocks is a threshold no larger than the k-th best value; the few entries
+//    at or above it are ordered by nth_element + sort — the k best keys of a
+//    total order are unique, so the kept list is the reference's;
 //  * otherwise: one stable LSD radix sort of 32-bit order keys (ids enter in
 //    ascending order, so ties keep ascending ids — the comparator's order), over
 //    the elements whose probability can matter. An element with
@@ -128,32 +128,28 @@ void radix_sort_keys(std::vector<uint64_t>* a, std::vector<uint64_t>* tmp, Histo
 }
 
 // The keys of the k best (logit, id) among the non-NaN entries (all of them
-// when there are at most k), ascending.
+// when there are at most k), ascending. 1 <= k <= n / 8.
 void select_top_k(const float* x, size_t n, size_t k, std::vector<uint64_t>* buf) {
+  // k disjoint blocks: each block's maximum is a different entry, so at least k
+  // entries are >= t, the smallest block maximum, and the k best are all >= t.
+  // (A block of NaNs has no maximum, t = -inf: every entry is a candidate.)
+  const size_t block = n / k;
+  float t = std::numeric_limits<float>::infinity();
+  for (size_t b = 0; b < k; ++b) {
+    const float m = max_not_nan(x + b * block, block);
+    t = m < t ? m : t;
+  }
   buf->clear();
-  const size_t cap = std::max<size_t>(4 * k, 1024);
-  buf->reserve(cap);
-  float thr = -std::numeric_limits<float>::infinity();
-  bool strict = false;  // after the first cut: only values above the k-th best
-  auto push = [&](size_t i) {
-    const float v = x[i];
-    if (strict ? !(v > thr) : !(v >= thr)) return;  // NaN never passes
-    buf->push_back(order_key(v, static_cast<int32_t>(i)));
-    if (buf->size() == cap) {
-      std::nth_element(buf->begin(), buf->begin() + static_cast<long>(k) - 1, buf->end());
-      buf->resize(k);
-      thr = key_logit((*buf)[k - 1]);  // a later id with this value ranks below it
-      strict = true;
-    }
-  };
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     int hit = 0;
-    for (size_t j = 0; j < kLanes; ++j) hit |= x[i + j] >= thr;
+    for (size_t j = 0; j < kLanes; ++j) hit |= x[i + j] >= t;
     if (!hit) continue;
-    for (size_t j = 0; j < kLanes; ++j) push(i + j);
+    for (size_t j = i; j < i + kLanes; ++j)
+      if (x[j] >= t) buf->push_back(order_key(x[j], static_cast<int32_t>(j)));
   }
-  for (; i < n; ++i) push(i);
+  for (; i < n; ++i)
+    if (x[i] >= t) buf->push_back(order_key(x[i], static_cast<int32_t>(i)));
   if (buf->size() > k) {
     std::nth_element(buf->begin(), buf->begin() + static_cast<long>(k) - 1, buf->end());
     buf->resize(k);
@@ -190,6 +186,51 @@ void sorted_candidates(const float* x, size_t n, double inv_t, size_t k,
   keys->resize(cnt);
   radix_sort_keys(keys, tmp, &hist);
   if (k > 0 && k < keys->size()) keys->resize(k);
+}
+
+// The pipeline after the order (the same code for the fast paths and the
+// reference): softmax over the n ordered candidates (logit_of(i), id_of(i) for
+// rank i), top-p, min-p, renormalize, inverse-CDF draw; sums in double, in rank order.
+template <class LogitOf, class IdOf>
+int32_t draw_ordered(size_t n, LogitOf logit_of, IdOf id_of, const SamplingParams& p,
+                     int64_t position, std::vector<double>* prob_buf) {
+  const double inv_t = 1.0 / p.temperature;
+  // A -0 read back from a key as +0 gives the same differences from top (and
+  // exp(±0) = 1), so the order keys can stand in for the logits.
+  const double top = static_cast<double>(logit_of(0)) * inv_t;
+  std::vector<double>& prob = *prob_buf;
+  prob.resize(n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    prob[i] = std::exp(static_cast<double>(logit_of(i)) * inv_t - top);
+    sum += prob[i];
+  }
+  for (double& v : prob) v /= sum;
+  if (p.top_p < 1.0) {
+    double cum = 0;
+    size_t k = 0;
+    while (k < prob.size()) {
+      cum += prob[k];
+      ++k;
+      if (cum >= p.top_p) break;
+    }
+    prob.resize(k);
+  }
+  if (p.min_p > 0) {
+    double thr = p.min_p * prob[0];
+    size_t k = 1;
+    while (k < prob.size() && prob[k] >= thr) ++k;
+    prob.resize(k);
+  }
+  double total = 0;
+  for (double v : prob) total += v;
+  double u = uniform_for(p.seed, position) * total;
+  double cum = 0;
+  for (size_t i = 0; i < prob.size(); ++i) {
+    cum += prob[i];
+    if (u < cum) return id_of(i);
+  }
+  return id_of(prob.size() - 1);
 }
 
 }  // namespace
@@ -251,43 +292,38 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
     sorted_candidates(x, n, inv_t, k, &keys, &sc.tmp);
   }
   if (keys.empty()) return 0;
-  // From here on, the reference pipeline over the ordered candidates.
-  const double top = static_cast<double>(x[key_id(keys[0])]) * inv_t;
-  std::vector<double>& prob = sc.prob;
-  prob.resize(keys.size());
-  double sum = 0;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    // The key holds the logit (a -0 as +0: the same difference from top, or a
-    // zero of the other sign, whose exp is 1 either way) — no gather from x.
-    prob[i] = std::exp(static_cast<double>(key_logit(keys[i])) * inv_t - top);
-    sum += prob[i];
+  return draw_ordered(
+      keys.size(), [&](size_t i) { return key_logit(keys[i]); },
+      [&](size_t i) { return key_id(keys[i]); }, p, position, &sc.prob);
+}
+
+int32_t argmax_reference(std::span<const float> logits) {
+  int32_t best = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i])) continue;
+    if (best < 0 || logits[i] > logits[best]) best = static_cast<int32_t>(i);
   }
-  for (double& v : prob) v /= sum;
-  if (p.top_p < 1.0) {
-    double cum = 0;
-    size_t kk = 0;
-    while (kk < prob.size()) {
-      cum += prob[kk];
-      ++kk;
-      if (cum >= p.top_p) break;
-    }
-    prob.resize(kk);
-  }
-  if (p.min_p > 0) {
-    double thr = p.min_p * prob[0];
-    size_t kk = 1;
-    while (kk < prob.size() && prob[kk] >= thr) ++kk;
-    prob.resize(kk);
-  }
-  double total = 0;
-  for (double v : prob) total += v;
-  double u = uniform_for(p.seed, position) * total;
-  double cum = 0;
-  for (size_t i = 0; i < prob.size(); ++i) {
-    cum += prob[i];
-    if (u < cum) return key_id(keys[i]);
-  }
-  return key_id(keys[prob.size() - 1]);
+  return best < 0 ? 0 : best;
+}
+
+int32_t sample_token_reference(std::span<const float> logits, const SamplingParams& p,
+                               int64_t position) {
+  if (p.temperature <= 0 || logits.empty()) return argmax_reference(logits);
+  std::vector<int32_t> idx;
+  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i)
+    if (!std::isnan(logits[i])) idx.push_back(i);
+  if (idx.empty()) return 0;
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  size_t keep = idx.size();
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = static_cast<size_t>(p.top_k);
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<long>(keep), idx.end(), by_logit);
+  idx.resize(keep);
+  std::vector<double> prob;
+  return draw_ordered(
+      idx.size(), [&](size_t i) { return logits[idx[i]]; }, [&](size_t i) { return idx[i]; }, p,
+      position, &prob);
 }
 
 }  // namespace pagedkv::engine

@@ -105,49 +105,6 @@ TEST(SamplerTest, StopTokens) {
 namespace pagedkv::engine {
 namespace {
 
-// Issue 11's fast path (integer keys, nth_element for top-k) against the plain
-// comparator sort it replaced: the same tokens for every position and setting,
-// with ties, signed zeros and NaNs among the logits.
-int32_t reference_sample(std::span<const float> logits, const SamplingParams& p, int64_t position) {
-  std::vector<int32_t> idx;
-  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i)
-    if (!std::isnan(logits[i])) idx.push_back(i);
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  size_t keep = idx.size();
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = static_cast<size_t>(p.top_k);
-  std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
-  idx.resize(keep);
-  const double inv_t = 1.0 / p.temperature;
-  const double top = static_cast<double>(logits[idx[0]]) * inv_t;
-  std::vector<double> prob(idx.size());
-  double sum = 0;
-  for (size_t i = 0; i < idx.size(); ++i) sum += (prob[i] = std::exp(logits[idx[i]] * inv_t - top));
-  for (double& v : prob) v /= sum;
-  if (p.top_p < 1.0) {
-    double cum = 0;
-    size_t k = 0;
-    while (k < prob.size()) {
-      cum += prob[k++];
-      if (cum >= p.top_p) break;
-    }
-    prob.resize(k);
-  }
-  if (p.min_p > 0) {
-    double thr = p.min_p * prob[0];
-    size_t k = 1;
-    while (k < prob.size() && prob[k] >= thr) ++k;
-    prob.resize(k);
-  }
-  double total = 0;
-  for (double v : prob) total += v;
-  double u = uniform_for(p.seed, position) * total, cum = 0;
-  for (size_t i = 0; i < prob.size(); ++i)
-    if (u < (cum += prob[i])) return idx[i];
-  return idx[prob.size() - 1];
-}
-
 TEST(SamplerFastPathTest, SameTokensAsTheComparatorSort) {
   std::mt19937 g(7);
   std::normal_distribution<float> d(0.0f, 2.0f);
@@ -164,7 +121,7 @@ TEST(SamplerFastPathTest, SameTokensAsTheComparatorSort) {
     p.min_p = trial % 5 == 0 ? 0.05 : 0.0;
     p.seed = 1234 + trial;
     for (int64_t pos = 0; pos < 20; ++pos)
-      ASSERT_EQ(sample_token(logits, p, pos), reference_sample(logits, p, pos))
+      ASSERT_EQ(sample_token(logits, p, pos), sample_token_reference(logits, p, pos))
           << "trial " << trial << " pos " << pos;
   }
 }
@@ -175,25 +132,14 @@ TEST(SamplerFastPathTest, SameTokensAsTheComparatorSort) {
 namespace pagedkv::engine {
 namespace {
 
-// The greedy rule as the scalar loop had it: first non-NaN, replaced only by a
-// strictly larger value; all-NaN → 0.
-int32_t reference_argmax(std::span<const float> logits) {
-  int32_t best = -1;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (std::isnan(logits[i])) continue;
-    if (best < 0 || logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  }
-  return best < 0 ? 0 : best;
-}
-
 // Random rows of several shapes: ties (values on a coarse grid), signed zeros,
-// NaN, ±inf, constant rows, and a wide spread (so the sampler's dropped tail of
+// NaN (single, and a run over half the row), ±inf, constant rows, and a wide spread (so the sampler's dropped tail of
 // negligible probabilities is exercised at low temperatures).
 std::vector<float> random_row(std::mt19937& g, size_t n, int kind) {
   std::vector<float> v(n);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::uniform_int_distribution<size_t> at(0, n - 1);
-  switch (kind % 6) {
+  switch (kind % 7) {
     case 0:  // smooth, few ties
       for (auto& x : v) x = d(g) * 3.0f;
       break;
@@ -211,6 +157,10 @@ std::vector<float> random_row(std::mt19937& g, size_t n, int kind) {
       for (int i = 0; i < 5; ++i) v[at(g)] = 10.0f + static_cast<float>(i % 2);
       v[at(g)] = -INFINITY;
       break;
+    case 6:  // a run of NaNs over the first half (whole blocks without a maximum)
+      for (auto& x : v) x = std::round(d(g) * 3.0f) / 3.0f;
+      std::fill(v.begin(), v.begin() + static_cast<long>(n / 2), std::nanf(""));
+      break;
     default:  // zeros of both signs as the maximum, NaNs around
       for (auto& x : v) x = -std::fabs(std::round(d(g) * 4.0f)) / 4.0f;
       v[at(g)] = -0.0f;
@@ -226,7 +176,7 @@ TEST(SamplerFastPathTest, GreedyMatchesTheScalarLoop) {
   for (size_t n : {1ul, 3ul, 15ul, 16ul, 17ul, 100ul, 4099ul}) {
     for (int kind = 0; kind < 24; ++kind) {
       std::vector<float> v = random_row(g, n, kind);
-      ASSERT_EQ(argmax(v), reference_argmax(v)) << "n " << n << " kind " << kind;
+      ASSERT_EQ(argmax(v), argmax_reference(v)) << "n " << n << " kind " << kind;
     }
   }
   std::vector<float> nan(40, std::nanf(""));
@@ -274,7 +224,8 @@ TEST(SamplerFastPathTest, EverySettingMatchesTheFullSortReference) {
               p.min_p = min_p;
               p.seed = g();
               for (int64_t pos = 0; pos < 3; ++pos) {
-                const int32_t want = t == 0 ? reference_argmax(v) : reference_sample(v, p, pos);
+                const int32_t want =
+                    t == 0 ? argmax_reference(v) : sample_token_reference(v, p, pos);
                 ASSERT_EQ(sample_token(v, p, pos), want)
                     << "n " << n << " kind " << kind << " T " << t << " k " << k << " top_p "
                     << top_p << " min_p " << min_p << " pos " << pos;
@@ -304,7 +255,7 @@ TEST(SamplerFastPathTest, FullVocabularyMatchesTheReference) {
         p.top_p = kind == 1 ? 0.95 : 1.0;
         p.seed = 77 + static_cast<uint64_t>(kind);
         for (int64_t pos = 0; pos < 4; ++pos)
-          ASSERT_EQ(sample_token(v, p, pos), reference_sample(v, p, pos))
+          ASSERT_EQ(sample_token(v, p, pos), sample_token_reference(v, p, pos))
               << "kind " << kind << " T " << t << " k " << k << " pos " << pos;
       }
     }
