@@ -4,7 +4,7 @@
 # versions of the files a branch changed, same relative paths) — then issue 11's
 # short table (prefill, decode at 1/8/32 requests, op profiles) run A B A B in
 # one call, so both builds see the same machine (figures move a lot between
-# machine starts). Exactness tests of the B build run first.
+# machine starts). Exactness tests and bench_sampler of the B build run first.
 # Usage (device tool, in a copy of the tree, after `source .devslim/setup.sh`):
 #   bash bench/model/device_ab_issue11.sh BASE_DIR
 set -u
@@ -14,11 +14,12 @@ BASE=$(cd "${1:?usage: device_ab_issue11.sh BASE_DIR}" && pwd)
 cat $OUT/lscpu.txt
 t0=$(date +%s)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPAGEDKV_BUILD_BENCH=ON -DPAGEDKV_CUDA=OFF > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
-T="bench_model_throughput engine_sampler_tests engine_parity_tests engine_tests"
+T="bench_model_throughput bench_sampler engine_sampler_tests engine_parity_tests engine_tests"
 cmake --build build -j16 --target $T >> $OUT/build.log 2>&1 || { grep -B2 -A8 error $OUT/build.log | head -60; exit 1; }
 echo "build B: $(( $(date +%s) - t0 )) s"
 ( ./build/tests/engine/engine_sampler_tests; ./build/tests/engine/engine_parity_tests; ./build/tests/engine/engine_tests ) > $OUT/tests.log 2>&1
 grep -E "PASSED|FAILED" $OUT/tests.log
+./build/bench/engine/bench_sampler 20 > $OUT/sampler.txt 2>&1; cat $OUT/sampler.txt
 cp build/bench/model/bench_model_throughput /tmp/bench_B
 mkdir -p /tmp/saved_b
 (cd "$BASE" && find . -type f) | while read -r f; do
