@@ -1,5 +1,7 @@
 // Sampler tests: greedy ties, validation, determinism of the per-position stream,
-// truncation by top-k / top-p / min-p, and the empirical distribution.
+// truncation by top-k / top-p / min-p, the empirical distribution, and issue 11's
+// fast paths against the reference pipeline (sample_token_reference, the full
+// comparator sort) over many random rows and every setting.
 #include "engine/sampler.h"
 
 #include <gtest/gtest.h>
@@ -133,8 +135,9 @@ namespace pagedkv::engine {
 namespace {
 
 // Random rows of several shapes: ties (values on a coarse grid), signed zeros,
-// NaN (single, and a run over half the row), ±inf, constant rows, and a wide spread (so the sampler's dropped tail of
-// negligible probabilities is exercised at low temperatures).
+// NaN (single, and a run over half the row), ±inf, constant rows, and a wide
+// spread (so the sampler's dropped tail of negligible probabilities is exercised
+// at low temperatures).
 std::vector<float> random_row(std::mt19937& g, size_t n, int kind) {
   std::vector<float> v(n);
   std::normal_distribution<float> d(0.0f, 1.0f);
