@@ -178,7 +178,8 @@ class RequestHandle {
   std::atomic<bool> cancel_{false};
   std::atomic<int64_t> admitted_cached_{-1};
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;        // finished_: wait(), wait_for(), next_token()
+  std::condition_variable token_cv_;  // a queued token: next_token() only
   std::deque<int32_t> queue_;
   bool finished_ = false;
   RequestResult result_;

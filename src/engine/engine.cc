@@ -61,6 +61,9 @@ constexpr const char* kEnvMaxBatchedTokens = "PAGEDKV_MAX_NUM_BATCHED_TOKENS";
 constexpr const char* kEnvMaxNumSeqs = "PAGEDKV_MAX_NUM_SEQS";
 constexpr const char* kEnvFreeWatermark = "PAGEDKV_KV_FREE_WATERMARK";
 constexpr const char* kEnvOwnerIdleTimeout = "PAGEDKV_OWNER_IDLE_TIMEOUT_S";
+// The step's reused logits buffer is kept up to this many floats (64 MiB) or one
+// row per sequence of a full batch, whichever is larger.
+constexpr size_t kKeepLogitsFloats = size_t{16} << 20;
 constexpr const char* kEnvCaptureContinue = "PAGEDKV_COLD_CAPTURE_CONTINUE";
 constexpr const char* kEnvSameStepSharing = "PAGEDKV_SAME_STEP_PREFIX_SHARING";
 constexpr const char* kEnvStateCheckpointMb = "PAGEDKV_STATE_CHECKPOINT_MAX_MB";
@@ -230,6 +233,11 @@ class Engine::Impl {
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<uint64_t, std::unique_ptr<Seq>> seqs_;  // every waiting or running request
   EngineStats counters_;
+  // The forward's output, reused step after step (issue 11): a decode step of n
+  // rows fills n × vocab logits, and a fresh vector per step paid the allocation
+  // and page faults of all of them (19 MB at 32 rows of Qwen3's vocabulary).
+  // Its buffer is dropped after a step that needed more than kKeepLogitsFloats.
+  model::ForwardOutput step_out_;
 
   mutable std::mutex stats_mu_;
   EngineStats snapshot_;   // guarded by stats_mu_
@@ -1101,7 +1109,7 @@ StepReport Engine::Impl::step() {
   }
   rep.rows = static_cast<int32_t>(batch.rows.size());
   rep.tokens = batch.num_tokens();
-  model::ForwardOutput out;
+  model::ForwardOutput& out = step_out_;
   const auto t0 = Clock::now();
   Status st = model_->forward(batch, &out);
   counters_.forward_ms += ms_between(t0, Clock::now());
@@ -1192,6 +1200,11 @@ StepReport Engine::Impl::step() {
       ++rep.finished;
     }
   }
+  // A step with many logits rows (prompt logits of a long prompt) does not pin
+  // its buffer for the engine's lifetime.
+  const size_t keep = std::max<size_t>(
+      kKeepLogitsFloats, static_cast<size_t>(max_seqs_) * static_cast<size_t>(vocab_size_));
+  if (out.logits.capacity() > keep) std::vector<float>().swap(out.logits);
   update_stats_snapshot();
   return rep;
 }

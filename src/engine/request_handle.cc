@@ -25,7 +25,7 @@ std::string_view finish_reason_name(FinishReason r) {
 
 std::optional<int32_t> RequestHandle::next_token() {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return !queue_.empty() || finished_; });
+  token_cv_.wait(lk, [&] { return !queue_.empty() || finished_; });
   if (queue_.empty()) return std::nullopt;
   const int32_t t = queue_.front();
   queue_.pop_front();
@@ -62,12 +62,14 @@ void RequestHandle::cancel() {
   if (wake_) wake_();
 }
 
+// A token wakes only a streaming reader (next_token); a caller blocked in
+// wait() sleeps until the finish — one wake-up per request, not per token.
 void RequestHandle::push_token(int32_t token) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     queue_.push_back(token);
   }
-  cv_.notify_all();
+  token_cv_.notify_all();
 }
 
 void RequestHandle::finish(RequestResult result) {
@@ -78,6 +80,7 @@ void RequestHandle::finish(RequestResult result) {
     finished_ = true;
   }
   cv_.notify_all();
+  token_cv_.notify_all();
 }
 
 }  // namespace pagedkv::engine

@@ -33,4 +33,12 @@ double uniform_for(uint64_t seed, int64_t position);
 // Samples the token for absolute position `position` of a request.
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, int64_t position);
 
+// The reference pipeline, slow: a comparator sort of every non-NaN entry, and
+// the scalar greedy loop. sample_token's fast paths (sampler.cc) give exactly
+// its tokens for every setting; tests/engine/sampler_test.cc and
+// bench/engine/bench_sampler compare them.
+int32_t argmax_reference(std::span<const float> logits);
+int32_t sample_token_reference(std::span<const float> logits, const SamplingParams& params,
+                               int64_t position);
+
 }  // namespace pagedkv::engine

@@ -163,6 +163,17 @@ bool resolve_use_block_paged_cache(const CacheConfig& c) {
 }
 
 Status check_logits(const ForwardOutput& out) {
+  // Fast scan first: 16 independent lanes (vectorized); a NaN is the only value
+  // unequal to itself. Only logits with a NaN take the loop that names it.
+  const float* l = out.logits.data();
+  const size_t total = out.logits.size();
+  constexpr size_t kLanes = 16;
+  int nan = 0;
+  size_t j = 0;
+  for (; j + kLanes <= total; j += kLanes)
+    for (size_t b = 0; b < kLanes; ++b) nan |= l[j + b] != l[j + b];
+  for (; j < total; ++j) nan |= l[j] != l[j];
+  if (!nan) return ok_status();
   const size_t v = static_cast<size_t>(out.vocab_size);
   for (size_t i = 0; i < out.logits.size(); ++i) {
     if (!std::isnan(out.logits[i])) continue;
@@ -421,7 +432,9 @@ std::vector<int64_t> requested_logits_tokens(const ForwardBatch& batch, int32_t 
     out->row_count.push_back(n);
   }
   out->vocab_size = vocab_size;
-  out->logits.assign(pick.size() * static_cast<size_t>(vocab_size), 0.0f);
+  // Sized, not cleared: the LM head's matmul writes every element, and a caller
+  // that reuses its ForwardOutput (the engine) pays no fill of n × vocab floats.
+  out->logits.resize(pick.size() * static_cast<size_t>(vocab_size));
   return pick;
 }
 

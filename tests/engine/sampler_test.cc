@@ -1,5 +1,7 @@
 // Sampler tests: greedy ties, validation, determinism of the per-position stream,
-// truncation by top-k / top-p / min-p, and the empirical distribution.
+// truncation by top-k / top-p / min-p, the empirical distribution, and issue 11's
+// fast paths against the reference pipeline (sample_token_reference, the full
+// comparator sort) over many random rows and every setting.
 #include "engine/sampler.h"
 
 #include <gtest/gtest.h>
@@ -105,49 +107,6 @@ TEST(SamplerTest, StopTokens) {
 namespace pagedkv::engine {
 namespace {
 
-// Issue 11's fast path (integer keys, nth_element for top-k) against the plain
-// comparator sort it replaced: the same tokens for every position and setting,
-// with ties, signed zeros and NaNs among the logits.
-int32_t reference_sample(std::span<const float> logits, const SamplingParams& p, int64_t position) {
-  std::vector<int32_t> idx;
-  for (int32_t i = 0; i < static_cast<int32_t>(logits.size()); ++i)
-    if (!std::isnan(logits[i])) idx.push_back(i);
-  auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  size_t keep = idx.size();
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) keep = static_cast<size_t>(p.top_k);
-  std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
-  idx.resize(keep);
-  const double inv_t = 1.0 / p.temperature;
-  const double top = static_cast<double>(logits[idx[0]]) * inv_t;
-  std::vector<double> prob(idx.size());
-  double sum = 0;
-  for (size_t i = 0; i < idx.size(); ++i) sum += (prob[i] = std::exp(logits[idx[i]] * inv_t - top));
-  for (double& v : prob) v /= sum;
-  if (p.top_p < 1.0) {
-    double cum = 0;
-    size_t k = 0;
-    while (k < prob.size()) {
-      cum += prob[k++];
-      if (cum >= p.top_p) break;
-    }
-    prob.resize(k);
-  }
-  if (p.min_p > 0) {
-    double thr = p.min_p * prob[0];
-    size_t k = 1;
-    while (k < prob.size() && prob[k] >= thr) ++k;
-    prob.resize(k);
-  }
-  double total = 0;
-  for (double v : prob) total += v;
-  double u = uniform_for(p.seed, position) * total, cum = 0;
-  for (size_t i = 0; i < prob.size(); ++i)
-    if (u < (cum += prob[i])) return idx[i];
-  return idx[prob.size() - 1];
-}
-
 TEST(SamplerFastPathTest, SameTokensAsTheComparatorSort) {
   std::mt19937 g(7);
   std::normal_distribution<float> d(0.0f, 2.0f);
@@ -164,8 +123,145 @@ TEST(SamplerFastPathTest, SameTokensAsTheComparatorSort) {
     p.min_p = trial % 5 == 0 ? 0.05 : 0.0;
     p.seed = 1234 + trial;
     for (int64_t pos = 0; pos < 20; ++pos)
-      ASSERT_EQ(sample_token(logits, p, pos), reference_sample(logits, p, pos))
+      ASSERT_EQ(sample_token(logits, p, pos), sample_token_reference(logits, p, pos))
           << "trial " << trial << " pos " << pos;
+  }
+}
+
+}  // namespace
+}  // namespace pagedkv::engine
+
+namespace pagedkv::engine {
+namespace {
+
+// Random rows of several shapes: ties (values on a coarse grid), signed zeros,
+// NaN (single, and a run over half the row), ±inf, constant rows, and a wide
+// spread (so the sampler's dropped tail of negligible probabilities is exercised
+// at low temperatures).
+std::vector<float> random_row(std::mt19937& g, size_t n, int kind) {
+  std::vector<float> v(n);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::uniform_int_distribution<size_t> at(0, n - 1);
+  switch (kind % 7) {
+    case 0:  // smooth, few ties
+      for (auto& x : v) x = d(g) * 3.0f;
+      break;
+    case 1:  // coarse grid: many ties
+      for (auto& x : v) x = std::round(d(g) * 2.0f) / 2.0f;
+      break;
+    case 2:  // wide spread: most of the row is far below the top
+      for (auto& x : v) x = d(g) * 60.0f;
+      break;
+    case 3:  // constant row
+      std::fill(v.begin(), v.end(), 1.25f);
+      break;
+    case 4:  // a few peaks over a flat floor, with -inf entries
+      std::fill(v.begin(), v.end(), -20.0f);
+      for (int i = 0; i < 5; ++i) v[at(g)] = 10.0f + static_cast<float>(i % 2);
+      v[at(g)] = -INFINITY;
+      break;
+    case 6:  // a run of NaNs over the first half (whole blocks without a maximum)
+      for (auto& x : v) x = std::round(d(g) * 3.0f) / 3.0f;
+      std::fill(v.begin(), v.begin() + static_cast<long>(n / 2), std::nanf(""));
+      break;
+    default:  // zeros of both signs as the maximum, NaNs around
+      for (auto& x : v) x = -std::fabs(std::round(d(g) * 4.0f)) / 4.0f;
+      v[at(g)] = -0.0f;
+      v[at(g)] = 0.0f;
+      break;
+  }
+  if (kind % 2 == 0) v[at(g)] = std::nanf("");
+  return v;
+}
+
+TEST(SamplerFastPathTest, GreedyMatchesTheScalarLoop) {
+  std::mt19937 g(11);
+  for (size_t n : {1ul, 3ul, 15ul, 16ul, 17ul, 100ul, 4099ul}) {
+    for (int kind = 0; kind < 24; ++kind) {
+      std::vector<float> v = random_row(g, n, kind);
+      ASSERT_EQ(argmax(v), argmax_reference(v)) << "n " << n << " kind " << kind;
+    }
+  }
+  std::vector<float> nan(40, std::nanf(""));
+  EXPECT_EQ(argmax(nan), 0);
+  nan[33] = -INFINITY;
+  EXPECT_EQ(argmax(nan), 33);
+  std::vector<float> inf(40, -INFINITY);
+  inf[0] = std::nanf("");
+  EXPECT_EQ(argmax(inf), 1);
+  std::vector<float> z(40, -1.0f);
+  z[20] = -0.0f;
+  z[31] = 0.0f;
+  EXPECT_EQ(argmax(z), 20);
+  z[37] = INFINITY;
+  EXPECT_EQ(argmax(z), 37);
+}
+
+// Every setting against the comparator sort: temperatures from near-greedy to
+// hot, top-k from 1 past the vocabulary (both sides of the partial-selection /
+// radix-sort switch), top-p and min-p on and off, many seeds and positions.
+TEST(SamplerFastPathTest, EverySettingMatchesTheFullSortReference) {
+  std::mt19937 g(2024);
+  int compared = 0;
+  for (size_t n : {2ul, 7ul, 64ul, 1000ul, 5000ul}) {
+    const std::vector<int32_t> ks = {0,
+                                     1,
+                                     3,
+                                     40,
+                                     static_cast<int32_t>(n / 8),
+                                     static_cast<int32_t>(n / 8 + 1),
+                                     static_cast<int32_t>(n - 1),
+                                     static_cast<int32_t>(n),
+                                     static_cast<int32_t>(n + 5)};
+    for (int kind = 0; kind < 12; ++kind) {
+      const std::vector<float> v = random_row(g, n, kind);
+      for (double t : {0.0, 0.02, 0.3, 1.0, 2.5}) {
+        for (int32_t k : ks) {
+          if (k < 0) continue;
+          for (double top_p : {1.0, 0.9, 0.3}) {
+            for (double min_p : {0.0, 0.05}) {
+              SamplingParams p;
+              p.temperature = t;
+              p.top_k = k;
+              p.top_p = top_p;
+              p.min_p = min_p;
+              p.seed = g();
+              for (int64_t pos = 0; pos < 3; ++pos) {
+                const int32_t want =
+                    t == 0 ? argmax_reference(v) : sample_token_reference(v, p, pos);
+                ASSERT_EQ(sample_token(v, p, pos), want)
+                    << "n " << n << " kind " << kind << " T " << t << " k " << k << " top_p "
+                    << top_p << " min_p " << min_p << " pos " << pos;
+                ++compared;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 10000);
+}
+
+// The Qwen3 vocabulary size: the radix sort's three passes, the dropped tail
+// (wide spread, low temperature) and top-k's threshold filter at full scale.
+TEST(SamplerFastPathTest, FullVocabularyMatchesTheReference) {
+  std::mt19937 g(5);
+  const size_t n = 151936;
+  for (int kind : {0, 1, 2, 4}) {
+    const std::vector<float> v = random_row(g, n, kind);
+    for (double t : {0.05, 0.8}) {
+      for (int32_t k : {0, 50}) {
+        SamplingParams p;
+        p.temperature = t;
+        p.top_k = k;
+        p.top_p = kind == 1 ? 0.95 : 1.0;
+        p.seed = 77 + static_cast<uint64_t>(kind);
+        for (int64_t pos = 0; pos < 4; ++pos)
+          ASSERT_EQ(sample_token(v, p, pos), sample_token_reference(v, p, pos))
+              << "kind " << kind << " T " << t << " k " << k << " pos " << pos;
+      }
+    }
   }
 }
 
