@@ -149,9 +149,11 @@ class Backend {
 };
 
 // A grain for Backend::parallel_for: indices per range so that a range holds at
-// least ~16k multiply-adds (handing a range to another thread costs microseconds).
+// least ~256k multiply-adds (tens of µs on one core). Handing a range to another
+// thread costs ~1 µs on an idle machine but far more on a loaded one, where the
+// worker may not be running (the matmul's threshold reasons the same way).
 inline int64_t grain_for_work(int64_t work_per_index) {
-  constexpr int64_t kMinWork = int64_t{1} << 14;
+  constexpr int64_t kMinWork = int64_t{1} << 18;
   return work_per_index >= kMinWork ? 1 : kMinWork / (work_per_index > 0 ? work_per_index : 1);
 }
 
