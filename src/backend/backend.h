@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,11 +50,23 @@ class Weight {
   int64_t rows_ = 0, cols_ = 0;
 };
 
-// RoPE parameters of one layer type.
+// How a head's dimensions pair up and where the inverse frequencies come from.
+//   kDefault:      pairs (i, i + R/2) for i < R/2, R = rotary_dim (the leading R
+//                  dims rotate, "rotate_half" layout), inverse frequency theta^(-2i/R).
+//   kProportional: Hugging Face rope_type "proportional" (Gemma 4): pairs
+//                  (i, i + D/2) for i < R/2 (D = head_dim, R ≤ D), inverse frequency
+//                  theta^(-2i/D); the other D/2 - R/2 pairs do not rotate.
+enum class RopeKind : uint8_t { kDefault = 0, kProportional = 1 };
+
+// RoPE parameters of one layer type. The angle of pair i at position p is
+// (p / position_scale) · (1 / theta^e / inv_freq_divisor), each step rounded to f32
+// in that order (a divisor or scale of 1 is skipped: the same bits).
 struct RopeParams {
   float theta = 10000.0f;
-  int32_t rotary_dim = 0;       // rotated leading dims of each head (== head_dim unless partial)
+  int32_t rotary_dim = 0;  // rotated dims of each head (0 = head_dim); kProportional: 2·angles
   float position_scale = 1.0f;  // "linear" rope scaling: positions divided by factor
+  RopeKind kind = RopeKind::kDefault;
+  float inv_freq_divisor = 1.0f;  // kProportional's "factor": inverse frequencies divided by it
 };
 
 // Attention of the query tokens of ONE request over its cached keys.
@@ -118,9 +131,31 @@ class Backend {
   virtual void attention_batch(const AttentionArgs* args, size_t count) {
     for (size_t i = 0; i < count; ++i) attention(args[i]);
   }
+  // Calls fn(begin, end) on disjoint ranges covering [0, n), possibly on several
+  // threads at once, and returns when all are done. For host-side loops of the
+  // model layers over independent items (recurrent heads, channels, tokens): the
+  // caller must make each index's computation whole and independent of the others
+  // and of the range it lands in, so the split (a function of n, grain and the
+  // thread count) never changes a bit. Ranges hold at least `grain` indices
+  // (except the last); work below two grains runs inline. fn must not call other
+  // Backend ops (a nested call runs serially). Default: fn(0, n) on the caller.
+  virtual void parallel_for(int64_t n, int64_t grain,
+                            const std::function<void(int64_t begin, int64_t end)>& fn) {
+    (void)grain;
+    if (n > 0) fn(0, n);
+  }
   // One line for --verbose: the backend and the code path it takes on this machine.
   virtual std::string describe() const { return name(); }
 };
+
+// A grain for Backend::parallel_for: indices per range so that a range holds at
+// least ~256k multiply-adds (tens of µs on one core). Handing a range to another
+// thread costs ~1 µs on an idle machine but far more on a loaded one, where the
+// worker may not be running (the matmul's threshold reasons the same way).
+inline int64_t grain_for_work(int64_t work_per_index) {
+  constexpr int64_t kMinWork = int64_t{1} << 18;
+  return work_per_index >= kMinWork ? 1 : kMinWork / (work_per_index > 0 ? work_per_index : 1);
+}
 
 // The process-wide CPU backend (threads from PAGEDKV_CPU_THREADS, default: the
 // CPUs this process may run on).

@@ -1,9 +1,11 @@
 // Gated DeltaNet layer (see gated_deltanet.h).
 #include "model/gated_deltanet.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "model/conv_window.h"
 #include "model/recurrent_state.h"
 
 namespace pagedkv::model {
@@ -73,69 +75,65 @@ void l2_normalize(float* x, int64_t n, float scale) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
-// One row's span of n tokens: convolution over [conv window ++ span], then the
-// delta rule token by token. `mixed` / `b` / `a` are the span's projections,
-// `core` receives the per-value-head outputs [n][value_dim]; `state` is the row's
-// layer state (conv window, then S), advanced past the span.
-void scan_row(const GatedDeltaNetSpec& s, const GatedDeltaNetWeights& w, const float* mixed,
-              const float* b, const float* a, int64_t n, float* state, float* core) {
+// Token i of a row: causal depthwise convolution + SiLU over the window,
+// x[c] = silu(Σ_j conv[c][j] · win[i + j][c]), then q and k L2-normalized per key
+// head. x is [conv_dim].
+void conv_token(const GatedDeltaNetSpec& s, const GatedDeltaNetWeights& w, const ConvWindow& win,
+                int64_t i, float* x) {
+  const int64_t KD = s.key_dim(), CD = s.conv_dim(), NK = s.num_k_heads, DK = s.head_k_dim;
+  const int64_t K = s.conv_kernel;
+  std::vector<const float*> wr(static_cast<size_t>(K));
+  for (int64_t j = 0; j < K; ++j) wr[j] = win.row(i + j);
+  for (int64_t c = 0; c < CD; ++c) {
+    const float* wc = w.conv.data() + c * K;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < K; ++j) acc += wc[j] * wr[j][c];
+    x[c] = acc / (1.0f + std::exp(-acc));
+  }
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(DK));
+  for (int64_t g = 0; g < NK; ++g) {
+    l2_normalize(x + g * DK, DK, q_scale);
+    l2_normalize(x + KD + g * DK, DK, 1.0f);
+  }
+}
+
+// The delta rule of value head hv over a row's n tokens, in token order. x holds
+// the tokens' convolved inputs [n][conv_dim], b / a their gate inputs
+// [n][num_v_heads]; S is the head's state [DK][DV], advanced past the span; the
+// outputs go to core [n][value_dim]. kv_mem / delta: DV floats of scratch.
+void delta_rule_head(const GatedDeltaNetSpec& s, const GatedDeltaNetWeights& w, const float* x,
+                     const float* b, const float* a, int64_t n, int64_t hv, float* S, float* core,
+                     float* kv_mem, float* delta) {
   const int64_t KD = s.key_dim(), VD = s.value_dim(), CD = s.conv_dim();
   const int64_t NK = s.num_k_heads, NV = s.num_v_heads, DK = s.head_k_dim, DV = s.head_v_dim;
-  const int64_t K = s.conv_kernel, R = NV / NK;
-  // Window: the K-1 inputs before the span (zeros before position 0), then the span.
-  std::vector<float> win(static_cast<size_t>((K - 1 + n) * CD));
-  std::memcpy(win.data(), state, static_cast<size_t>((K - 1) * CD) * sizeof(float));
-  std::memcpy(win.data() + (K - 1) * CD, mixed, static_cast<size_t>(n * CD) * sizeof(float));
-  std::memcpy(state, win.data() + n * CD, static_cast<size_t>((K - 1) * CD) * sizeof(float));
-  float* S = state + s.conv_state_floats();
-
-  const float q_scale = 1.0f / std::sqrt(static_cast<float>(DK));
-  std::vector<float> x(static_cast<size_t>(CD)), kv_mem(static_cast<size_t>(DV)),
-      delta(static_cast<size_t>(DV));
+  const int64_t R = NV / NK;
   for (int64_t i = 0; i < n; ++i) {
-    // Causal depthwise convolution + SiLU: x[c] = Σ_j conv[c][j] · win[i + j][c].
-    for (int64_t c = 0; c < CD; ++c) {
-      const float* wc = w.conv.data() + c * K;
-      float acc = 0.0f;
-      for (int64_t j = 0; j < K; ++j) acc += wc[j] * win[static_cast<size_t>((i + j) * CD + c)];
-      x[c] = acc / (1.0f + std::exp(-acc));
-    }
-    float* q = x.data();
-    float* k = x.data() + KD;
-    const float* v = x.data() + 2 * KD;
-    for (int64_t g = 0; g < NK; ++g) {
-      l2_normalize(q + g * DK, DK, q_scale);
-      l2_normalize(k + g * DK, DK, 1.0f);
-    }
-    float* o_tok = core + i * VD;
-    for (int64_t hv = 0; hv < NV; ++hv) {
-      const float* qh = q + (hv / R) * DK;
-      const float* kh = k + (hv / R) * DK;
-      const float* vh = v + hv * DV;
-      const float beta = sigmoid(b[i * NV + hv]);
-      const float decay = std::exp(-w.decay_rate[hv] * softplus(a[i * NV + hv] + w.dt_bias[hv]));
-      float* Sh = S + hv * DK * DV;
-      // S ← decay·S and kv_mem = Sᵀk, k-major so the inner loop runs over v.
-      for (int64_t d = 0; d < DV; ++d) kv_mem[d] = 0.0f;
-      for (int64_t kk = 0; kk < DK; ++kk) {
-        float* row = Sh + kk * DV;
-        const float kv = kh[kk];
-        for (int64_t d = 0; d < DV; ++d) {
-          row[d] *= decay;
-          kv_mem[d] += row[d] * kv;
-        }
+    const float* xi = x + i * CD;
+    const float* qh = xi + (hv / R) * DK;
+    const float* kh = xi + KD + (hv / R) * DK;
+    const float* vh = xi + 2 * KD + hv * DV;
+    const float beta = sigmoid(b[i * NV + hv]);
+    const float decay = std::exp(-w.decay_rate[hv] * softplus(a[i * NV + hv] + w.dt_bias[hv]));
+    // S ← decay·S and kv_mem = Sᵀk, k-major so the inner loop runs over v.
+    for (int64_t d = 0; d < DV; ++d) kv_mem[d] = 0.0f;
+    for (int64_t kk = 0; kk < DK; ++kk) {
+      float* row = S + kk * DV;
+      const float kv = kh[kk];
+      for (int64_t d = 0; d < DV; ++d) {
+        row[d] *= decay;
+        kv_mem[d] += row[d] * kv;
       }
-      for (int64_t d = 0; d < DV; ++d) delta[d] = (vh[d] - kv_mem[d]) * beta;
-      // S ← S + k ⊗ delta and o = Sᵀq.
-      float* o = o_tok + hv * DV;
-      for (int64_t d = 0; d < DV; ++d) o[d] = 0.0f;
-      for (int64_t kk = 0; kk < DK; ++kk) {
-        float* row = Sh + kk * DV;
-        const float kv = kh[kk], qv = qh[kk];
-        for (int64_t d = 0; d < DV; ++d) {
-          row[d] += kv * delta[d];
-          o[d] += row[d] * qv;
-        }
+    }
+    for (int64_t d = 0; d < DV; ++d) delta[d] = (vh[d] - kv_mem[d]) * beta;
+    // S ← S + k ⊗ delta and o = Sᵀq.
+    float* o = core + i * VD + hv * DV;
+    for (int64_t d = 0; d < DV; ++d) o[d] = 0.0f;
+    for (int64_t kk = 0; kk < DK; ++kk) {
+      float* row = S + kk * DV;
+      const float kv = kh[kk], qv = qh[kk];
+      for (int64_t d = 0; d < DV; ++d) {
+        row[d] += kv * delta[d];
+        o[d] += row[d] * qv;
       }
     }
   }
@@ -174,14 +172,46 @@ void gated_deltanet_block(backend::Backend& be, const GatedDeltaNetSpec& s,
                           const GatedDeltaNetWeights& w, const ForwardBatch& batch, const float* h,
                           int64_t T, float* out) {
   const int64_t CD = s.conv_dim(), VD = s.value_dim(), NV = s.num_v_heads;
-  thread_local Projected p;
+  const int64_t K = s.conv_kernel, DK = s.head_k_dim, DV = s.head_v_dim;
+  thread_local Projected scratch;  // the step thread's; workers reach it through p
+  Projected& p = scratch;
   project(be, s, w, h, T, &p);
-  std::vector<float> core(static_cast<size_t>(T * VD));
-  for (const ForwardRow& row : batch.rows) {
-    const int64_t f = row.first_token;
-    scan_row(s, w, p.mixed.data() + f * CD, p.b.data() + f * NV, p.a.data() + f * NV,
-             row.num_tokens, row.state->layer(s.layer), core.data() + f * VD);
+  // Every token's row and its convolution window (over the rows' states before
+  // this step).
+  const int64_t nrows = static_cast<int64_t>(batch.rows.size());
+  const std::vector<int32_t> row_of = token_rows(batch, T);
+  std::vector<ConvWindow> wins(static_cast<size_t>(nrows));
+  for (int64_t r = 0; r < nrows; ++r) {
+    const ForwardRow& row = batch.rows[r];
+    wins[r] = {row.state->layer(s.layer), p.mixed.data() + row.first_token * CD, K - 1, CD, CD};
   }
+  // Each token's convolution is independent of the others; each (row, value
+  // head)'s scan runs whole, in token order, on one thread. So the split over
+  // threads never changes a bit (docs/backend.md).
+  std::vector<float> x(static_cast<size_t>(T * CD));
+  be.parallel_for(T, backend::grain_for_work(CD * (K + 8)), [&](int64_t tb, int64_t te) {
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t r = row_of[t];
+      if (r >= 0) conv_token(s, w, wins[r], t - batch.rows[r].first_token, x.data() + t * CD);
+    }
+  });
+  // The new conv state: the window's last K-1 rows.
+  for (int64_t r = 0; r < nrows; ++r)
+    advance_conv_state(wins[r], batch.rows[r].num_tokens, batch.rows[r].state->layer(s.layer));
+  std::vector<float> core(static_cast<size_t>(T * VD));
+  be.parallel_for(
+      nrows * NV,
+      backend::grain_for_work(std::max<int64_t>(1, T / std::max<int64_t>(1, nrows)) * 2 * DK * DV),
+      [&](int64_t b, int64_t e) {
+        std::vector<float> kv_mem(static_cast<size_t>(DV)), delta(kv_mem.size());
+        for (int64_t task = b; task < e; ++task) {
+          const ForwardRow& row = batch.rows[task / NV];
+          const int64_t hv = task % NV, f = row.first_token;
+          float* S = row.state->layer(s.layer) + s.conv_state_floats() + hv * DK * DV;
+          delta_rule_head(s, w, x.data() + f * CD, p.b.data() + f * NV, p.a.data() + f * NV,
+                          row.num_tokens, hv, S, core.data() + f * VD, kv_mem.data(), delta.data());
+        }
+      });
   // Gated RMSNorm per (token, value head): norm(o) · weight · silu(z).
   be.rms_norm(core.data(), T * NV, *w.norm, s.rms_eps, false, core.data());
   be.silu_mul(p.z.data(), core.data(), T * VD, core.data());

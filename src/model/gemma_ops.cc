@@ -10,31 +10,16 @@
 
 namespace pagedkv::model {
 
-void proportional_rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim,
-                       const int32_t* positions, const ProportionalRope& p) {
-  const int32_t half = head_dim / 2;
-  const int32_t n = std::min(p.angles, half);
-  std::vector<float> inv(static_cast<size_t>(n)), cs(inv.size()), sn(inv.size());
-  for (int32_t i = 0; i < n; ++i) {
-    float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv[i] = (1.0f / std::pow(p.theta, exponent)) / p.factor;
-  }
-  for (int64_t t = 0; t < m; ++t) {
-    const float pos = static_cast<float>(positions[t]);
-    for (int32_t i = 0; i < n; ++i) {
-      float ang = pos * inv[i];
-      cs[i] = std::cos(ang);
-      sn[i] = std::sin(ang);
-    }
-    for (int32_t h = 0; h < num_heads; ++h) {
-      float* v = x + (t * num_heads + h) * head_dim;
-      for (int32_t i = 0; i < n; ++i) {
-        float a = v[i], b = v[i + half];
-        v[i] = a * cs[i] - b * sn[i];
-        v[i + half] = b * cs[i] + a * sn[i];
-      }
-    }
-  }
+void proportional_rope(backend::Backend& be, float* x, int64_t m, int32_t num_heads,
+                       int32_t head_dim, const int32_t* positions, const ProportionalRope& p) {
+  const int32_t angles = std::min(p.angles, head_dim / 2);
+  if (angles <= 0) return;  // no pair rotates (rotary_dim 0 would mean all of them)
+  backend::RopeParams rp;
+  rp.kind = backend::RopeKind::kProportional;
+  rp.theta = p.theta;
+  rp.rotary_dim = 2 * angles;
+  rp.inv_freq_divisor = p.factor;
+  be.rope(x, m, num_heads, head_dim, positions, rp);
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/conv_window.h"
 #include "model/recurrent_state.h"
 
 namespace pagedkv::model {
@@ -80,63 +81,82 @@ void mamba2_block(backend::Backend& be, const Mamba2Spec& s, const Mamba2Weights
   const int64_t K = s.conv_kernel, heads_per_group = NH / G, GN = G * N;
   // Scratch slots (layers.h): the family's residual stream uses X, H and Y.
   ScratchBuffer proj(kScratchQ, static_cast<size_t>(T * P)),
-      y(kScratchK, static_cast<size_t>(T * I));
-  ScratchBuffer win(kScratchV, 0);
+      y(kScratchK, static_cast<size_t>(T * I)), xbc(kScratchV, static_cast<size_t>(T * CD));
   be.matmul(h, T, *w.in_proj, proj.data());
   add_host_bias(proj.data(), T, w.in_proj_bias);
-  std::vector<float> xbc(static_cast<size_t>(CD));
-  for (const ForwardRow& row : batch.rows) {
-    float* conv_state = row.state->layer(s.layer);  // [K-1][CD], oldest first
-    float* ssm = conv_state + (K - 1) * CD;         // [NH][HD][N]
-    const int64_t n = row.num_tokens;
-    // The convolution window: the K-1 inputs before the span, then the span's.
-    win.resize(static_cast<size_t>((K - 1 + n) * CD));  // contents garbage until written
-    std::memcpy(win.data(), conv_state, static_cast<size_t>((K - 1) * CD) * sizeof(float));
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(win.data() + (K - 1 + i) * CD, proj.data() + (row.first_token + i) * P + I,
-                  static_cast<size_t>(CD) * sizeof(float));
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t t = row.first_token + i;
+  // Row r's convolution window: the K-1 inputs before its span (the conv state,
+  // oldest first), then the span's xBC columns of proj.
+  const int64_t nrows = static_cast<int64_t>(batch.rows.size());
+  const std::vector<int32_t> row_of = token_rows(batch, T);
+  std::vector<ConvWindow> wins(static_cast<size_t>(nrows));
+  for (int64_t r = 0; r < nrows; ++r) {
+    const ForwardRow& row = batch.rows[r];
+    wins[r] = {row.state->layer(s.layer), proj.data() + row.first_token * P + I, K - 1, CD, P};
+  }
+  // Each token's convolution is independent of the others; each (row, head)'s
+  // scan runs whole, in token order, on one thread; the gated norm is per token.
+  // So the split over threads never changes a bit (docs/backend.md).
+  be.parallel_for(T, backend::grain_for_work(CD * (K + 8)), [&](int64_t tb, int64_t te) {
+    std::vector<const float*> wr(static_cast<size_t>(K));
+    for (int64_t t = tb; t < te; ++t) {
+      const int64_t r = row_of[t];
+      if (r < 0) continue;
+      const int64_t i = t - batch.rows[r].first_token;
+      for (int64_t k = 0; k < K; ++k) wr[k] = wins[r].row(i + k);
+      float* xt = xbc.data() + t * CD;
       for (int64_t c = 0; c < CD; ++c) {
         float acc = w.conv_b[c];
-        for (int64_t k = 0; k < K; ++k) acc += w.conv_w[c * K + k] * win.data()[(i + k) * CD + c];
-        xbc[c] = silu(acc);
-      }
-      const float* x = xbc.data();
-      const float* dt_raw = proj.data() + t * P + I + CD;
-      float* yt = y.data() + t * I;
-      for (int64_t hh = 0; hh < NH; ++hh) {
-        const int64_t g = hh / heads_per_group;
-        const float* B = x + I + g * N;
-        const float* C = x + I + GN + g * N;
-        float dt = softplus(dt_raw[hh] + w.dt_bias[hh]);
-        dt = std::min(std::max(dt, s.dt_min), s.dt_max);
-        const float dA = std::exp(dt * w.A[hh]);
-        for (int64_t p = 0; p < HD; ++p) {
-          const float xv = x[hh * HD + p];
-          const float xdt = xv * dt;
-          float* S = ssm + (hh * HD + p) * N;
-          for (int64_t j = 0; j < N; ++j) S[j] = S[j] * dA + xdt * B[j];
-          yt[hh * HD + p] = dot(S, C, N) + w.D[hh] * xv;
-        }
+        for (int64_t k = 0; k < K; ++k) acc += w.conv_w[c * K + k] * wr[k][c];
+        xt[c] = silu(acc);
       }
     }
-    std::memcpy(conv_state, win.data() + n * CD, static_cast<size_t>((K - 1) * CD) * sizeof(float));
-  }
+  });
+  // The new conv state: the window's last K-1 rows.
+  for (int64_t r = 0; r < nrows; ++r)
+    advance_conv_state(wins[r], batch.rows[r].num_tokens, batch.rows[r].state->layer(s.layer));
+  const int64_t avg_tokens = std::max<int64_t>(1, T / std::max<int64_t>(1, nrows));
+  be.parallel_for(
+      nrows * NH, backend::grain_for_work(avg_tokens * 3 * HD * N), [&](int64_t b, int64_t e) {
+        for (int64_t task = b; task < e; ++task) {
+          const ForwardRow& row = batch.rows[task / NH];
+          const int64_t hh = task % NH, g = hh / heads_per_group;
+          float* ssm = row.state->layer(s.layer) + (K - 1) * CD + hh * HD * N;  // [HD][N]
+          for (int64_t i = 0; i < row.num_tokens; ++i) {
+            const int64_t t = row.first_token + i;
+            const float* x = xbc.data() + t * CD;
+            const float* B = x + I + g * N;
+            const float* C = x + I + GN + g * N;
+            const float* dt_raw = proj.data() + t * P + I + CD;
+            float* yt = y.data() + t * I;
+            float dt = softplus(dt_raw[hh] + w.dt_bias[hh]);
+            dt = std::min(std::max(dt, s.dt_min), s.dt_max);
+            const float dA = std::exp(dt * w.A[hh]);
+            for (int64_t p = 0; p < HD; ++p) {
+              const float xv = x[hh * HD + p];
+              const float xdt = xv * dt;
+              float* S = ssm + p * N;
+              for (int64_t j = 0; j < N; ++j) S[j] = S[j] * dA + xdt * B[j];
+              yt[hh * HD + p] = dot(S, C, N) + w.D[hh] * xv;
+            }
+          }
+        }
+      });
   // y · silu(z), RMS-normalized per group of I / G channels, times the norm weight.
   const int64_t gs = I / G;
-  for (int64_t t = 0; t < T; ++t) {
-    float* yt = y.data() + t * I;
-    const float* z = proj.data() + t * P;
-    for (int64_t i = 0; i < I; ++i) yt[i] *= silu(z[i]);
-    for (int64_t g = 0; g < G; ++g) {
-      float* v = yt + g * gs;
-      float ss = 0.0f;
-      for (int64_t i = 0; i < gs; ++i) ss += v[i] * v[i];
-      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(gs) + s.norm_eps);
-      for (int64_t i = 0; i < gs; ++i) v[i] = w.norm_w[g * gs + i] * (v[i] * inv);
+  be.parallel_for(T, backend::grain_for_work(I * 12), [&](int64_t tb, int64_t te) {
+    for (int64_t t = tb; t < te; ++t) {
+      float* yt = y.data() + t * I;
+      const float* z = proj.data() + t * P;
+      for (int64_t i = 0; i < I; ++i) yt[i] *= silu(z[i]);
+      for (int64_t g = 0; g < G; ++g) {
+        float* v = yt + g * gs;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < gs; ++i) ss += v[i] * v[i];
+        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(gs) + s.norm_eps);
+        for (int64_t i = 0; i < gs; ++i) v[i] = w.norm_w[g * gs + i] * (v[i] * inv);
+      }
     }
-  }
+  });
   be.matmul(y.data(), T, *w.out_proj, out);
   add_host_bias(out, T, w.out_proj_bias);
 }

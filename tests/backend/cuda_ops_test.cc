@@ -231,6 +231,14 @@ TEST_F(CudaOpsTest, RopeMatchesCpu) {
       auto x = randn(m * heads * hd, 51);
       std::vector<int32_t> pos = {0, 1, 15, 16, 300, 4095};
       RopeParams p{1000000.0f, rot, 1.0f};
+      // Gemma 4's proportional mode: rot / 2 of the head_dim / 2 pairs (i, i + hd/2).
+      RopeParams prop{1000000.0f, rot, 1.0f, RopeKind::kProportional, 8.0f};
+      auto cpu_prop = x;
+      cpu_backend().rope(cpu_prop.data(), m, heads, hd, pos.data(), prop);
+      auto dxp = dev(x);
+      auto dpp = dev(pos);
+      gpu_->rope(dxp.as<float>(), m, heads, hd, dpp.as<int32_t>(), prop);
+      expect_close(host<float>(dxp, x.size()), cpu_prop, 2e-5f, "proportional rope");
       auto cpu = x;
       cpu_backend().rope(cpu.data(), m, heads, hd, pos.data(), p);
       auto dx = dev(x);

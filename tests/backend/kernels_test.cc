@@ -5,6 +5,7 @@
 // is checked against straightforward double-precision references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -454,6 +455,116 @@ TEST(KernelsTest, ParallelRmsNormAndRopeEqualSerial) {
   rope(r1.data(), M, 4, 128, pos.data(), p, nullptr);
   rope(r2.data(), M, 4, 128, pos.data(), p, &p4);
   EXPECT_TRUE(same_bits(r1.data(), r2.data(), r1.size()));
+}
+
+// Gemma 4's proportional RoPE as model/gemma_ops.cc computed it on the host before
+// it became RopeKind::kProportional (kept verbatim as the reference): the first
+// `angles` of the D/2 pairs (i, i + D/2) rotate at theta^(-2i/D) / factor.
+void proportional_rope_reference(float* x, int64_t m, int32_t num_heads, int32_t head_dim,
+                                 const int32_t* positions, float theta, int32_t angles,
+                                 float factor) {
+  const int32_t half = head_dim / 2;
+  const int32_t n = std::min(angles, half);
+  std::vector<float> inv(static_cast<size_t>(n)), cs(inv.size()), sn(inv.size());
+  for (int32_t i = 0; i < n; ++i) {
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    inv[i] = (1.0f / std::pow(theta, exponent)) / factor;
+  }
+  for (int64_t t = 0; t < m; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    for (int32_t i = 0; i < n; ++i) {
+      float ang = pos * inv[i];
+      cs[i] = std::cos(ang);
+      sn[i] = std::sin(ang);
+    }
+    for (int32_t h = 0; h < num_heads; ++h) {
+      float* v = x + (t * num_heads + h) * head_dim;
+      for (int32_t i = 0; i < n; ++i) {
+        float a = v[i], b = v[i + half];
+        v[i] = a * cs[i] - b * sn[i];
+        v[i + half] = b * cs[i] + a * sn[i];
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, ProportionalRopeEqualsTheGemmaHostLoopForAnyThreadCount) {
+  const int64_t M = 150;
+  std::vector<int32_t> pos(M);
+  for (int64_t i = 0; i < M; ++i) pos[i] = static_cast<int32_t>(37 * i + 5);
+  ThreadPool p2(2), p3(3);
+  struct Case {
+    int32_t heads, head_dim, angles;
+    float theta, factor;
+  };
+  for (const Case& c : {Case{4, 128, 16, 1e6f, 1.0f}, Case{2, 256, 32, 1e6f, 8.0f},
+                        Case{3, 64, 32, 10000.0f, 1.0f}, Case{1, 32, 3, 500.0f, 0.25f}}) {
+    auto x = randn(M * c.heads * c.head_dim, 77);
+    auto ref = x;
+    proportional_rope_reference(ref.data(), M, c.heads, c.head_dim, pos.data(), c.theta, c.angles,
+                                c.factor);
+    RopeParams p;
+    p.kind = RopeKind::kProportional;
+    p.theta = c.theta;
+    p.rotary_dim = 2 * c.angles;
+    p.inv_freq_divisor = c.factor;
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &p2, &p3}) {
+      auto y = x;
+      rope(y.data(), M, c.heads, c.head_dim, pos.data(), p, pool);
+      EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size())) << c.head_dim << " " << c.angles;
+    }
+    // Pairs beyond `angles` (dims angles..D/2-1 and D/2+angles..D-1) never move.
+    auto y = x;
+    rope(y.data(), M, c.heads, c.head_dim, pos.data(), p, nullptr);
+    for (int64_t r = 0; r < M * c.heads; ++r)
+      for (int32_t i = c.angles; i < c.head_dim / 2; ++i) {
+        ASSERT_EQ(y[r * c.head_dim + i], x[r * c.head_dim + i]);
+        ASSERT_EQ(y[r * c.head_dim + c.head_dim / 2 + i], x[r * c.head_dim + c.head_dim / 2 + i]);
+      }
+  }
+}
+
+TEST(CpuBackendTest, ParallelForCoversEveryIndexOnceAndNestsSerially) {
+  pagedkv::backend::cpu::CpuBackend be(3);
+  for (int64_t n : {0, 1, 5, 100}) {
+    for (int64_t grain : {1, 4, 64}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> nested{0};
+      be.parallel_for(n, grain, [&](int64_t b, int64_t e) {
+        ASSERT_LE(0, b);
+        ASSERT_LE(b, e);
+        ASSERT_LE(e, n);
+        for (int64_t i = b; i < e; ++i) hits[i]++;
+        // A region inside a region runs inline on this thread (no deadlock).
+        be.parallel_for(4, 1, [&](int64_t nb, int64_t ne) { nested += ne - nb; });
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " " << grain;
+    }
+  }
+  // The interface's default runs the whole range on the caller.
+  struct Serial : pagedkv::backend::Backend {
+    std::string name() const override { return "serial"; }
+    pagedkv::StatusOr<std::unique_ptr<pagedkv::backend::Weight>> upload(
+        const pagedkv::backend::HostTensorView&) override {
+      return pagedkv::invalid_argument("unused");
+    }
+    void matmul(const float*, int64_t, const pagedkv::backend::Weight&, float*) override {}
+    void embedding(const int32_t*, int64_t, const pagedkv::backend::Weight&, float*) override {}
+    void rms_norm(const float*, int64_t, const pagedkv::backend::Weight&, float, bool,
+                  float*) override {}
+    void rope(float*, int64_t, int32_t, int32_t, const int32_t*, const RopeParams&) override {}
+    void silu_mul(const float*, const float*, int64_t, float*) override {}
+    void gelu_tanh_mul(const float*, const float*, int64_t, float*) override {}
+    void add(float*, const float*, int64_t) override {}
+    void softmax(float*, int64_t, int64_t) override {}
+    void topk_route(const float*, int64_t, int32_t, int32_t, bool, bool, int32_t*,
+                    float*) override {}
+    void attention(const pagedkv::backend::AttentionArgs&) override {}
+  } serial;
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  serial.parallel_for(10, 1, [&](int64_t b, int64_t e) { calls.emplace_back(b, e); });
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{10}));
 }
 
 // Keys/values of several rows with different lengths; returns tile pointers.

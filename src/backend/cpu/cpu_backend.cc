@@ -216,5 +216,10 @@ void CpuBackend::attention_batch(const AttentionArgs* args, size_t count) {
   cpu::attention_batch(args, count, &pool_);
 }
 
+void CpuBackend::parallel_for(int64_t n, int64_t grain,
+                              const std::function<void(int64_t, int64_t)>& fn) {
+  pool_.parallel_for(n, forced_grain_ > 0 ? forced_grain_ : grain, fn);
+}
+
 }  // namespace cpu
 }  // namespace pagedkv::backend

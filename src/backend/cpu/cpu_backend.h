@@ -49,6 +49,8 @@ class CpuBackend : public Backend {
                   bool softmax_first, bool normalize, int32_t* ids, float* weights) override;
   void attention(const AttentionArgs& a) override;
   void attention_batch(const AttentionArgs* args, size_t count) override;
+  void parallel_for(int64_t n, int64_t grain,
+                    const std::function<void(int64_t, int64_t)>& fn) override;
   std::string describe() const override;
 
   // Op timing for the benchmarks: while on, every op's wall time (and the
@@ -57,8 +59,13 @@ class CpuBackend : public Backend {
   void set_profiling(bool on);
   std::string profile_report();
 
+  // Tests: parallel_for ignores the caller's grain and uses this one (0 = off), so
+  // a small model's loops really split over the threads.
+  void set_parallel_for_grain_for_testing(int64_t grain) { forced_grain_ = grain; }
+
  private:
   ThreadPool pool_;
+  int64_t forced_grain_ = 0;
 };
 
 }  // namespace pagedkv::backend::cpu

@@ -648,11 +648,17 @@ void rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType w
 void rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
           const RopeParams& p, ThreadPool* pool) {
   int32_t rot = p.rotary_dim > 0 ? p.rotary_dim : head_dim;
-  int32_t half = rot / 2;
+  const bool proportional = p.kind == RopeKind::kProportional;
+  // half: rotated pairs; span: distance from a pair's first element to its second;
+  // base: the dims the exponent 2i/base counts (backend.h, RopeKind).
+  const int32_t half = proportional ? std::min(rot, head_dim) / 2 : rot / 2;
+  const int32_t span = proportional ? head_dim / 2 : half;
+  const int32_t base = proportional ? head_dim : rot;
   std::vector<float> inv_freq(static_cast<size_t>(half));
   for (int32_t i = 0; i < half; ++i) {
-    float exponent = static_cast<float>(2 * i) / static_cast<float>(rot);
+    float exponent = static_cast<float>(2 * i) / static_cast<float>(base);
     inv_freq[i] = 1.0f / std::pow(p.theta, exponent);
+    if (p.inv_freq_divisor != 1.0f) inv_freq[i] = inv_freq[i] / p.inv_freq_divisor;
   }
   auto tokens = [&](int64_t tb, int64_t te) {
     std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
@@ -667,9 +673,9 @@ void rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_
       for (int32_t h = 0; h < num_heads; ++h) {
         float* v = x + (t * num_heads + h) * head_dim;
         for (int32_t i = 0; i < half; ++i) {
-          float a = v[i], b = v[i + half];
+          float a = v[i], b = v[i + span];
           v[i] = a * cs[i] - b * sn[i];
-          v[i + half] = b * cs[i] + a * sn[i];
+          v[i + span] = b * cs[i] + a * sn[i];
         }
       }
     }

@@ -31,6 +31,15 @@ bool spin_until(Pred pred) {
   }
 }
 
+// Set while this thread runs a region's chunk: a parallel_for issued from inside
+// one (the region lock is held) runs inline instead of deadlocking.
+thread_local bool t_in_region = false;
+
+struct RegionFlag {
+  RegionFlag() { t_in_region = true; }
+  ~RegionFlag() { t_in_region = false; }
+};
+
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
@@ -45,6 +54,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_job(int index) {
+  RegionFlag in_region;
   if (dynamic_) {
     for (;;) {
       int64_t b = next_.fetch_add(grain_, std::memory_order_relaxed);
@@ -91,7 +101,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain,
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   int64_t units = (n + grain - 1) / grain;
-  if (num_threads_ == 1 || units < 2) {
+  if (num_threads_ == 1 || units < 2 || t_in_region) {
     fn(0, n);
     return;
   }
@@ -107,7 +117,7 @@ void ThreadPool::parallel_dynamic(int64_t n, int64_t grain,
                                   const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
-  if (num_threads_ == 1 || n <= grain) {
+  if (num_threads_ == 1 || n <= grain || t_in_region) {
     fn(0, n);
     return;
   }

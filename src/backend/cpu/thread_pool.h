@@ -32,7 +32,7 @@ class ThreadPool {
   int num_threads() const { return num_threads_; }
   // Calls fn(begin, end) on disjoint chunks covering [0, n); chunk i of t is
   // [units·i/t, units·(i+1)/t) in units of `grain` (the last may be short). Runs
-  // inline when n is small or one thread.
+  // inline when n is small, with one thread, or when called from inside a region.
   void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
   // Calls fn(begin, end) on chunks of `grain` tasks handed out first come, first
   // served (for tasks of uneven cost whose results are independent: attention).

@@ -58,15 +58,17 @@ __global__ void rms_norm_kernel(const float* x, int64_t d, const void* w, Weight
 }
 
 // Inverse frequencies computed on the host exactly as the CPU backend does
-// (1 / powf(theta, 2i/rot)), passed by value, so the rotation angles are the CPU's
-// bits and only cosf/sinf rounding differs.
+// (1 / powf(theta, 2i/base), then / inv_freq_divisor), passed by value, so the
+// rotation angles are the CPU's bits and only cosf/sinf rounding differs. Pair i
+// is (i, i + span): span = half (default) or head_dim / 2 (proportional).
 constexpr int kMaxRopeHalf = 256;
 struct RopeFreqs {
   float inv_freq[kMaxRopeHalf];
 };
 
 __global__ void rope_kernel(float* x, int32_t num_heads, int32_t head_dim, int32_t half,
-                            const int32_t* positions, const RopeFreqs f, float pos_scale) {
+                            int32_t span, const int32_t* positions, const RopeFreqs f,
+                            float pos_scale) {
   const int64_t t = blockIdx.x;
   float pos = static_cast<float>(positions[t]);
   if (pos_scale != 1.0f) pos = pos / pos_scale;
@@ -75,9 +77,9 @@ __global__ void rope_kernel(float* x, int32_t num_heads, int32_t head_dim, int32
     const float ang = pos * f.inv_freq[i];
     const float c = cosf(ang), s = sinf(ang);
     float* v = x + (t * num_heads + h) * head_dim;
-    const float a = v[i], b = v[i + half];
+    const float a = v[i], b = v[i + span];
     v[i] = a * c - b * s;
-    v[i + half] = b * c + a * s;
+    v[i + span] = b * c + a * s;
   }
 }
 
@@ -238,12 +240,16 @@ Status rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int3
   }
   PKV_RETURN_IF_ERROR(check_positive("cuda rope", "num_heads", num_heads));
   if (m == 0) return ok_status();
+  const bool proportional = p.kind == RopeKind::kProportional;
+  const int32_t half = rot / 2, span = proportional ? head_dim / 2 : half;
+  const int32_t base = proportional ? head_dim : rot;
   RopeFreqs f{};
-  for (int32_t i = 0; i < rot / 2; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rot);
+  for (int32_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(base);
     f.inv_freq[i] = 1.0f / std::pow(p.theta, exponent);
+    if (p.inv_freq_divisor != 1.0f) f.inv_freq[i] = f.inv_freq[i] / p.inv_freq_divisor;
   }
-  rope_kernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(x, num_heads, head_dim, rot / 2,
+  rope_kernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(x, num_heads, head_dim, half, span,
                                                             positions, f, p.position_scale);
   return launch_status("rope_kernel");
 }

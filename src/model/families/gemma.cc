@@ -685,7 +685,7 @@ void GemmaModel::attention(const GemmaLayer& Y, int32_t layer, const ForwardBatc
   };
   auto rope = [&](float* x, int32_t heads) {
     if (Y.proportional) {
-      proportional_rope(x, T, heads, hd, batch.positions.data(), Y.prope);
+      proportional_rope(be, x, T, heads, hd, batch.positions.data(), Y.prope);
     } else {
       be.rope(x, T, heads, hd, batch.positions.data(), Y.rope);
     }
