@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/model.h"
@@ -33,7 +34,18 @@ class FlatKVCache {
   size_t token_bytes() const { return token_bytes_; }
   size_t memory_bytes() const;
 
+  // What a device model keeps for this request instead of the host buffers (its
+  // K/V in device memory, src/model/cuda/): owned here, so it is released with
+  // the request's cache. Such a model never calls reserve().
+  class Attachment {
+   public:
+    virtual ~Attachment() = default;
+  };
+  Attachment* attachment() const { return attachment_.get(); }
+  void set_attachment(std::unique_ptr<Attachment> a) { attachment_ = std::move(a); }
+
  private:
+  std::unique_ptr<Attachment> attachment_;
   KVGeometry geometry_;
   size_t token_bytes_ = 0;  // one token's K (or V) in one layer
   int32_t capacity_ = 0;

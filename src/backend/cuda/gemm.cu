@@ -147,13 +147,16 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
 }
 
-// ---- small-M tensor-core kernel (bf16 weights, M ≤ 16) ----
+// ---- small-M tensor-core kernel (bf16 weights, M ≤ 64 in row tiles of 16) ----
 // Decode shapes: one m16 tile, a warp per 8 output columns, so N/8 warps stream the
 // weights (the 64×64-tile kernel would run N/64 blocks). It issues exactly the MMA
 // sequence of gemm_bf16_mma_kernel for each element — same fragment layout, same
 // zero padding past M and K, same lo/mid/hi order per ascending 16-wide k step —
 // so a row's bits do not depend on which kernel ran (the tests compare both).
 constexpr int kSmallM = 16, kSmallWarps = 4;
+// Decode batches up to 64 rows run as row tiles of 16 (weights re-read per tile,
+// mostly from L2): N/8 warps per tile beat the 64×64 kernel's N/64 blocks there.
+constexpr int64_t kSmallMMax = 64;
 
 __device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo_k, __nv_bfloat16 hi_k) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(lo_k)) |
@@ -180,6 +183,11 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
   const int g = lane >> 2, t = lane & 3;
   const int64_t n0 = (int64_t{blockIdx.x} * kSmallWarps + warp) * 8;
   if (n0 >= N) return;
+  // Row tile blockIdx.y: rows [16·y, 16·y + 16) as an m16 tile of their own (the
+  // MMA's rows are independent, so a row's bits do not depend on its tile).
+  x += int64_t{blockIdx.y} * kSmallM * K;
+  y += int64_t{blockIdx.y} * kSmallM * N;
+  M = M - int64_t{blockIdx.y} * kSmallM < kSmallM ? M - int64_t{blockIdx.y} * kSmallM : kSmallM;
   const bool w_vec = (K % 2) == 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
@@ -272,8 +280,9 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     if ((reinterpret_cast<uintptr_t>(x) % 16) != 0 || (reinterpret_cast<uintptr_t>(w) % 16) != 0) {
       return invalid_argument("cuda gemm: x and w must be 16-byte aligned");
     }
-    if (m <= kSmallM) {
-      const unsigned blocks = static_cast<unsigned>((n + 8 * kSmallWarps - 1) / (8 * kSmallWarps));
+    if (m <= kSmallMMax) {
+      const dim3 blocks(static_cast<unsigned>((n + 8 * kSmallWarps - 1) / (8 * kSmallWarps)),
+                        static_cast<unsigned>((m + kSmallM - 1) / kSmallM));
       gemm_bf16_mma_small_m_kernel<<<blocks, kSmallWarps * 32, 0, stream>>>(
           x, m, k, static_cast<const __nv_bfloat16*>(w), n, y);
       return cuda_status(cudaGetLastError(), "gemm_bf16_mma_small_m_kernel");
