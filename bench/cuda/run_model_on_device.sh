@@ -13,12 +13,15 @@ lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$OUT/gpu.txt"
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DPAGEDKV_BUILD_BENCH=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 T0=$(date +%s)
-cmake --build build-dev -j"$J" --target engine_cuda_tests pagedkv bench_cuda_model \
+cmake --build build-dev -j"$J" --target engine_cuda_tests backend_cuda_tests pagedkv bench_cuda_model \
   >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
 echo "build $(( $(date +%s) - T0 )) s"
 echo "== engine_cuda_tests"
 ./build-dev/tests/engine/engine_cuda_tests 2>&1 | tee "$OUT/tests.log" |
   grep -E "FAILED|Failure|Expected|Which is|OK \]|PASSED|SKIPPED|error|qwen3-a" | head -80
+echo "== backend_cuda_tests"
+./build-dev/tests/backend/backend_cuda_tests 2>&1 | tee "$OUT/backend_tests.log" |
+  grep -E "FAILED|Failure|PASSED|qwen3-a" | head -40
 echo "== CLI --device cuda"
 FIX=tests/data/hf-reference/qwen3-a
 P=./build-dev/src/cli/pagedkv
