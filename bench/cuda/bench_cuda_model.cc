@@ -9,9 +9,11 @@
 //     host and greedy sampling);
 // for bf16 and f32 KV, each printed beside llama.cpp's figures on the same GPU
 // (issue 12: 641 / 3,199 / 6,847 / 9,911 tok/s) as a ratio.
-// Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape)
+// Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with
+// PAGEDKV_CUDA_PROFILE=1 it prints where a decode step's time goes instead.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,28 +69,53 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
     for (int j = 0; j < 16; ++j) p.push_back(static_cast<int32_t>(gi() % V));
     hs.push_back(bench::submit_fixed(*e, p, steps + 1));
   }
-  double sec = 0;
-  int64_t tokens = 0;
+  double sec = 0, fwd_ms = 0;
+  int64_t tokens = 0, steps_timed = 0;
   for (;;) {
     const bool pure = e->stats().running == n && e->stats().waiting == 0;
+    const double f0 = e->stats().forward_ms;
     auto t = Clock::now();
     engine::StepReport rep = e->step();
     const double dt = secs(t);
     if (rep.idle()) break;
     if (pure && rep.prefill_rows == 0 && rep.decode_rows == n) {
       sec += dt;
+      fwd_ms += e->stats().forward_ms - f0;
       tokens += rep.decode_rows;
+      ++steps_timed;
     }
   }
   for (auto& h : hs) bench::wait_ok(h);
+  if (steps_timed > 0)
+    std::printf("  (%d rows: %.2f ms per step, of which %.2f ms in Model::forward)\n", n,
+                1e3 * sec / static_cast<double>(steps_timed),
+                fwd_ms / static_cast<double>(steps_timed));
   return sec > 0 ? static_cast<double>(tokens) / sec : 0;
 }
 
 }  // namespace
 
+// PAGEDKV_CUDA_PROFILE=1: bf16 KV only, a fresh model per request count, so the
+// phase profile each model prints when destroyed is that count's (its decode
+// steps dominate; the two prefill steps are included).
+int profile_runs(const std::string& dir) {
+  for (int n : {1, 8, 32, 64}) {
+    model::LoadOptions lo;
+    lo.kv_dtype = model::KVDType::kBF16;
+    auto loaded = model::cuda::load_cuda_model(dir, lo);
+    if (!loaded.ok()) return 1;
+    std::shared_ptr<model::Model> m(std::move(*loaded));
+    std::fprintf(stderr, "profile, %d requests: ", n);
+    batched_decode(m, n, 512, 32);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string preset = argc > 1 ? argv[1] : "qwen3-0.6b-shape";
   const std::string dir = bench::random_model_dir(preset, model::DType::kBF16);
+  if (const char* p = std::getenv("PAGEDKV_CUDA_PROFILE"); p != nullptr && *p == '1')
+    return profile_runs(dir);
   const int ns[] = {1, 8, 32, 64};
   const double llama[] = {641, 3199, 6847, 9911};
   for (model::KVDType kv : {model::KVDType::kBF16, model::KVDType::kF32}) {

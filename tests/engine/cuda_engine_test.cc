@@ -1,15 +1,15 @@
 // The device-resident qwen3 forward (src/model/cuda) through the Engine, on the
 // GPU (label "cuda"; every test SKIPs with a message where no CUDA device is
 // visible):
-//   - the HF fixture qwen3-a (tests/data/hf-reference) with f32 KV: every row of
+//   - the HF fixtures qwen3-a and qwen3_moe-a (tests/data/hf-reference) with f32 KV: every row of
 //     transformers' logits within 1e-4 relative, greedy ids equal (wherever the
 //     reference's top-1/top-2 margin exceeds 1e-3); bf16 KV within 5e-2 (printed);
 //   - DESIGN.md's principle on the device, bit for bit: paged == flat for prompts
 //     around block boundaries (and a prefix-cache hit of the same prompt), a warm
 //     prefix at every block boundary of a 300-token prompt == the cold run, chunked
 //     prefill == one shot, 1/2/3/8 requests batched == each alone (serial flat
-//     reference), for f32 weights (SIMT GEMM) and bf16 weights (tensor cores) and
-//     f32 and bf16 KV;
+//     reference), for f32 weights (SIMT GEMM) and bf16 weights (tensor cores),
+//     f32 and bf16 KV, qwen3 and qwen3_moe;
 //   - bad input: an unsupported family is FailedPrecondition, a host-memory pool
 //     is InvalidArgument, not a crash.
 #include <gtest/gtest.h>
@@ -55,8 +55,10 @@ std::shared_ptr<Model> load_on_gpu(const std::string& dir, KVDType kv) {
   return std::shared_ptr<Model>(std::move(*m));
 }
 
-std::string random_checkpoint(const std::string& preset, DType dtype, uint64_t seed) {
+std::string random_checkpoint(const std::string& preset, DType dtype, uint64_t seed,
+                              const std::string& family = "qwen3") {
   MakeModelOptions o;
+  o.family = family;
   o.preset = preset;
   o.dtype = dtype;
   o.seed = seed;
@@ -112,13 +114,19 @@ bool same_rows(const std::vector<std::vector<float>>& a, const std::vector<std::
 
 // ---- the HF fixture -------------------------------------------------------------
 
-class CudaHfFixtureTest : public ::testing::TestWithParam<KVDType> {};
+struct FixtureCase {
+  std::string family;
+  KVDType kv;
+};
 
-TEST_P(CudaHfFixtureTest, Qwen3AMatchesTransformers) {
+class CudaHfFixtureTest : public ::testing::TestWithParam<FixtureCase> {};
+
+TEST_P(CudaHfFixtureTest, MatchesTransformers) {
   SKIP_WITHOUT_GPU();
-  const KVDType kv = GetParam();
+  const KVDType kv = GetParam().kv;
+  const std::string family = GetParam().family;
   const double bound = kv == KVDType::kF32 ? 1e-4 : 5e-2;
-  const std::string dir = std::string(PAGEDKV_TEST_DATA_DIR) + "/hf-reference/qwen3-a";
+  const std::string dir = std::string(PAGEDKV_TEST_DATA_DIR) + "/hf-reference/" + family + "-a";
   auto ref_or = SafetensorsFile::open(dir + "/reference.safetensors");
   ASSERT_TRUE(ref_or.ok()) << ref_or.status().to_string();
   auto ids_of = [&](const char* name) {
@@ -152,7 +160,7 @@ TEST_P(CudaHfFixtureTest, Qwen3AMatchesTransformers) {
       worst = std::max(worst, num / den);
       EXPECT_LE(num / den, bound) << "row " << row << (paged ? " paged" : " flat");
     }
-    std::printf("qwen3-a on CUDA (%s KV, %s): worst per-row relative error %.3g\n",
+    std::printf("%s-a on CUDA (%s KV, %s): worst per-row relative error %.3g\n", family.c_str(),
                 kv == KVDType::kF32 ? "f32" : "bf16", paged ? "paged" : "flat", worst);
     // Greedy decoding through the engine (decode steps on the device).
     Outcome g = run(*e, prompt, static_cast<int32_t>(greedy.size()));
@@ -167,9 +175,14 @@ TEST_P(CudaHfFixtureTest, Qwen3AMatchesTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kv, CudaHfFixtureTest, ::testing::Values(KVDType::kF32, KVDType::kBF16),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaHfFixtureTest,
+                         ::testing::Values(FixtureCase{"qwen3", KVDType::kF32},
+                                           FixtureCase{"qwen3", KVDType::kBF16},
+                                           FixtureCase{"qwen3_moe", KVDType::kF32},
+                                           FixtureCase{"qwen3_moe", KVDType::kBF16}),
                          [](const auto& info) {
-                           return std::string(info.param == KVDType::kF32 ? "f32" : "bf16");
+                           return info.param.family +
+                                  (info.param.kv == KVDType::kF32 ? "_f32kv" : "_bf16kv");
                          });
 
 // ---- exactness on the device ------------------------------------------------------
@@ -179,6 +192,7 @@ struct ExactCase {
   std::string preset;
   DType weights;
   KVDType kv;
+  std::string family = "qwen3";
 };
 
 class CudaExactnessTest : public ::testing::TestWithParam<ExactCase> {
@@ -186,7 +200,7 @@ class CudaExactnessTest : public ::testing::TestWithParam<ExactCase> {
   void SetUp() override {
     if (!have_gpu()) return;
     const ExactCase& c = GetParam();
-    dir_ = random_checkpoint(c.preset, c.weights, 5);
+    dir_ = random_checkpoint(c.preset, c.weights, 5, c.family);
     model_ = load_on_gpu(dir_, c.kv);
     ASSERT_NE(model_, nullptr);
   }
@@ -276,9 +290,12 @@ TEST_P(CudaExactnessTest, BatchedRequestsEqualEachAlone) {
 
 INSTANTIATE_TEST_SUITE_P(
     Device, CudaExactnessTest,
-    ::testing::Values(ExactCase{"tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32},
-                      ExactCase{"small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16},
-                      ExactCase{"small_bf16w_f32kv", "small", DType::kBF16, KVDType::kF32}),
+    ::testing::Values(
+        ExactCase{"tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32},
+        ExactCase{"small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16},
+        ExactCase{"small_bf16w_f32kv", "small", DType::kBF16, KVDType::kF32},
+        ExactCase{"moe_tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32, "qwen3_moe"},
+        ExactCase{"moe_small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16, "qwen3_moe"}),
     [](const auto& info) { return info.param.name; });
 
 // ---- bad input ----------------------------------------------------------------------

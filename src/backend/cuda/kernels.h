@@ -141,4 +141,19 @@ Status write_kv(const KvWriteParams& p, cudaStream_t stream = 0);
 Status gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y,
                    cudaStream_t stream = 0);
 
+// *flag = 1 when any of x[0..n) is NaN (else *flag is left alone: clear it first).
+Status flag_nan(const float* x, int64_t n, int32_t* flag, cudaStream_t stream = 0);
+
+// ---- MoE plumbing (the CPU's moe_experts order, layers.cc) ----
+
+// results[slots[i]][:] = y[i][:] · weights[slots[i]] for i < m (y [m][d]; results
+// and weights indexed by slot = token · top_k + rank; slots device int32).
+Status scale_to_slots(const float* y, const int32_t* slots, const float* weights, int64_t m,
+                      int64_t d, float* results, cudaStream_t stream = 0);
+
+// out[t][:] = results[t][0][:] + results[t][1][:] + … (ranks added in order onto
+// rank 0), results [t][top_k][d].
+Status sum_ranks(const float* results, int64_t t, int32_t top_k, int64_t d, float* out,
+                 cudaStream_t stream = 0);
+
 }  // namespace pagedkv::backend::cuda

@@ -1,10 +1,12 @@
 // The step plumbing kernels of a device-resident forward (kernels.h): writing a
 // step's K/V rows into the paged pool or a contiguous per-request cache, and
-// gathering the rows whose logits were asked for. Both are pure copies (plus the
-// bf16 rounding of K/V, the CPU's round-to-nearest-even): nothing here reduces.
+// gathering the rows whose logits were asked for (pure copies, plus the bf16
+// rounding of K/V, the CPU's round-to-nearest-even), and the MoE's weighting of
+// expert outputs and their sum over ranks in rank order (one fixed sequence each).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -57,7 +59,58 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t 
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i];
 }
 
+__global__ void scale_to_slots_kernel(const float* y, const int32_t* slots, const float* weights,
+                                      int64_t d, float* results) {
+  const int32_t slot = slots[blockIdx.x];
+  const float w = weights[slot];
+  const float* src = y + static_cast<int64_t>(blockIdx.x) * d;
+  float* dst = results + static_cast<int64_t>(slot) * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i] * w;
+}
+
+__global__ void sum_ranks_kernel(const float* results, int32_t k, int64_t d, float* out) {
+  const float* r = results + static_cast<int64_t>(blockIdx.x) * k * d;
+  float* o = out + static_cast<int64_t>(blockIdx.x) * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = r[i];
+    for (int32_t j = 1; j < k; ++j) v = v + r[j * d + i];
+    o[i] = v;
+  }
+}
+
+__global__ void flag_nan_kernel(const float* x, int64_t n, int32_t* flag) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    if (isnan(x[i])) *flag = 1;  // every writer writes the same value
+}
+
 }  // namespace
+
+Status flag_nan(const float* x, int64_t n, int32_t* flag, cudaStream_t stream) {
+  if (n < 0) return invalid_argument("cuda flag_nan: n < 0");
+  if (n == 0) return ok_status();
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
+  flag_nan_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, n, flag);
+  return cuda_status(cudaGetLastError(), "flag_nan_kernel");
+}
+
+Status scale_to_slots(const float* y, const int32_t* slots, const float* weights, int64_t m,
+                      int64_t d, float* results, cudaStream_t stream) {
+  if (m < 0 || d < 1) return invalid_argument("cuda scale_to_slots: need m ≥ 0 and d ≥ 1");
+  if (m == 0) return ok_status();
+  scale_to_slots_kernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(y, slots, weights, d,
+                                                                      results);
+  return cuda_status(cudaGetLastError(), "scale_to_slots_kernel");
+}
+
+Status sum_ranks(const float* results, int64_t t, int32_t top_k, int64_t d, float* out,
+                 cudaStream_t stream) {
+  if (t < 0 || top_k < 1 || d < 1)
+    return invalid_argument("cuda sum_ranks: need t ≥ 0, top_k ≥ 1 and d ≥ 1");
+  if (t == 0) return ok_status();
+  sum_ranks_kernel<<<static_cast<unsigned>(t), 128, 0, stream>>>(results, top_k, d, out);
+  return cuda_status(cudaGetLastError(), "sum_ranks_kernel");
+}
 
 Status write_kv(const KvWriteParams& p, cudaStream_t stream) {
   auto bad = [](const std::string& what) { return invalid_argument("cuda write_kv: " + what); };

@@ -1,10 +1,12 @@
-// The device-resident qwen3 forward (see cuda_model.h).
+// The device-resident qwen3 / qwen3_moe forward (see cuda_model.h).
 #include "model/cuda/cuda_model.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -18,6 +20,7 @@
 #include "model/checkpoint.h"
 #include "model/flat_kv_cache.h"
 #include "model/layers.h"
+#include "util/knobs.h"
 
 namespace pagedkv::model::cuda {
 namespace {
@@ -56,11 +59,27 @@ class PinnedInts {
   size_t n_ = 0;
 };
 
+// PAGEDKV_CUDA_PROFILE=1: where a step's wall time goes (host enqueue of the
+// layers, waiting for them, the logits and their copy, the host NaN check),
+// printed to stderr when the model is destroyed. Off by default (it adds a sync).
+struct StepProfile {
+  bool on = false;
+  int64_t steps = 0;
+  double enqueue_ms = 0, layers_ms = 0, logits_ms = 0, check_ms = 0;
+};
+using ProfClock = std::chrono::steady_clock;
+double ms_since(ProfClock::time_point t) {
+  return std::chrono::duration<double, std::milli>(ProfClock::now() - t).count();
+}
+
 struct Layer {
   WeightPtr input_norm, post_norm;
   AttentionWeights attn;
   MlpWeights mlp;
   backend::RopeParams rope;
+  // qwen3_moe's sparse layers: softmax router, top_k experts (MoeWeights::experts).
+  bool is_moe = false;
+  MoeWeights moe;
 };
 
 class CudaQwen3Model final : public Model {
@@ -69,13 +88,47 @@ class CudaQwen3Model final : public Model {
   const KVGeometry& kv_geometry() const override { return geom_; }
   std::shared_ptr<kv::KVStorage> kv_storage() const override { return storage_; }
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
+  ~CudaQwen3Model() override {
+    if (prof_.on && prof_.steps > 0) {
+      const double n = static_cast<double>(prof_.steps);
+      std::fprintf(
+          stderr,
+          "cuda model profile: %lld steps; per step %.3f ms enqueue, %.3f ms waiting for "
+          "the layers, %.3f ms logits (norm, head, NaN flag, copy), %.3f ms host NaN scan\n",
+          static_cast<long long>(prof_.steps), prof_.enqueue_ms / n, prof_.layers_ms / n,
+          prof_.logits_ms / n, prof_.check_ms / n);
+    }
+  }
 
   static StatusOr<std::unique_ptr<Model>> create(const std::string& dir, const LoadOptions& options,
                                                  int device);
 
  private:
   // Device scratch slots, grown on demand (contents garbage between uses).
-  enum Slot { kX, kH, kY, kQ, kK, kV, kAttn, kG, kU, kWs, kSel, kLogits, kMeta, kSlots };
+  enum Slot {
+    kX,
+    kH,
+    kY,
+    kQ,
+    kK,
+    kV,
+    kAttn,
+    kG,
+    kU,
+    kWs,
+    kSel,
+    kLogits,
+    kMeta,
+    kRouter,
+    kRouteIds,
+    kRouteW,
+    kXin,
+    kYout,
+    kResults,
+    kMoeRows,
+    kNanFlag,
+    kSlots
+  };
   StatusOr<float*> scratch(Slot s, size_t floats);
   Status gemm(const float* x, int64_t m, const Weight& w, float* y) {
     return bc::gemm(x, m, w.cols(), wdata(w), w.dtype(), w.rows(), y, stream());
@@ -92,6 +145,9 @@ class CudaQwen3Model final : public Model {
   Status check_paged_store(KVBlockStore& store) const;
   // Makes every flat row's device cache hold its span (growing keeps the contents).
   Status reserve_flat(const ForwardBatch& batch);
+  // y = the sparse MoE of h (T rows): the CPU's moe_block order (layers.h) on the
+  // device; the routing ids come to the host once per layer to group the tokens.
+  Status moe_ffn(const Layer& L, const float* h, int64_t T, float* y);
 
   // Declared first: destroyed last, after every device buffer below.
   std::unique_ptr<bc::CudaBackend> be_;
@@ -103,7 +159,8 @@ class CudaQwen3Model final : public Model {
   EmbeddingWeights io_;
   std::vector<Layer> layers_;
   bc::DeviceBuffer slots_[kSlots];
-  PinnedInts pinned_;
+  PinnedInts pinned_, moe_pinned_, nan_pinned_;
+  StepProfile prof_;
 };
 
 StatusOr<float*> CudaQwen3Model::scratch(Slot s, size_t floats) {
@@ -141,7 +198,9 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
   m->geom_ = host->kv_geometry();
   host.reset();
   const ModelConfig& mc = m->cfg_;
-  if (mc.model_type != "qwen3") return unsupported("model_type '" + mc.model_type + "'");
+  const bool moe_family = mc.model_type == "qwen3_moe";
+  if (mc.model_type != "qwen3" && !moe_family)
+    return unsupported("model_type '" + mc.model_type + "'");
   if (m->geom_.dtype == KVDType::kF16) return unsupported("KV dtype f16 (use f32 or bf16)");
   const int32_t D = mc.head_dim;
   if (D != 16 && D != 32 && D != 64 && D != 128 && D != 256)
@@ -162,6 +221,21 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
     if (t != "full_attention") use_sw = true;
   if (use_sw) return unsupported("sliding-window layers");
   PKV_ASSIGN_OR_RETURN(m->inter_, c.get_int("intermediate_size"));
+  // qwen3_moe: the same fields and layer rule as families/qwen3.cc (which has
+  // validated them by now).
+  int64_t num_experts = 0, top_k = 0, moe_inter = 0, sparse_step = 1;
+  bool norm_topk = false;
+  std::vector<int64_t> mlp_only;
+  if (moe_family) {
+    PKV_ASSIGN_OR_RETURN(num_experts,
+                         c.get_int(c.has("num_experts") ? "num_experts" : "num_local_experts"));
+    PKV_ASSIGN_OR_RETURN(top_k, c.get_int("num_experts_per_tok"));
+    PKV_ASSIGN_OR_RETURN(moe_inter, c.get_int("moe_intermediate_size"));
+    PKV_ASSIGN_OR_RETURN(sparse_step, c.get_int_or("decoder_sparse_step", 1));
+    PKV_ASSIGN_OR_RETURN(norm_topk, c.get_bool_or("norm_topk_prob", false));
+    PKV_ASSIGN_OR_RETURN(mlp_only, c.get_int_list_or_empty("mlp_only_layers"));
+    if (num_experts > 1024) return unsupported("more than 1024 experts");
+  }
 
   backend::Backend& be = *m->be_;
   const int64_t H = mc.hidden_size, V = mc.vocab_size, NH = mc.num_attention_heads,
@@ -174,10 +248,30 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
     const std::string p = "model.layers." + std::to_string(i) + ".";
     PKV_RETURN_IF_ERROR(load_weights(*ckpt, be, p,
                                      {{&L.input_norm, "input_layernorm.weight", {H}},
-                                      {&L.post_norm, "post_attention_layernorm.weight", {H}},
-                                      {&L.mlp.gate, "mlp.gate_proj.weight", {m->inter_, H}},
-                                      {&L.mlp.up, "mlp.up_proj.weight", {m->inter_, H}},
-                                      {&L.mlp.down, "mlp.down_proj.weight", {H, m->inter_}}}));
+                                      {&L.post_norm, "post_attention_layernorm.weight", {H}}}));
+    bool in_mlp_only = false;
+    for (int64_t x : mlp_only) in_mlp_only |= x == i;
+    L.is_moe = moe_family && !in_mlp_only && num_experts > 0 && sparse_step > 0 &&
+               (i + 1) % sparse_step == 0;
+    if (L.is_moe) {
+      PKV_ASSIGN_OR_RETURN(L.moe.router,
+                           load_weight(*ckpt, be, p + "mlp.gate.weight", {num_experts, H}));
+      L.moe.top_k = static_cast<int32_t>(top_k);
+      L.moe.norm_topk_prob = norm_topk;
+      L.moe.experts.resize(static_cast<size_t>(num_experts));
+      for (int64_t e = 0; e < num_experts; ++e) {
+        MlpWeights& ew = L.moe.experts[static_cast<size_t>(e)];
+        PKV_RETURN_IF_ERROR(load_weights(*ckpt, be, p + "mlp.experts." + std::to_string(e) + ".",
+                                         {{&ew.gate, "gate_proj.weight", {moe_inter, H}},
+                                          {&ew.up, "up_proj.weight", {moe_inter, H}},
+                                          {&ew.down, "down_proj.weight", {H, moe_inter}}}));
+      }
+    } else {
+      PKV_RETURN_IF_ERROR(load_weights(*ckpt, be, p + "mlp.",
+                                       {{&L.mlp.gate, "gate_proj.weight", {m->inter_, H}},
+                                        {&L.mlp.up, "up_proj.weight", {m->inter_, H}},
+                                        {&L.mlp.down, "down_proj.weight", {H, m->inter_}}}));
+    }
     PKV_ASSIGN_OR_RETURN(L.attn,
                          load_attention_weights(*ckpt, be, p + "self_attn.", NH, KVH, D, H, false));
     if (!L.attn.q_norm || !L.attn.k_norm) return unsupported("qwen3 without q_norm/k_norm");
@@ -190,6 +284,7 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
   PKV_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_b, &total_b));
   const size_t per_buffer = total_b / (2 * static_cast<size_t>(mc.num_hidden_layers)) + 1;
   PKV_ASSIGN_OR_RETURN(m->storage_, bc::CudaKVStorage::create(device, per_buffer));
+  m->prof_.on = resolve_knob<bool>("PAGEDKV_CUDA_PROFILE", std::nullopt, false);
   return std::unique_ptr<Model>(std::move(m));
 }
 
@@ -248,6 +343,64 @@ Status CudaQwen3Model::reserve_flat(const ForwardBatch& batch) {
     d->capacity = cap;
   }
   return ok_status();
+}
+
+Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float* y) {
+  const MoeWeights& w = L.moe;
+  const int32_t E = static_cast<int32_t>(w.experts.size()), K = w.top_k;
+  const int64_t H = cfg_.hidden_size, TK = T * K;
+  const int64_t mi = w.experts[0].gate->rows();
+  cudaStream_t st = stream();
+  PKV_ASSIGN_OR_RETURN(float* logits, scratch(kRouter, T * E));
+  PKV_ASSIGN_OR_RETURN(float* ids_f, scratch(kRouteIds, TK));
+  PKV_ASSIGN_OR_RETURN(float* wts, scratch(kRouteW, TK));
+  int32_t* ids = reinterpret_cast<int32_t*>(ids_f);
+  PKV_RETURN_IF_ERROR(gemm(h, T, *w.router, logits));
+  PKV_RETURN_IF_ERROR(
+      bc::topk_route(logits, T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids, wts, st));
+  // Host: the ids, then per expert its tokens (rows of h) and their slots
+  // (token · K + rank), in token order — the CPU's grouping.
+  PKV_ASSIGN_OR_RETURN(int32_t * hbuf, moe_pinned_.get(static_cast<size_t>(3 * TK)));
+  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hbuf, ids, static_cast<size_t>(TK) * sizeof(int32_t),
+                                           cudaMemcpyDeviceToHost, st));
+  PKV_RETURN_IF_ERROR(be_->synchronize());
+  int32_t* rows = hbuf + TK;
+  int32_t* slots = rows + TK;
+  std::vector<int64_t> begin(static_cast<size_t>(E) + 1, 0);
+  int64_t n = 0;
+  for (int32_t e = 0; e < E; ++e) {
+    begin[static_cast<size_t>(e)] = n;
+    for (int64_t s = 0; s < TK; ++s) {
+      if (hbuf[s] != e) continue;
+      rows[n] = static_cast<int32_t>(s / K);
+      slots[n] = static_cast<int32_t>(s);
+      ++n;
+    }
+  }
+  begin[static_cast<size_t>(E)] = n;
+  if (n != TK) return internal_error("cuda moe: the router chose an expert id out of range");
+  PKV_ASSIGN_OR_RETURN(float* lists_f, scratch(kMoeRows, 2 * TK));
+  int32_t* d_rows = reinterpret_cast<int32_t*>(lists_f);
+  int32_t* d_slots = d_rows + TK;
+  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      d_rows, rows, static_cast<size_t>(2 * TK) * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  PKV_ASSIGN_OR_RETURN(float* xin, scratch(kXin, TK * H));
+  PKV_ASSIGN_OR_RETURN(float* yout, scratch(kYout, TK * H));
+  PKV_ASSIGN_OR_RETURN(float* results, scratch(kResults, TK * H));
+  PKV_ASSIGN_OR_RETURN(float* g, scratch(kG, std::max(T * inter_, TK * mi)));
+  PKV_ASSIGN_OR_RETURN(float* u, scratch(kU, std::max(T * inter_, TK * mi)));
+  for (int32_t e = 0; e < E; ++e) {
+    const int64_t b = begin[static_cast<size_t>(e)], M = begin[static_cast<size_t>(e) + 1] - b;
+    if (M == 0) continue;  // an expert no token chose is skipped
+    const MlpWeights& ew = w.experts[static_cast<size_t>(e)];
+    PKV_RETURN_IF_ERROR(bc::gather_rows(h, d_rows + b, M, H, xin, st));
+    PKV_RETURN_IF_ERROR(gemm(xin, M, *ew.gate, g));
+    PKV_RETURN_IF_ERROR(gemm(xin, M, *ew.up, u));
+    PKV_RETURN_IF_ERROR(bc::silu_mul(g, u, M * mi, g, st));
+    PKV_RETURN_IF_ERROR(gemm(g, M, *ew.down, yout));
+    PKV_RETURN_IF_ERROR(bc::scale_to_slots(yout, d_slots + b, wts, M, H, results, st));
+  }
+  return bc::sum_ranks(results, T, K, H, y, st);
 }
 
 Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
@@ -318,6 +471,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
                                                    static_cast<int32_t>(T), NH, D, max_pos)));
 
   cudaStream_t st = stream();
+  auto t_step = ProfClock::now();
   PKV_RETURN_IF_ERROR(
       bc::embedding(d_ids, T, wdata(*io_.embed), io_.embed->dtype(), io_.embed->rows(), H, x, st));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -403,19 +557,40 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     PKV_RETURN_IF_ERROR(gemm(attn, T, *L.attn.o, y));
     PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
     PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.post_norm, h));
-    PKV_RETURN_IF_ERROR(gemm(h, T, *L.mlp.gate, g));
-    PKV_RETURN_IF_ERROR(gemm(h, T, *L.mlp.up, u));
-    PKV_RETURN_IF_ERROR(bc::silu_mul(g, u, T * inter_, g, st));
-    PKV_RETURN_IF_ERROR(gemm(g, T, *L.mlp.down, y));
+    if (L.is_moe) {
+      PKV_RETURN_IF_ERROR(moe_ffn(L, h, T, y));
+    } else {
+      PKV_RETURN_IF_ERROR(gemm(h, T, *L.mlp.gate, g));
+      PKV_RETURN_IF_ERROR(gemm(h, T, *L.mlp.up, u));
+      PKV_RETURN_IF_ERROR(bc::silu_mul(g, u, T * inter_, g, st));
+      PKV_RETURN_IF_ERROR(gemm(g, T, *L.mlp.down, y));
+    }
     PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
   }
 
+  if (prof_.on) {
+    prof_.enqueue_ms += ms_since(t_step);
+    t_step = ProfClock::now();
+    PKV_RETURN_IF_ERROR(be_->synchronize());
+    prof_.layers_ms += ms_since(t_step);
+    t_step = ProfClock::now();
+  }
+  PKV_ASSIGN_OR_RETURN(int32_t * h_nan, nan_pinned_.get(1));
+  *h_nan = 0;
   if (P > 0) {
+    PKV_ASSIGN_OR_RETURN(float* nan_f, scratch(kNanFlag, 1));
+    int32_t* nan_flag = reinterpret_cast<int32_t*>(nan_f);
     PKV_ASSIGN_OR_RETURN(float* sel, scratch(kSel, P * H));
     PKV_ASSIGN_OR_RETURN(float* logits, scratch(kLogits, P * V));
     PKV_RETURN_IF_ERROR(bc::gather_rows(x, d_pick, P, H, sel, st));
     PKV_RETURN_IF_ERROR(rms_norm(sel, P, *io_.final_norm, sel));
     PKV_RETURN_IF_ERROR(gemm(sel, P, *io_.lm_head, logits));
+    // The NaN check runs on the device; the host scan (check_logits, which names
+    // the row and id) only when it found one.
+    PKV_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(nan_flag, 0, sizeof(int32_t), st));
+    PKV_RETURN_IF_ERROR(bc::flag_nan(logits, P * V, nan_flag, st));
+    PKV_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(h_nan, nan_flag, sizeof(int32_t), cudaMemcpyDeviceToHost, st));
     PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->logits.data(), logits,
                                              static_cast<size_t>(P * V) * sizeof(float),
                                              cudaMemcpyDeviceToHost, st));
@@ -423,7 +598,13 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PKV_RETURN_IF_ERROR(be_->synchronize());
   for (const ForwardRow& row : batch.rows)
     if (!paged) row.flat->set_length(row.context_len + row.num_tokens);
-  return check_logits(*out);
+  if (!prof_.on) return *h_nan != 0 ? check_logits(*out) : ok_status();
+  prof_.logits_ms += ms_since(t_step);
+  t_step = ProfClock::now();
+  Status checked = *h_nan != 0 ? check_logits(*out) : ok_status();
+  prof_.check_ms += ms_since(t_step);
+  ++prof_.steps;
+  return checked;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The device-resident forward: a qwen3 Model whose weights, activations, scratch
-// and KV live on one CUDA device (docs/backend.md, "CUDA: the model forward").
+// The device-resident forward: a qwen3 / qwen3_moe Model whose weights, activations,
+// scratch and KV live on one CUDA device (docs/backend.md, "CUDA: the model forward").
 //
 // It implements the same Model / ForwardBatch contract as the CPU families, so the
 // engine drives it unchanged: the engine builds its paged pool on this model's
@@ -23,7 +23,7 @@
 namespace pagedkv::model::cuda {
 
 // Loads the checkpoint in `dir` onto CUDA device `device`. Supported today:
-// model_type qwen3 (full attention, no attention bias), KV dtype f32 or bf16
+// model_type qwen3 and qwen3_moe (full attention, no attention bias), KV dtype f32 or bf16
 // (LoadOptions::kv_dtype, or env PAGEDKV_KV_DTYPE as for the CPU), head_dim 16 to
 // 256 (a power of two), GQA groups up to 16. Anything else is FailedPrecondition
 // naming what is unsupported; no device is FailedPrecondition from the backend.
