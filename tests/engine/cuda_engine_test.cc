@@ -288,6 +288,44 @@ TEST_P(CudaExactnessTest, BatchedRequestsEqualEachAlone) {
   }
 }
 
+// A copied FlatKVCache (tests fork sessions this way) owns a device copy of the
+// K/V: both continue with the same bits, and the copy's writes stay its own.
+TEST_P(CudaExactnessTest, CopiedFlatCacheContinuesLikeTheOriginal) {
+  SKIP_WITHOUT_GPU();
+  auto step = [&](FlatKVCache& c, std::vector<int32_t> tokens, int32_t ctx) {
+    ForwardBatch b;
+    b.path = KVPath::kFlat;
+    b.add_row(tokens, ctx, LogitsRequest::kLast).flat = &c;
+    ForwardOutput out;
+    Status s = model_->forward(b, &out);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    auto l = out.last_logits(0);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  FlatKVCache a(model_->kv_geometry());
+  step(a, random_token_ids(20, 3, vocab()), 0);
+  FlatKVCache b = a;
+  ASSERT_NE(b.attachment(), nullptr);
+  ASSERT_NE(b.attachment(), a.attachment());
+  auto lb = step(b, {9}, 20);   // b diverges first: must not touch a's K/V
+  auto la2 = step(a, {5}, 20);  // a continues with another token
+  FlatKVCache c = a;
+  auto lc = step(c, {7}, 21);
+  auto la3 = step(a, {7}, 21);
+  EXPECT_TRUE(same_bits(lc, la3));
+  EXPECT_FALSE(same_bits(lb, la2));  // different tokens: different logits
+  // A host-side flat cache with tokens but no device copy is refused.
+  FlatKVCache host(model_->kv_geometry());
+  host.reserve(16);
+  host.set_length(4);
+  ForwardBatch bad;
+  bad.path = KVPath::kFlat;
+  std::vector<int32_t> one = {1};
+  bad.add_row(one, 4, LogitsRequest::kLast).flat = &host;
+  ForwardOutput out;
+  EXPECT_EQ(model_->forward(bad, &out).code(), StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Device, CudaExactnessTest,
     ::testing::Values(

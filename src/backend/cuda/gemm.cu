@@ -216,13 +216,24 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
   M = M - int64_t{blockIdx.y} * kSmallM < kSmallM ? M - int64_t{blockIdx.y} * kSmallM : kSmallM;
   const bool w_vec = (K % 2) == 0;
   const int chunks = static_cast<int>((K + kKChunk - 1) / kKChunk);
+  constexpr int kSteps = kKChunk / 16;
   for (int c = warp; c < chunks; c += kSmallWarps) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const int64_t k_end = (int64_t{c} + 1) * kKChunk < K ? (int64_t{c} + 1) * kKChunk : K;
-#pragma unroll 4
-    for (int64_t k0 = int64_t{c} * kKChunk; k0 < k_end; k0 += 16) {
-      const uint32_t b0 = w_pair(w, N, K, n0 + g, k0 + 2 * t, w_vec);
-      const uint32_t b1 = w_pair(w, N, K, n0 + g, k0 + 2 * t + 8, w_vec);
+    const int64_t kc = int64_t{c} * kKChunk;
+    const int64_t k_end = kc + kKChunk < K ? kc + kKChunk : K;
+    // The chunk's weight fragments are loaded up front (independent loads in
+    // flight together); the MMAs below are the same sequence either way.
+    uint32_t bw[kSteps][2];
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      const int64_t k0 = kc + 16 * st;
+      bw[st][0] = k0 < k_end ? w_pair(w, N, K, n0 + g, k0 + 2 * t, w_vec) : 0u;
+      bw[st][1] = k0 < k_end ? w_pair(w, N, K, n0 + g, k0 + 2 * t + 8, w_vec) : 0u;
+    }
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      const int64_t k0 = kc + 16 * st;
+      if (k0 >= k_end) break;
       // A fragment elements: (row, k) for a0..a3, two k each.
       const int64_t rows[4] = {g, g + 8, g, g + 8};
       const int64_t ks[4] = {k0 + 2 * t, k0 + 2 * t, k0 + 2 * t + 8, k0 + 2 * t + 8};
@@ -237,7 +248,7 @@ __global__ void __launch_bounds__(kSmallWarps * 32)
         uint32_t a[4];
 #pragma unroll
         for (int f = 0; f < 4; ++f) a[f] = pack_bf16(sp[s][f][0], sp[s][f][1]);
-        mma_bf16(acc, a, b0, b1);
+        mma_bf16(acc, a, bw[st][0], bw[st][1]);
       }
     }
 #pragma unroll

@@ -35,6 +35,20 @@ class DeviceFlatKV final : public FlatKVCache::Attachment {
  public:
   bc::DeviceBuffer buf;
   int32_t capacity = 0;
+  // A copied FlatKVCache gets its own device copy (between steps: the model's
+  // stream is idle then); nullptr when the device has no room.
+  std::unique_ptr<FlatKVCache::Attachment> clone() const override {
+    auto c = std::make_unique<DeviceFlatKV>();
+    if (buf.size() > 0) {
+      auto b = bc::DeviceBuffer::allocate(buf.size());
+      if (!b.ok()) return nullptr;
+      if (cudaMemcpy(b->data(), buf.data(), buf.size(), cudaMemcpyDeviceToDevice) != cudaSuccess)
+        return nullptr;
+      c->buf = std::move(*b);
+    }
+    c->capacity = capacity;
+    return c;
+  }
 };
 
 // Pinned host memory for the step's metadata (one async copy per step).
@@ -318,6 +332,10 @@ Status CudaQwen3Model::reserve_flat(const ForwardBatch& batch) {
     auto* d = dynamic_cast<DeviceFlatKV*>(row.flat->attachment());
     if (row.flat->attachment() != nullptr && d == nullptr)
       return invalid_argument("cuda model: a flat cache holds another backend's attachment");
+    if (d == nullptr && row.context_len > 0)
+      return invalid_argument(
+          "cuda model: a flat cache holds " + std::to_string(row.context_len) +
+          " tokens but no device copy of them (filled by another backend, or a copy failed)");
     if (d == nullptr) {
       auto fresh = std::make_unique<DeviceFlatKV>();
       d = fresh.get();
