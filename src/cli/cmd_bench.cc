@@ -39,6 +39,7 @@
 #include "backend/backend.h"
 #include "cli/args.h"
 #include "cli/command_registry.h"
+#include "cli/device_option.h"
 #include "cli/engine_flags.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -371,6 +372,7 @@ int bench_main(int argc, char** argv) {
   add_pool_memory_flag(p, "pool-mb");
   p.add_flag("json", "print one JSON document instead of text");
   // --verbose (every command has it, args.cc) also prints the backend and kernel path.
+  add_device_option(p);
   if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
   BenchConfig base;
   base.workload = p.get("workload");
@@ -441,7 +443,7 @@ int bench_main(int argc, char** argv) {
     }
     dir = temp;
   }
-  auto loaded = model::load_model(dir);
+  auto loaded = load_model_on(dir, requested_device(p));
   if (!temp.empty()) std::filesystem::remove_all(temp);  // the weights stay mapped
   if (!loaded.ok()) return report_error("bench", loaded.status());
   std::shared_ptr<model::Model> model(std::move(*loaded));

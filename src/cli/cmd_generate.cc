@@ -15,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/checkpoint_text.h"
 #include "cli/command_registry.h"
+#include "cli/device_option.h"
 #include "cli/model_cli_util.h"
 #include "cli/text_format.h"
 #include "engine/chat_formatter.h"
@@ -113,6 +114,7 @@ int generate_main(int argc, char** argv) {
   p.add_flag("persist-cache",
              "persist full KV blocks to the cold tier and restore them in later processes "
              "(qwen3/qwen3_moe only; dir: PAGEDKV_COLD_CACHE_DIR, docs/cold-tier.md)");
+  add_device_option(p);
   if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
   Status s;
   auto dir_or = resolve_model_dir(p.get("model"));
@@ -227,7 +229,7 @@ int generate_main(int argc, char** argv) {
   if (!s.ok()) return report_error("generate", s);
 
   auto t_load = Clock::now();
-  auto loaded = model::load_model(dir);
+  auto loaded = load_model_on(dir, requested_device(p));
   if (!loaded.ok()) return report_error("generate", loaded.status());
   double load_ms = ms_since(t_load);
   std::shared_ptr<model::Model> model(std::move(*loaded));

@@ -13,6 +13,7 @@
 
 #include "cli/args.h"
 #include "cli/command_registry.h"
+#include "cli/device_option.h"
 #include "cli/model_cli_util.h"
 #include "cli/text_format.h"
 #include "model/model.h"
@@ -35,6 +36,7 @@ int logits_main(int argc, char** argv) {
                "0");
   p.add_option("chunk", "N", "prefill chunk size (0 = whole input at once)", "0");
   p.add_flag("flat", "use the flat per-request KV path (no prefix cache)");
+  add_device_option(p);
   if (auto rc = p.parse_or_exit_code(argc, argv)) return *rc;
   std::string dir = p.get("model"), in = p.get("input-ids"), outp = p.get("out");
   if (dir.empty() || in.empty() || outp.empty())
@@ -57,7 +59,7 @@ int logits_main(int argc, char** argv) {
     return report_error("logits",
                         invalid_argument("--warm-prefix needs the paged cache (drop --flat)"));
 
-  auto loaded = model::load_model(dir);
+  auto loaded = load_model_on(dir, requested_device(p));
   if (!loaded.ok()) return report_error("logits", loaded.status());
   std::shared_ptr<model::Model> model(std::move(*loaded));
   const int32_t V = model->config().vocab_size;

@@ -572,7 +572,7 @@ Status Engine::Impl::init() {
     budget.max_bytes = budget.bytes_per_block * static_cast<uint64_t>(budget.max_blocks);
     budget.effective_window_tokens =
         static_cast<int64_t>(budget.max_blocks - 1) * budget.geometry.block_size;
-    PKV_ASSIGN_OR_RETURN(cache_, kv::PagedKVCache::create(budget, kv::host_kv_storage()));
+    PKV_ASSIGN_OR_RETURN(cache_, kv::PagedKVCache::create(budget, kv_storage_for(*model_)));
   } else {
     // The same sizing `pagedkv generate` uses: env > these options > config.json > default.
     kv::PoolBudgetConfig pc;
@@ -590,15 +590,23 @@ Status Engine::Impl::init() {
   co.quota_mb = options_.cold_cache_quota_mb;
   co.metrics_dir = options_.metrics_dir;
   const std::string model_dir = options_.model_dir.value_or(mc.source_path);
-  if (mg.groups.size() != 1 || hybrid_) {
-    // The cold tier stores one full-attention group's blocks; a model with
-    // more cache groups (recurrent state has no sidecar yet) would restore only
-    // part of what it needs, so persistence is declined whole.
-    const Status declined = failed_precondition(
-        "cold tier: model '" + mc.model_type + "' keeps " + std::to_string(mg.groups.size()) +
-        " cache groups" + (hybrid_ ? " (recurrent state)" : "") +
-        "; the cold tier persists a single full-attention group only, so persistence is "
-        "declined for this family");
+  // Persistence is declined (with the reason in EngineStats::cold when asked for)
+  // for a model with more cache groups — the cold tier stores one full-attention
+  // group's blocks and no recurrent state — and for a pool in device memory (the
+  // cold tier copies block bytes on the host; docs/backend.md).
+  std::string decline;
+  if (!kv_storage_for(*model_)->host_accessible()) {
+    decline = "the KV pool lives in device memory (" +
+              std::string(kv_storage_for(*model_)->name()) +
+              "); the cold tier reads host memory only, so persistence is declined on this device";
+  } else if (mg.groups.size() != 1 || hybrid_) {
+    decline = "model '" + mc.model_type + "' keeps " + std::to_string(mg.groups.size()) +
+              " cache groups" + (hybrid_ ? " (recurrent state)" : "") +
+              "; the cold tier persists a single full-attention group only, so persistence is "
+              "declined for this family";
+  }
+  if (!decline.empty()) {
+    const Status declined = failed_precondition("cold tier: " + decline);
     if (ColdTierRuntime::persist_requested(model_dir, co)) {
       PKV_LOG(kWarn) << declined.to_string();
       counters_.cold.open_errors = 1;

@@ -44,6 +44,11 @@ kv::KVGeometry pool_geometry(const model::KVGeometry& g) {
   return p;
 }
 
+std::shared_ptr<kv::KVStorage> kv_storage_for(const model::Model& model) {
+  std::shared_ptr<kv::KVStorage> s = model.kv_storage();
+  return s != nullptr ? s : kv::host_kv_storage();
+}
+
 StatusOr<std::unique_ptr<kv::PagedKVCache>> make_paged_cache(const model::Model& model,
                                                              kv::PoolBudgetConfig config) {
   const model::CacheConfig& cc = model.config().cache;
@@ -56,8 +61,9 @@ StatusOr<std::unique_ptr<kv::PagedKVCache>> make_paged_cache(const model::Model&
   // The pool's initial bytes are allocated now: more than the machine's memory
   // (a huge max_position_embeddings sizing the default one-context pool) is an
   // error naming the knob, not a bad_alloc abort after gigabytes.
+  std::shared_ptr<kv::KVStorage> storage = kv_storage_for(model);
   const uint64_t ram = physical_memory_bytes();
-  if (ram != 0 && budget.initial_bytes > ram) {
+  if (storage->host_accessible() && ram != 0 && budget.initial_bytes > ram) {
     return resource_exhausted("the paged KV pool needs " +
                               std::to_string(budget.initial_bytes >> 20) + " MiB up front (" +
                               budget.describe() + "), more than this machine's " +
@@ -65,7 +71,7 @@ StatusOr<std::unique_ptr<kv::PagedKVCache>> make_paged_cache(const model::Model&
                               " MiB of memory; cap it with paged_cache_memory_mb (config.json) or "
                               "PAGEDKV_PAGED_CACHE_MEMORY_MB");
   }
-  return kv::PagedKVCache::create(budget, kv::host_kv_storage());
+  return kv::PagedKVCache::create(budget, std::move(storage));
 }
 
 }  // namespace pagedkv::engine

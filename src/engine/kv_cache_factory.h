@@ -28,10 +28,14 @@ std::vector<int32_t> pool_layer_slots(const model::KVGeometry& g);
 // The machine's physical memory in bytes (0 when unknown).
 uint64_t physical_memory_bytes();
 
-// A PagedKVCache with host bytes for `model`. Sizes: env > `config` > the model's
-// config.json cache fields > defaults (kv/pool_budget.h). A pool whose initial
-// bytes exceed physical memory is ResourceExhausted (docs/limits.md) before
-// anything is allocated.
+// Where the pool's bytes live for `model`: its kv_storage() (device memory for a
+// device model), else host memory.
+std::shared_ptr<kv::KVStorage> kv_storage_for(const model::Model& model);
+
+// A PagedKVCache for `model`, its bytes on kv_storage_for(model). Sizes: env > `config` > the
+// model's config.json cache fields > defaults (kv/pool_budget.h). A pool whose initial bytes exceed
+// physical memory is ResourceExhausted (docs/limits.md) before anything is allocated (host storage
+// only: a device pool that does not fit is the device allocation's ResourceExhausted).
 StatusOr<std::unique_ptr<kv::PagedKVCache>> make_paged_cache(const model::Model& model,
                                                              kv::PoolBudgetConfig config = {});
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/model.h"
@@ -37,7 +38,31 @@ class FlatKVCache {
   size_t token_bytes() const { return default_token_bytes_; }
   size_t memory_bytes() const;
 
+  // What a device model keeps for this request instead of the host buffers (its
+  // K/V in device memory, src/model/cuda/): owned here, so it is released with
+  // the request's cache. Such a model never calls reserve().
+  // A copy of the cache clones it (its own K/V), or holds none when clone() fails.
+  class Attachment {
+   public:
+    virtual ~Attachment() = default;
+    virtual std::unique_ptr<Attachment> clone() const = 0;
+  };
+  Attachment* attachment() const { return attachment_.p.get(); }
+  void set_attachment(std::unique_ptr<Attachment> a) { attachment_.p = std::move(a); }
+
  private:
+  struct AttachmentSlot {
+    std::unique_ptr<Attachment> p;
+    AttachmentSlot() = default;
+    AttachmentSlot(const AttachmentSlot& o) : p(o.p ? o.p->clone() : nullptr) {}
+    AttachmentSlot& operator=(const AttachmentSlot& o) {
+      if (this != &o) p = o.p ? o.p->clone() : nullptr;
+      return *this;
+    }
+    AttachmentSlot(AttachmentSlot&&) noexcept = default;
+    AttachmentSlot& operator=(AttachmentSlot&&) noexcept = default;
+  };
+  AttachmentSlot attachment_;
   KVGeometry geometry_;
   size_t default_token_bytes_ = 0;
   std::vector<size_t> token_bytes_;  // per layer: one token's K (or V)

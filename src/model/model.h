@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_storage.h"
 #include "model/forward_batch.h"
 #include "pagedkv/status.h"
 
@@ -163,6 +164,12 @@ class Model {
   // (a malformed batch: spans out of range, a block table too short, a token id
   // outside the vocabulary) are InvalidArgument and leave `out` unspecified.
   virtual Status forward(const ForwardBatch& batch, ForwardOutput* out) = 0;
+
+  // Where the paged KV pool's bytes must live for forward() to reach them:
+  // nullptr = host memory (every CPU model). A device model (src/model/cuda/)
+  // returns its device storage, and the engine builds the pool on it
+  // (engine/kv_cache_factory.h).
+  virtual std::shared_ptr<kv::KVStorage> kv_storage() const { return nullptr; }
 };
 
 struct LoadOptions {

@@ -55,7 +55,7 @@ Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStrea
 // bf16 weights run on tensor cores (mma.sync m16n8k16): x is split exactly-enough
 // into three bf16 terms (hi + mid + lo, 24 mantissa bits) so the product keeps f32
 // accuracy; each output element accumulates k in 16-wide steps in a fixed order.
-// m ≤ 16 runs a small-M kernel (a warp per 8 columns) that issues the identical
+// m ≤ 64 runs a small-M kernel (a warp per 8 columns, row tiles of 16) that issues the identical
 // MMA sequence per element. f32/f16 weights use a SIMT kernel (one FMA chain per
 // element, k ascending). Either way the result of a row does not depend on m.
 Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
@@ -112,5 +112,48 @@ size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t
 // sequence (the CPU's AttentionArgs contract, any layout). head_dim ∈ {16, 32, 64, 128, 256},
 // num_heads / num_kv_heads ≤ 16 (GQA: one block serves a KV head's query group).
 Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream = 0);
+
+// ---- Step plumbing for a device-resident forward (src/model/cuda/) ------------
+
+// Where a step's K/V rows go: the same addressing as PagedAttentionParams (block
+// table of the token's sequence, or a contiguous per-sequence cache).
+struct KvWriteParams {
+  const float* k = nullptr;  // [num_tokens][num_kv_heads][head_dim] f32 (device)
+  const float* v = nullptr;
+  int32_t num_tokens = 0, num_kv_heads = 0, head_dim = 0;
+  const int32_t* positions = nullptr;  // [num_tokens] (device)
+  const int32_t* token_seq = nullptr;  // [num_tokens] (device; null = all 0)
+  KvType kv_type = KvType::kBF16;
+  KvLayout layout = KvLayout::kBlockTable;  // kBlockTable or kContiguous
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int32_t block_size = 16;
+  const int32_t* block_tables = nullptr;  // [num_seqs][max_blocks_per_seq] (device)
+  int32_t max_blocks_per_seq = 0;
+  int64_t seq_capacity = 0;
+};
+
+// Stores every token's K and V row at its slot, in the cache's element type
+// (bf16: round to nearest even, as the CPU's f32_to_bf16).
+Status write_kv(const KvWriteParams& p, cudaStream_t stream = 0);
+
+// y[i][:] = x[rows[i]][:] for i < m (x, y [.][d] f32; rows device int32).
+Status gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y,
+                   cudaStream_t stream = 0);
+
+// *flag = 1 when any of x[0..n) is NaN (else *flag is left alone: clear it first).
+Status flag_nan(const float* x, int64_t n, int32_t* flag, cudaStream_t stream = 0);
+
+// ---- MoE plumbing (the CPU's moe_experts order, layers.cc) ----
+
+// results[slots[i]][:] = y[i][:] · weights[slots[i]] for i < m (y [m][d]; results
+// and weights indexed by slot = token · top_k + rank; slots device int32).
+Status scale_to_slots(const float* y, const int32_t* slots, const float* weights, int64_t m,
+                      int64_t d, float* results, cudaStream_t stream = 0);
+
+// out[t][:] = results[t][0][:] + results[t][1][:] + … (ranks added in order onto
+// rank 0), results [t][top_k][d].
+Status sum_ranks(const float* results, int64_t t, int32_t top_k, int64_t d, float* out,
+                 cudaStream_t stream = 0);
 
 }  // namespace pagedkv::backend::cuda

@@ -1,0 +1,147 @@
+// The device-resident qwen3 forward end to end (issue 12's speed table): on the
+// qwen3-0.6b-shape bf16 checkpoint (make_random_model, cached like every bench
+// model), through the Engine as every front end drives it:
+//   - prefill of one 512-token prompt (one step);
+//   - aggregate decode tok/s at 1, 8, 32 and 64 concurrent requests: a 512-token
+//     prefix is computed once (prefix cache), then n requests of that prefix + 16
+//     own tokens are submitted together; only the steps with n decode rows and no
+//     prefill row are timed (they include the scheduler, the logits copy to the
+//     host and greedy sampling);
+// for bf16 and f32 KV, each printed beside llama.cpp's figures on the same GPU
+// (issue 12: 641 / 3,199 / 6,847 / 9,911 tok/s) as a ratio.
+// Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with
+// PAGEDKV_CUDA_PROFILE=1 it prints where a decode step's time goes instead.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_engine.h"
+#include "bench_model.h"
+#include "model/cuda/cuda_model.h"
+#include "pagedkv/engine.h"
+
+using namespace pagedkv;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+std::unique_ptr<engine::Engine> engine_for(const std::shared_ptr<model::Model>& m, int64_t chunk) {
+  engine::EngineOptions o;
+  o.paged_cache_memory_mb = 8192;
+  o.paged_cache_initial_memory_mb = 8192;  // no pool growth while timed
+  o.max_num_batched_tokens = chunk;
+  o.max_num_seqs = 128;
+  return bench::create_engine(m, o);
+}
+
+double prefill(const std::shared_ptr<model::Model>& m, size_t len) {
+  std::mt19937 g(7);
+  auto p = bench::random_tokens(g, len, m->config().vocab_size);
+  auto e = engine_for(m, static_cast<int64_t>(len));
+  auto h = bench::submit_fixed(*e, p, 1);
+  auto t = Clock::now();
+  while (!h->done() && e->stats().completion_tokens == 0) e->step();
+  const double s = secs(t);
+  e->run_until_idle();
+  bench::wait_ok(h);
+  return static_cast<double>(len) / s;
+}
+
+double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t prefix_len, int steps) {
+  const int32_t V = m->config().vocab_size;
+  auto e = engine_for(m, 2048);
+  std::mt19937 g(42);
+  auto prefix = bench::random_tokens(g, prefix_len, V);
+  bench::wait_ok([&] {
+    auto h = bench::submit_fixed(*e, prefix, 1);
+    e->run_until_idle();
+    return h;
+  }());
+  std::vector<engine::RequestHandlePtr> hs;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = prefix;
+    std::mt19937 gi(1000 + i);
+    for (int j = 0; j < 16; ++j) p.push_back(static_cast<int32_t>(gi() % V));
+    hs.push_back(bench::submit_fixed(*e, p, steps + 1));
+  }
+  double sec = 0, fwd_ms = 0;
+  int64_t tokens = 0, steps_timed = 0;
+  for (;;) {
+    const bool pure = e->stats().running == n && e->stats().waiting == 0;
+    const double f0 = e->stats().forward_ms;
+    auto t = Clock::now();
+    engine::StepReport rep = e->step();
+    const double dt = secs(t);
+    if (rep.idle()) break;
+    if (pure && rep.prefill_rows == 0 && rep.decode_rows == n) {
+      sec += dt;
+      fwd_ms += e->stats().forward_ms - f0;
+      tokens += rep.decode_rows;
+      ++steps_timed;
+    }
+  }
+  for (auto& h : hs) bench::wait_ok(h);
+  if (steps_timed > 0)
+    std::printf("  (%d rows: %.2f ms per step, of which %.2f ms in Model::forward)\n", n,
+                1e3 * sec / static_cast<double>(steps_timed),
+                fwd_ms / static_cast<double>(steps_timed));
+  return sec > 0 ? static_cast<double>(tokens) / sec : 0;
+}
+
+}  // namespace
+
+// PAGEDKV_CUDA_PROFILE=1: bf16 KV only, a fresh model per request count, so the
+// phase profile each model prints when destroyed is that count's (its decode
+// steps dominate; the two prefill steps are included).
+int profile_runs(const std::string& dir) {
+  for (int n : {1, 8, 32, 64}) {
+    model::LoadOptions lo;
+    lo.kv_dtype = model::KVDType::kBF16;
+    auto loaded = model::cuda::load_cuda_model(dir, lo);
+    if (!loaded.ok()) return 1;
+    std::shared_ptr<model::Model> m(std::move(*loaded));
+    std::fprintf(stderr, "profile, %d requests: ", n);
+    batched_decode(m, n, 512, 32);
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const std::string preset = argc > 1 ? argv[1] : "qwen3-0.6b-shape";
+  const std::string dir = bench::random_model_dir(preset, model::DType::kBF16);
+  if (const char* p = std::getenv("PAGEDKV_CUDA_PROFILE"); p != nullptr && *p == '1')
+    return profile_runs(dir);
+  const int ns[] = {1, 8, 32, 64};
+  const double llama[] = {641, 3199, 6847, 9911};
+  for (model::KVDType kv : {model::KVDType::kBF16, model::KVDType::kF32}) {
+    model::LoadOptions lo;
+    lo.kv_dtype = kv;
+    auto t = Clock::now();
+    auto loaded = model::cuda::load_cuda_model(dir, lo);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "error: %s\n", loaded.status().to_string().c_str());
+      return 1;
+    }
+    std::shared_ptr<model::Model> m(std::move(*loaded));
+    const char* kvn = kv == model::KVDType::kBF16 ? "bf16" : "f32";
+    std::printf("== %s bf16 weights, %s KV on cuda:0 (load %.1f s)\n", preset.c_str(), kvn,
+                secs(t));
+    std::printf("prefill, 512-token prompt (one step)   %9.1f tok/s\n", prefill(m, 512));
+    double one = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      const double tps = batched_decode(m, ns[i], 512, ns[i] == 1 ? 64 : 32);
+      if (i == 0) one = tps;
+      std::printf(
+          "decode, %2d request%s  %9.1f tok/s   llama.cpp %6.0f  ratio %.2fx   (x%.2f of 1 "
+          "request)\n",
+          ns[i], ns[i] == 1 ? " " : "s", tps, llama[i], tps / llama[i], tps / one);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,34 @@
+// The device-resident forward: a qwen3 / qwen3_moe Model whose weights, activations,
+// scratch and KV live on one CUDA device (docs/backend.md, "CUDA: the model forward").
+//
+// It implements the same Model / ForwardBatch contract as the CPU families, so the
+// engine drives it unchanged: the engine builds its paged pool on this model's
+// kv_storage() (CUDA virtual-memory buffers, so the block pointers the batch's
+// KVBlockStore hands out are device addresses), and a flat row's K/V live in a
+// device buffer attached to its FlatKVCache. Per step, the token ids, positions,
+// row of each token, requested logits rows and every row's block table go to the
+// device in ONE host-to-device copy; the layers then run entirely on the device
+// (kernels of src/backend/cuda/kernels.h), and only the requested logits rows come
+// back. Every kernel is batch-invariant and attention reads keys in partitions
+// anchored at position 0, so a row's logits are the same bits alone or batched,
+// paged or flat, whole or chunked, cold or after a prefix hit.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+#include "pagedkv/status.h"
+
+namespace pagedkv::model::cuda {
+
+// Loads the checkpoint in `dir` onto CUDA device `device`. Supported today:
+// model_type qwen3 and qwen3_moe (full attention, no attention bias), KV dtype f32 or bf16
+// (LoadOptions::kv_dtype, or env PAGEDKV_KV_DTYPE as for the CPU), head_dim 16 to
+// 256 (a power of two), GQA groups up to 16. Anything else is FailedPrecondition
+// naming what is unsupported; no device is FailedPrecondition from the backend.
+// options.backend must be null (the model owns its CUDA backend).
+StatusOr<std::unique_ptr<Model>> load_cuda_model(const std::string& dir,
+                                                 const LoadOptions& options = {}, int device = 0);
+
+}  // namespace pagedkv::model::cuda
