@@ -419,6 +419,8 @@ TEST_P(GemmaEngineTest, PagedCacheMemoryMbSizesTheSharedBudget) {
     EXPECT_NE(e.status().message().find("paged_cache_memory_mb"), std::string::npos)
         << e.status().to_string();
   }
+}
+
 // The pools of tiny-global's groups have their own shapes and bytes per block.
 TEST(GemmaEngineShapeTest, FullGroupPoolHasTheFullLayersShape) {
   auto m = tiny_model("gemma4_text", 7, "tiny-global");
