@@ -29,6 +29,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "backend/backend.h"
 #include "engine/chat_formatter.h"
 #include "engine/cold_tier_runtime.h"
 #include "engine/coordinator_kv.h"
@@ -238,6 +239,9 @@ class Engine::Impl {
   // and page faults of all of them (19 MB at 32 rows of Qwen3's vocabulary).
   // Its buffer is dropped after a step that needed more than kKeepLogitsFloats.
   model::ForwardOutput step_out_;
+  // Per step: the token each scheduled row samples, and its position (-1: none).
+  std::vector<int32_t> step_tokens_;
+  std::vector<int64_t> step_token_pos_;
 
   mutable std::mutex stats_mu_;
   EngineStats snapshot_;   // guarded by stats_mu_
@@ -1132,7 +1136,33 @@ StepReport Engine::Impl::step() {
     return rep;
   }
 
-  // Record K/V, sample, stream, finish.
+  // Sample first, every row at once: a row samples when this step reaches its
+  // last position. sample_token is a pure function of (logits row, params,
+  // position) with per-thread scratch, so the rows run on the CPU backend's
+  // threads (issue 11: 32 rows × a 152k vocabulary) and each token is the one a
+  // serial loop draws. The loop below commits them in row order as before.
+  std::vector<int32_t>& drawn = step_tokens_;
+  std::vector<int64_t>& drawn_pos = step_token_pos_;
+  drawn.assign(sched.size(), -1);
+  drawn_pos.assign(sched.size(), -1);
+  for (size_t r = 0; r < sched.size(); ++r) {
+    const Seq* s = as_seq(sched[r].req);
+    if (s->computed + sched[r].num_tokens == static_cast<int64_t>(s->tokens.size()) &&
+        !s->prefill_only())
+      drawn_pos[r] = static_cast<int64_t>(s->tokens.size());
+  }
+  backend::cpu_backend().parallel_for(
+      static_cast<int64_t>(sched.size()), backend::grain_for_work(vocab_size_),
+      [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const size_t i = static_cast<size_t>(r);
+          if (drawn_pos[i] < 0) continue;
+          drawn[i] =
+              sample_token(out.last_logits(i), as_seq(sched[i].req)->req.sampling, drawn_pos[i]);
+        }
+      });
+
+  // Record K/V, stream, finish.
   const auto now = Clock::now();
   for (size_t r = 0; r < sched.size(); ++r) {
     Seq* s = as_seq(sched[r].req);
@@ -1174,7 +1204,7 @@ StepReport Engine::Impl::step() {
     }
     const std::span<const float> logits = out.last_logits(r);
     const int64_t pos = static_cast<int64_t>(s->tokens.size());
-    const int32_t tok = sample_token(logits, s->req.sampling, pos);
+    const int32_t tok = drawn_pos[r] == pos ? drawn[r] : sample_token(logits, s->req.sampling, pos);
     s->tokens.push_back(tok);
     if (s->req.return_logits) s->result.logits.emplace_back(logits.begin(), logits.end());
     if (s->completion() == 1) {

@@ -162,18 +162,25 @@ bool resolve_use_block_paged_cache(const CacheConfig& c) {
   return resolve_knob<bool>("PAGEDKV_USE_BLOCK_PAGED_CACHE", c.use_block_paged_cache, true);
 }
 
-Status check_logits(const ForwardOutput& out) {
-  // Fast scan first: 16 independent lanes (vectorized); a NaN is the only value
-  // unequal to itself. Only logits with a NaN take the loop that names it.
-  const float* l = out.logits.data();
-  const size_t total = out.logits.size();
+namespace {
+
+// Fast scan: 16 independent lanes (vectorized); a NaN is the only value unequal
+// to itself.
+bool any_nan(const float* l, size_t n) {
   constexpr size_t kLanes = 16;
   int nan = 0;
   size_t j = 0;
-  for (; j + kLanes <= total; j += kLanes)
+  for (; j + kLanes <= n; j += kLanes)
     for (size_t b = 0; b < kLanes; ++b) nan |= l[j + b] != l[j + b];
-  for (; j < total; ++j) nan |= l[j] != l[j];
-  if (!nan) return ok_status();
+  for (; j < n; ++j) nan |= l[j] != l[j];
+  return nan != 0;
+}
+
+}  // namespace
+
+Status check_logits(const ForwardOutput& out) {
+  // Fast scan first; only logits with a NaN take the loop that names it.
+  if (!any_nan(out.logits.data(), out.logits.size())) return ok_status();
   const size_t v = static_cast<size_t>(out.vocab_size);
   for (size_t i = 0; i < out.logits.size(); ++i) {
     if (!std::isnan(out.logits[i])) continue;
@@ -188,6 +195,29 @@ Status check_logits(const ForwardOutput& out) {
   }
   return ok_status();
 }
+
+// check_logits with the fast scan split over logits rows on the backend's
+// threads (issue 11: 32 rows × a 152k vocabulary is ~20 MB to scan per step).
+// Each row's flag is its own scan; the flags are then read in row order and any
+// NaN goes to check_logits, which names the first one — so the Status is the
+// one check_logits alone returns, at any thread count.
+namespace {
+Status check_logits_rows(backend::Backend& be, const ForwardOutput& out) {
+  const size_t v = static_cast<size_t>(out.vocab_size);
+  const size_t rows = v == 0 ? 0 : out.logits.size() / v;
+  if (rows < 2 || rows * v != out.logits.size()) return check_logits(out);
+  std::vector<uint8_t> nan(rows, 0);
+  be.parallel_for(static_cast<int64_t>(rows), backend::grain_for_work(static_cast<int64_t>(v)),
+                  [&](int64_t begin, int64_t end) {
+                    for (int64_t r = begin; r < end; ++r)
+                      nan[static_cast<size_t>(r)] =
+                          any_nan(out.logits.data() + static_cast<size_t>(r) * v, v) ? 1 : 0;
+                  });
+  for (uint8_t f : nan)
+    if (f != 0) return check_logits(out);
+  return ok_status();
+}
+}  // namespace
 
 Status run_decoder(backend::Backend& be, const DecoderFrame& f, const ForwardBatch& batch,
                    const DecoderStack& stack, ForwardOutput* out) {
@@ -779,7 +809,7 @@ Status compute_logits(backend::Backend& be, const ForwardBatch& batch, const flo
     std::memcpy(sel.data() + i * hidden, x + pick[i] * hidden, hidden * sizeof(float));
   be.rms_norm(sel.data(), P, final_norm, eps, one_plus, sel.data());
   be.matmul(sel.data(), P, lm_head, out->logits.data());
-  return check_logits(*out);
+  return check_logits_rows(be, *out);
 }
 
 }  // namespace pagedkv::model
