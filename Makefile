@@ -8,7 +8,7 @@
 #   make test           build and run every test
 #   make bench          build and run the benchmarks (figures: docs/performance.md)
 #   make test-sanitize  unit tests under AddressSanitizer + UndefinedBehaviorSanitizer
-#   make test-tsan      engine and cold-tier tests under ThreadSanitizer
+#   make test-tsan      engine, server and cold-tier tests under ThreadSanitizer
 #   make fuzz           libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS (60) each;
 #                       prints executions and coverage per target (docs/fuzzing.md)
 #   make format         clang-format every C++ source
@@ -21,8 +21,10 @@ BENCH_BUILD ?= build-bench
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
-# ctest -R pattern for `make test-tsan`: the engine suites and every cold-tier suite.
-TSAN_TESTS ?= ^(Engine|Cold|ModelFingerprint|Sampler|ChatFormatter|BenchCli)
+# ctest -R pattern for `make test-tsan`: the engine suites (the hybrid and gemma
+# families', the scheduler's and the state-checkpoint store's too), the HTTP
+# server's, and every cold-tier suite.
+TSAN_TESTS ?= ^(Engine|Cold|ModelFingerprint|Sampler|ChatFormatter|BenchCli|Scheduler|OwnerRegistry|StateCheckpoint|PublicApi|Server|ServeCli|Random/EngineWorkload|Families/(Hybrid|Gemma)EngineTest)
 CMAKE_FLAGS ?=
 PORT ?= 8000
 

@@ -6,9 +6,11 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 namespace pagedkv::server {
 namespace {
@@ -52,8 +54,15 @@ ConnectionProbe::ConnectionProbe(const std::string& local_addr, int local_port,
     if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
     int fd = std::atoi(e->d_name);
     if (fd == dirfd(d)) continue;
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    // Sockets only, told by the /proc link ("socket:[inode]"), not by fstat(fd):
+    // every other descriptor belongs to another thread, which may close it at
+    // any moment (ThreadSanitizer reported fstat racing httplib's close() of the
+    // listening socket at shutdown). getpeername/getsockname on a descriptor
+    // closed meanwhile fail, and one reused meanwhile cannot have this 4-tuple.
+    char link[32];
+    const std::string path = "/proc/self/fd/" + std::string(e->d_name);
+    const ssize_t n = readlink(path.c_str(), link, sizeof(link));
+    if (n < 7 || std::memcmp(link, "socket:", 7) != 0) continue;
     if (matches(fd, local_addr, local_port, remote_addr, remote_port)) {
       fd_ = fd;
       break;
