@@ -358,10 +358,12 @@ TEST_P(GemmaEngineTest, OwnerHeldUnderPoolPressure) {
 TEST_P(GemmaEngineTest, PagedCacheMemoryMbSizesTheSharedBudget) {
   const model::KVGeometry& g = model_->kv_geometry();
   const kv::KVCacheSpec spec = CoordinatorKV::spec_for(g);
+  // One block in every group, each group at its own shape (tiny-global's full
+  // layers are wider than its sliding ones).
+  const std::vector<kv::GroupPoolShape> shapes = CoordinatorKV::shapes_for(g);
   int64_t per_set = 0;
   for (int32_t grp = 0; grp < static_cast<int32_t>(spec.groups.size()); ++grp)
-    per_set += static_cast<int64_t>(g.block_size) *
-               static_cast<int64_t>(g.bytes_per_token_per_layer()) * spec.physical_layers(grp);
+    per_set += static_cast<int64_t>(kv::group_bytes_per_block(spec, grp, shapes[grp]));
   const int64_t n_max = 3 * 1048576 / per_set;  // blocks per group for 3 MiB
   const int64_t n_initial = 1048576 / per_set;  // ... for 1 MiB
   ASSERT_GE(n_initial, 2);
