@@ -268,6 +268,18 @@ void shared_config_fields(const MakeModelOptions& o, const Preset& p, const char
   (*c)["head_dim"] = p.head_dim;
 }
 
+// eos / bos token ids and the weights' dtype, in that order (gemma and the
+// qwen3-style families; nemotron_h keeps the fields of its own template).
+void token_and_dtype_fields(const MakeModelOptions& o, nlohmann::ordered_json* c) {
+  if (o.eos_token_id >= 0) {
+    (*c)["eos_token_id"] = o.eos_token_id;
+  } else {
+    (*c)["eos_token_id"] = nullptr;
+  }
+  (*c)["bos_token_id"] = nullptr;
+  (*c)["dtype"] = o.dtype == DType::kF32 ? "float32" : "bfloat16";
+}
+
 // --- gemma3_text / gemma4_text presets ---
 // The preset's sizes with Gemma's layer layout: 6 layers unless --layers (every
 // third full attention, the rest sliding, window 32 tiny / 128 otherwise), tied
@@ -317,13 +329,7 @@ void gemma_spec(const MakeModelOptions& o, Preset p, bool moe, nlohmann::ordered
       {"sliding_attention", {{"rope_theta", 10000.0}, {"rope_type", "default"}}}};
   c["tie_word_embeddings"] = true;
   c["attention_bias"] = false;
-  if (o.eos_token_id >= 0) {
-    c["eos_token_id"] = o.eos_token_id;
-  } else {
-    c["eos_token_id"] = nullptr;
-  }
-  c["bos_token_id"] = nullptr;
-  c["dtype"] = o.dtype == DType::kF32 ? "float32" : "bfloat16";
+  token_and_dtype_fields(o, &c);
   if (g4) {
     c["hidden_size_per_layer_input"] = ple;
     c["vocab_size_per_layer_input"] = p.vocab;
@@ -543,13 +549,7 @@ Status make_random_model(const MakeModelOptions& o) {
   c["rope_parameters"] = {{"rope_theta", p.rope_theta}, {"rope_type", "default"}};
   c["tie_word_embeddings"] = p.tie;
   c["attention_bias"] = false;
-  if (o.eos_token_id >= 0) {
-    c["eos_token_id"] = o.eos_token_id;
-  } else {
-    c["eos_token_id"] = nullptr;
-  }
-  c["bos_token_id"] = nullptr;
-  c["dtype"] = o.dtype == DType::kF32 ? "float32" : "bfloat16";
+  token_and_dtype_fields(o, &c);
   if (moe) {
     c["num_experts"] = p.experts;
     c["num_experts_per_tok"] = p.top_k;
