@@ -247,6 +247,25 @@ void bench_step_gemms(int64_t m) {
   const std::string rows = std::to_string(m) + " rows";
   report("step_gemms_28_layers", rows + " (196 GEMMs, 840 MB)", ms,
          double(bytes) * kLayers / (ms * 1e-3) / 1e9, "GB/s");
+  // The same 196 launches captured in a CUDA graph and replayed (no host launch
+  // gaps, as a graph-captured decode step runs them).
+  cudaStream_t s;
+  die_if(cuda_status(cudaStreamCreate(&s), "stream"));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  die_if(cuda_status(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "capture"));
+  for (int l = 0; l < kLayers; ++l)
+    for (size_t i = 0; i < std::size(layer); ++i)
+      die_if(gemm(x.as<float>(), m, layer[i].k, weights[l * std::size(layer) + i].data(),
+                  WeightDType::kBF16, layer[i].n, y.as<float>(), s));
+  die_if(cuda_status(cudaStreamEndCapture(s, &graph), "end capture"));
+  die_if(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
+  const double gms = median_ms([&] { cudaGraphLaunch(exec, s); }, 10);
+  report("step_gemms_graph", rows + " (196 GEMMs, 840 MB)", gms,
+         double(bytes) * kLayers / (gms * 1e-3) / 1e9, "GB/s");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
   const double hms = median_ms([&] {
     die_if(gemm(x.as<float>(), m, 1024, head.data(), WeightDType::kBF16, 151936, y.as<float>()));
   });

@@ -78,7 +78,30 @@ __device__ __forceinline__ void split_pair(float v0, float v1, uint32_t& hi, uin
   lo = pack_bf16(l0, l1);
 }
 
-__global__ void __launch_bounds__(kMmaThreads)
+// Eight consecutive bf16 weights of row n from k (zero past N and K).
+__device__ __forceinline__ uint4 load_w8(const __nv_bfloat16* __restrict__ w, int64_t N, int64_t K,
+                                         int64_t n, int64_t k, bool vec) {
+  if (n >= N) return make_uint4(0u, 0u, 0u, 0u);
+  const __nv_bfloat16* src = w + n * K + k;
+  if (vec && k + 7 < K) return __ldg(reinterpret_cast<const uint4*>(src));
+  uint16_t h[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) h[e] = k + e < K ? __bfloat16_as_ushort(src[e]) : uint16_t{0};
+  return make_uint4(h[0] | (uint32_t{h[1]} << 16), h[2] | (uint32_t{h[3]} << 16),
+                    h[4] | (uint32_t{h[5]} << 16), h[6] | (uint32_t{h[7]} << 16));
+}
+
+// Four consecutive x values of row r from k (zero past M and K).
+__device__ __forceinline__ float4 load_x4(const float* __restrict__ x, int64_t M, int64_t K,
+                                          int64_t r, int64_t k, bool vec) {
+  if (r >= M) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float* src = x + r * K + k;
+  if (vec && k + 3 < K) return *reinterpret_cast<const float4*>(src);
+  return make_float4(k < K ? src[0] : 0.0f, k + 1 < K ? src[1] : 0.0f, k + 2 < K ? src[2] : 0.0f,
+                     k + 3 < K ? src[3] : 0.0f);
+}
+
+__global__ void __launch_bounds__(kMmaThreads, 3)
     gemm_bf16_mma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                          const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
   __shared__ __align__(16) __nv_bfloat16 xs[3][kBM][kLd];
@@ -109,52 +132,45 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
   };
 
+  // Software pipeline: the next stage's x (float4) and w (16 bytes) are loaded into
+  // registers while this stage's MMAs run; the numbers are the same either way.
+  constexpr int kXIt = (kBM * kBK / 4) / kMmaThreads, kWIt = (kBN * kBK / 8) / kMmaThreads;
+  float4 xpre[kXIt];
+  uint4 wpre[kWIt];
+  auto fetch = [&](int64_t k0) {
+#pragma unroll
+    for (int it = 0; it < kXIt; ++it) {
+      const int idx = tid + it * kMmaThreads;
+      xpre[it] = load_x4(x, M, K, m0 + idx / (kBK / 4), k0 + (idx % (kBK / 4)) * 4, x_vec);
+    }
+#pragma unroll
+    for (int it = 0; it < kWIt; ++it) {
+      const int idx = tid + it * kMmaThreads;
+      wpre[it] = load_w8(w, N, K, n0 + idx / (kBK / 8), k0 + (idx % (kBK / 8)) * 8, w_vec);
+    }
+  };
+  fetch(0);
   for (int64_t k0 = 0; k0 < K; k0 += kBK) {
     if (k0 > 0 && k0 % kKChunk == 0) fold();
-      // Stage x: 64 rows × 32 k as float4 (16 per thread), split into 3 bf16 terms.
+      // Stage x (64 rows × 32 k, split into 3 bf16 planes) and w (64 rows × 32 k).
 #pragma unroll
-    for (int it = 0; it < (kBM * kBK / 4) / kMmaThreads; ++it) {
+    for (int it = 0; it < kXIt; ++it) {
       const int idx = tid + it * kMmaThreads;
       const int r = idx / (kBK / 4), c4 = (idx % (kBK / 4)) * 4;
-      const int64_t gm = m0 + r, gk = k0 + c4;
-      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (gm < M) {
-        const float* src = x + gm * K + gk;
-        if (x_vec && gk + 3 < K) {
-          const float4 f = *reinterpret_cast<const float4*>(src);
-          v[0] = f.x;
-          v[1] = f.y;
-          v[2] = f.z;
-          v[3] = f.w;
-        } else {
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (gk + e < K) v[e] = src[e];
-        }
-      }
       uint32_t p[3][2];
-      split_pair(v[0], v[1], p[0][0], p[1][0], p[2][0]);
-      split_pair(v[2], v[3], p[0][1], p[1][1], p[2][1]);
+      split_pair(xpre[it].x, xpre[it].y, p[0][0], p[1][0], p[2][0]);
+      split_pair(xpre[it].z, xpre[it].w, p[0][1], p[1][1], p[2][1]);
 #pragma unroll
       for (int s = 0; s < 3; ++s)
         *reinterpret_cast<uint2*>(&xs[s][r][c4]) = make_uint2(p[s][0], p[s][1]);
     }
-    // Stage w: 64 rows × 32 k bf16 as 16-byte chunks (2 per thread).
 #pragma unroll
-    for (int it = 0; it < (kBN * kBK / 8) / kMmaThreads; ++it) {
+    for (int it = 0; it < kWIt; ++it) {
       const int idx = tid + it * kMmaThreads;
-      const int r = idx / (kBK / 8), c8 = (idx % (kBK / 8)) * 8;
-      const int64_t gn = n0 + r, gk = k0 + c8;
-      __nv_bfloat16* dst = &ws[r][c8];
-      if (gn < N && w_vec && gk + 7 < K) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(w + gn * K + gk);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          dst[e] = (gn < N && gk + e < K) ? w[gn * K + gk + e] : __float2bfloat16_rn(0.0f);
-      }
+      *reinterpret_cast<uint4*>(&ws[idx / (kBK / 8)][(idx % (kBK / 8)) * 8]) = wpre[it];
     }
     __syncthreads();
+    if (k0 + kBK < K) fetch(k0 + kBK);
     // One 32-wide k block: each lane's eight k (8t … 8t+7) of a row are one uint4.
     uint4 b[4];
 #pragma unroll
@@ -214,31 +230,12 @@ __global__ void __launch_bounds__(kMmaThreads)
 constexpr int kDecWarps = 8, kDecThreads = kDecWarps * 32;
 constexpr int64_t kSmallMMax = 64;
 
-// Eight consecutive bf16 weights of row n from k (zero past N and K).
-__device__ __forceinline__ uint4 load_w8(const __nv_bfloat16* __restrict__ w, int64_t N, int64_t K,
-                                         int64_t n, int64_t k, bool vec) {
-  if (n >= N) return make_uint4(0u, 0u, 0u, 0u);
-  const __nv_bfloat16* src = w + n * K + k;
-  if (vec && k + 7 < K) return __ldg(reinterpret_cast<const uint4*>(src));
-  uint16_t h[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) h[e] = k + e < K ? __bfloat16_as_ushort(src[e]) : uint16_t{0};
-  return make_uint4(h[0] | (uint32_t{h[1]} << 16), h[2] | (uint32_t{h[3]} << 16),
-                    h[4] | (uint32_t{h[5]} << 16), h[6] | (uint32_t{h[7]} << 16));
-}
-
-// Four consecutive x values of row r from k (zero past M and K).
-__device__ __forceinline__ float4 load_x4(const float* __restrict__ x, int64_t M, int64_t K,
-                                          int64_t r, int64_t k, bool vec) {
-  if (r >= M) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const float* src = x + r * K + k;
-  if (vec && k + 3 < K) return *reinterpret_cast<const float4*>(src);
-  return make_float4(k < K ? src[0] : 0.0f, k + 1 < K ? src[1] : 0.0f, k + 2 < K ? src[2] : 0.0f,
-                     k + 3 < K ? src[3] : 0.0f);
-}
-
-template <int RT, int NCG>
-__global__ void __launch_bounds__(kDecThreads)
+// Blocks an SM should hold (caps the registers): 3 for a half tile, 2 for one
+// tile, 1 for more (their accumulators and x prefetch need the registers).
+template <int RT, bool kHalf>
+constexpr int kDecMinBlocks = RT == 1 ? (kHalf ? 3 : 2) : 1;
+template <int RT, int NCG, bool kHalf>
+__global__ void __launch_bounds__(kDecThreads, (kDecMinBlocks<RT, kHalf>))
     gemm_bf16_decode_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                             const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
   constexpr int kRows = RT * 16, kCols = NCG * 8, kOut = kRows * kCols;
@@ -247,6 +244,11 @@ __global__ void __launch_bounds__(kDecThreads)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t n0 = int64_t{blockIdx.x} * kCols;
+  // blockIdx.y: a band of kRows rows run as rows of their own (a row's bits do not
+  // depend on the rows beside it).
+  x += int64_t{blockIdx.y} * kRows * K;
+  y += int64_t{blockIdx.y} * kRows * N;
+  M = M - int64_t{blockIdx.y} * kRows < kRows ? M - int64_t{blockIdx.y} * kRows : kRows;
   const bool w_vec = (K % 8) == 0, x_vec = (K % 4) == 0;
   const int chunks = static_cast<int>((K + kKChunk - 1) / kKChunk);
   float total[kOutPerThread];
@@ -273,29 +275,44 @@ __global__ void __launch_bounds__(kDecThreads)
           wv[jb][cg] = kc + 32 * jb < K
                            ? load_w8(w, N, K, n0 + cg * 8 + g, kc + 32 * jb + 8 * t, w_vec)
                            : make_uint4(0u, 0u, 0u, 0u);
+      // x for the chunk's 8 MMA steps (step st: 32-block st / 2, half q = st % 2)
+      // runs kDist steps ahead of the MMAs, so the MMA chain never waits on one
+      // load at a time. Loads past M or K return zeros without touching memory.
+      constexpr int kSteps = kKChunk / 16;
+      constexpr int kDist = RT == 1 ? kSteps : (RT == 2 ? 4 : 2);
+      float4 xr[kSteps][RT][2];  // [step][row tile][rows g / g + 8]
+      auto load_step = [&](int st) {
 #pragma unroll
-      for (int jb = 0; jb < kKChunk / 32; ++jb) {
-        const int64_t k0 = kc + 32 * jb;
-        if (k0 >= K) break;
+        for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          uint32_t a[3][RT][4];  // [plane hi/mid/lo][row tile][MMA A register]
+          for (int h = 0; h < 2; ++h)
+            xr[st][rt][h] = kHalf && h == 1
+                                ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                                : load_x4(x, M, K, rt * 16 + g + 8 * h,
+                                          kc + 32 * (st / 2) + 8 * t + 4 * (st % 2), x_vec);
+      };
 #pragma unroll
-          for (int rt = 0; rt < RT; ++rt)
+      for (int st = 0; st < kDist; ++st) load_step(st);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {  // rows g and g + 8
-              const float4 v = load_x4(x, M, K, rt * 16 + g + 8 * h, k0 + 8 * t + 4 * q, x_vec);
-              split_pair(v.x, v.y, a[0][rt][h], a[1][rt][h], a[2][rt][h]);
-              split_pair(v.z, v.w, a[0][rt][2 + h], a[1][rt][2 + h], a[2][rt][2 + h]);
-            }
+      for (int st = 0; st < kSteps; ++st) {
+        if (st + kDist < kSteps) load_step(st + kDist);
+        const int jb = st / 2, q = st % 2;
+        if (kc + 32 * jb >= K) continue;  // a 32-block past K: neither kernel runs it
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+          uint32_t a[3][4];  // [plane hi/mid/lo][MMA A register]
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // rows g and g + 8
+            const float4 v = xr[st][rt][h];
+            split_pair(v.x, v.y, a[0][h], a[1][h], a[2][h]);
+            split_pair(v.z, v.w, a[0][2 + h], a[1][2 + h], a[2][2 + h]);
+          }
 #pragma unroll
           for (int s = 2; s >= 0; --s)  // lo, mid, hi
 #pragma unroll
-            for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-              for (int cg = 0; cg < NCG; ++cg)
-                mma_bf16(acc[rt][cg], a[s][rt], q ? wv[jb][cg].z : wv[jb][cg].x,
-                         q ? wv[jb][cg].w : wv[jb][cg].y);
+            for (int cg = 0; cg < NCG; ++cg)
+              mma_bf16(acc[rt][cg], a[s], q ? wv[jb][cg].z : wv[jb][cg].x,
+                       q ? wv[jb][cg].w : wv[jb][cg].y);
         }
       }
       float* mine = partial + warp * kOut;
@@ -327,40 +344,58 @@ __global__ void __launch_bounds__(kDecThreads)
   }
 }
 
-template <int RT, int NCG>
+template <int RT, int NCG, bool kHalf = false>
 Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                      float* y, cudaStream_t stream) {
   constexpr size_t smem = size_t{kDecWarps} * RT * 16 * NCG * 8 * sizeof(float);
-  auto kernel = gemm_bf16_decode_kernel<RT, NCG>;
+  auto kernel = gemm_bf16_decode_kernel<RT, NCG, kHalf>;
   if constexpr (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  const unsigned blocks = static_cast<unsigned>((n + NCG * 8 - 1) / (NCG * 8));
+  const dim3 blocks(static_cast<unsigned>((n + NCG * 8 - 1) / (NCG * 8)),
+                    static_cast<unsigned>((m + RT * 16 - 1) / (RT * 16)));
   kernel<<<blocks, kDecThreads, smem, stream>>>(x, m, k, w, n, y);
   return cuda_status(cudaGetLastError(), "gemm_bf16_decode_kernel");
 }
 
 // Row tiles and column groups per warp for M ≤ 64 rows (speed only: the bits are
-// the same for every choice). One row: 8 columns a block (the most blocks for
-// streaming the weights); more rows: more columns a warp, so each x fragment
-// split into hi/mid/lo feeds more MMAs and x is re-read by fewer blocks.
+// the same for every choice). Up to 8 rows: one half tile (rows 8–15 are known
+// zeros, fewer registers), 8 columns a block (the most blocks for streaming the
+// weights) or 16 for wide outputs (more bytes in flight a warp); more rows: more
+// columns a warp, so each x fragment split into hi/mid/lo feeds more MMAs and x is
+// re-read by fewer blocks.
+#ifndef PKV_DEC_NCG_WIDE
+#define PKV_DEC_NCG_WIDE 4
+#endif
+#ifndef PKV_DEC_SPLIT_ROWS
+#define PKV_DEC_SPLIT_ROWS 0
+#endif
 Status gemm_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                    float* y, cudaStream_t stream) {
   const int rt = static_cast<int>((m + 15) / 16);
   const bool wide = n >= 8192;
+  constexpr int kWide = PKV_DEC_NCG_WIDE;
+#if PKV_DEC_SPLIT_ROWS
+  if (rt > 1)
+    return wide ? launch_decode<1, 2>(x, m, k, w, n, y, stream)
+                : launch_decode<1, 1>(x, m, k, w, n, y, stream);
+#endif
   switch (rt) {
     case 1:
-      return m <= 4 || !wide ? launch_decode<1, 1>(x, m, k, w, n, y, stream)
-                             : launch_decode<1, 2>(x, m, k, w, n, y, stream);
+      if (m <= 8)
+        return wide ? launch_decode<1, 2, true>(x, m, k, w, n, y, stream)
+                    : launch_decode<1, 1, true>(x, m, k, w, n, y, stream);
+      return wide ? launch_decode<1, 2>(x, m, k, w, n, y, stream)
+                  : launch_decode<1, 1>(x, m, k, w, n, y, stream);
     case 2:
-      return wide ? launch_decode<2, 4>(x, m, k, w, n, y, stream)
+      return wide ? launch_decode<2, kWide>(x, m, k, w, n, y, stream)
                   : launch_decode<2, 2>(x, m, k, w, n, y, stream);
     case 3:
-      return wide ? launch_decode<3, 4>(x, m, k, w, n, y, stream)
+      return wide ? launch_decode<3, kWide>(x, m, k, w, n, y, stream)
                   : launch_decode<3, 2>(x, m, k, w, n, y, stream);
     default:
-      return wide ? launch_decode<4, 4>(x, m, k, w, n, y, stream)
+      return wide ? launch_decode<4, kWide>(x, m, k, w, n, y, stream)
                   : launch_decode<4, 2>(x, m, k, w, n, y, stream);
   }
 }
