@@ -177,8 +177,8 @@ TEST_F(CudaOpsTest, GemmRowsIdenticalForBatchSizes1_2_3_8_64) {
   }
 }
 
-// The decode kernel's shapes (row tiles 1–4, 8/16/32 columns a block, chosen by M
-// and N) against the large-M kernel's bits: 80 rows run by the large kernel are the
+// The decode kernel's shapes (a half tile up to 8 rows, bands of 16 rows above, 8
+// or 16 columns a block by N) against the large-M kernel's bits: 80 rows run by the large kernel are the
 // reference, and the first m rows run alone (m ≤ 64: the decode kernel) must give
 // the same bits. K has a tail in every unit the kernels work in (32-wide blocks,
 // 8-wide weight loads, 4-wide x loads), N past a column tile and past the "wide"

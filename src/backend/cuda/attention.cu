@@ -62,22 +62,6 @@ __device__ __forceinline__ void load_row(const T* p, float (&out)[E]) {
   }
 }
 
-// 16-byte global → shared copies that run while the block computes (cp.async).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const auto s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-
-// Whether a partition's V rows are staged in shared memory (≤ 64 KiB: bf16 up to
-// head_dim 128, f32 up to 64): their loads are issued before the scores and land
-// while the block computes them, instead of after the softmax.
-template <int D, typename T>
-constexpr bool kStageV = sizeof(T) * D* kAttnPartition <= 64 * 1024;
-
 // Element offset / pointer of the K (or V) row of (seq, pos) for head 0.
 template <typename T, KvLayout L>
 __device__ __forceinline__ const T* kv_row(const PagedAttentionParams& p, const void* base,
@@ -119,8 +103,7 @@ __global__ void __launch_bounds__(kThreads)
   float* s_s = q_s + group * D;                                    // [group][kP]
   const T** krow = reinterpret_cast<const T**>(s_s + group * kP);  // [kP]
   const T** vrow = krow + kP;                                      // [kP]
-  // then red [kWarps][4 heads][D] for the PV phase (below), then (kStageV) the
-  // partition's V rows [kP][D].
+  // then red [kWarps][4 heads][D] for the PV phase (below)
 
   const int32_t t = blockIdx.x, part = blockIdx.y, kvh = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -156,16 +139,6 @@ __global__ void __launch_bounds__(kThreads)
     vrow[j] = kv_row<T, L>(p, p.v_cache, p.v_tiles, seq, kb + j, row_elems) + kvh * D;
   }
   __syncthreads();
-  float* red = s_s + group * kP + (2 * kP * sizeof(void*)) / sizeof(float);  // [kWarps][4][D]
-  T* v_s = reinterpret_cast<T*>(red + kWarps * 4 * D);                       // [kP][D]
-  if constexpr (kStageV<D, T>) {
-    constexpr int kPieces = D * sizeof(T) / 16, kPer = 16 / sizeof(T);  // 16-byte pieces a row
-    for (int i = tid; i < n * kPieces; i += kThreads) {
-      const int j = i / kPieces, c = i % kPieces;
-      cp_async16(v_s + j * D + c * kPer, vrow[j] + c * kPer);
-    }
-    cp_async_commit();
-  }
 
   // Scores: thread per key (keys tid, tid+128, …); each dot product runs over
   // d = 0 … D-1 in one FMA chain. Query heads of the group go 4 at a time.
@@ -213,12 +186,12 @@ __global__ void __launch_bounds__(kThreads)
       ws.l[slot] = l;
     }
   }
-  if constexpr (kStageV<D, T>) cp_async_wait_all();
   __syncthreads();
 
   // Σ_j w_j · v_j: warp w sums keys j ≡ w (mod 8) ascending, lane l owns dims
   // [l·E, l·E+E); the eight warp partials are added in the fixed tree
   // ((w0 + w1) + (w2 + w3)) + ((w4 + w5) + (w6 + w7)).
+  float* red = s_s + group * kP + (2 * kP * sizeof(void*)) / sizeof(float);  // [kWarps][4][D]
   for (int hc = 0; hc < group; hc += 4) {
     float acc[4][E];
 #pragma unroll
@@ -229,10 +202,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = warp; j < n; j += kWarps) {
       float v[E];
       if (lane >= kLanes) continue;
-      if constexpr (kStageV<D, T>)
-        load_row<T, E>(v_s + j * D + lane * E, v);
-      else
-        load_row<T, E>(vrow[j] + lane * E, v);
+      load_row<T, E>(vrow[j] + lane * E, v);
 #pragma unroll
       for (int hh = 0; hh < 4; ++hh) {
         if (hc + hh < group) {
@@ -287,8 +257,7 @@ Status launch(const PagedAttentionParams& p, cudaStream_t stream) {
   const int32_t parts = p.max_position / kP + 1;
   const size_t smem =
       sizeof(float) * (static_cast<size_t>(group) * D + group * kP) + 2 * kP * sizeof(const void*) +
-      sizeof(float) * kWarps * 4 * D +  // q, scores, row pointers, PV partials (see the kernel)
-      (kStageV<D, T> ? sizeof(T) * kP * D : 0);  // staged V rows
+      sizeof(float) * kWarps * 4 * D;  // q, scores, row pointers, PV partials (see the kernel)
   auto kernel = attn_partition_kernel<D, T, L>;
   if (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(

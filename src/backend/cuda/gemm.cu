@@ -1,6 +1,7 @@
-// The backend's matrix product y = x · Wᵀ (kernels.h). Two kernels, both
-// batch-invariant: the output tile a row lands in and the rows it shares the tile
-// with change nothing about how that row's elements are computed.
+// The backend's matrix product y = x · Wᵀ (kernels.h). Three kernels (bf16 large
+// M, bf16 decode M ≤ 64, SIMT for f32/f16 weights), all batch-invariant: the output tile a row
+// lands in and the rows it shares the tile with change nothing about how that row's elements are
+// computed.
 //
 //  - bf16 weights: tensor cores, mma.sync.m16n8k16 (bf16 in, f32 accumulate). x is
 //    f32, so each x element is split into three bf16 terms hi + mid + lo (each the
@@ -11,8 +12,10 @@
 //    anchored at k = 0: within a chunk the MMAs accumulate in ascending 16-wide
 //    steps from zero, and the chunk partials are then added in ascending chunk
 //    order onto 0 (r = ((0 + p0) + p1) + …). The order of an element's
-//    accumulation depends only on K. The chunks let the decode kernel give every
-//    chunk its own warp (parallelism over K for M = 1) without changing a bit.
+//    accumulation depends only on K. Which k of a 32-wide block sit in which MMA
+//    slot is fixed too (below: a lane's 8 k are contiguous, one 16-byte load).
+//    The chunks let the decode kernel give every chunk its own warp (parallelism
+//    over K for M = 1) without changing a bit.
 //  - f32 / f16 weights: a SIMT tile kernel; each element is one __fmaf_rn chain
 //    over k = 0, 1, …, K-1.
 #include <cuda_bf16.h>
@@ -217,9 +220,9 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
 }
 
 // ---- decode tensor-core kernel (bf16 weights, M ≤ 64) ----
-// A block of 8 warps owns kCols = 8·NCG output columns and all RT row tiles of 16
-// (M ≤ 16·RT). The k chunks go round-robin over the warps (round r: warp w takes
-// chunk 8r + w); each warp runs its chunk's MMAs from zero exactly as
+// A block of 8 warps owns kCols = 8·NCG output columns and RT row tiles of 16
+// (gemm_decode uses RT = 1 and bands of 16 rows in grid.y). The k chunks go round-robin over the
+// warps (round r: warp w takes chunk 8r + w); each warp runs its chunk's MMAs from zero exactly as
 // gemm_bf16_mma_kernel does (same slot layout, same zero padding past M, N and K,
 // lo/mid/hi per ascending 16-wide step, every step of each 32-block with k0 < K),
 // for all its column groups and row tiles from one weight load (weights are read
@@ -232,6 +235,8 @@ constexpr int64_t kSmallMMax = 64;
 
 // Blocks an SM should hold (caps the registers): 3 for a half tile, 2 for one
 // tile, 1 for more (their accumulators and x prefetch need the registers).
+// Weights are 16-byte loads (load_w8), x float4s (load_x4), the k → slot layout
+// above; x runs kDist MMA steps ahead of the MMAs.
 template <int RT, bool kHalf>
 constexpr int kDecMinBlocks = RT == 1 ? (kHalf ? 3 : 2) : 1;
 template <int RT, int NCG, bool kHalf>
@@ -359,45 +364,22 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
   return cuda_status(cudaGetLastError(), "gemm_bf16_decode_kernel");
 }
 
-// Row tiles and column groups per warp for M ≤ 64 rows (speed only: the bits are
-// the same for every choice). Up to 8 rows: one half tile (rows 8–15 are known
-// zeros, fewer registers), 8 columns a block (the most blocks for streaming the
-// weights) or 16 for wide outputs (more bytes in flight a warp); more rows: more
-// columns a warp, so each x fragment split into hi/mid/lo feeds more MMAs and x is
-// re-read by fewer blocks.
-#ifndef PKV_DEC_NCG_WIDE
-#define PKV_DEC_NCG_WIDE 4
-#endif
-#ifndef PKV_DEC_SPLIT_ROWS
-#define PKV_DEC_SPLIT_ROWS 0
-#endif
+// Rows and column groups per block for M ≤ 64 rows (speed only: the bits are the
+// same for every choice). Rows go in bands of 16 (grid.y), one row tile a block;
+// up to 8 rows use a half tile (rows 8–15 are known zeros: fewer registers, three
+// blocks an SM). 8 columns a block (the most blocks to stream the weights), 16
+// for wide outputs (N ≥ 8192, the LM head: more bytes in flight a warp).
+// Measured on the H200 (docs/performance.md): all row tiles of a block from one
+// weight load (RT = 2–4, 16 or 32 columns) ran 1.15–1.2× slower at 32–64 rows
+// than these bands (its registers left one block an SM), so RT stays 1.
 Status gemm_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                    float* y, cudaStream_t stream) {
-  const int rt = static_cast<int>((m + 15) / 16);
   const bool wide = n >= 8192;
-  constexpr int kWide = PKV_DEC_NCG_WIDE;
-#if PKV_DEC_SPLIT_ROWS
-  if (rt > 1)
-    return wide ? launch_decode<1, 2>(x, m, k, w, n, y, stream)
-                : launch_decode<1, 1>(x, m, k, w, n, y, stream);
-#endif
-  switch (rt) {
-    case 1:
-      if (m <= 8)
-        return wide ? launch_decode<1, 2, true>(x, m, k, w, n, y, stream)
-                    : launch_decode<1, 1, true>(x, m, k, w, n, y, stream);
-      return wide ? launch_decode<1, 2>(x, m, k, w, n, y, stream)
-                  : launch_decode<1, 1>(x, m, k, w, n, y, stream);
-    case 2:
-      return wide ? launch_decode<2, kWide>(x, m, k, w, n, y, stream)
-                  : launch_decode<2, 2>(x, m, k, w, n, y, stream);
-    case 3:
-      return wide ? launch_decode<3, kWide>(x, m, k, w, n, y, stream)
-                  : launch_decode<3, 2>(x, m, k, w, n, y, stream);
-    default:
-      return wide ? launch_decode<4, kWide>(x, m, k, w, n, y, stream)
-                  : launch_decode<4, 2>(x, m, k, w, n, y, stream);
-  }
+  if (m <= 8)
+    return wide ? launch_decode<1, 2, true>(x, m, k, w, n, y, stream)
+                : launch_decode<1, 1, true>(x, m, k, w, n, y, stream);
+  return wide ? launch_decode<1, 2>(x, m, k, w, n, y, stream)
+              : launch_decode<1, 1>(x, m, k, w, n, y, stream);
 }
 
 // ---- SIMT kernel (f32 / f16 weights) ----
