@@ -1,7 +1,7 @@
 // The backend's matrix product y = x · Wᵀ (kernels.h). Three kernels (bf16 large
-// M, bf16 decode M ≤ 64, SIMT for f32/f16 weights), all batch-invariant: the output tile a row
-// lands in and the rows it shares the tile with change nothing about how that row's elements are
-// computed.
+// M, bf16 decode M ≤ 64, SIMT for f32/f16 weights), all batch-invariant: the
+// output tile a row lands in and the rows it shares the tile with change nothing
+// about how that row's elements are computed.
 //
 //  - bf16 weights: tensor cores, mma.sync.m16n8k16 (bf16 in, f32 accumulate). x is
 //    f32, so each x element is split into three bf16 terms hi + mid + lo (each the
@@ -370,7 +370,7 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
 // blocks an SM). 8 columns a block (the most blocks to stream the weights), 16
 // for wide outputs (N ≥ 8192, the LM head: more bytes in flight a warp).
 // Measured on the H200 (docs/performance.md): all row tiles of a block from one
-// weight load (RT = 2–4, 16 or 32 columns) ran 1.15–1.2× slower at 32–64 rows
+// weight load (RT = 2–4, 16 or 32 columns) ran 1.05–1.15× slower at 32–64 rows
 // than these bands (its registers left one block an SM), so RT stays 1.
 Status gemm_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                    float* y, cudaStream_t stream) {
