@@ -1,15 +1,17 @@
 // CUDA kernel microbenchmarks (results: docs/performance.md, "CUDA kernels").
 //
-//   bench_cuda_kernels [csv_path]
+//   bench_cuda_kernels [csv_path]      (PKV_BENCH_GEMM_ONLY=1: stop after the
+//                                       step GEMMs, for quick A/B builds)
 //
-// Prints one table: HBM device-to-device copy bandwidth (the roofline), paged
-// decode attention (bf16 KV, Qwen3-0.6B head shape: 16 query heads, 8 KV heads,
-// head_dim 128, block 16, block tables randomly permuted) against our contiguous
-// variant of the same kernel (the cost of paging), prefill attention TFLOP/s, and
-// the batch-invariant GEMM's TFLOP/s, and a decode step's GEMMs (Qwen3-0.6B, 28
-// layers, 1/8/32/64 rows) plus the LM head against the HBM roofline. Each figure is the median of
-// 20 timed runs (CUDA events) after 3 warm-ups, on random data. bench/cuda/sdpa_baseline.py times
-// torch SDPA / torch.matmul on the same shapes for the ratios.
+// Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
+// step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/32/64 rows; launched and graph-
+// replayed) plus the LM head, paged decode attention (bf16 KV, Qwen3-0.6B head
+// shape: 16 query heads, 8 KV heads, head_dim 128, block 16, block tables randomly
+// permuted) against our contiguous variant of the same kernel (the cost of
+// paging), prefill attention TFLOP/s, and the batch-invariant GEMM's TFLOP/s.
+// Each figure is the median of 20 timed runs (10 for the step GEMMs; CUDA events)
+// after 3 warm-ups, on random data. bench/cuda/sdpa_baseline.py times torch SDPA /
+// torch.matmul on the same shapes for the ratios.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
