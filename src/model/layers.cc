@@ -816,7 +816,12 @@ void moe_experts(backend::Backend& be, const std::vector<MlpWeights>& experts, A
     buckets[b].push_back(e);
     load[b] += begin[e + 1] - begin[e] + kMoeFixedRows;
   }
-  be.parallel_for(nb, 1, [&](int64_t b0, int64_t b1) {
+  // Below ~a million multiply-adds in all, a parallel region costs more than it
+  // saves: run the experts on the caller (each matmul may still use the pool).
+  int64_t macs = 0;
+  for (int32_t e : active) macs += (begin[e + 1] - begin[e]) * 3 * hidden * experts[e].up->rows();
+  const int64_t grain = macs >= (int64_t{1} << 20) ? 1 : std::max<int64_t>(nb, 1);
+  be.parallel_for(nb, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
       for (int32_t e : buckets[static_cast<size_t>(b)])
         run_expert(be, experts[e], act, slots.data() + begin[e], begin[e + 1] - begin[e], wts, K, h,
