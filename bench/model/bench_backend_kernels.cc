@@ -18,6 +18,9 @@ void BM_Matmul(benchmark::State& st) {
   const bool bf16 = st.range(3) != 0;
   const int threads = static_cast<int>(st.range(4));
   pagedkv::backend::cpu::set_matmul_packing_for_testing(st.range(5) != 0);
+  // K block of the packed nest (0: the default, 512).
+  const int64_t kc = st.range(6) > 0 ? st.range(6) : 512;
+  pagedkv::backend::cpu::set_matmul_blocking_for_testing(kc, 96);
   std::mt19937 g(1);
   std::normal_distribution<float> d;
   std::vector<float> x(M * K), w(N * K), y(M * N);
@@ -37,21 +40,27 @@ void BM_Matmul(benchmark::State& st) {
 }
 
 BENCHMARK(BM_Matmul)
-    ->ArgNames({"M", "K", "N", "bf16", "threads", "packed"})
-    ->Args({1, 1024, 3072, 0, 1, 1})
-    ->Args({1, 1024, 3072, 0, 2, 1})
-    ->Args({1, 1024, 3072, 1, 2, 1})
-    ->Args({64, 1024, 3072, 0, 1, 1})
-    ->Args({64, 1024, 3072, 0, 2, 1})
-    ->Args({64, 1024, 3072, 1, 2, 1})
-    ->Args({8, 1024, 3072, 1, 1, 1})
-    ->Args({16, 1024, 3072, 1, 1, 1})
-    ->Args({32, 1024, 3072, 1, 1, 1})
-    ->Args({256, 1024, 3072, 1, 1, 1})
-    ->Args({256, 3072, 1024, 1, 1, 1})
-    ->Args({32, 1024, 3072, 1, 1, 0})
-    ->Args({256, 1024, 3072, 1, 1, 0})
-    ->Args({256, 3072, 1024, 1, 1, 0})
+    ->ArgNames({"M", "K", "N", "bf16", "threads", "packed", "kc"})
+    ->Args({1, 1024, 3072, 0, 1, 1, 0})
+    ->Args({1, 1024, 3072, 0, 2, 1, 0})
+    ->Args({1, 1024, 3072, 1, 2, 1, 0})
+    ->Args({64, 1024, 3072, 0, 1, 1, 0})
+    ->Args({64, 1024, 3072, 0, 2, 1, 0})
+    ->Args({64, 1024, 3072, 1, 2, 1, 0})
+    ->Args({8, 1024, 3072, 1, 1, 1, 0})
+    ->Args({16, 1024, 3072, 1, 1, 1, 0})
+    ->Args({32, 1024, 3072, 1, 1, 1, 0})
+    ->Args({256, 1024, 3072, 1, 1, 1, 0})
+    ->Args({256, 3072, 1024, 1, 1, 1, 0})
+    ->Args({32, 1024, 3072, 1, 1, 0, 0})
+    ->Args({256, 1024, 3072, 1, 1, 0, 0})
+    ->Args({256, 3072, 1024, 1, 1, 0, 0})
+    // The 32-row decode step's shapes, by K block.
+    ->Args({32, 1024, 3072, 1, 1, 1, 128})
+    ->Args({32, 1024, 3072, 1, 1, 1, 256})
+    ->Args({32, 3072, 1024, 1, 1, 1, 128})
+    ->Args({32, 3072, 1024, 1, 1, 1, 256})
+    ->Args({32, 3072, 1024, 1, 1, 1, 0})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
