@@ -80,7 +80,7 @@ struct Vec {
   // Tile shapes (rows × vectors): direct decode tiles (M <= kDecRows), direct
   // wide tiles, packed tiles; sized to the 16 ymm / 32 zmm registers.
   static constexpr int kDecRows = F == 16 ? 2 : 3, kDecVecs = 4;
-  static constexpr int kRows = F == 16 ? 8 : 4, kVecs = F == 16 ? 2 : 3;
+  static constexpr int kRows = F == 16 ? 8 : 4, kVecs = 3;
   static constexpr int kPackRows = F == 16 ? 6 : 4, kPackVecs = F == 16 ? 4 : 3;
   static PKV_AI V set1(float f) {
     if constexpr (F == 16)
