@@ -1,11 +1,14 @@
-// Google Benchmark of the CPU matmul kernel (GFLOP/s) at decode (M=1) and prefill
-// (M=64) shapes, f32 and bf16 weights, on the backend's thread pool.
+// Google Benchmark of the CPU matmul kernel (GFLOP/s, from CPU time) at decode
+// (M=1, M=32) and prefill (M=64, M=256) shapes, f32 and bf16 weights, on the
+// backend's thread pool, and one core's FMA peak on the same ISA path.
 #include <benchmark/benchmark.h>
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/matmul_isa.h"
 #include "backend/half.h"
 
 namespace {
@@ -18,6 +21,9 @@ void BM_Matmul(benchmark::State& st) {
   const bool bf16 = st.range(3) != 0;
   const int threads = static_cast<int>(st.range(4));
   pagedkv::backend::cpu::set_matmul_packing_for_testing(st.range(5) != 0);
+  // K block of the packed nest (0: the default, 512).
+  const int64_t kc = st.range(6) > 0 ? st.range(6) : 512;
+  pagedkv::backend::cpu::set_matmul_blocking_for_testing(kc, 96);
   std::mt19937 g(1);
   std::normal_distribution<float> d;
   std::vector<float> x(M * K), w(N * K), y(M * N);
@@ -37,22 +43,48 @@ void BM_Matmul(benchmark::State& st) {
 }
 
 BENCHMARK(BM_Matmul)
-    ->ArgNames({"M", "K", "N", "bf16", "threads", "packed"})
-    ->Args({1, 1024, 3072, 0, 1, 1})
-    ->Args({1, 1024, 3072, 0, 2, 1})
-    ->Args({1, 1024, 3072, 1, 2, 1})
-    ->Args({64, 1024, 3072, 0, 1, 1})
-    ->Args({64, 1024, 3072, 0, 2, 1})
-    ->Args({64, 1024, 3072, 1, 2, 1})
-    ->Args({8, 1024, 3072, 1, 1, 1})
-    ->Args({16, 1024, 3072, 1, 1, 1})
-    ->Args({32, 1024, 3072, 1, 1, 1})
-    ->Args({256, 1024, 3072, 1, 1, 1})
-    ->Args({256, 3072, 1024, 1, 1, 1})
-    ->Args({32, 1024, 3072, 1, 1, 0})
-    ->Args({256, 1024, 3072, 1, 1, 0})
-    ->Args({256, 3072, 1024, 1, 1, 0})
+    ->ArgNames({"M", "K", "N", "bf16", "threads", "packed", "kc"})
+    ->Args({1, 1024, 3072, 0, 1, 1, 0})
+    ->Args({1, 1024, 3072, 0, 2, 1, 0})
+    ->Args({1, 1024, 3072, 1, 2, 1, 0})
+    ->Args({64, 1024, 3072, 0, 1, 1, 0})
+    ->Args({64, 1024, 3072, 0, 2, 1, 0})
+    ->Args({64, 1024, 3072, 1, 2, 1, 0})
+    ->Args({8, 1024, 3072, 1, 1, 1, 0})
+    ->Args({8, 3072, 1024, 1, 1, 1, 0})
+    ->Args({16, 1024, 3072, 1, 1, 1, 0})
+    ->Args({32, 1024, 3072, 1, 1, 1, 0})
+    ->Args({256, 1024, 3072, 1, 1, 1, 0})
+    ->Args({256, 3072, 1024, 1, 1, 1, 0})
+    ->Args({32, 1024, 3072, 1, 1, 0, 0})
+    ->Args({256, 1024, 3072, 1, 1, 0, 0})
+    ->Args({256, 3072, 1024, 1, 1, 0, 0})
+    // The 32-row decode step's shapes, by K block.
+    ->Args({32, 1024, 3072, 1, 1, 1, 128})
+    ->Args({32, 1024, 3072, 1, 1, 1, 256})
+    ->Args({32, 3072, 1024, 1, 1, 1, 128})
+    ->Args({32, 3072, 1024, 1, 1, 1, 256})
+    ->Args({32, 3072, 1024, 1, 1, 1, 0})
+    // A weight stream from DRAM (an lm_head slice, 64 MiB of bf16): packed vs direct.
+    ->Args({32, 1024, 32768, 1, 2, 1, 0})
+    ->Args({32, 1024, 32768, 1, 2, 0, 0})
     ->Unit(benchmark::kMicrosecond);
+
+// The FMA peak of one core on the matmul's ISA path (12 independent chains), from
+// CPU time like the GEMM figures.
+void BM_FmaPeak(benchmark::State& st) {
+  const std::string isa = pagedkv::backend::cpu::isa_name();
+  const bool zmm = isa.rfind("avx512", 0) == 0, ymm = isa.rfind("avx2", 0) == 0;
+  double flops = 0;
+  for (auto _ : st) {
+    if (zmm) flops += pagedkv::backend::cpu::fma_peak_flops_avx512(int64_t{1} << 24);
+    if (ymm) flops += pagedkv::backend::cpu::fma_peak_flops_avx2(int64_t{1} << 24);
+  }
+  st.counters["peak_GFLOPs"] =
+      benchmark::Counter(flops, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  st.SetLabel(isa);
+}
+BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

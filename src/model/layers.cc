@@ -751,38 +751,95 @@ void moe_block(backend::Backend& be, const MoeWeights& w, const float* h, int64_
   moe_experts(be, w.experts, w.act, ids.data(), wts.data(), K, h, T, hidden, out);
 }
 
+// The experts run in parallel over Backend::parallel_for: each task computes
+// whole experts (gated_mlp on the tokens routed to it; the backend ops inside a
+// task run on that thread alone) and writes only its own slots of `results`.
+// Every expert sees exactly the rows it saw when they ran one after another, the
+// backend's matmul gives the same bits for any row count and thread count, and the
+// per-token sum over ranks below keeps rank order — so neither the grouping nor
+// the thread count changes a bit. Tasks are balanced by a fixed greedy
+// (largest-first) assignment of experts to at most kMoeBuckets buckets, a function
+// of the routing only.
+namespace {
+constexpr int64_t kMoeBuckets = 64;
+// An expert's cost in "rows": its routed tokens plus a fixed part for streaming
+// its weights once.
+constexpr int64_t kMoeFixedRows = 4;
+
+void run_expert(backend::Backend& be, const MlpWeights& expert, Activation act,
+                const int64_t* slots, int64_t M, const float* wts, int32_t K, const float* h,
+                int64_t hidden, float* results) {
+  thread_local std::vector<float> xin, yout;
+  xin.resize(static_cast<size_t>(M * hidden));
+  yout.resize(static_cast<size_t>(M * hidden));
+  for (int64_t i = 0; i < M; ++i)
+    std::memcpy(xin.data() + i * hidden, h + (slots[i] / K) * hidden, hidden * sizeof(float));
+  gated_mlp(be, expert, act, xin.data(), M, yout.data());
+  for (int64_t i = 0; i < M; ++i) {
+    const float wt = wts[slots[i]];
+    float* dst = results + slots[i] * hidden;
+    const float* src = yout.data() + i * hidden;
+    for (int64_t d = 0; d < hidden; ++d) dst[d] = src[d] * wt;
+  }
+}
+}  // namespace
+
 void moe_experts(backend::Backend& be, const std::vector<MlpWeights>& experts, Activation act,
                  const int32_t* ids, const float* wts, int32_t K, const float* h, int64_t T,
                  int64_t hidden, float* out) {
   const int32_t E = static_cast<int32_t>(experts.size());
-  // results[t][rank][hidden]
-  std::vector<float> results(static_cast<size_t>(T * K * hidden));
-  std::vector<float> xin, yout;
-  std::vector<int64_t> slots;  // t * K + rank for each routed token
-  for (int32_t e = 0; e < E; ++e) {
-    slots.clear();
-    for (int64_t t = 0; t < T; ++t)
-      for (int32_t r = 0; r < K; ++r)
-        if (ids[t * K + r] == e) slots.push_back(t * K + r);
-    if (slots.empty()) continue;
-    int64_t M = static_cast<int64_t>(slots.size());
-    xin.resize(static_cast<size_t>(M * hidden));
-    yout.resize(static_cast<size_t>(M * hidden));
-    for (int64_t i = 0; i < M; ++i)
-      std::memcpy(xin.data() + i * hidden, h + (slots[i] / K) * hidden, hidden * sizeof(float));
-    gated_mlp(be, experts[e], act, xin.data(), M, yout.data());
-    for (int64_t i = 0; i < M; ++i) {
-      float wt = wts[slots[i]];
-      float* dst = results.data() + slots[i] * hidden;
-      const float* src = yout.data() + i * hidden;
-      for (int64_t d = 0; d < hidden; ++d) dst[d] = src[d] * wt;
+  // results[t][rank][hidden]; a slot routed to no valid expert stays zero.
+  std::vector<float> results(static_cast<size_t>(T * K * hidden), 0.0f);
+  // Slots (t * K + rank) grouped by expert, ascending within each expert.
+  std::vector<int64_t> begin(static_cast<size_t>(E) + 1, 0), slots;
+  for (int64_t s = 0; s < T * K; ++s)
+    if (ids[s] >= 0 && ids[s] < E) ++begin[static_cast<size_t>(ids[s]) + 1];
+  for (int32_t e = 0; e < E; ++e) begin[e + 1] += begin[e];
+  slots.resize(static_cast<size_t>(begin[E]));
+  {
+    std::vector<int64_t> fill(begin.begin(), begin.end() - 1);
+    for (int64_t s = 0; s < T * K; ++s)
+      if (ids[s] >= 0 && ids[s] < E) slots[static_cast<size_t>(fill[ids[s]]++)] = s;
+  }
+  std::vector<int32_t> active;
+  for (int32_t e = 0; e < E; ++e)
+    if (begin[e + 1] > begin[e]) active.push_back(e);
+  // Largest first (ties: lower id) into the least-loaded bucket (ties: lower index).
+  std::stable_sort(active.begin(), active.end(), [&](int32_t a, int32_t b) {
+    return begin[a + 1] - begin[a] > begin[b + 1] - begin[b];
+  });
+  const int64_t nb = std::min<int64_t>(static_cast<int64_t>(active.size()), kMoeBuckets);
+  std::vector<std::vector<int32_t>> buckets(static_cast<size_t>(nb));
+  std::vector<int64_t> load(static_cast<size_t>(nb), 0);
+  for (int32_t e : active) {
+    const size_t b = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    buckets[b].push_back(e);
+    load[b] += begin[e + 1] - begin[e] + kMoeFixedRows;
+  }
+  // Below ~a million multiply-adds in all, a parallel region costs more than it
+  // saves: run the experts on the caller (each matmul may still use the pool).
+  int64_t macs = 0;
+  for (int32_t e : active) macs += (begin[e + 1] - begin[e]) * 3 * hidden * experts[e].up->rows();
+  const int64_t grain = macs >= (int64_t{1} << 20) ? 1 : std::max<int64_t>(nb, 1);
+  be.parallel_for(nb, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int32_t e : buckets[static_cast<size_t>(b)])
+        run_expert(be, experts[e], act, slots.data() + begin[e], begin[e + 1] - begin[e], wts, K, h,
+                   hidden, results.data());
+  });
+  // out[t] = results[t][0] + results[t][1] + ... in rank order (one add per rank,
+  // as Backend::add would).
+  be.parallel_for(T, backend::grain_for_work(K * hidden), [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      float* o = out + t * hidden;
+      const float* r0 = results.data() + (t * K) * hidden;
+      std::memcpy(o, r0, hidden * sizeof(float));
+      for (int32_t r = 1; r < K; ++r) {
+        const float* src = r0 + r * hidden;
+        for (int64_t d = 0; d < hidden; ++d) o[d] += src[d];
+      }
     }
-  }
-  for (int64_t t = 0; t < T; ++t) {
-    float* o = out + t * hidden;
-    std::memcpy(o, results.data() + (t * K) * hidden, hidden * sizeof(float));
-    for (int32_t r = 1; r < K; ++r) be.add(o, results.data() + (t * K + r) * hidden, hidden);
-  }
+  });
 }
 
 void add_shared_expert(backend::Backend& be, const SharedExpertWeights& w, Activation act,

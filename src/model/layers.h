@@ -290,7 +290,8 @@ StatusOr<std::vector<float>> load_host_vector(const Checkpoint& ckpt, const std:
 
 // --- MoE experts after routing (shared by moe_block and gemma4's router) ---
 // out[t] = Σ_rank weights[t][rank] · experts[ids[t][rank]](h[t]), summed in rank
-// order; each expert runs once on the tokens routed to it (M-invariant rows).
+// order; each expert runs once on the tokens routed to it (M-invariant rows), the
+// experts in parallel over Backend::parallel_for (same bits as one after another).
 void moe_experts(backend::Backend& be, const std::vector<MlpWeights>& experts, Activation act,
                  const int32_t* ids, const float* weights, int32_t top_k, const float* h, int64_t T,
                  int64_t hidden, float* out);

@@ -396,12 +396,45 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulPathsTest,
                                            Dims{130, 136, 203}, Dims{32, 3, 17},
                                            // the packed nest: several K blocks (the last
                                            // short), row blocks and column panels
-                                           Dims{200, 1048, 301}, Dims{17, 520, 33}),
+                                           Dims{200, 1048, 301}, Dims{17, 520, 33},
+                                           // the 32-row decode step: full and partial
+                                           // column groups, a short last K block
+                                           Dims{32, 1032, 70}, Dims{48, 520, 9}),
                          [](const auto& info) {
                            const Dims& d = info.param;
                            return "M" + std::to_string(d.m) + "_K" + std::to_string(d.k) + "_N" +
                                   std::to_string(d.n);
                          });
+
+TEST(MatmulTreeTest, LanesCombineInTheFixedTree) {
+  // Lane l of column j holds w[j][l] (x = ones, K = 8). Values where the tree
+  // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) rounds differently from a left-to-right
+  // sum or other pairings: 1 + 2^-24 rounds to 1 alone, but 2^-24 + 2^-24 does not.
+  const float e = std::ldexp(1.0f, -24);
+  const std::vector<std::vector<float>> cols = {
+      {1, 0, e, 0, 0, 0, e, 0}, {e, 1, 0, e, 0, 0, 0, e}, {0, e, 3, e, -3, e, e, 1}};
+  for (int64_t n : {1, 2, 3}) {
+    std::vector<float> x(8 * 33, 1.0f), w, want;
+    for (int64_t j = 0; j < n; ++j) {
+      const auto& l = cols[static_cast<size_t>(j)];
+      w.insert(w.end(), l.begin(), l.end());
+      want.push_back(((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])));
+    }
+    EXPECT_NE(want[0], ((((1.0f + 0.0f) + e) + 0.0f) + e));  // the values discriminate
+    for (Isa isa : {Isa::kAuto, Isa::kAvx2, Isa::kGeneric}) {
+      set_isa_for_testing(isa);
+      for (int64_t m : {1, 2, 17, 33}) {  // the direct and the packed nest
+        std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+        matmul(x.data(), m, 8, w.data(), WeightDType::kF32, n, y.data(), nullptr);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j)
+            EXPECT_EQ(y[i * n + j], want[j])
+                << "isa " << static_cast<int>(isa) << " m " << m << " col " << j;
+      }
+    }
+    set_isa_for_testing(Isa::kAuto);
+  }
+}
 
 TEST(MatmulFmaTest, LanesUseFusedMultiplyAdd) {
   // Lane 0 sees k = 0 (1·-1) then k = 8 (a·b = (1 + 2^-23)(1 - 2^-23) = 1 - 2^-46).

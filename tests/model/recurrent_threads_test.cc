@@ -6,6 +6,8 @@
 // recurrent state, bit for bit: a batched prefill of rows of different lengths,
 // a chunk beside decode rows, then batched greedy decode. On the HF fixtures and
 // on make-model `small` presets (more heads and channels than the fixtures).
+// The MoE families (qwen3_moe, gemma4's experts, lfm2_moe) are here too: their
+// routed experts run in parallel over the same seam (moe_experts).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,7 +112,8 @@ TEST_P(FixtureThreadsTest, OneThreadEqualsSeveral) {
 
 INSTANTIATE_TEST_SUITE_P(Hybrid, FixtureThreadsTest,
                          ::testing::Values("qwen3_next-a", "qwen3_5_text-a", "qwen3_5_moe_text-a",
-                                           "lfm2-a", "lfm2_moe-a", "nemotron_h-a"));
+                                           "lfm2-a", "lfm2_moe-a", "nemotron_h-a", "qwen3_moe-a",
+                                           "gemma4_text-a"));
 
 class PresetThreadsTest : public ::testing::TestWithParam<std::string> {};
 
@@ -127,7 +130,8 @@ TEST_P(PresetThreadsTest, OneThreadEqualsSeveral) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hybrid, PresetThreadsTest,
-                         ::testing::Values("qwen3_5_text", "lfm2", "nemotron_h"));
+                         ::testing::Values("qwen3_5_text", "lfm2", "nemotron_h", "qwen3_moe",
+                                           "lfm2_moe"));
 
 }  // namespace
 }  // namespace pagedkv::model

@@ -3,8 +3,10 @@
 // (not by -march, so the binary stays portable) and chosen at run time
 // (kernels.cc) only when the CPU has F, DQ, BW and VL.
 #pragma GCC push_options
-// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_*): a false positive.
+// GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_*, the shuffles):
+// false positives.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma,f16c")
 #include <immintrin.h>
 

@@ -39,10 +39,6 @@ namespace {
 
 #define PKV_AI __attribute__((always_inline)) inline
 
-PKV_AI float lane_tree(const float* l) {
-  return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-}
-
 // Exact scalar widening for the zero-padded tail (no library inline code here).
 PKV_AI float widen_one(const void* w, int D, int64_t i) {
   if (D == 0) return static_cast<const float*>(w)[i];
@@ -84,29 +80,39 @@ struct Vec {
   // Tile shapes (rows × vectors): direct decode tiles (M <= kDecRows), direct
   // wide tiles, packed tiles; sized to the 16 ymm / 32 zmm registers.
   static constexpr int kDecRows = F == 16 ? 2 : 3, kDecVecs = 4;
-  static constexpr int kRows = F == 16 ? 8 : 4, kVecs = F == 16 ? 2 : 3;
+  static constexpr int kRows = F == 16 ? 8 : 4, kVecs = 3;
   static constexpr int kPackRows = F == 16 ? 6 : 4, kPackVecs = F == 16 ? 4 : 3;
   static PKV_AI V set1(float f) {
-    if constexpr (F == 16) return _mm512_set1_ps(f);
-    else return _mm256_set1_ps(f);
+    if constexpr (F == 16)
+      return _mm512_set1_ps(f);
+    else
+      return _mm256_set1_ps(f);
   }
   static PKV_AI V zero() { return set1(0.0f); }
   static PKV_AI V fma(V a, V b, V c) {
-    if constexpr (F == 16) return _mm512_fmadd_ps(a, b, c);
-    else return _mm256_fmadd_ps(a, b, c);
+    if constexpr (F == 16)
+      return _mm512_fmadd_ps(a, b, c);
+    else
+      return _mm256_fmadd_ps(a, b, c);
   }
   static PKV_AI V load(const float* p) {  // 64-byte aligned
-    if constexpr (F == 16) return _mm512_load_ps(p);
-    else return _mm256_load_ps(p);
+    if constexpr (F == 16)
+      return _mm512_load_ps(p);
+    else
+      return _mm256_load_ps(p);
   }
   static PKV_AI void store(float* p, V v) {
-    if constexpr (F == 16) _mm512_store_ps(p, v);
-    else _mm256_store_ps(p, v);
+    if constexpr (F == 16)
+      _mm512_store_ps(p, v);
+    else
+      _mm256_store_ps(p, v);
   }
   // 8 x values into each column's lanes.
   static PKV_AI V bcast_x(const float* p) {
-    if constexpr (F == 16) return _mm512_broadcast_f32x8(_mm256_loadu_ps(p));
-    else return _mm256_loadu_ps(p);
+    if constexpr (F == 16)
+      return _mm512_broadcast_f32x8(_mm256_loadu_ps(p));
+    else
+      return _mm256_loadu_ps(p);
   }
   // The 8 weights at off0 (and, for a zmm, those at off1) widened exactly; a zmm
   // widens both halves in one instruction.
@@ -134,13 +140,24 @@ using VY = Vec<8>;
 using Main = Vec<PKV_MM_ZMM ? 16 : 8>;
 
 // acc's lanes → y[col] for the columns of that vector that are < ncols.
+// The lane tree in registers: three shuffle + add steps compute, in lane 0 of each
+// 8-lane group, ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) with the same operands in
+// the same order as matmul_isa.h's tree (step 1: l_i + l_{i+4}, step 2: + the pair two lanes
+// up, step 3: + the neighbour), so the bits are the scalar tree's.
 template <class T>
 PKV_AI void reduce_out(typename T::V acc, float* y, int ncols) {
-  alignas(64) float l[T::kFloats];
-  T::store(l, acc);
-#pragma GCC unroll 2
-  for (int c = 0; c < T::kCols; ++c)
-    if (c < ncols) y[c] = lane_tree(l + 8 * c);
+  if constexpr (T::kFloats == 16) {
+    const __m512 a = _mm512_add_ps(acc, _mm512_shuffle_f32x4(acc, acc, 0xB1));
+    const __m512 b = _mm512_add_ps(a, _mm512_permute_ps(a, 0x4E));
+    const __m512 c = _mm512_add_ps(b, _mm512_permute_ps(b, 0xB1));
+    if (ncols > 0) y[0] = _mm512_cvtss_f32(c);
+    if (ncols > 1) y[1] = _mm_cvtss_f32(_mm512_extractf32x4_ps(c, 2));
+  } else {
+    const __m256 a = _mm256_add_ps(acc, _mm256_permute2f128_ps(acc, acc, 1));
+    const __m256 b = _mm256_add_ps(a, _mm256_permute_ps(a, 0x4E));
+    const __m256 c = _mm256_add_ps(b, _mm256_permute_ps(b, 0xB1));
+    if (ncols > 0) y[0] = _mm256_cvtss_f32(c);
+  }
 }
 
 // acc[i][v] += x row i's 8 values at xoff (broadcast) × wv[v], for every i, v.
@@ -185,8 +202,8 @@ PKV_AI void for_row_tiles(int64_t m0, int64_t m1, Tile&& tile) {
 
 // MT rows × NV vectors (NV·kCols columns from n0) over the full K.
 template <class T, int D, int MT, int NV>
-PKV_AI void direct_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y,
-                        int64_t ldy, bool prefetch) {
+PKV_AI void direct_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t ldy,
+                        bool prefetch) {
   using V = typename T::V;
   constexpr int C = T::kCols;
   constexpr int64_t kLine = D == 0 ? 16 : 32;  // weights per 64-byte line
@@ -276,6 +293,16 @@ template <class T, int D, int NV>
 PKV_AI void pack_w(const void* w, int64_t k, int64_t g0, int ncols, int64_t kc0, int64_t kc1,
                    float* wp) {
   constexpr int C = T::kCols;
+  if (ncols == NV * C) {  // a full group: one widening load and store per vector
+    for (int64_t s = 0; kc0 + 8 * s < kc1; ++s) {
+      const int64_t off = kc0 + 8 * s;
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v)
+        T::store(wp + (s * NV + v) * T::kFloats,
+                 T::template load_w<D>(w, (g0 + C * v) * k + off, (g0 + C * v + C - 1) * k + off));
+    }
+    return;
+  }
   for (int64_t s = 0; kc0 + 8 * s < kc1; ++s) {
 #pragma GCC unroll 16
     for (int j = 0; j < NV * C; ++j) {
