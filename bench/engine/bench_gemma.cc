@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "bench_engine.h"
+#include "bench_flags.h"
 #include "bench_machine.h"
 #include "bench_model.h"
 #include "engine/coordinator_kv.h"
@@ -199,17 +200,22 @@ int64_t engine_decode_held(const std::shared_ptr<model::Model>& m, int64_t conte
 }  // namespace
 
 int main(int argc, char** argv) {
-  int prefill = 1024, rows = 4, decode = 64, reps = 3;
-  int64_t context = 4096;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    const int v = std::atoi(argv[i + 1]);
-    if (a == "--prefill") prefill = v;
-    if (a == "--rows") rows = v;
-    if (a == "--decode") decode = v;
-    if (a == "--context") context = v;
-    if (a == "--reps") reps = v;
-  }
+  cli::ArgParser flags("",
+                       "Gemma through the cache-group path: prefill and decode tokens/s against "
+                       "qwen3 of the same size, and sliding-window residency at a long context.",
+                       "bench_gemma");
+  flags.add_option("prefill", "N", "prompt tokens of the prefill run", "1024");
+  flags.add_option("rows", "N", "requests of 32-token prompts in the decode run", "4");
+  flags.add_option("decode", "N", "tokens each decode request (and the residency one) generates",
+                   "64");
+  flags.add_option("context", "N", "prompt tokens of the residency request", "4096");
+  flags.add_option("reps", "N", "repetitions of the throughput runs; the best is kept", "3");
+  if (auto rc = flags.parse_or_exit_code(argc, argv)) return *rc;
+  const int prefill = static_cast<int>(bench::int_flag(flags, "prefill", 1));
+  const int rows = static_cast<int>(bench::int_flag(flags, "rows", 1));
+  const int decode = static_cast<int>(bench::int_flag(flags, "decode", 1));
+  const int64_t context = bench::int_flag(flags, "context", 1);
+  const int reps = static_cast<int>(bench::int_flag(flags, "reps", 1));
   std::printf(
       "bench_gemma: load average %s; PAGEDKV_CPU_THREADS=%s\n", bench::load_average().c_str(),
       std::getenv("PAGEDKV_CPU_THREADS") ? std::getenv("PAGEDKV_CPU_THREADS") : "(default)");
