@@ -11,12 +11,10 @@
 // family's pool bytes per token (only attention layers hold K/V).
 // Usage: bench_hybrid_families [--preset small] [--prompt 512] [--decode 64]
 //                              [--reps 3] [--families qwen3,lfm2,...]
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <sstream>
@@ -26,9 +24,9 @@
 #include "bench_engine.h"
 #include "bench_flags.h"
 #include "bench_machine.h"
+#include "bench_model.h"
 #include "engine/kv_cache_factory.h"
 #include "exit_on_error.h"
-#include "model/make_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -42,23 +40,6 @@ struct Family {
   double prefill_ms = 1e30;  // best of the reps
   double decode_ms = 1e30;
 };
-
-std::shared_ptr<model::Model> make_and_load(const std::string& family, const std::string& preset) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() /
-       ("pkv_bench_families_" + family + "_" + preset + "_" + std::to_string(::getpid())))
-          .string();
-  model::MakeModelOptions mo;
-  mo.family = family;
-  mo.preset = preset;
-  mo.seed = 1;
-  mo.out_dir = dir;
-  bench::exit_on_error(model::make_random_model(mo));
-  auto m = model::load_model(dir);
-  bench::exit_on_error(m.status());
-  std::filesystem::remove_all(dir);
-  return std::shared_ptr<model::Model>(std::move(*m));
-}
 
 }  // namespace
 
@@ -81,7 +62,8 @@ int main(int argc, char** argv) {
   const std::string families = flags.get("families");
   std::vector<Family> fs;
   std::stringstream list(families);
-  for (std::string f; std::getline(list, f, ',');) fs.push_back({f, make_and_load(f, preset)});
+  for (std::string f; std::getline(list, f, ',');)
+    fs.push_back({f, bench::load_throwaway_model(f, preset)});
   if (fs.empty() || fs[0].name != "qwen3") {
     std::fprintf(stderr, "error: --families must start with qwen3 (the baseline)\n");
     return 1;

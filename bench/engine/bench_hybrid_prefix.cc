@@ -11,18 +11,16 @@
 // Usage: bench_hybrid_prefix [--prefix 1024] [--suffix 16] [--preset tiny]
 //                            [--family lfm2] [--reps 5]
 #include <time.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench_flags.h"
-#include "model/make_model.h"
+#include "bench_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -89,20 +87,7 @@ int main(int argc, char** argv) {
   const int reps = static_cast<int>(bench::int_flag(flags, "reps", 1));
   const std::string preset = flags.get("preset");
   const std::string family = flags.get("family");
-  const std::string dir =
-      (std::filesystem::temp_directory_path() /
-       ("pkv_bench_hybrid_" + family + "_" + preset + "_" + std::to_string(::getpid())))
-          .string();
-  model::MakeModelOptions mo;
-  mo.family = family;
-  mo.preset = preset;
-  mo.seed = 1;
-  mo.out_dir = dir;
-  check(model::make_random_model(mo));
-  auto m = model::load_model(dir);
-  check(m.status());
-  std::shared_ptr<model::Model> model(std::move(*m));
-  std::filesystem::remove_all(dir);
+  const std::shared_ptr<model::Model> model = bench::load_throwaway_model(family, preset);
 
   std::mt19937 g(7);
   std::uniform_int_distribution<int32_t> d(0, model->config().vocab_size - 1);
