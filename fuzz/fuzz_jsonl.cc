@@ -14,15 +14,6 @@
 using pagedkv::fuzz::QuietStreams;
 using pagedkv::fuzz::ScratchFile;
 
-// The registry is defined by src/cli/main.cc, which the fuzz targets do not link
-// (its main() would replace the fuzzer's).
-namespace pagedkv::cli {
-std::map<std::string, CommandInfo>& command_registry() {
-  static std::map<std::string, CommandInfo> registry;
-  return registry;
-}
-}  // namespace pagedkv::cli
-
 namespace {
 
 int run_command(const std::string& name, std::vector<std::string> args) {

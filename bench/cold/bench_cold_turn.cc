@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench_engine.h"
+#include "bench_flags.h"
 #include "bench_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
@@ -68,15 +69,17 @@ Turn run_turn(const std::shared_ptr<model::Model>& m, const std::string& dir,
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t tokens = 8192;
-  std::string preset = "small";
-  std::string base = "/tmp";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--tokens") tokens = std::atoll(argv[i + 1]);
-    if (a == "--preset") preset = argv[i + 1];
-    if (a == "--dir") base = argv[i + 1];
-  }
+  cli::ArgParser flags("",
+                       "Capture after one turn: the restorable share of a long prompt and the "
+                       "capture's cost, with and without the capture continuation.",
+                       "bench_cold_turn");
+  flags.add_option("tokens", "N", "prompt tokens", "8192");
+  flags.add_option("preset", "NAME", "make-model preset", "small");
+  flags.add_option("dir", "BASE", "directory the cold-tier directories are made under", "/tmp");
+  if (auto rc = flags.parse_or_exit_code(argc, argv)) return *rc;
+  const int64_t tokens = bench::int_flag(flags, "tokens", 1);
+  const std::string preset = flags.get("preset");
+  const std::string base = flags.get("dir");
   unsetenv("PAGEDKV_PERSIST_PAGED_CACHE");
   unsetenv("PAGEDKV_COLD_CACHE_DIR");
   const std::shared_ptr<model::Model> m = bench::load_random_model(preset);

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "exit_on_error.h"
 
 namespace pagedkv::bench {
@@ -40,6 +42,24 @@ std::shared_ptr<model::Model> load_random_model(const std::string& preset, model
   auto loaded = model::load_model(random_model_dir(preset, dtype));
   exit_on_error(loaded.status());
   return std::shared_ptr<model::Model>(std::move(*loaded));
+}
+
+std::shared_ptr<model::Model> load_throwaway_model(const std::string& family,
+                                                   const std::string& preset) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() /
+       ("pkv_bench_" + family + "_" + preset + "_" + std::to_string(::getpid())))
+          .string();
+  model::MakeModelOptions mo;
+  mo.family = family;
+  mo.preset = preset;
+  mo.seed = 1;
+  mo.out_dir = dir;
+  exit_on_error(model::make_random_model(mo));
+  auto m = model::load_model(dir);
+  std::filesystem::remove_all(dir);
+  exit_on_error(m.status());
+  return std::shared_ptr<model::Model>(std::move(*m));
 }
 
 }  // namespace pagedkv::bench

@@ -28,4 +28,10 @@ std::string random_model_dir(const std::string& preset, model::DType dtype = mod
 std::shared_ptr<model::Model> load_random_model(const std::string& preset,
                                                 model::DType dtype = model::DType::kF32);
 
+// A random checkpoint of `family` and `preset` (seed 1) made in a temporary
+// directory, loaded, and the directory removed (not cached: any family);
+// exits on an error.
+std::shared_ptr<model::Model> load_throwaway_model(const std::string& family,
+                                                   const std::string& preset);
+
 }  // namespace pagedkv::bench

@@ -16,11 +16,12 @@
 // Residency: one request of --context prompt tokens generating 64 tokens. At
 // every decode token (on_token, on the step thread) the engine's held blocks
 // are sampled; the per-group split comes from replaying the engine's calls
-// (admission: hit + reserve the prompt; prefill slices of 2048; decode one
-// token at a time) on a logical KVCacheCoordinator of the model's spec, whose
-// total must equal the engine's. Reported: blocks of the full and the sliding
-// group at admission (the prompt is reserved whole in every group) and while
-// decoding, their ratio sliding/full, and KV bytes per request against the
+// (admission: hit + reserve the prompt in full groups and the first slice in
+// sliding groups; prefill slices of 2048, each grown before it runs; decode
+// one token at a time) on a logical KVCacheCoordinator of the model's spec,
+// whose total must equal the engine's. Reported: blocks of the full and the
+// sliding group at their peak during the prefill (a slice reserved, not yet
+// recorded) and while decoding, their ratio sliding/full, and KV bytes per request against the
 // all-full-attention size of the same layers and against the qwen3 baseline
 // (same K/V row shape, 6 layers, its held blocks measured the same way).
 //
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "bench_engine.h"
+#include "bench_flags.h"
 #include "bench_machine.h"
 #include "bench_model.h"
 #include "engine/coordinator_kv.h"
@@ -129,7 +131,7 @@ Throughput measure_throughput(const std::shared_ptr<model::Model>& m, bool paged
 }
 
 struct Residency {
-  std::vector<int64_t> admit;   // per group, at admission
+  std::vector<int64_t> admit;   // per group, the most during the prefill
   std::vector<int64_t> decode;  // per group, the most while decoding
   int64_t engine_decode_max = 0;
   int64_t replay_decode_max = 0;
@@ -148,13 +150,16 @@ Residency replay(const kv::KVCacheSpec& spec, int64_t context, int decode, int64
   for (auto& t : tokens) t = static_cast<int32_t>(g() % 1000);
   const kv::SeqId id = k.add_sequence();
   bench::exit_on_error(k.find_cached_prefix(id, tokens).status());
-  bench::exit_on_error(k.allocate_slots(id, context));
+  bench::exit_on_error(k.allocate_slots(id, context, chunk));
   Residency r;
   auto held = [&](int32_t grp) { return static_cast<int64_t>(k.manager(id, grp).held_blocks()); };
-  for (int32_t grp = 0; grp < k.num_groups(); ++grp) r.admit.push_back(held(grp));
+  r.admit.assign(static_cast<size_t>(k.num_groups()), 0);
   r.decode.assign(r.admit.size(), 0);
   for (int64_t p = 0; p < context; p += chunk) {
     const int64_t n = std::min(chunk, context - p);
+    bench::exit_on_error(k.allocate_slots(id, p + n));  // the scheduler's grow
+    for (int32_t grp = 0; grp < k.num_groups(); ++grp)
+      r.admit[grp] = std::max(r.admit[grp], held(grp));
     bench::exit_on_error(k.record_tokens(
         id, std::span(tokens).subspan(static_cast<size_t>(p), static_cast<size_t>(n))));
   }
@@ -195,17 +200,22 @@ int64_t engine_decode_held(const std::shared_ptr<model::Model>& m, int64_t conte
 }  // namespace
 
 int main(int argc, char** argv) {
-  int prefill = 1024, rows = 4, decode = 64, reps = 3;
-  int64_t context = 4096;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    const int v = std::atoi(argv[i + 1]);
-    if (a == "--prefill") prefill = v;
-    if (a == "--rows") rows = v;
-    if (a == "--decode") decode = v;
-    if (a == "--context") context = v;
-    if (a == "--reps") reps = v;
-  }
+  cli::ArgParser flags("",
+                       "Gemma through the cache-group path: prefill and decode tokens/s against "
+                       "qwen3 of the same size, and sliding-window residency at a long context.",
+                       "bench_gemma");
+  flags.add_option("prefill", "N", "prompt tokens of the prefill run", "1024");
+  flags.add_option("rows", "N", "requests of 32-token prompts in the decode run", "4");
+  flags.add_option("decode", "N", "tokens each decode request (and the residency one) generates",
+                   "64");
+  flags.add_option("context", "N", "prompt tokens of the residency request", "4096");
+  flags.add_option("reps", "N", "repetitions of the throughput runs; the best is kept", "3");
+  if (auto rc = flags.parse_or_exit_code(argc, argv)) return *rc;
+  const int prefill = static_cast<int>(bench::int_flag(flags, "prefill", 1));
+  const int rows = static_cast<int>(bench::int_flag(flags, "rows", 1));
+  const int decode = static_cast<int>(bench::int_flag(flags, "decode", 1));
+  const int64_t context = bench::int_flag(flags, "context", 1);
+  const int reps = static_cast<int>(bench::int_flag(flags, "reps", 1));
   std::printf(
       "bench_gemma: load average %s; PAGEDKV_CPU_THREADS=%s\n", bench::load_average().c_str(),
       std::getenv("PAGEDKV_CPU_THREADS") ? std::getenv("PAGEDKV_CPU_THREADS") : "(default)");
@@ -253,8 +263,9 @@ int main(int argc, char** argv) {
       all_full += r.decode[full] * spec.physical_layers(g);
     }
     std::printf(
-        "%-12s window %d: full group %lld blocks (admission %lld), sliding group %lld blocks while "
-        "decoding (admission %lld); sliding/full %.3f; KV bytes vs its layers all full %.3f, vs "
+        "%-12s window %d: full group %lld blocks (prefill peak %lld), sliding group %lld blocks "
+        "while decoding (prefill peak %lld); sliding/full %.3f; KV bytes vs its layers all full "
+        "%.3f, vs "
         "qwen3 %.3f (KV layers: %d full, %d sliding); engine held %lld = replay %lld%s\n",
         family.c_str(), spec.groups[sliding].sliding_window, static_cast<long long>(r.decode[full]),
         static_cast<long long>(r.admit[full]), static_cast<long long>(r.decode[sliding]),

@@ -11,12 +11,10 @@
 // family's pool bytes per token (only attention layers hold K/V).
 // Usage: bench_hybrid_families [--preset small] [--prompt 512] [--decode 64]
 //                              [--reps 3] [--families qwen3,lfm2,...]
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <sstream>
@@ -24,10 +22,11 @@
 #include <vector>
 
 #include "bench_engine.h"
+#include "bench_flags.h"
 #include "bench_machine.h"
+#include "bench_model.h"
 #include "engine/kv_cache_factory.h"
 #include "exit_on_error.h"
-#include "model/make_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -42,49 +41,29 @@ struct Family {
   double decode_ms = 1e30;
 };
 
-std::shared_ptr<model::Model> make_and_load(const std::string& family, const std::string& preset) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() /
-       ("pkv_bench_families_" + family + "_" + preset + "_" + std::to_string(::getpid())))
-          .string();
-  model::MakeModelOptions mo;
-  mo.family = family;
-  mo.preset = preset;
-  mo.seed = 1;
-  mo.out_dir = dir;
-  bench::exit_on_error(model::make_random_model(mo));
-  auto m = model::load_model(dir);
-  bench::exit_on_error(m.status());
-  std::filesystem::remove_all(dir);
-  return std::shared_ptr<model::Model>(std::move(*m));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  int prompt = 512, decode = 64, reps = 3;
-  std::string preset = "small",
-              families = "qwen3,lfm2,lfm2_moe,qwen3_next,qwen3_5_text,qwen3_5_moe_text,nemotron_h";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--prompt")
-      prompt = std::atoi(argv[i + 1]);
-    else if (a == "--decode")
-      decode = std::atoi(argv[i + 1]);
-    else if (a == "--reps")
-      reps = std::atoi(argv[i + 1]);
-    else if (a == "--preset")
-      preset = argv[i + 1];
-    else if (a == "--families")
-      families = argv[i + 1];
-  }
-  if (prompt < 1 || decode < 1 || reps < 1) {
-    std::fprintf(stderr, "error: --prompt, --decode and --reps must be >= 1\n");
-    return 1;
-  }
+  cli::ArgParser flags("",
+                       "Prefill and decode throughput of every hybrid family against qwen3 on "
+                       "the same make-model preset, in the same run.",
+                       "bench_hybrid_families");
+  flags.add_option("preset", "NAME", "make-model preset of every family", "small");
+  flags.add_option("prompt", "N", "prompt tokens of each request", "512");
+  flags.add_option("decode", "N", "tokens decoded after the first", "64");
+  flags.add_option("reps", "N", "repetitions; the best is kept", "3");
+  flags.add_option("families", "LIST", "comma-separated families, qwen3 (the baseline) first",
+                   "qwen3,lfm2,lfm2_moe,qwen3_next,qwen3_5_text,qwen3_5_moe_text,nemotron_h");
+  if (auto rc = flags.parse_or_exit_code(argc, argv)) return *rc;
+  const int prompt = static_cast<int>(bench::int_flag(flags, "prompt", 1));
+  const int decode = static_cast<int>(bench::int_flag(flags, "decode", 1));
+  const int reps = static_cast<int>(bench::int_flag(flags, "reps", 1));
+  const std::string preset = flags.get("preset");
+  const std::string families = flags.get("families");
   std::vector<Family> fs;
   std::stringstream list(families);
-  for (std::string f; std::getline(list, f, ',');) fs.push_back({f, make_and_load(f, preset)});
+  for (std::string f; std::getline(list, f, ',');)
+    fs.push_back({f, bench::load_throwaway_model(f, preset)});
   if (fs.empty() || fs[0].name != "qwen3") {
     std::fprintf(stderr, "error: --families must start with qwen3 (the baseline)\n");
     return 1;

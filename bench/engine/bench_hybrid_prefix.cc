@@ -11,17 +11,16 @@
 // Usage: bench_hybrid_prefix [--prefix 1024] [--suffix 16] [--preset tiny]
 //                            [--family lfm2] [--reps 5]
 #include <time.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "model/make_model.h"
+#include "bench_flags.h"
+#include "bench_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
 
@@ -73,35 +72,22 @@ Run first_token(engine::Engine& e, const std::vector<int32_t>& prompt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int prefix = 1024, suffix = 16, reps = 5;
-  std::string preset = "tiny", family = "lfm2";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--prefix")
-      prefix = std::atoi(argv[i + 1]);
-    else if (a == "--suffix")
-      suffix = std::atoi(argv[i + 1]);
-    else if (a == "--reps")
-      reps = std::atoi(argv[i + 1]);
-    else if (a == "--preset")
-      preset = argv[i + 1];
-    else if (a == "--family")
-      family = argv[i + 1];
-  }
-  const std::string dir =
-      (std::filesystem::temp_directory_path() /
-       ("pkv_bench_hybrid_" + family + "_" + preset + "_" + std::to_string(::getpid())))
-          .string();
-  model::MakeModelOptions mo;
-  mo.family = family;
-  mo.preset = preset;
-  mo.seed = 1;
-  mo.out_dir = dir;
-  check(model::make_random_model(mo));
-  auto m = model::load_model(dir);
-  check(m.status());
-  std::shared_ptr<model::Model> model(std::move(*m));
-  std::filesystem::remove_all(dir);
+  cli::ArgParser flags("",
+                       "Hybrid prefix reuse: TTFT resumed from a recurrent-state checkpoint vs "
+                       "computed cold, in the same run.",
+                       "bench_hybrid_prefix");
+  flags.add_option("prefix", "N", "tokens of the shared prefix", "1024");
+  flags.add_option("suffix", "N", "new tokens after the prefix", "16");
+  flags.add_option("preset", "NAME", "make-model preset", "tiny");
+  flags.add_option("family", "NAME", "hybrid family", "lfm2");
+  flags.add_option("reps", "N", "repetitions; the best is kept", "5");
+  if (auto rc = flags.parse_or_exit_code(argc, argv)) return *rc;
+  const int prefix = static_cast<int>(bench::int_flag(flags, "prefix", 1));
+  const int suffix = static_cast<int>(bench::int_flag(flags, "suffix", 1));
+  const int reps = static_cast<int>(bench::int_flag(flags, "reps", 1));
+  const std::string preset = flags.get("preset");
+  const std::string family = flags.get("family");
+  const std::shared_ptr<model::Model> model = bench::load_throwaway_model(family, preset);
 
   std::mt19937 g(7);
   std::uniform_int_distribution<int32_t> d(0, model->config().vocab_size - 1);

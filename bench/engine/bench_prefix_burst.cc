@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench_engine.h"
+#include "bench_flags.h"
 #include "bench_model.h"
 #include "model/model.h"
 #include "pagedkv/engine.h"
@@ -75,16 +76,19 @@ Run burst(const std::shared_ptr<model::Model>& m, const std::vector<std::vector<
 }  // namespace
 
 int main(int argc, char** argv) {
-  int requests = 32, system_tokens = 2048;
-  int64_t budget = 8192;
-  std::string preset = "tiny";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--requests") requests = std::atoi(argv[i + 1]);
-    if (a == "--system-tokens") system_tokens = std::atoi(argv[i + 1]);
-    if (a == "--preset") preset = argv[i + 1];
-    if (a == "--budget") budget = std::atoll(argv[i + 1]);
-  }
+  cli::ArgParser flags("",
+                       "Same-step prefix sharing: a burst of requests with one long uncached "
+                       "system prompt, with vs without sharing.",
+                       "bench_prefix_burst");
+  flags.add_option("requests", "N", "requests in the burst", "32");
+  flags.add_option("system-tokens", "N", "tokens of the shared system prompt", "2048");
+  flags.add_option("preset", "NAME", "make-model preset", "tiny");
+  flags.add_option("budget", "N", "max_num_batched_tokens (tokens per step)", "8192");
+  if (auto rc = flags.parse_or_exit_code(argc, argv)) return *rc;
+  const int requests = static_cast<int>(bench::int_flag(flags, "requests", 1));
+  const int system_tokens = static_cast<int>(bench::int_flag(flags, "system-tokens", 1));
+  const std::string preset = flags.get("preset");
+  const int64_t budget = bench::int_flag(flags, "budget", 1);
   unsetenv("PAGEDKV_SAME_STEP_PREFIX_SHARING");
   const std::shared_ptr<model::Model> m = bench::load_random_model(preset);
   std::mt19937 g(11);

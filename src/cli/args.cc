@@ -11,9 +11,18 @@
 #include "util/logging.h"
 
 namespace pagedkv::cli {
+namespace {
 
-ArgParser::ArgParser(std::string command, std::string summary)
-    : command_(std::move(command)), summary_(std::move(summary)) {
+// "<name>: <message>" on stderr; 2 for InvalidArgument (usage errors), 1 otherwise.
+int report(const std::string& name, const Status& status) {
+  std::cerr << name << ": " << status.message() << "\n";
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
+ArgParser::ArgParser(std::string command, std::string summary, std::string program)
+    : command_(std::move(command)), summary_(std::move(summary)), program_(std::move(program)) {
   add_flag("verbose", "print the engine's info log lines (pool sizing, growth, cold tier)");
 }
 
@@ -46,7 +55,7 @@ const ArgParser::Spec* ArgParser::find(const std::string& name) const {
 
 Status ArgParser::parse(int argc, char** argv) {
   // A fresh App per parse binds to specs_ in place (specs_ no longer grows).
-  CLI::App app(summary_, "pagedkv " + command_);
+  CLI::App app(summary_, usage_name());
   app.set_help_flag();  // --help/-h are handled below, before CLI11 sees them
   app.allow_extras(false);
   for (Spec& s : specs_) {
@@ -86,7 +95,7 @@ Status ArgParser::parse(int argc, char** argv) {
 
 std::optional<int> ArgParser::parse_or_exit_code(int argc, char** argv) {
   Status s = parse(argc, argv);
-  if (!s.ok()) return report_error(command_, s);
+  if (!s.ok()) return report(usage_name(), s);
   if (help_requested_) {
     std::cout << help();
     return 0;
@@ -151,7 +160,7 @@ StatusOr<int64_t> ArgParser::get_int_in(const std::string& name, int64_t lo, int
 
 std::string ArgParser::help() const {
   std::ostringstream out;
-  out << "usage: pagedkv " << command_ << " [options]\n\n" << summary_ << "\n\noptions:\n";
+  out << "usage: " << usage_name() << " [options]\n\n" << summary_ << "\n\noptions:\n";
   for (const auto& s : specs_) {
     if (s.name == "verbose") continue;  // listed last, with --help
     std::string left = "  --" + s.name + (s.value_name.empty() ? "" : " " + s.value_name);
@@ -170,9 +179,12 @@ std::string ArgParser::help() const {
   return out.str();
 }
 
+std::string ArgParser::usage_name() const {
+  return command_.empty() ? program_ : program_ + " " + command_;
+}
+
 int report_error(const std::string& command, const Status& status) {
-  std::cerr << "pagedkv " << command << ": " << status.message() << "\n";
-  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  return report("pagedkv " + command, status);
 }
 
 }  // namespace pagedkv::cli

@@ -6,6 +6,10 @@
 // text that `--help` prints from the same option list the parser uses, so the help
 // names exactly the options that parse.
 //
+// A program other than `pagedkv` (a benchmark in bench/) names itself with
+// `program` and an empty command: its usage line and errors then read
+// "bench_x ..." instead of "pagedkv <command> ...".
+//
 // Every command also accepts --verbose: the engine's [pagedkv info] log lines
 // (pool sizing, growth, cold tier) are printed only with it (or when
 // PAGEDKV_LOG_LEVEL is set).
@@ -21,7 +25,7 @@ namespace pagedkv::cli {
 
 class ArgParser {
  public:
-  ArgParser(std::string command, std::string summary);
+  ArgParser(std::string command, std::string summary, std::string program = "pagedkv");
 
   // A boolean switch: present or absent.
   void add_flag(const std::string& name, const std::string& help);
@@ -70,8 +74,12 @@ class ArgParser {
   Spec* find(const std::string& name);
   const Spec* find(const std::string& name) const;
 
+  // "pagedkv <command>", or the program alone when the command is empty.
+  std::string usage_name() const;
+
   std::string command_;
   std::string summary_;
+  std::string program_;
   std::vector<Spec> specs_;
   bool help_requested_ = false;
 };

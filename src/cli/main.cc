@@ -9,15 +9,6 @@
 #include "cli/command_registry.h"
 #include "pagedkv/version.h"
 
-namespace pagedkv::cli {
-
-std::map<std::string, CommandInfo>& command_registry() {
-  static std::map<std::string, CommandInfo> registry;
-  return registry;
-}
-
-}  // namespace pagedkv::cli
-
 namespace {
 
 void print_usage(std::ostream& out) {

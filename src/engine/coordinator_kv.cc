@@ -262,23 +262,25 @@ const OwnerRegistry::Owner* CoordinatorKV::continued_owner(const SchedRequest& r
 }
 
 // An idle owner's live row answers for its next turn; otherwise a throwaway row.
-StatusOr<kv::CoordinatorProbe> CoordinatorKV::probe(const SchedRequest& r) {
+StatusOr<kv::CoordinatorProbe> CoordinatorKV::probe(const SchedRequest& r, int64_t first_slice) {
   if (const OwnerRegistry::Owner* o = continued_owner(r); o != nullptr)
-    return coord_->probe_cached_prefix(o->row, r.tokens, r.num_tokens());
-  return probe_prefix_table(r);
+    return coord_->probe_cached_prefix(o->row, r.tokens, r.num_tokens(), first_slice);
+  return probe_prefix_table(r, first_slice);
 }
 
 // A throwaway row: the prefix table alone (rows hold no blocks until a hit is
 // committed).
-StatusOr<kv::CoordinatorProbe> CoordinatorKV::probe_prefix_table(const SchedRequest& r) {
+StatusOr<kv::CoordinatorProbe> CoordinatorKV::probe_prefix_table(const SchedRequest& r,
+                                                                 int64_t first_slice) {
   const kv::SeqId id = new_row(r);
-  StatusOr<kv::CoordinatorProbe> p = coord_->probe_cached_prefix(id, r.tokens, r.num_tokens());
+  StatusOr<kv::CoordinatorProbe> p =
+      coord_->probe_cached_prefix(id, r.tokens, r.num_tokens(), first_slice);
   coord_->release_sequence(id);
   return p;
 }
 
-StatusOr<int64_t> CoordinatorKV::admission_cost(const SchedRequest& r) {
-  PKV_ASSIGN_OR_RETURN(const kv::CoordinatorProbe p, probe(r));
+StatusOr<int64_t> CoordinatorKV::admission_cost(const SchedRequest& r, int64_t first_slice) {
+  PKV_ASSIGN_OR_RETURN(const kv::CoordinatorProbe p, probe(r, first_slice));
   // The least slack over the groups: cost <= free_blocks() - reserve exactly
   // when every group keeps `reserve` blocks after admitting r.
   int64_t slack = INT64_MAX;
@@ -295,7 +297,7 @@ StatusOr<int64_t> CoordinatorKV::cached_prefix_blocks(const SchedRequest& r) {
   return p.cached_tokens / block_size_;
 }
 
-SchedulerKV::Admission CoordinatorKV::admit(SchedRequest& r) {
+SchedulerKV::Admission CoordinatorKV::admit(SchedRequest& r, int64_t first_slice) {
   Admission a;
   PKV_CHECK(rows_.count(r.id) == 0);
   // Bind: its owner's live row (continuing the conversation) or a private one.
@@ -318,7 +320,7 @@ SchedulerKV::Admission CoordinatorKV::admit(SchedRequest& r) {
     a.error = hit.status();
     return a;
   }
-  if (Status st = coord_->allocate_slots(id, r.num_tokens()); !st.ok()) {
+  if (Status st = coord_->allocate_slots(id, r.num_tokens(), first_slice); !st.ok()) {
     // The probe said it fits; only a refused pool growth gets here. An owner
     // keeps what it kept of its history (the adapter path does the same).
     unbind(/*keep_live=*/true);

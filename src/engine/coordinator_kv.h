@@ -5,9 +5,12 @@
 //
 // Per running request it holds one coordinator row (SeqId): admission probes
 // the joint prefix hit of every group, commits it and reserves every group's
-// blocks all-or-nothing; a decode grows every group; after forward the fed
-// tokens are recorded in every group (sliding groups then free blocks that left
-// the window); finish and preemption release every group's tables. The
+// blocks all-or-nothing — full groups for the whole prompt, sliding groups only
+// for the first prefill slice; each later slice and each decode grows every
+// group (the scheduler's grow); after forward the fed tokens are recorded in
+// every group (sliding groups then free blocks that left the window), so a
+// sliding group holds at most its window plus one slice during a long prefill;
+// finish and preemption release every group's tables. The
 // scheduler counts KV in one block count: free_blocks() is the tightest group's
 // available blocks and admission_cost() is chosen so that `cost <= free - r`
 // holds exactly when every group keeps at least r blocks of slack after the
@@ -82,9 +85,9 @@ class CoordinatorKV final : public SchedulerKV {
 
   // --- SchedulerKV ---
   int64_t free_blocks() const override;
-  StatusOr<int64_t> admission_cost(const SchedRequest& r) override;
+  StatusOr<int64_t> admission_cost(const SchedRequest& r, int64_t first_slice) override;
   StatusOr<int64_t> cached_prefix_blocks(const SchedRequest& r) override;
-  Admission admit(SchedRequest& r) override;
+  Admission admit(SchedRequest& r, int64_t first_slice) override;
   bool grow(SchedRequest& r, int64_t tokens) override;
   // Preemption: end_turn(r, /*keep_live=*/false).
   void release(SchedRequest& r) override { end_turn(r, /*keep_live=*/false); }
@@ -131,8 +134,10 @@ class CoordinatorKV final : public SchedulerKV {
   CoordinatorKV(std::unique_ptr<kv::KVCacheCoordinator> coord, int32_t block_size,
                 kv::KVDType dtype);
   kv::SeqId new_row(const SchedRequest& r);
-  StatusOr<kv::CoordinatorProbe> probe(const SchedRequest& r);
-  StatusOr<kv::CoordinatorProbe> probe_prefix_table(const SchedRequest& r);
+  // `first_slice`: the sliding groups' reservation after the hit (< 0: the prompt).
+  StatusOr<kv::CoordinatorProbe> probe(const SchedRequest& r, int64_t first_slice);
+  StatusOr<kv::CoordinatorProbe> probe_prefix_table(const SchedRequest& r,
+                                                    int64_t first_slice = -1);
   // The idle owner r would continue now, or nullptr.
   const OwnerRegistry::Owner* continued_owner(const SchedRequest& r) const;
 

@@ -263,7 +263,7 @@ class Engine::Impl::PagedKV final : public SchedulerKV {
   // Side-effect-free probe: how many tokens would hit, and what the hit would
   // take out of (or give back to) the free queue. A request that does not fit
   // takes no reference, counts no hit and leaves the LRU queue as it was.
-  StatusOr<int64_t> admission_cost(const SchedRequest& r) override {
+  StatusOr<int64_t> admission_cost(const SchedRequest& r, int64_t /*first_slice*/) override {
     const Seq& s = *as_seq(&r);
     kv::PagedKVCacheAdapter::PrefixProbe p;
     if (const Owner* o = continued_owner(s); o != nullptr) {
@@ -283,7 +283,7 @@ class Engine::Impl::PagedKV final : public SchedulerKV {
     return static_cast<int64_t>(p.hit_blocks);
   }
 
-  Admission admit(SchedRequest& r) override {
+  Admission admit(SchedRequest& r, int64_t /*first_slice*/) override {
     Seq* s = as_seq(&r);
     // Bind: its owner's live adapter (continuing the conversation) or a private one.
     if (!s->req.owner.empty()) {
@@ -446,9 +446,9 @@ class Engine::Impl::FlatKV final : public SchedulerKV {
  public:
   explicit FlatKV(Impl& e) : e_(e) {}
   int64_t free_blocks() const override { return INT64_MAX / 2; }
-  StatusOr<int64_t> admission_cost(const SchedRequest&) override { return int64_t{0}; }
+  StatusOr<int64_t> admission_cost(const SchedRequest&, int64_t) override { return int64_t{0}; }
   StatusOr<int64_t> cached_prefix_blocks(const SchedRequest&) override { return int64_t{0}; }
-  Admission admit(SchedRequest& r) override {
+  Admission admit(SchedRequest& r, int64_t /*first_slice*/) override {
     Seq* s = as_seq(&r);
     if (s->flat == nullptr)
       s->flat = std::make_unique<model::FlatKVCache>(e_.model_->kv_geometry());

@@ -7,6 +7,13 @@
 // layer index; `slots` (pool_layer_slots) maps it to the pool's layer, and no
 // slots means the pool holds every model layer in order. Construct it per step: a
 // pool that grew since moved its storage (LayerKVPool, generation swap).
+//
+// Misuse is refused in every build (PKV_CHECK, not a debug check): a slot outside
+// the pool at construction, and a layer without a pool slot when addressed — a
+// layer the slots give none (-1), or, without slots, a layer index past the
+// pool's layers. The latter is how the one-argument form over a hybrid pool (it
+// holds only the attention layers) fails: its last attention layer's index lies
+// past the pool. Pass pool_layer_slots(geometry) for such a pool.
 #pragma once
 
 #include <utility>
@@ -21,7 +28,12 @@ namespace pagedkv::engine {
 class PoolKVBlockStore final : public model::KVBlockStore {
  public:
   explicit PoolKVBlockStore(kv::LayerKVPool* pool, std::vector<int32_t> slots = {})
-      : pool_(pool), slots_(std::move(slots)) {}
+      : pool_(pool), slots_(std::move(slots)) {
+    PKV_CHECK(pool_ != nullptr);
+    for (int32_t s : slots_)
+      PKV_CHECK_MSG(s < pool_->geometry().num_layers,
+                    "PoolKVBlockStore: a layer slot lies past the pool's layers");
+  }
   int32_t block_size() const override { return pool_->geometry().block_size; }
   model::KVDType dtype() const override { return pool_->geometry().dtype; }
   int32_t num_blocks() const override { return pool_->num_blocks(); }
@@ -34,9 +46,16 @@ class PoolKVBlockStore final : public model::KVBlockStore {
 
  private:
   int32_t slot(int32_t layer) const {
-    if (slots_.empty()) return layer;
+    if (slots_.empty()) {
+      PKV_CHECK_MSG(layer >= 0 && layer < pool_->geometry().num_layers,
+                    "PoolKVBlockStore: the model addressed a layer past the pool's layers "
+                    "(a pool holding only some layers needs pool_layer_slots)");
+      return layer;
+    }
+    PKV_CHECK_MSG(layer >= 0 && static_cast<size_t>(layer) < slots_.size(),
+                  "PoolKVBlockStore: the model addressed a layer the slots do not map");
     const int32_t s = slots_[static_cast<size_t>(layer)];
-    PKV_DCHECK(s >= 0);  // the model never addresses K/V of a layer without any
+    PKV_CHECK_MSG(s >= 0, "PoolKVBlockStore: the model addressed K/V of a layer without any");
     return s;
   }
 

@@ -31,6 +31,8 @@ void Scheduler::preempt(SchedRequest* v, SchedulerKV& kv, SchedulerOutput* out) 
   auto pos = std::find(running_.begin(), running_.end(), v);
   PKV_CHECK(pos != running_.end());
   running_.erase(pos);
+  // A decode row planned earlier this step (a later prefill slice preempts it).
+  std::erase_if(out->rows, [v](const SchedulerOutput::Row& row) { return row.req == v; });
   // Every block goes back, keys kept: published prompt and completion blocks
   // stay hittable until evicted, and the resume re-hits them.
   kv.release(*v);
@@ -111,13 +113,24 @@ SchedulerOutput Scheduler::schedule(SchedulerKV& kv) {
     --budget;
     ++i;
   }
-  // 2. Prefill slices of running requests, oldest first.
-  for (SchedRequest* s : running_) {
-    if (budget == 0) break;
-    if (s->is_decode()) continue;
+  // 2. Prefill slices of running requests, oldest first. Each grows its
+  // request's blocks to the slice's end first (a no-op unless a group reserves
+  // slice by slice); short of blocks it reclaims or preempts like a decode row,
+  // and a preempted decode row planned above gives its token back.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    SchedRequest* s = running_[i];
+    if (s->is_decode()) {
+      ++i;
+      continue;
+    }
     const int64_t n = s->next_slice(budget);
+    const bool kept = ensure_blocks(s, s->computed + n, kv, &out);
+    budget = config_.max_num_batched_tokens;
+    for (const SchedulerOutput::Row& row : out.rows) budget -= row.num_tokens;
+    if (!kept) continue;  // index i now holds the next
     out.rows.push_back({s, n});
     budget -= n;
+    ++i;
   }
   // 3. Admission, FCFS: the head is never leapfrogged.
   while (budget > 0 && !waiting_.empty() &&
@@ -139,7 +152,7 @@ SchedulerOutput Scheduler::schedule(SchedulerKV& kv) {
       const int64_t reserve = running_.empty() ? 0 : config_.watermark_blocks;
       bool fits = false;
       for (;;) {
-        const StatusOr<int64_t> cost = kv.admission_cost(*s);
+        const StatusOr<int64_t> cost = kv.admission_cost(*s, budget);
         if (!cost.ok()) {
           a.error = cost.status();
           break;
@@ -149,7 +162,7 @@ SchedulerOutput Scheduler::schedule(SchedulerKV& kv) {
       }
       if (a.error.ok() && !fits) break;  // no room: wait for running requests to end
       if (fits) {
-        a = kv.admit(*s);
+        a = kv.admit(*s, budget);
         if (a.outcome == SchedulerKV::AdmitOutcome::kNoRoom) break;
       }
     }

@@ -7,7 +7,9 @@
 // (max_num_seqs) and the KV blocks there are. When a decode row cannot get its
 // next block it reclaims idle blocks, then preempts the NEWEST running request
 // (which may be itself) and puts it back at the head of the queue; a preempted
-// request is re-admitted later and recomputes what it lost.
+// request is re-admitted later and recomputes what it lost. A later prefill
+// slice grows its request the same way (a no-op where admission reserved the
+// whole prompt; a sliding-window cache group reserves slice by slice).
 //
 // It knows no model, no threads, no tensors and no allocator: KV is what
 // SchedulerKV answers in BLOCKS ("how many would admitting this take", "how many
@@ -74,8 +76,11 @@ class SchedulerKV {
   virtual int64_t free_blocks() const = 0;
   // Blocks admitting `r` would take out of free_blocks() (its blocks beyond
   // the prefix hit, plus hit blocks that are idle in the free queue, minus
-  // blocks a rollback of its owner's live KV gives back). No side effects.
-  virtual StatusOr<int64_t> admission_cost(const SchedRequest& r) = 0;
+  // blocks a rollback of its owner's live KV gives back). `first_slice`: the
+  // most tokens its first prefill slice computes after the hit (a cache group
+  // that frees blocks as the prefill moves on — a sliding window — need not
+  // reserve past it). No side effects.
+  virtual StatusOr<int64_t> admission_cost(const SchedRequest& r, int64_t first_slice) = 0;
   // Full blocks of `r`'s tokens the prefix table would serve now. No side effects.
   virtual StatusOr<int64_t> cached_prefix_blocks(const SchedRequest& r) = 0;
 
@@ -85,12 +90,14 @@ class SchedulerKV {
     int64_t cached_tokens = 0;  // kAdmitted: tokens served from the cache (hot + cold)
     Status error;               // kFailed: why
   };
-  // Binds `r` (its prefix hit, any restore, blocks for all its tokens) and sets
-  // r.computed to the tokens it no longer needs to compute. kNoRoom leaves
-  // nothing bound.
-  virtual Admission admit(SchedRequest& r) = 0;
-  // Makes the running `r` hold blocks for `tokens` positions; false (nothing
-  // changed) when there are not enough.
+  // Binds `r` (its prefix hit, any restore, blocks for all its tokens — a
+  // sliding-window group only up to the first slice of at most `first_slice`
+  // tokens) and sets r.computed to the tokens it no longer needs to compute.
+  // kNoRoom leaves nothing bound.
+  virtual Admission admit(SchedRequest& r, int64_t first_slice) = 0;
+  // Makes the running `r` hold blocks for `tokens` positions (called before
+  // every decode row and every later prefill slice); false (nothing changed)
+  // when there are not enough.
   virtual bool grow(SchedRequest& r, int64_t tokens) = 0;
   // Releases every block `r` holds (its published blocks stay cached, so a
   // resume re-hits them) and sets r.computed to 0.
@@ -164,6 +171,8 @@ class Scheduler {
   // newest running request, until it fits. False when `s` itself left the
   // running queue (preempted, or failed as the only one running).
   bool ensure_blocks(SchedRequest* s, int64_t tokens, SchedulerKV& kv, SchedulerOutput* out);
+  // Moves `v` from running to the head of the waiting queue, releasing its KV;
+  // a row already planned for it this step is dropped from `out`.
   void preempt(SchedRequest* v, SchedulerKV& kv, SchedulerOutput* out);
   void insert_running(SchedRequest* r);
   bool wait_for_leader(const SchedRequest& head, SchedulerKV& kv) const;

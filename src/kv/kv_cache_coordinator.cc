@@ -164,9 +164,19 @@ StatusOr<int64_t> KVCacheCoordinator::joint_hit(const Row& r,
   return len;
 }
 
+int64_t KVCacheCoordinator::reserve_tokens(int32_t g, int64_t computed, int64_t total_tokens,
+                                           int64_t chunk_tokens) const {
+  if (chunk_tokens < 0 ||
+      spec_.groups[static_cast<size_t>(g)].kind != CacheGroupKind::kSlidingWindow) {
+    return total_tokens;
+  }
+  return std::min(total_tokens, computed + chunk_tokens);
+}
+
 StatusOr<CoordinatorProbe> KVCacheCoordinator::probe_cached_prefix(SeqId id,
                                                                    std::span<const int32_t> prompt,
-                                                                   int64_t total_tokens) const {
+                                                                   int64_t total_tokens,
+                                                                   int64_t chunk_tokens) const {
   PKV_ASSIGN_OR_RETURN(const Row* r, row(id));
   for (size_t g = 0; g < r->groups.size(); ++g) {
     if (Status s = r->groups[g]->check_can_lookup(); !s.ok()) {
@@ -184,8 +194,9 @@ StatusOr<CoordinatorProbe> KVCacheCoordinator::probe_cached_prefix(SeqId id,
     int64_t take = 0;
     if (m.spec().holds_blocks()) {
       const int64_t b = m.spec().block_size;
-      new_blocks = static_cast<int32_t>(
-          std::max<int64_t>(0, (total_tokens + b - 1) / b - cost.table_blocks));
+      const int64_t to =
+          reserve_tokens(static_cast<int32_t>(g), p.cached_tokens, total_tokens, chunk_tokens);
+      new_blocks = static_cast<int32_t>(std::max<int64_t>(0, (to + b - 1) / b - cost.table_blocks));
       take = static_cast<int64_t>(new_blocks) + cost.idle_hit_blocks - cost.freed_blocks;
       if (take > available_blocks(static_cast<int32_t>(g))) p.fits = false;
     }
@@ -218,9 +229,13 @@ StatusOr<int64_t> KVCacheCoordinator::find_cached_prefix(SeqId id,
   return len;
 }
 
-Status KVCacheCoordinator::allocate_slots(SeqId id, int64_t total_tokens) {
+Status KVCacheCoordinator::allocate_slots(SeqId id, int64_t total_tokens, int64_t chunk_tokens) {
   PKV_ASSIGN_OR_RETURN(const Row* r, row(id));
   if (total_tokens < 0) return invalid_argument("allocate_slots: negative token count");
+  const int64_t computed = r->groups.front()->num_tokens();
+  std::vector<int64_t> to(r->groups.size());
+  for (size_t g = 0; g < r->groups.size(); ++g)
+    to[g] = reserve_tokens(static_cast<int32_t>(g), computed, total_tokens, chunk_tokens);
   // 1. Feasibility in every group before any group changes. With one block-holding
   // group nothing can fail half-way: the adapter's own check is the whole story
   // (and the single-group behaviour stays exactly the adapter's).
@@ -229,12 +244,12 @@ Status KVCacheCoordinator::allocate_slots(SeqId id, int64_t total_tokens) {
   for (size_t g = 0; g < r->groups.size() && paged_groups > 1; ++g) {
     const CacheGroupManager& m = *r->groups[g];
     if (!m.spec().holds_blocks()) continue;
-    const int32_t n = m.new_blocks_for(total_tokens);
+    const int32_t n = m.new_blocks_for(to[g]);
     const PagedKVCache& cache = *caches_[g];
     if (n > available_blocks(static_cast<int32_t>(g))) {
       ++caches_[g]->stats().exhausted;
       return resource_exhausted(
-          "allocate_slots: " + group_name(spec_, g) + ": " + std::to_string(total_tokens) +
+          "allocate_slots: " + group_name(spec_, g) + ": " + std::to_string(to[g]) +
           " tokens need " + std::to_string(n) + " new blocks; free " +
           std::to_string(cache.allocator().num_free_blocks()) + ", growable " +
           std::to_string(cache.max_blocks() - cache.num_blocks()));
@@ -244,7 +259,7 @@ Status KVCacheCoordinator::allocate_slots(SeqId id, int64_t total_tokens) {
   std::vector<size_t> before(r->groups.size());
   for (size_t g = 0; g < r->groups.size(); ++g) before[g] = r->groups[g]->block_table().size();
   for (size_t g = 0; g < r->groups.size(); ++g) {
-    if (Status s = r->groups[g]->allocate(total_tokens); !s.ok()) {
+    if (Status s = r->groups[g]->allocate(to[g]); !s.ok()) {
       for (size_t done = g; done-- > 0;) r->groups[done]->rollback_allocation(before[done]);
       return Status(s.code(), "allocate_slots: " + group_name(spec_, g) + ": " + s.message() +
                                   " (every group rolled back)");

@@ -11,7 +11,8 @@
 //    find_cached_prefix commits the same length in every group.
 //  - A row advances only when every group accepts the same cursor: record_tokens
 //    checks that every group covers the new positions before any group moves.
-//  - allocate_slots is all-or-nothing across groups: it checks every group's
+//  - allocate_slots is all-or-nothing across groups (a sliding-window group
+//    reserves only the chunk about to be computed when told its size): it checks every group's
 //    free + growable blocks first, then allocates group by group and, if a group
 //    still fails (a pool growth refused by its storage or the memory cap), rolls
 //    every earlier group back (their new blocks return to the free queue's head,
@@ -131,15 +132,27 @@ class KVCacheCoordinator {
   Status reset_sequence(SeqId id, std::span<const ExtraKey> extra_keys = {});
 
   // The joint hit for `prompt` (leaving at least one token to compute) and what
-  // committing it plus reserving `total_tokens` (default: the prompt) would
-  // take. No side effect.
+  // committing it plus allocate_slots(total_tokens, chunk_tokens) (default: the
+  // prompt, unchunked) would take. No side effect.
   StatusOr<CoordinatorProbe> probe_cached_prefix(SeqId id, std::span<const int32_t> prompt,
-                                                 int64_t total_tokens = -1) const;
+                                                 int64_t total_tokens = -1,
+                                                 int64_t chunk_tokens = -1) const;
   // Commits the joint hit in every group; returns the cached token count.
   StatusOr<int64_t> find_cached_prefix(SeqId id, std::span<const int32_t> prompt);
   // Every group's table covers [0, total_tokens), or nothing changed (see the file
-  // comment); ResourceExhausted names the group that could not.
-  Status allocate_slots(SeqId id, int64_t total_tokens);
+  // comment); ResourceExhausted names the group that could not. With
+  // `chunk_tokens` ≥ 0 (the most the next forward computes) a sliding-window
+  // group covers only [0, min(total_tokens, num_tokens + chunk_tokens)): it frees
+  // the blocks that leave the window as each chunk is recorded, so reserving the
+  // rest of a long prompt ahead would only hold blocks it gives back; the
+  // caller calls again before each later chunk (reserve_tokens).
+  Status allocate_slots(SeqId id, int64_t total_tokens, int64_t chunk_tokens = -1);
+  // The positions group `g` covers for a reservation of `total_tokens` from
+  // `computed` tokens with chunks of at most `chunk_tokens` (< 0: unchunked):
+  // total_tokens, or for a sliding-window group min(total_tokens, computed +
+  // chunk_tokens).
+  int64_t reserve_tokens(int32_t g, int64_t computed, int64_t total_tokens,
+                         int64_t chunk_tokens) const;
   // The K/V of the next tokens are written in every group: all groups advance one
   // cursor, or none does (FailedPrecondition naming the group that does not cover).
   Status record_tokens(SeqId id, std::span<const int32_t> tokens);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/coordinator_kv.h"
+#include "engine/scheduler.h"
 #include "engine_test_util.h"
 #include "kv/kv_cache_coordinator.h"
 #include "pagedkv/engine.h"
@@ -131,6 +132,83 @@ TEST_P(GemmaEngineTest, BatchedEqualsSerial) {
   }
   for (size_t i = 0; i < reqs.size(); ++i)
     expect_matches_flat(hs[i]->wait(), flat_run(*model_, reqs[i]), "request " + std::to_string(i));
+}
+
+// A long chunked prefill reserves the sliding group slice by slice (the
+// scheduler over CoordinatorKV, no forward: the K/V of each planned slice are
+// recorded as the model would). Right after each step's schedule — while its
+// forward would run, the peak — the sliding group holds only the window's run
+// before the slice plus the slice's blocks, while the full group holds the whole
+// prompt from admission on. Reserving the prompt whole (the old admission) would
+// have held all 63 blocks in the sliding group during the first slice.
+TEST_P(GemmaEngineTest, ChunkedPrefillHoldsOnlyTheWindowAndTheSliceInTheSlidingGroup) {
+  CoordinatorKV::Options o;
+  o.max_live_rows = 2;
+  auto ck = CoordinatorKV::create(*model_, o);
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  CoordinatorKV& kv = **ck;
+  const kv::KVCacheCoordinator& coord = kv.coordinator();
+  SchedulerConfig sc;
+  sc.max_num_batched_tokens = 64;  // 4 blocks per slice
+  sc.max_num_seqs = 2;
+  sc.block_size = 16;
+  sc.usable_blocks = kv.usable_blocks();
+  Scheduler sched(sc);
+  SchedRequest r;
+  r.id = 1;
+  r.tokens = random_token_ids(1000, 13, vocab_);
+  r.prompt_len = 1000;
+  sched.add(&r);
+  auto used = [&](int32_t g) { return coord.group_cache(g)->allocator().num_used_blocks(); };
+  // Window 32, blocks of 16: a slice starting at c attends from c - 31.
+  const int64_t w = 32, b = 16;
+  int64_t peak = 0;
+  int steps = 0;
+  while (r.computed < r.prompt_len) {
+    ASSERT_LT(++steps, 100);
+    const SchedulerOutput out = sched.schedule(kv);
+    ASSERT_EQ(out.rows.size(), 1u);
+    ASSERT_TRUE(out.preempted.empty() && out.failed.empty());
+    const int64_t c = r.computed, n = out.rows[0].num_tokens;
+    EXPECT_EQ(used(0), (1000 + b - 1) / b) << "at " << c;  // the full group: the whole prompt
+    const int64_t first = std::max<int64_t>(0, c - w + 1) / b;
+    const int64_t want = (c + n + b - 1) / b - first;
+    EXPECT_EQ(used(1), want) << "sliding group at " << c;
+    peak = std::max<int64_t>(peak, used(1));
+    ASSERT_TRUE(kv.record_tokens(r, std::span(r.tokens).subspan(static_cast<size_t>(c),
+                                                                static_cast<size_t>(n)))
+                    .ok());
+    r.computed = c + n;
+    ASSERT_TRUE(kv.check_invariants({&r}, {}).ok()) << kv.check_invariants({&r}, {}).to_string();
+  }
+  // The window's run (2 blocks before an aligned slice) + the slice (4 blocks).
+  EXPECT_EQ(peak, 6);
+  EXPECT_LE(peak, (w - 1 + b - 1) / b + 1 + 64 / b);
+  kv.release(r);
+  EXPECT_EQ(kv.held_blocks(), 0);
+}
+
+// Through the engine: a long prompt in slices of 64 is bit-identical to the flat
+// run, and between steps the sliding group holds only the window's run (the
+// engine's held blocks never exceed the full group's table + that run).
+TEST_P(GemmaEngineTest, ChunkedPrefillEqualsFlatWithTheWindowHeld) {
+  EngineOptions o;
+  o.max_num_batched_tokens = 64;
+  auto e = make_engine(model_, o);
+  ASSERT_NE(e, nullptr);
+  const GenerateRequest r = greedy(random_token_ids(700, 21, vocab_), 12);
+  auto h = e->submit(r);
+  ASSERT_TRUE(h.ok()) << h.status().to_string();
+  int64_t most = 0;
+  while (e->stats().finished < 1) {
+    e->step();
+    ASSERT_TRUE(e->check_invariants().ok()) << e->check_invariants().to_string();
+    most = std::max<int64_t>(most, e->held_blocks());
+  }
+  expect_matches_flat((*h)->wait(), flat_run(*model_, r), "slices of 64");
+  // Full: ceil(712 / 16) = 45 at most; sliding: the window's run of ≤ 3 blocks.
+  EXPECT_LE(most, 45 + 3);
+  EXPECT_GT(most, 44);
 }
 
 // A warm prefix at several splits == cold, and the second request hits.

@@ -10,9 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <random>
 
 #include "engine/kv_cache_factory.h"
 #include "engine/pool_kv_store.h"
@@ -28,6 +26,8 @@ namespace {
 using engine::Engine;
 using engine::EngineOptions;
 using engine::GenerateRequest;
+using engine::testing_util::random_token_ids;
+using engine::testing_util::same_bits;
 
 // A tiny random checkpoint of `family` written to a fresh directory.
 std::string make_tiny(const std::string& family, uint64_t seed) {
@@ -39,14 +39,6 @@ std::string make_tiny(const std::string& family, uint64_t seed) {
   Status s = make_random_model(o);
   EXPECT_TRUE(s.ok()) << s.to_string();
   return o.out_dir;
-}
-
-std::vector<int32_t> random_prompt(size_t n, uint32_t seed, int32_t vocab) {
-  std::mt19937 g(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
 }
 
 struct KvRun {
@@ -92,10 +84,6 @@ KvRun run(Engine& e, const std::vector<int32_t>& prompt, int gen) {
   return to_run((*h)->wait(), gen);
 }
 
-bool bytes_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
 struct Param {
   std::string family;
   KVDType dtype;
@@ -136,39 +124,39 @@ TEST_P(KvDtypeParityTest, PagedEqualsFlatAndWarmEqualsCold) {
   auto paged = engine(true);
   auto flat = engine(false);
   for (size_t len : {1, 16, 17, 100}) {
-    auto prompt = random_prompt(len, static_cast<uint32_t>(len), model_->config().vocab_size);
+    auto prompt = random_token_ids(len, static_cast<uint32_t>(len), model_->config().vocab_size);
     KvRun f = run(*flat, prompt, 24);
     KvRun p = run(*paged, prompt, 24);
     EXPECT_EQ(p.cached, 0) << "len " << len;
-    EXPECT_TRUE(bytes_equal(f.prefill, p.prefill)) << "len " << len;
-    EXPECT_TRUE(bytes_equal(f.decode, p.decode)) << "len " << len;
+    EXPECT_TRUE(same_bits(f.prefill, p.prefill)) << "len " << len;
+    EXPECT_TRUE(same_bits(f.decode, p.decode)) << "len " << len;
     EXPECT_EQ(f.tokens, p.tokens) << "len " << len;
     // The same prompt again hits every full block but the last token's.
     KvRun h = run(*paged, prompt, 24);
     EXPECT_EQ(h.cached, static_cast<int64_t>((len - 1) / 16 * 16)) << "len " << len;
-    EXPECT_TRUE(bytes_equal(f.prefill, h.prefill)) << "len " << len;
-    EXPECT_TRUE(bytes_equal(f.decode, h.decode)) << "len " << len;
+    EXPECT_TRUE(same_bits(f.prefill, h.prefill)) << "len " << len;
+    EXPECT_TRUE(same_bits(f.decode, h.decode)) << "len " << len;
     EXPECT_EQ(f.tokens, h.tokens);
   }
   EXPECT_TRUE(paged->check_invariants().ok());
 }
 
 TEST_P(KvDtypeParityTest, ChunkedPrefillEqualsOneShot) {
-  auto prompt = random_prompt(70, 9, model_->config().vocab_size);
+  auto prompt = random_token_ids(70, 9, model_->config().vocab_size);
   for (bool paged : {false, true}) {
     KvRun base = run(*engine(paged), prompt, 8);
     for (int32_t chunk : {1, 15, 17}) {
       KvRun x = run(*engine(paged, chunk), prompt, 8);
-      EXPECT_TRUE(bytes_equal(base.prefill, x.prefill)) << "paged " << paged << " chunk " << chunk;
-      EXPECT_TRUE(bytes_equal(base.decode, x.decode)) << "paged " << paged << " chunk " << chunk;
+      EXPECT_TRUE(same_bits(base.prefill, x.prefill)) << "paged " << paged << " chunk " << chunk;
+      EXPECT_TRUE(same_bits(base.decode, x.decode)) << "paged " << paged << " chunk " << chunk;
     }
   }
 }
 
 TEST_P(KvDtypeParityTest, BatchedDecodeRowsEqualEachRowAlone) {
   const int32_t V = model_->config().vocab_size;
-  std::vector<std::vector<int32_t>> prompts = {random_prompt(30, 1, V), random_prompt(5, 2, V),
-                                               random_prompt(17, 3, V)};
+  std::vector<std::vector<int32_t>> prompts = {
+      random_token_ids(30, 1, V), random_token_ids(5, 2, V), random_token_ids(17, 3, V)};
   std::vector<KvRun> solo;
   for (const auto& p : prompts) solo.push_back(run(*engine(true), p, 12));
   // All rows prefilled together in one forward (M > 1), straight on the model.
@@ -191,7 +179,7 @@ TEST_P(KvDtypeParityTest, BatchedDecodeRowsEqualEachRowAlone) {
     for (size_t i = 0; i < prompts.size(); ++i) {
       auto got = o.last_logits(i);
       std::vector<float> row(got.begin(), got.end());
-      EXPECT_TRUE(bytes_equal(row, solo[i].prefill)) << "row " << i;
+      EXPECT_TRUE(same_bits(row, solo[i].prefill)) << "row " << i;
     }
     for (auto& a : ad) a->release_request();
     EXPECT_TRUE(c->allocator().verify_integrity().ok());
@@ -215,8 +203,8 @@ TEST_P(KvDtypeParityTest, BatchedDecodeRowsEqualEachRowAlone) {
     EXPECT_EQ(max_decode_rows, static_cast<int32_t>(prompts.size())) << "paged " << paged;
     for (size_t i = 0; i < hs.size(); ++i) {
       KvRun x = to_run(hs[i]->wait(), 12);
-      EXPECT_TRUE(bytes_equal(solo[i].prefill, x.prefill)) << "paged " << paged << " row " << i;
-      EXPECT_TRUE(bytes_equal(solo[i].decode, x.decode)) << "paged " << paged << " row " << i;
+      EXPECT_TRUE(same_bits(solo[i].prefill, x.prefill)) << "paged " << paged << " row " << i;
+      EXPECT_TRUE(same_bits(solo[i].decode, x.decode)) << "paged " << paged << " row " << i;
       EXPECT_EQ(solo[i].tokens, x.tokens) << "paged " << paged << " row " << i;
     }
     EXPECT_TRUE(e->check_invariants().ok());
@@ -235,7 +223,7 @@ TEST_P(KvDtypeParityTest, HalfKvStaysCloseToF32KvAndHalvesTheBytes) {
   ASSERT_TRUE(f32_cache.ok());
   EXPECT_EQ((*f32_cache)->pool()->block_bytes_per_layer() / 2,
             half_cache->pool()->block_bytes_per_layer());
-  auto prompt = random_prompt(40, 5, model_->config().vocab_size);
+  auto prompt = random_token_ids(40, 5, model_->config().vocab_size);
   EngineOptions flat;
   flat.use_block_paged_cache = false;
   auto ea = Engine::create(f32_model, flat);

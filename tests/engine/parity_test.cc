@@ -10,8 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
-#include <random>
 
 #include "engine/kv_cache_factory.h"
 #include "engine/pool_kv_store.h"
@@ -28,6 +26,8 @@ namespace {
 using engine::Engine;
 using engine::EngineOptions;
 using engine::GenerateRequest;
+using engine::testing_util::random_token_ids;
+using engine::testing_util::same_bits;
 
 struct RunResult {
   std::vector<float> prefill_logits;  // the last prompt position's row, or every computed one
@@ -35,14 +35,6 @@ struct RunResult {
   std::vector<int32_t> tokens;        // greedy continuation
   int64_t cached = 0;
 };
-
-std::vector<int32_t> random_prompt(size_t n, uint32_t seed, int32_t vocab) {
-  std::mt19937 g(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
 
 // One request through `e` (step() mode): `gen` greedy tokens, each of them fed
 // back (so the request samples gen + 1 and the KV ends holding prompt + gen).
@@ -80,10 +72,6 @@ RunResult run(Engine& e, const std::vector<int32_t>& prompt, int gen, bool all =
   return out;
 }
 
-bool bytes_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
 class ParityTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -113,28 +101,28 @@ TEST_P(ParityTest, PagedEqualsFlatForPromptLengthsAroundBlockBoundaries) {
   ASSERT_TRUE(paged->paged());
   ASSERT_FALSE(flat->paged());
   for (size_t len : {1, 15, 16, 17, 100, 1000}) {
-    auto prompt = random_prompt(len, static_cast<uint32_t>(len), model_->config().vocab_size);
+    auto prompt = random_token_ids(len, static_cast<uint32_t>(len), model_->config().vocab_size);
     RunResult f = run(*flat, prompt, 64);
     RunResult p = run(*paged, prompt, 64);
     EXPECT_EQ(p.cached, 0);
-    EXPECT_TRUE(bytes_equal(f.prefill_logits, p.prefill_logits)) << "len " << len;
-    EXPECT_TRUE(bytes_equal(f.decode_logits, p.decode_logits)) << "len " << len;
+    EXPECT_TRUE(same_bits(f.prefill_logits, p.prefill_logits)) << "len " << len;
+    EXPECT_TRUE(same_bits(f.decode_logits, p.decode_logits)) << "len " << len;
     EXPECT_EQ(f.tokens, p.tokens) << "len " << len;
     // The same prompt again hits every full block but the last token's.
     RunResult h = run(*paged, prompt, 64);
     EXPECT_EQ(h.cached, static_cast<int64_t>((len - 1) / 16 * 16)) << "len " << len;
-    EXPECT_TRUE(bytes_equal(f.decode_logits, h.decode_logits)) << "len " << len;
+    EXPECT_TRUE(same_bits(f.decode_logits, h.decode_logits)) << "len " << len;
     EXPECT_EQ(f.tokens, h.tokens);
     std::vector<float> f_last(f.prefill_logits.end() - model_->config().vocab_size,
                               f.prefill_logits.end());
-    EXPECT_TRUE(bytes_equal(f_last, h.prefill_logits));
+    EXPECT_TRUE(same_bits(f_last, h.prefill_logits));
   }
   EXPECT_TRUE(paged->check_invariants().ok());
 }
 
 TEST_P(ParityTest, EveryWarmPrefixSplitEqualsTheColdRun) {
   const int32_t V = model_->config().vocab_size;
-  auto prompt = random_prompt(80, 77, V);
+  auto prompt = random_token_ids(80, 77, V);
   RunResult cold = run(*engine(), prompt, 8, /*all=*/true);
   for (int n = 1; n <= 64; ++n) {
     auto e = engine();
@@ -143,8 +131,8 @@ TEST_P(ParityTest, EveryWarmPrefixSplitEqualsTheColdRun) {
     RunResult r = run(*e, prompt, 8, /*all=*/true);
     ASSERT_EQ(r.cached, n / 16 * 16) << "split " << n;
     std::vector<float> want(cold.prefill_logits.begin() + r.cached * V, cold.prefill_logits.end());
-    EXPECT_TRUE(bytes_equal(want, r.prefill_logits)) << "split " << n;
-    EXPECT_TRUE(bytes_equal(cold.decode_logits, r.decode_logits)) << "split " << n;
+    EXPECT_TRUE(same_bits(want, r.prefill_logits)) << "split " << n;
+    EXPECT_TRUE(same_bits(cold.decode_logits, r.decode_logits)) << "split " << n;
     EXPECT_EQ(cold.tokens, r.tokens) << "split " << n;
   }
 }
@@ -152,11 +140,11 @@ TEST_P(ParityTest, EveryWarmPrefixSplitEqualsTheColdRun) {
 TEST_P(ParityTest, SecondTurnContinuesTheKeptLiveOwnerAndEqualsAColdRun) {
   const int32_t V = model_->config().vocab_size;
   auto e = engine();
-  auto turn1 = random_prompt(40, 5, V);
+  auto turn1 = random_token_ids(40, 5, V);
   RunResult t1 = run(*e, turn1, 20, false, "owner");
   std::vector<int32_t> turn2 = turn1;
   turn2.insert(turn2.end(), t1.tokens.begin(), t1.tokens.end());
-  auto user2 = random_prompt(15, 6, V);
+  auto user2 = random_token_ids(15, 6, V);
   turn2.insert(turn2.end(), user2.begin(), user2.end());
   RunResult t2 = run(*e, turn2, 30, false, "owner");
   // The live history holds turn1 + the 20 generated tokens (run() feeds each one),
@@ -164,8 +152,8 @@ TEST_P(ParityTest, SecondTurnContinuesTheKeptLiveOwnerAndEqualsAColdRun) {
   // partial block 48..59 that only a kept-live owner can reuse.
   EXPECT_EQ(t2.cached, 40 + 20);
   RunResult cold = run(*engine(false), turn2, 30);
-  EXPECT_TRUE(bytes_equal(cold.prefill_logits, t2.prefill_logits));
-  EXPECT_TRUE(bytes_equal(cold.decode_logits, t2.decode_logits));
+  EXPECT_TRUE(same_bits(cold.prefill_logits, t2.prefill_logits));
+  EXPECT_TRUE(same_bits(cold.decode_logits, t2.decode_logits));
   EXPECT_EQ(cold.tokens, t2.tokens);
   // A different owner sending the same conversation hits the published blocks.
   RunResult o = run(*e, turn2, 30);
@@ -180,13 +168,13 @@ TEST_P(ParityTest, SecondTurnContinuesTheKeptLiveOwnerAndEqualsAColdRun) {
 
 TEST_P(ParityTest, ChunkedPrefillEqualsOneShot) {
   const int32_t V = model_->config().vocab_size;
-  auto prompt = random_prompt(70, 9, V);
+  auto prompt = random_token_ids(70, 9, V);
   for (bool paged : {false, true}) {
     RunResult base = run(*engine(paged), prompt, 16, /*all=*/true);
     for (int32_t chunk : {1, 3, 15, 16, 17, 50}) {
       RunResult x = run(*engine(paged, chunk), prompt, 16, /*all=*/true);
-      EXPECT_TRUE(bytes_equal(base.prefill_logits, x.prefill_logits)) << "chunk " << chunk;
-      EXPECT_TRUE(bytes_equal(base.decode_logits, x.decode_logits)) << "chunk " << chunk;
+      EXPECT_TRUE(same_bits(base.prefill_logits, x.prefill_logits)) << "chunk " << chunk;
+      EXPECT_TRUE(same_bits(base.decode_logits, x.decode_logits)) << "chunk " << chunk;
     }
   }
 }
@@ -196,8 +184,9 @@ TEST_P(ParityTest, BatchedRowsEqualEachRowAlone) {
   for (KVPath path : {KVPath::kFlat, KVPath::kPaged}) {
     auto c = cache();
     // Solo references.
-    std::vector<std::vector<int32_t>> prompts = {random_prompt(30, 1, V), random_prompt(5, 2, V),
-                                                 random_prompt(21, 3, V), random_prompt(1, 4, V)};
+    std::vector<std::vector<int32_t>> prompts = {
+        random_token_ids(30, 1, V), random_token_ids(5, 2, V), random_token_ids(21, 3, V),
+        random_token_ids(1, 4, V)};
     std::vector<std::vector<float>> solo;
     for (const auto& p : prompts) {
       solo.push_back(run(*engine(path == KVPath::kPaged), p, 0, /*all=*/true).prefill_logits);
@@ -253,7 +242,7 @@ TEST_P(ParityTest, BatchedRowsEqualEachRowAlone) {
       std::vector<float> got(o.logits.begin() + o.row_begin[i] * V,
                              o.logits.begin() + (o.row_begin[i] + o.row_count[i]) * V);
       std::vector<float> want(solo[i].end() - o.row_count[i] * V, solo[i].end());
-      EXPECT_TRUE(bytes_equal(got, want)) << "row " << i;
+      EXPECT_TRUE(same_bits(got, want)) << "row " << i;
     }
     for (auto& a : ad) a->release_request();
     EXPECT_TRUE(c->allocator().verify_integrity().ok());
@@ -272,13 +261,13 @@ TEST_P(ParityTest, FlatRollbackKnob) {
   setenv("PAGEDKV_USE_BLOCK_PAGED_CACHE", "0", 1);
   auto rolled_back = engine(true);
   EXPECT_FALSE(rolled_back->paged());
-  const auto prompt = random_prompt(37, 3, model_->config().vocab_size);
+  const auto prompt = random_token_ids(37, 3, model_->config().vocab_size);
   RunResult f = run(*rolled_back, prompt, 8);
   unsetenv("PAGEDKV_USE_BLOCK_PAGED_CACHE");
   auto paged = engine(true);
   EXPECT_TRUE(paged->paged());
   RunResult p = run(*paged, prompt, 8);
-  EXPECT_TRUE(bytes_equal(f.decode_logits, p.decode_logits));
+  EXPECT_TRUE(same_bits(f.decode_logits, p.decode_logits));
   EXPECT_EQ(f.tokens, p.tokens);
   setenv("PAGEDKV_USE_BLOCK_PAGED_CACHE", "bogus", 1);
   EXPECT_TRUE(resolve_use_block_paged_cache(cfg));

@@ -42,25 +42,26 @@ class FakeKV final : public SchedulerKV {
     for (int r : ref_) n += r == 0;
     return n - idle_owner_blocks;
   }
-  StatusOr<int64_t> admission_cost(const SchedRequest& r) override {
+  StatusOr<int64_t> admission_cost(const SchedRequest& r, int64_t first_slice) override {
     ++cost_queries;
     if (cost_error.count(r.id)) return cost_error.at(r.id);
     const std::vector<int32_t> hit = hits(r);
     int64_t idle = 0;
     for (int32_t b : hit) idle += ref_[static_cast<size_t>(b)] == 0;
-    return blocks(r.num_tokens()) - static_cast<int64_t>(hit.size()) + idle;
+    return blocks(reserve_to(r, static_cast<int64_t>(hit.size()) * kB, first_slice)) -
+           static_cast<int64_t>(hit.size()) + idle;
   }
   StatusOr<int64_t> cached_prefix_blocks(const SchedRequest& r) override {
     return static_cast<int64_t>(hits(r).size());
   }
-  Admission admit(SchedRequest& r) override {
+  Admission admit(SchedRequest& r, int64_t first_slice) override {
     if (refuse_admit) return {AdmitOutcome::kNoRoom, 0, ok_status()};
     std::vector<int32_t>& t = table_[r.id];
     EXPECT_TRUE(t.empty()) << "request " << r.id << " admitted twice";
     t = hits(r);
     for (int32_t b : t) ++ref_[static_cast<size_t>(b)];
     r.computed = static_cast<int64_t>(t.size()) * kB;
-    if (!grow(r, r.num_tokens())) {
+    if (!grow(r, reserve_to(r, r.computed, first_slice))) {
       release(r);
       return {AdmitOutcome::kNoRoom, 0, ok_status()};
     }
@@ -116,12 +117,18 @@ class FakeKV final : public SchedulerKV {
 
   int64_t idle_owner_blocks = 0;  // blocks an idle owner holds; reclaim() frees them
   bool refuse_admit = false;
+  // Admission reserves only the first slice (as a sliding-window group does);
+  // later slices grow.
+  bool slice_reserve = false;
   std::map<uint64_t, Status> cost_error;
   int reclaim_calls = 0;
   int cost_queries = 0;
   int releases = 0;
 
  private:
+  int64_t reserve_to(const SchedRequest& r, int64_t computed, int64_t first_slice) const {
+    return slice_reserve ? std::min(r.num_tokens(), computed + first_slice) : r.num_tokens();
+  }
   std::vector<int32_t> hits(const SchedRequest& r) const {
     std::vector<int32_t> out;
     const int64_t limit = (r.num_tokens() - 1) / kB;
@@ -304,6 +311,33 @@ TEST(SchedulerTest, APrefillSliceEndsExactlyAtItsSliceStop) {
   EXPECT_EQ(two.row_sizes(two.step()), (std::vector<int64_t>{4}));
   EXPECT_EQ(two.row_sizes(two.step()), (std::vector<int64_t>{2}));
   EXPECT_EQ(two.row_sizes(two.step()), (std::vector<int64_t>{3}));
+}
+
+// Where admission reserves only the first slice, each later slice grows its
+// request first; short of blocks it preempts the newest running request, whose
+// decode row planned earlier in the step is dropped (its token budget too).
+TEST(SchedulerTest, ALaterPrefillSliceGrowsAndMayPreemptAPlannedDecodeRow) {
+  Sim sim(config(12, 4, 5), 5);
+  sim.kv.slice_reserve = true;
+  SchedRequest* a = sim.submit(prompt(18, 0), 2);
+  a->slice_stop = 8;  // leaves room in step 1 for b
+  SchedRequest* b = sim.submit(prompt(3, 500), 5);
+  SchedulerOutput out = sim.step();
+  EXPECT_EQ(sim.row_sizes(out), (std::vector<int64_t>{8, 3}));
+  EXPECT_EQ(sim.kv.held(a->id), 3);  // the first slice's budget (12 tokens), not 18
+  EXPECT_EQ(sim.kv.held(b->id), 1);
+  // Step 2: b decodes, then a's last 10 tokens need 2 more blocks; 1 is free.
+  out = sim.step();
+  EXPECT_EQ(sim.row_ids(out), (std::vector<uint64_t>{1}));
+  EXPECT_EQ(sim.row_sizes(out), (std::vector<int64_t>{10}));
+  ASSERT_EQ(out.preempted.size(), 1u);
+  EXPECT_EQ(out.preempted[0], b);
+  EXPECT_EQ(sim.kv.held(a->id), 5);
+  EXPECT_EQ(sim.kv.held(b->id), 0);
+  // Both finish in the end.
+  for (int i = 0; i < 50 && sim.finished.size() < 2; ++i) sim.step();
+  EXPECT_EQ(sim.finished.size(), 2u);
+  EXPECT_TRUE(sim.failed.empty());
 }
 
 TEST(SchedulerTest, DecodeRowsComeFirstThenPrefillThenAdmission) {

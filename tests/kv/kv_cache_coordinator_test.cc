@@ -537,6 +537,40 @@ TEST(KVCacheCoordinatorTest, PerGroupPoolShapesGiveEachPoolItsOwnBytes) {
       << bad.status().message();
 }
 
+// allocate_slots with a chunk size: the full group covers the whole prompt, the
+// sliding group only the chunk about to be computed; the probe prices the same,
+// and a chunked prefill keeps the sliding group at the window's run + one chunk.
+TEST(KVCacheCoordinatorTest, SlidingGroupReservesOnlyTheChunk) {
+  auto c = logical(spec_of({full(2), sliding(2, 4)}), {64, 64});
+  EXPECT_EQ(c->reserve_tokens(0, 10, 40, 6), 40);
+  EXPECT_EQ(c->reserve_tokens(1, 10, 40, 6), 16);
+  EXPECT_EQ(c->reserve_tokens(1, 10, 40, -1), 40);
+  EXPECT_EQ(c->reserve_tokens(1, 38, 40, 6), 40);
+  const std::vector<int32_t> p = tokens(40, 1);
+  const SeqId id = c->add_sequence();
+  auto probe = c->probe_cached_prefix(id, p, 40, 8);
+  ASSERT_TRUE(probe.ok()) << probe.status().to_string();
+  EXPECT_EQ(probe->new_blocks, (std::vector<int32_t>{20, 4}));
+  ASSERT_TRUE(c->find_cached_prefix(id, p).ok());
+  ASSERT_TRUE(c->allocate_slots(id, 40, 8).ok());
+  EXPECT_EQ(c->manager(id, 0).held_blocks(), 20);
+  EXPECT_EQ(c->manager(id, 1).held_blocks(), 4);
+  // Recording past the reservation is refused in every group.
+  EXPECT_EQ(c->record_tokens(id, prefix(p, 10)).code(), StatusCode::kFailedPrecondition);
+  int32_t peak = 0;
+  for (int64_t at = 0; at < 40; at += 8) {
+    ASSERT_TRUE(c->allocate_slots(id, at + 8).ok());  // the next chunk
+    peak = std::max(peak, c->manager(id, 1).held_blocks());
+    ASSERT_TRUE(c->record_tokens(id, std::span(p).subspan(static_cast<size_t>(at), 8)).ok());
+    expect_ok(*c);
+  }
+  // Window 4, blocks of 2: 2 blocks before an aligned chunk + its 4 blocks.
+  EXPECT_EQ(peak, 6);
+  EXPECT_EQ(c->manager(id, 0).held_blocks(), 20);
+  c->release_sequence(id);
+  expect_ok(*c);
+}
+
 TEST(KVCacheCoordinatorTest, InfeasibleReservationChangesNothing) {
   auto c = logical(spec_of({full(16), sliding(16, 32)}), {40, 6});
   const SeqId id = c->add_sequence();

@@ -28,6 +28,7 @@
 #include <map>
 
 #include "backend/half.h"
+#include "model/families/family_model.h"
 #include "model/gemma_ops.h"
 #include "model/generation_config.h"
 #include "model/layers.h"
@@ -61,10 +62,9 @@ struct GemmaLayer {
   std::vector<MlpWeights> experts;
 };
 
-class GemmaModel : public Model {
+class GemmaModel : public FamilyModel {
  public:
-  const ModelConfig& config() const override { return cfg_; }
-  const KVGeometry& kv_geometry() const override { return geom_; }
+  using FamilyModel::FamilyModel;
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
 
   static StatusOr<std::unique_ptr<Model>> create(std::shared_ptr<const Checkpoint> ckpt,
@@ -78,10 +78,6 @@ class GemmaModel : public Model {
     be_->rms_norm(x, m, w, eps_, one_plus_, y);
   }
 
-  std::shared_ptr<const Checkpoint> ckpt_;
-  backend::Backend* be_ = nullptr;
-  ModelConfig cfg_;
-  KVGeometry geom_;
   bool gemma4_ = false;
   bool one_plus_ = true;  // gemma3 (1 + w); gemma4 w
   float eps_ = 1e-6f;
@@ -103,13 +99,6 @@ class GemmaModel : public Model {
   std::vector<GemmaLayer> layers_;
 };
 
-constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 26;
-
-Status positive(const ConfigReader& c, const char* field, int64_t v) {
-  if (v <= 0 || v > (int64_t{1} << 30)) return c.error(field, "must be a positive integer");
-  return ok_status();
-}
-
 StatusOr<int32_t> read_positive(const ConfigReader& c, const char* field,
                                 std::optional<int64_t> dflt) {
   int64_t v;
@@ -118,7 +107,7 @@ StatusOr<int32_t> read_positive(const ConfigReader& c, const char* field,
   } else {
     PKV_ASSIGN_OR_RETURN(v, c.get_int(field));
   }
-  PKV_RETURN_IF_ERROR(positive(c, field, v));
+  PKV_RETURN_IF_ERROR(check_positive(c, field, v));
   return static_cast<int32_t>(v);
 }
 
@@ -258,11 +247,10 @@ StatusOr<std::vector<KVShape>> gemma4_layer_shapes(const ConfigReader& c, const 
 StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkpoint> ckpt,
                                                     const LoadOptions& options,
                                                     backend::Backend& be) {
-  std::unique_ptr<GemmaModel> m(new GemmaModel());
+  std::unique_ptr<GemmaModel> m(new GemmaModel(ckpt, be));
   // A multimodal wrapper's text_config arrives merged by Checkpoint (checkpoint.h).
   const ConfigReader& c = ckpt->config();
   ModelConfig& mc = m->cfg_;
-  mc.source_path = ckpt->dir();
   PKV_ASSIGN_OR_RETURN(mc.model_type, c.get_string("model_type"));
   m->gemma4_ = mc.model_type.rfind("gemma4", 0) == 0;
   const bool g4 = m->gemma4_;
@@ -406,12 +394,12 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
     PKV_ASSIGN_OR_RETURN(enable_moe, c.get_bool_or("enable_moe_block", false));
     if (enable_moe) {
       PKV_ASSIGN_OR_RETURN(num_experts, c.get_int("num_experts"));
-      PKV_RETURN_IF_ERROR(positive(c, "num_experts", num_experts));
+      PKV_RETURN_IF_ERROR(check_positive(c, "num_experts", num_experts));
       PKV_ASSIGN_OR_RETURN(top_k, c.get_int("top_k_experts"));
-      PKV_RETURN_IF_ERROR(positive(c, "top_k_experts", top_k));
+      PKV_RETURN_IF_ERROR(check_positive(c, "top_k_experts", top_k));
       if (top_k > num_experts) return c.error("top_k_experts", "exceeds num_experts");
       PKV_ASSIGN_OR_RETURN(moe_inter, c.get_int("moe_intermediate_size"));
-      PKV_RETURN_IF_ERROR(positive(c, "moe_intermediate_size", moe_inter));
+      PKV_RETURN_IF_ERROR(check_positive(c, "moe_intermediate_size", moe_inter));
       m->top_k_ = static_cast<int32_t>(top_k);
     }
   }
@@ -433,8 +421,6 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
                          "); each cache group holds one shape");
   }
 
-  m->ckpt_ = ckpt;
-  m->be_ = &be;
   m->num_heads_ = mc.num_attention_heads;
   const int64_t H = mc.hidden_size, V = mc.vocab_size;
   const int64_t NH = mc.num_attention_heads;

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <optional>
 
+#include "model/families/family_model.h"
 #include "model/generation_config.h"
 #include "model/layers.h"
 #include "model/recurrent_state.h"
@@ -38,27 +39,18 @@ struct Lfm2Layer {
   MlpWeights mlp;
 };
 
-class Lfm2Model : public Model {
+class Lfm2Model : public FamilyModel {
  public:
-  Lfm2Model(std::shared_ptr<const Checkpoint> ckpt, backend::Backend& be)
-      : ckpt_(std::move(ckpt)), be_(&be) {
-    cfg_.source_path = ckpt_->dir();
-  }
+  using FamilyModel::FamilyModel;
   // Reads config.json and loads the weights.
   Status load(const LoadOptions& options);
 
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
-  const ModelConfig& config() const override { return cfg_; }
-  const KVGeometry& kv_geometry() const override { return geom_; }
 
  private:
   Status read_config(const ConfigReader& c);
   Status load_ffn(int32_t i, const std::string& prefix, Lfm2Layer* L);
 
-  std::shared_ptr<const Checkpoint> ckpt_;  // owns the mapped bytes the weights view
-  backend::Backend* be_ = nullptr;
-  ModelConfig cfg_;
-  KVGeometry geom_;
   float eps_ = 1e-5f;
   bool moe_family_ = false;
   int32_t conv_kernel_ = 3;
@@ -72,9 +64,6 @@ class Lfm2Model : public Model {
   EmbeddingWeights io_;
   std::vector<Lfm2Layer> layers_;
 };
-
-// Same bound as the other families (docs/limits.md).
-constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 26;
 
 // Reads an integer field that must lie in [lo, hi].
 Status read_bounded(const ConfigReader& c, const char* field, std::optional<int64_t> dflt,

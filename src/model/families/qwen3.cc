@@ -5,6 +5,7 @@
 // renormalized by norm_topk_prob). Tensor names are Hugging Face's.
 #include <cmath>
 
+#include "model/families/family_model.h"
 #include "model/layers.h"
 #include "model/registry.h"
 
@@ -20,64 +21,48 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
-class Qwen3Model : public Model {
+class Qwen3Model : public FamilyModel {
  public:
-  const ModelConfig& config() const override { return cfg_; }
-  const KVGeometry& kv_geometry() const override { return geom_; }
+  using FamilyModel::FamilyModel;
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
 
   static StatusOr<std::unique_ptr<Model>> create(std::shared_ptr<const Checkpoint> ckpt,
                                                  const LoadOptions& options, backend::Backend& be);
 
  private:
-  std::shared_ptr<const Checkpoint> ckpt_;  // owns the mapped bytes the weights view
-  backend::Backend* be_ = nullptr;
-  ModelConfig cfg_;
-  KVGeometry geom_;
   float eps_ = 1e-6f;
   EmbeddingWeights io_;
   std::vector<LayerWeights> layers_;
 };
 
-// The longest context a config.json may declare (2^26 tokens, beyond any
-// released model); docs/limits.md. The default KV pool holds one full context,
-// so this also bounds what a config alone can make the engine allocate.
-constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 26;
-
-Status positive(const ConfigReader& c, const char* field, int64_t v) {
-  if (v <= 0 || v > (int64_t{1} << 30)) return c.error(field, "must be a positive integer");
-  return ok_status();
-}
-
 StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkpoint> ckpt,
                                                     const LoadOptions& options,
                                                     backend::Backend& be) {
-  std::unique_ptr<Qwen3Model> m(new Qwen3Model());
+  std::unique_ptr<Qwen3Model> m(new Qwen3Model(ckpt, be));
   const ConfigReader& c = ckpt->config();
   ModelConfig& mc = m->cfg_;
-  mc.source_path = ckpt->dir();
   PKV_ASSIGN_OR_RETURN(mc.model_type, c.get_string("model_type"));
   const bool moe_family = mc.model_type == "qwen3_moe";
   int64_t v;
   PKV_ASSIGN_OR_RETURN(v, c.get_int("vocab_size"));
-  PKV_RETURN_IF_ERROR(positive(c, "vocab_size", v));
+  PKV_RETURN_IF_ERROR(check_positive(c, "vocab_size", v));
   mc.vocab_size = static_cast<int32_t>(v);
   PKV_ASSIGN_OR_RETURN(v, c.get_int("hidden_size"));
-  PKV_RETURN_IF_ERROR(positive(c, "hidden_size", v));
+  PKV_RETURN_IF_ERROR(check_positive(c, "hidden_size", v));
   mc.hidden_size = static_cast<int32_t>(v);
   PKV_ASSIGN_OR_RETURN(v, c.get_int("num_hidden_layers"));
-  PKV_RETURN_IF_ERROR(positive(c, "num_hidden_layers", v));
+  PKV_RETURN_IF_ERROR(check_positive(c, "num_hidden_layers", v));
   mc.num_hidden_layers = static_cast<int32_t>(v);
   PKV_ASSIGN_OR_RETURN(v, c.get_int("num_attention_heads"));
-  PKV_RETURN_IF_ERROR(positive(c, "num_attention_heads", v));
+  PKV_RETURN_IF_ERROR(check_positive(c, "num_attention_heads", v));
   mc.num_attention_heads = static_cast<int32_t>(v);
   PKV_ASSIGN_OR_RETURN(v, c.get_int_or("num_key_value_heads", mc.num_attention_heads));
-  PKV_RETURN_IF_ERROR(positive(c, "num_key_value_heads", v));
+  PKV_RETURN_IF_ERROR(check_positive(c, "num_key_value_heads", v));
   mc.num_key_value_heads = static_cast<int32_t>(v);
   if (mc.num_attention_heads % mc.num_key_value_heads != 0)
     return c.error("num_key_value_heads", "must divide num_attention_heads");
   PKV_ASSIGN_OR_RETURN(v, c.get_int_or("head_dim", mc.hidden_size / mc.num_attention_heads));
-  PKV_RETURN_IF_ERROR(positive(c, "head_dim", v));
+  PKV_RETURN_IF_ERROR(check_positive(c, "head_dim", v));
   if (v > 1024) return c.error("head_dim", "must be at most 1024");
   mc.head_dim = static_cast<int32_t>(v);
   PKV_ASSIGN_OR_RETURN(mc.max_position_embeddings, c.get_int_or("max_position_embeddings", 32768));
@@ -87,7 +72,7 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   PKV_ASSIGN_OR_RETURN(m->eps_, read_norm_eps(c, "rms_norm_eps", 1e-6));
   int64_t inter;
   PKV_ASSIGN_OR_RETURN(inter, c.get_int("intermediate_size"));
-  PKV_RETURN_IF_ERROR(positive(c, "intermediate_size", inter));
+  PKV_RETURN_IF_ERROR(check_positive(c, "intermediate_size", inter));
   bool attn_bias;
   PKV_ASSIGN_OR_RETURN(attn_bias, c.get_bool_or("attention_bias", false));
 
@@ -133,19 +118,17 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
     } else {
       PKV_ASSIGN_OR_RETURN(num_experts, c.get_int("num_local_experts"));
     }
-    PKV_RETURN_IF_ERROR(positive(c, "num_experts", num_experts));
+    PKV_RETURN_IF_ERROR(check_positive(c, "num_experts", num_experts));
     PKV_ASSIGN_OR_RETURN(top_k, c.get_int("num_experts_per_tok"));
-    PKV_RETURN_IF_ERROR(positive(c, "num_experts_per_tok", top_k));
+    PKV_RETURN_IF_ERROR(check_positive(c, "num_experts_per_tok", top_k));
     if (top_k > num_experts) return c.error("num_experts_per_tok", "exceeds the number of experts");
     PKV_ASSIGN_OR_RETURN(moe_inter, c.get_int("moe_intermediate_size"));
-    PKV_RETURN_IF_ERROR(positive(c, "moe_intermediate_size", moe_inter));
+    PKV_RETURN_IF_ERROR(check_positive(c, "moe_intermediate_size", moe_inter));
     PKV_ASSIGN_OR_RETURN(sparse_step, c.get_int_or("decoder_sparse_step", 1));
     PKV_ASSIGN_OR_RETURN(norm_topk, c.get_bool_or("norm_topk_prob", false));
     PKV_ASSIGN_OR_RETURN(mlp_only, c.get_int_list_or_empty("mlp_only_layers"));
   }
 
-  m->ckpt_ = ckpt;
-  m->be_ = &be;
   const int64_t H = mc.hidden_size, V = mc.vocab_size, D = mc.head_dim;
   const int64_t NH = mc.num_attention_heads, KVH = mc.num_key_value_heads;
   PKV_ASSIGN_OR_RETURN(

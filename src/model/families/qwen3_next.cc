@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/families/family_model.h"
 #include "model/gated_deltanet.h"
 #include "model/generation_config.h"
 #include "model/layers.h"
@@ -55,9 +56,6 @@ struct HybridConfig {
   }
 };
 
-constexpr int64_t kMaxPositions = int64_t{1} << 26;  // as qwen3 (docs/limits.md)
-constexpr int64_t kBig = int64_t{1} << 30;
-
 // One integer field of config.json: absent → dflt (required when dflt < 0); the
 // value must lie in [lo, hi].
 struct IntField {
@@ -95,12 +93,9 @@ Status read_token_ids(const ConfigReader& c, const std::string& dir, ModelConfig
   return merge_generation_config_eos(dir, &mc->eos_token_ids);
 }
 
-class QwenHybridModel final : public Model {
+class QwenHybridModel final : public FamilyModel {
  public:
-  QwenHybridModel(std::shared_ptr<const Checkpoint> ckpt, backend::Backend& be)
-      : ckpt_(std::move(ckpt)), be_(&be) {}
-  const ModelConfig& config() const override { return cfg_; }
-  const KVGeometry& kv_geometry() const override { return geom_; }
+  using FamilyModel::FamilyModel;
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
 
   // config.json → cfg_, hc_, eps_ (nothing allocated yet).
@@ -119,13 +114,9 @@ class QwenHybridModel final : public Model {
   // y = the layer's MLP, or its experts + gated shared expert, of h.
   void feed_forward(const HybridLayer& L, const float* h, int64_t T, float* y) const;
 
-  std::shared_ptr<const Checkpoint> ckpt_;  // owns the mapped bytes the weights view
-  backend::Backend* be_;
-  ModelConfig cfg_;
   HybridConfig hc_;
   float eps_ = 1e-6f;
   std::vector<HybridLayer> layers_;
-  KVGeometry geom_;
   WeightPtr embed_, final_norm_, lm_head_owned_;
   const backend::Weight* lm_head_ = nullptr;  // embed_ when the embeddings are tied
 };
@@ -139,20 +130,20 @@ Status QwenHybridModel::read_config() {
   hc_.fused_gdn = next;
   hc_.moe = next || mc.model_type == "qwen3_5_moe_text" || mc.model_type == "qwen3_5_moe";
   int64_t vocab, hidden, layers, heads, kv_heads, head_dim, interval;
-  PKV_RETURN_IF_ERROR(read_ints(c, {{"vocab_size", -1, 1, kBig, &vocab},
-                                    {"hidden_size", -1, 1, kBig, &hidden},
-                                    {"num_hidden_layers", -1, 1, kBig, &layers},
-                                    {"num_attention_heads", -1, 1, kBig, &heads}}));
-  PKV_RETURN_IF_ERROR(read_ints(
-      c, {{"num_key_value_heads", heads, 1, heads, &kv_heads},
-          {"head_dim", hidden / heads, 2, 1024, &head_dim},
-          {"max_position_embeddings", 32768, 1, kMaxPositions, &mc.max_position_embeddings},
-          {"linear_conv_kernel_dim", 4, 1, 64, &hc_.conv_k},
-          {"linear_key_head_dim", 128, 1, 1024, &hc_.dk},
-          {"linear_value_head_dim", 128, 1, 1024, &hc_.dv},
-          {"linear_num_key_heads", 16, 1, 4096, &hc_.nk},
-          {"linear_num_value_heads", 32, 1, 4096, &hc_.nv},
-          {"full_attention_interval", 4, 1, kBig, &interval}}));
+  PKV_RETURN_IF_ERROR(read_ints(c, {{"vocab_size", -1, 1, kMaxConfigSize, &vocab},
+                                    {"hidden_size", -1, 1, kMaxConfigSize, &hidden},
+                                    {"num_hidden_layers", -1, 1, kMaxConfigSize, &layers},
+                                    {"num_attention_heads", -1, 1, kMaxConfigSize, &heads}}));
+  PKV_RETURN_IF_ERROR(read_ints(c, {{"num_key_value_heads", heads, 1, heads, &kv_heads},
+                                    {"head_dim", hidden / heads, 2, 1024, &head_dim},
+                                    {"max_position_embeddings", 32768, 1, kMaxPositionEmbeddings,
+                                     &mc.max_position_embeddings},
+                                    {"linear_conv_kernel_dim", 4, 1, 64, &hc_.conv_k},
+                                    {"linear_key_head_dim", 128, 1, 1024, &hc_.dk},
+                                    {"linear_value_head_dim", 128, 1, 1024, &hc_.dv},
+                                    {"linear_num_key_heads", 16, 1, 4096, &hc_.nk},
+                                    {"linear_num_value_heads", 32, 1, 4096, &hc_.nv},
+                                    {"full_attention_interval", 4, 1, kMaxConfigSize, &interval}}));
   if (heads % kv_heads != 0)
     return c.error("num_key_value_heads", "must divide num_attention_heads");
   if (hc_.nv % hc_.nk != 0)
@@ -183,13 +174,13 @@ Status QwenHybridModel::read_config() {
   // mlp_only_layers), qwen3_5_moe (MoE everywhere, top-k always renormalized),
   // qwen3_5 (dense everywhere).
   if (hc_.moe) {
-    PKV_RETURN_IF_ERROR(
-        read_ints(c, {{"num_experts", -1, 0, 1 << 16, &hc_.experts},
-                      {"num_experts_per_tok", -1, 1, 1 << 16, &hc_.top_k},
-                      {"moe_intermediate_size", -1, 1, kBig, &hc_.moe_inter},
-                      // transformers' default; 0 = no shared expert
-                      {"shared_expert_intermediate_size", 512, 0, kBig, &hc_.shared_inter},
-                      {"decoder_sparse_step", 1, 1, kBig, &hc_.step}}));
+    PKV_RETURN_IF_ERROR(read_ints(
+        c, {{"num_experts", -1, 0, 1 << 16, &hc_.experts},
+            {"num_experts_per_tok", -1, 1, 1 << 16, &hc_.top_k},
+            {"moe_intermediate_size", -1, 1, kMaxConfigSize, &hc_.moe_inter},
+            // transformers' default; 0 = no shared expert
+            {"shared_expert_intermediate_size", 512, 0, kMaxConfigSize, &hc_.shared_inter},
+            {"decoder_sparse_step", 1, 1, kMaxConfigSize, &hc_.step}}));
     if (hc_.experts > 0 && hc_.top_k > hc_.experts)
       return c.error("num_experts_per_tok", "exceeds the number of experts");
     if (next) {
@@ -199,7 +190,7 @@ Status QwenHybridModel::read_config() {
   }
   for (int64_t i = 0; i < layers; ++i) {
     if (hc_.layer_is_moe(i)) continue;
-    return read_ints(c, {{"intermediate_size", -1, 1, kBig, &hc_.inter}});
+    return read_ints(c, {{"intermediate_size", -1, 1, kMaxConfigSize, &hc_.inter}});
   }
   return ok_status();
 }

@@ -1,0 +1,11 @@
+// The config.json bounds the families share (see family_model.h).
+#include "model/families/family_model.h"
+
+namespace pagedkv::model {
+
+Status check_positive(const ConfigReader& c, const char* field, int64_t v) {
+  if (v <= 0 || v > kMaxConfigSize) return c.error(field, "must be a positive integer");
+  return ok_status();
+}
+
+}  // namespace pagedkv::model
