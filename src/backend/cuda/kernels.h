@@ -156,4 +156,16 @@ Status scale_to_slots(const float* y, const int32_t* slots, const float* weights
 Status sum_ranks(const float* results, int64_t t, int32_t top_k, int64_t d, float* out,
                  cudaStream_t stream = 0);
 
+// ---- Fused projections (fused_step.cu; src/model/cuda's concatenated weights) ----
+
+// x [m][qd + 2·kd] (one GEMM over the row-concatenated q, k, v weights) split into
+// q [m][qd], k [m][kd], v [m][kd]: copies.
+Status split_qkv(const float* x, int64_t m, int64_t qd, int64_t kd, float* q, float* k, float* v,
+                 cudaStream_t stream = 0);
+
+// out[t][i] = silu(gu[t][i]) · gu[t][inter + i] (gu [m][2·inter]: one GEMM over the
+// row-concatenated gate and up weights): silu_mul's expression element for element.
+Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out,
+                       cudaStream_t stream = 0);
+
 }  // namespace pagedkv::backend::cuda

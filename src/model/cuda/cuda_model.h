@@ -31,4 +31,15 @@ namespace pagedkv::model::cuda {
 StatusOr<std::unique_ptr<Model>> load_cuda_model(const std::string& dir,
                                                  const LoadOptions& options = {}, int device = 0);
 
+// What a CUDA model did so far (tests and benchmarks): decode graphs captured and
+// replayed (PAGEDKV_CUDA_GRAPHS), and greedy tokens picked on the device
+// (ForwardRow::greedy_only; PAGEDKV_CUDA_DEVICE_SAMPLING). All zero for a model
+// that is not a CUDA model.
+struct CudaModelStats {
+  int64_t graph_captures = 0;
+  int64_t graph_replays = 0;
+  int64_t device_greedy_rows = 0;
+};
+CudaModelStats cuda_model_stats(const Model& m);
+
 }  // namespace pagedkv::model::cuda
