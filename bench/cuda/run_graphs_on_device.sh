@@ -26,5 +26,5 @@ grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[       OK|Failure|Expected|Which is|gr
 T1=$(date +%s)
 timeout "$(( $(left) - 3 ))" ./build-dev/bench/cuda/bench_cuda_model 2>&1 | grep -v "pagedkv info" >"$OUT/bench.log"
 echo "bench $(( $(date +%s) - T1 )) s"
-grep -E "graphs captured|^==|^\(" "$OUT/bench.log" | head -30
+grep -E "graphs captured|^==|rows: " "$OUT/bench.log" | head -30
 tail -7 "$OUT/bench.log"
