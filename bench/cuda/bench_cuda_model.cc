@@ -122,8 +122,9 @@ struct Config {
   const char* graphs;
   const char* device_sampling;
   const char* fused;
+  const char* fused_norms;
 };
-constexpr int kConfigs = 4;
+constexpr int kConfigs = 5;
 
 int main(int argc, char** argv) {
   const std::string preset = argc > 1 ? argv[1] : "qwen3-0.6b-shape";
@@ -132,10 +133,11 @@ int main(int argc, char** argv) {
     return profile_runs(dir);
   const int ns[] = {1, 8, 32, 64};
   const double llama[] = {641, 3199, 6847, 9911};
-  const Config configs[kConfigs] = {{"eager, host sampling", "0", "0", "0"},
-                                    {"graphs, host sampling", "1", "0", "0"},
-                                    {"graphs + device greedy", "1", "1", "0"},
-                                    {"graphs + device greedy + fused GEMMs", "1", "1", "1"}};
+  const Config configs[kConfigs] = {{"eager, host sampling", "0", "0", "0", "0"},
+                                    {"graphs, host sampling", "1", "0", "0", "0"},
+                                    {"graphs + device greedy", "1", "1", "0", "0"},
+                                    {"+ fused GEMMs", "1", "1", "1", "0"},
+                                    {"+ fused norm/RoPE/KV write, add+norm", "1", "1", "1", "1"}};
   double tps[kConfigs][4] = {};
   const char* f32_env = std::getenv("PAGEDKV_BENCH_F32");
   const bool f32 = f32_env != nullptr && *f32_env == '1';
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
       setenv("PAGEDKV_CUDA_GRAPHS", configs[c].graphs, 1);
       setenv("PAGEDKV_CUDA_DEVICE_SAMPLING", configs[c].device_sampling, 1);
       setenv("PAGEDKV_CUDA_FUSED", configs[c].fused, 1);
+      setenv("PAGEDKV_CUDA_FUSED_NORMS", configs[c].fused_norms, 1);
       model::LoadOptions lo;
       lo.kv_dtype = kv;
       auto t = Clock::now();

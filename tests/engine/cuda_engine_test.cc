@@ -444,11 +444,14 @@ TEST_P(CudaGraphTest, DeviceGreedyEqualsHostSampler) {
   EXPECT_EQ(cuda::cuda_model_stats(*off).device_greedy_rows, 0);
 }
 
-// q/k/v and gate/up as one GEMM each over concatenated weights (the default)
-// give the separate GEMMs' bits.
+// q/k/v and gate/up as one GEMM each over concatenated weights, the one-pass
+// q/k norm + RoPE + K/V write and the residual add folded into the next norm
+// (the defaults) give the separate kernels' bits.
 TEST_P(CudaGraphTest, FusedProjectionsEqualSeparate) {
   SKIP_WITHOUT_GPU();
+  setenv("PAGEDKV_CUDA_FUSED_NORMS", "0", 1);
   auto separate = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_FUSED", "0");
+  unsetenv("PAGEDKV_CUDA_FUSED_NORMS");
   ASSERT_NE(separate, nullptr);
   for (int n : {1, 8}) {
     auto want = run_batch(separate, n, /*with_logits=*/true);

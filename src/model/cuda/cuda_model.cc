@@ -259,6 +259,7 @@ class CudaQwen3Model final : public Model {
   bool graphs_on_ = true;
   bool device_greedy_ = true;  // PAGEDKV_CUDA_DEVICE_SAMPLING
   bool fused_ = false;         // PAGEDKV_CUDA_FUSED
+  bool fuse_norms_ = false;    // PAGEDKV_CUDA_FUSED_NORMS
   bool has_moe_ = false;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> seen_;
@@ -405,6 +406,7 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
     }
     m->fused_ = true;
   }
+  m->fuse_norms_ = resolve_knob<bool>("PAGEDKV_CUDA_FUSED_NORMS", std::nullopt, true);
   for (const Layer& L : m->layers_) m->has_moe_ |= L.is_moe;
   return std::unique_ptr<Model>(std::move(m));
 }
@@ -580,19 +582,41 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int32_t l = 0; l < geom_.num_layers; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
-    PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.input_norm, h));
+    // Fused norms: the previous layer's residual add already normalized x into h.
+    const bool prep = fuse_norms_ && L.qkv != nullptr;
+    if (l == 0 || !fuse_norms_) PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.input_norm, h));
     if (L.qkv) {
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.qkv, a.qkv));
-      PKV_RETURN_IF_ERROR(bc::split_qkv(a.qkv, T, qd, kd, q, k, v, st));
+      if (!prep) PKV_RETURN_IF_ERROR(bc::split_qkv(a.qkv, T, qd, kd, q, k, v, st));
     } else {
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.q, q));
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.k, k));
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.v, v));
     }
-    PKV_RETURN_IF_ERROR(rms_norm(q, T * NH, *L.attn.q_norm, q));
-    PKV_RETURN_IF_ERROR(rms_norm(k, T * KVH, *L.attn.k_norm, k));
-    PKV_RETURN_IF_ERROR(bc::rope(q, T, NH, D, a.pos, L.rope, st));
-    PKV_RETURN_IF_ERROR(bc::rope(k, T, KVH, D, a.pos, L.rope, st));
+    if (!prep) {
+      PKV_RETURN_IF_ERROR(rms_norm(q, T * NH, *L.attn.q_norm, q));
+      PKV_RETURN_IF_ERROR(rms_norm(k, T * KVH, *L.attn.k_norm, k));
+      PKV_RETURN_IF_ERROR(bc::rope(q, T, NH, D, a.pos, L.rope, st));
+      PKV_RETURN_IF_ERROR(bc::rope(k, T, KVH, D, a.pos, L.rope, st));
+    }
+    // The K/V write: write_kv, or (prep) qkv_norm_rope_write's one pass over the
+    // fused GEMM's output (norms, RoPE, q out, K/V into the cache).
+    bc::QkvPrepParams qp;
+    qp.num_heads = NH;
+    qp.q_norm = wdata(*L.attn.q_norm);
+    qp.k_norm = wdata(*L.attn.k_norm);
+    qp.norm_dtype = L.attn.q_norm->dtype();
+    qp.eps = eps_;
+    auto write = [&](const bc::KvWriteParams& kw, int64_t first, int32_t n) -> Status {
+      if (!prep) return bc::write_kv(kw, st);
+      if (L.attn.k_norm->dtype() != qp.norm_dtype)
+        return internal_error("cuda model: q_norm and k_norm differ in dtype");
+      qp.qkv = a.qkv + first * (qd + 2 * kd);
+      qp.q = q + first * qd;
+      qp.num_tokens = n;
+      qp.kv = kw;
+      return bc::qkv_norm_rope_write(qp, L.rope, st);
+    };
 
     bc::KvWriteParams w;
     w.num_kv_heads = KVH;
@@ -618,7 +642,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       w.v_cache = batch.kv_store->v_block(l, 0);
       w.block_tables = a.tab;
       w.max_blocks_per_seq = a.maxb;
-      PKV_RETURN_IF_ERROR(bc::write_kv(w, st));
+      PKV_RETURN_IF_ERROR(write(w, 0, static_cast<int32_t>(T)));
       p.q = q;
       p.out = attn;
       p.num_tokens = static_cast<int32_t>(T);
@@ -648,7 +672,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
         w.k_cache = base + (2 * static_cast<size_t>(l)) * layer_bytes;
         w.v_cache = base + (2 * static_cast<size_t>(l) + 1) * layer_bytes;
         w.seq_capacity = dev->capacity;
-        PKV_RETURN_IF_ERROR(bc::write_kv(w, st));
+        PKV_RETURN_IF_ERROR(write(w, row.first_token, row.num_tokens));
         p.q = q + row.first_token * qd;
         p.out = attn + row.first_token * qd;
         p.num_tokens = row.num_tokens;
@@ -663,8 +687,13 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       }
     }
     PKV_RETURN_IF_ERROR(gemm(attn, T, *L.attn.o, y));
-    PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
-    PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.post_norm, h));
+    if (fuse_norms_) {
+      PKV_RETURN_IF_ERROR(
+          bc::add_rms_norm(x, y, T, H, wdata(*L.post_norm), L.post_norm->dtype(), eps_, h, st));
+    } else {
+      PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
+      PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.post_norm, h));
+    }
     if (L.is_moe) {
       PKV_RETURN_IF_ERROR(moe_ffn(L, h, T, y));
     } else if (L.gate_up) {
@@ -677,7 +706,12 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       PKV_RETURN_IF_ERROR(bc::silu_mul(g, u, T * inter_, g, st));
       PKV_RETURN_IF_ERROR(gemm(g, T, *L.mlp.down, y));
     }
-    PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
+    if (fuse_norms_ && l + 1 < geom_.num_layers) {
+      const Weight& next = *layers_[static_cast<size_t>(l) + 1].input_norm;
+      PKV_RETURN_IF_ERROR(bc::add_rms_norm(x, y, T, H, wdata(next), next.dtype(), eps_, h, st));
+    } else {
+      PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
+    }
   }
   if (a.P == 0) return ok_status();
   PKV_RETURN_IF_ERROR(bc::gather_rows(x, a.pick, a.P, H, a.sel, st));
