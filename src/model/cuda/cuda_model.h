@@ -12,6 +12,12 @@
 // back. Every kernel is batch-invariant and attention reads keys in partitions
 // anchored at position 0, so a row's logits are the same bits alone or batched,
 // paged or flat, whole or chunked, cold or after a prefix hit.
+//
+// Speed without changing a bit (docs/backend.md): decode-sized paged steps replay
+// a CUDA graph per bucket (PAGEDKV_CUDA_GRAPHS), greedy rows that want no logits
+// get their token from a device argmax (ForwardRow::greedy_only,
+// PAGEDKV_CUDA_DEVICE_SAMPLING), and q/k/v, gate/up and the small per-layer
+// kernels run fused (PAGEDKV_CUDA_FUSED, PAGEDKV_CUDA_FUSED_NORMS).
 #pragma once
 
 #include <memory>
