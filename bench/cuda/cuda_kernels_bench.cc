@@ -1,14 +1,17 @@
 // CUDA kernel microbenchmarks (results: docs/performance.md, "CUDA kernels").
 //
-//   bench_cuda_kernels [csv_path]
+//   bench_cuda_kernels [csv_path]      (PKV_BENCH_GEMM_ONLY=1: stop after the
+//                                       step GEMMs, for quick A/B builds)
 //
-// Prints one table: HBM device-to-device copy bandwidth (the roofline), paged
-// decode attention (bf16 KV, Qwen3-0.6B head shape: 16 query heads, 8 KV heads,
-// head_dim 128, block 16, block tables randomly permuted) against our contiguous
-// variant of the same kernel (the cost of paging), prefill attention TFLOP/s, and
-// the batch-invariant GEMM's TFLOP/s. Each figure is the median of 20 timed runs
-// (CUDA events) after 3 warm-ups, on random data. bench/cuda/sdpa_baseline.py
-// times torch SDPA / torch.matmul on the same shapes for the ratios.
+// Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
+// step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/32/64 rows; launched and graph-
+// replayed) plus the LM head, paged decode attention (bf16 KV, Qwen3-0.6B head
+// shape: 16 query heads, 8 KV heads, head_dim 128, block 16, block tables randomly
+// permuted) against our contiguous variant of the same kernel (the cost of
+// paging), prefill attention TFLOP/s, and the batch-invariant GEMM's TFLOP/s.
+// Each figure is the median of 20 timed runs (10 for the step GEMMs; CUDA events)
+// after 3 warm-ups, on random data. bench/cuda/sdpa_baseline.py times torch SDPA /
+// torch.matmul on the same shapes for the ratios.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -42,10 +45,17 @@ DeviceBuffer alloc(size_t bytes) {
   return std::move(*b);
 }
 
-// Fills device memory with random bf16 (or f32) values via a host staging chunk.
+// Fills device memory with random bf16 (or f32) values via a host staging chunk
+// (uniform on [-√3, √3): unit variance; xorshift, so the 1.1 GB of step weights
+// fill in about a second).
 void fill_random(void* dst, size_t elems, bool bf16, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
+  uint64_t st = 0x9E3779B97F4A7C15ull * (seed + 1);
+  auto next = [&st] {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    return (static_cast<float>(st >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * 1.7320508f;
+  };
   const size_t chunk = size_t{1} << 22;
   std::vector<uint16_t> h16;
   std::vector<float> h32;
@@ -53,11 +63,11 @@ void fill_random(void* dst, size_t elems, bool bf16, uint32_t seed) {
     const size_t n = std::min(chunk, elems - off);
     if (bf16) {
       h16.resize(n);
-      for (auto& x : h16) x = f32_to_bf16(d(g));
+      for (auto& x : h16) x = f32_to_bf16(next());
       die_if(copy_to_device(static_cast<uint16_t*>(dst) + off, h16.data(), n * 2));
     } else {
       h32.resize(n);
-      for (auto& x : h32) x = d(g);
+      for (auto& x : h32) x = next();
       die_if(copy_to_device(static_cast<float*>(dst) + off, h32.data(), n * 4));
     }
   }
@@ -200,6 +210,71 @@ void bench_gemm(int64_t m, int64_t k, int64_t n, WeightDType dt) {
          2.0 * m * k * n / (ms * 1e-3) / 1e12, "TFLOP/s");
 }
 
+// A decode step's GEMMs on the Qwen3-0.6B shape: 28 layers × (q 1024→2048, k and
+// v 1024→1024, o 2048→1024, gate and up 1024→3072, down 3072→1024), each layer its
+// own weights (840 MB in all, far past the L2), launched back to back as a step
+// does, then the tied LM head (1024→151,936, 311 MB) alone. GB/s = weight bytes
+// / time (the bandwidth floor is bytes / the copy rate above).
+void bench_step_gemms(int64_t m) {
+  struct Shape {
+    int64_t k, n;
+  };
+  const Shape layer[] = {{1024, 2048}, {1024, 1024}, {1024, 1024}, {2048, 1024},
+                         {1024, 3072}, {1024, 3072}, {3072, 1024}};
+  constexpr int kLayers = 28;
+  static std::vector<DeviceBuffer> weights;  // made once, reused for every m
+  static DeviceBuffer head;
+  int64_t bytes = 0;
+  for (const auto& sh : layer) bytes += sh.k * sh.n * 2;
+  if (weights.empty()) {
+    for (int l = 0; l < kLayers; ++l)
+      for (size_t i = 0; i < std::size(layer); ++i) {
+        weights.push_back(alloc(size_t{2} * layer[i].k * layer[i].n));
+        fill_random(weights.back().data(), size_t{1} * layer[i].k * layer[i].n, true,
+                    100 + l * 8 + i);
+      }
+    head = alloc(size_t{2} * 1024 * 151936);
+    fill_random(head.data(), size_t{1} * 1024 * 151936, true, 99);
+  }
+  auto x = alloc(size_t{4} * m * 3072), y = alloc(size_t{4} * m * 151936);
+  fill_random(x.data(), size_t{1} * m * 3072, false, 5);
+  const double ms = median_ms(
+      [&] {
+        for (int l = 0; l < kLayers; ++l)
+          for (size_t i = 0; i < std::size(layer); ++i)
+            die_if(gemm(x.as<float>(), m, layer[i].k, weights[l * std::size(layer) + i].data(),
+                        WeightDType::kBF16, layer[i].n, y.as<float>()));
+      },
+      10);
+  const std::string rows = std::to_string(m) + " rows";
+  report("step_gemms_28_layers", rows + " (196 GEMMs, 840 MB)", ms,
+         double(bytes) * kLayers / (ms * 1e-3) / 1e9, "GB/s");
+  // The same 196 launches captured in a CUDA graph and replayed (no host launch
+  // gaps, as a graph-captured decode step runs them).
+  cudaStream_t s;
+  die_if(cuda_status(cudaStreamCreate(&s), "stream"));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  die_if(cuda_status(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "capture"));
+  for (int l = 0; l < kLayers; ++l)
+    for (size_t i = 0; i < std::size(layer); ++i)
+      die_if(gemm(x.as<float>(), m, layer[i].k, weights[l * std::size(layer) + i].data(),
+                  WeightDType::kBF16, layer[i].n, y.as<float>(), s));
+  die_if(cuda_status(cudaStreamEndCapture(s, &graph), "end capture"));
+  die_if(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
+  const double gms = median_ms([&] { cudaGraphLaunch(exec, s); }, 10);
+  report("step_gemms_graph", rows + " (196 GEMMs, 840 MB)", gms,
+         double(bytes) * kLayers / (gms * 1e-3) / 1e9, "GB/s");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+  const double hms = median_ms([&] {
+    die_if(gemm(x.as<float>(), m, 1024, head.data(), WeightDType::kBF16, 151936, y.as<float>()));
+  });
+  report("lm_head_gemm", rows + " x 1024 x 151936 (311 MB)", hms,
+         2.0 * 1024 * 151936 / (hms * 1e-3) / 1e9, "GB/s");
+}
+
 }  // namespace
 }  // namespace pagedkv::backend::cuda
 
@@ -215,6 +290,8 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, %.0f MiB\n", prop.name, prop.multiProcessorCount,
               prop.totalGlobalMem / 1048576.0);
   bench_copy();
+  for (int64_t m : {1, 8, 32, 64}) bench_step_gemms(m);
+  if (std::getenv("PKV_BENCH_GEMM_ONLY") != nullptr) return 0;
   bench_decode(1, 32768);
   bench_decode(32, 8192);
   bench_decode(64, 8192);

@@ -177,6 +177,34 @@ TEST_F(CudaOpsTest, GemmRowsIdenticalForBatchSizes1_2_3_8_64) {
   }
 }
 
+// The decode kernel's shapes (a half tile up to 8 rows, bands of 16 rows above, 8
+// or 16 columns a block by N) against the large-M kernel's bits: 80 rows run by the large kernel are the
+// reference, and the first m rows run alone (m ≤ 64: the decode kernel) must give
+// the same bits. K has a tail in every unit the kernels work in (32-wide blocks,
+// 8-wide weight loads, 4-wide x loads), N past a column tile and past the "wide"
+// switch (8192).
+TEST_F(CudaOpsTest, GemmDecodeShapesEqualLargeKernelBits) {
+  for (const auto& [K, N] :
+       {std::pair<int64_t, int64_t>{200, 136}, {1030, 8200}, {37, 8195}, {3072, 40}}) {
+    SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N));
+    auto w = randn(N * K, 31, 0.05f);
+    auto W = make_weight(*gpu_, w, N, K, WeightDType::kBF16);
+    const int64_t big = 80;
+    auto x = randn(big * K, 32);
+    auto dx = dev(x);
+    auto dy = dev_zeros(big * N * 4);
+    gpu_->matmul(dx.as<float>(), big, *W.gpu, dy.as<float>());
+    auto ref = host<float>(dy, big * N);
+    for (int64_t m : {1, 2, 5, 16, 17, 33, 48, 49, 64}) {
+      auto dxm = dev(std::vector<float>(x.begin(), x.begin() + m * K));
+      auto dym = dev_zeros(m * N * 4);
+      gpu_->matmul(dxm.as<float>(), m, *W.gpu, dym.as<float>());
+      auto y = host<float>(dym, m * N);
+      EXPECT_TRUE(same_bits(y.data(), ref.data(), m * N * 4)) << "m=" << m;
+    }
+  }
+}
+
 TEST_F(CudaOpsTest, GemmRejectsBadShapes) {
   EXPECT_EQ(gemm(nullptr, 1, 0, nullptr, WeightDType::kF32, 4, nullptr).code(),
             StatusCode::kInvalidArgument);

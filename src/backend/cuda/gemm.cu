@@ -1,6 +1,7 @@
-// The backend's matrix product y = x · Wᵀ (kernels.h). Two kernels, both
-// batch-invariant: the output tile a row lands in and the rows it shares the tile
-// with change nothing about how that row's elements are computed.
+// The backend's matrix product y = x · Wᵀ (kernels.h). Three kernels (bf16 large
+// M, bf16 decode M ≤ 64, SIMT for f32/f16 weights), all batch-invariant: the
+// output tile a row lands in and the rows it shares the tile with change nothing
+// about how that row's elements are computed.
 //
 //  - bf16 weights: tensor cores, mma.sync.m16n8k16 (bf16 in, f32 accumulate). x is
 //    f32, so each x element is split into three bf16 terms hi + mid + lo (each the
@@ -11,8 +12,10 @@
 //    anchored at k = 0: within a chunk the MMAs accumulate in ascending 16-wide
 //    steps from zero, and the chunk partials are then added in ascending chunk
 //    order onto 0 (r = ((0 + p0) + p1) + …). The order of an element's
-//    accumulation depends only on K. The chunks let the decode kernel give every
-//    chunk its own warp (parallelism over K for M = 1) without changing a bit.
+//    accumulation depends only on K. Which k of a 32-wide block sit in which MMA
+//    slot is fixed too (below: a lane's 8 k are contiguous, one 16-byte load).
+//    The chunks let the decode kernel give every chunk its own warp (parallelism
+//    over K for M = 1) without changing a bit.
 //  - f32 / f16 weights: a SIMT tile kernel; each element is one __fmaf_rn chain
 //    over k = 0, 1, …, K-1.
 #include <cuda_bf16.h>
@@ -28,12 +31,21 @@
 namespace pagedkv::backend::cuda {
 namespace {
 
-// ---- tensor-core kernel (bf16 weights) ----
-constexpr int kBM = 64, kBN = 64, kBK = 32, kPad = 8, kLd = kBK + kPad;
-constexpr int kMmaThreads = 128;  // 4 warps, 2×2, each 32×32
+// ---- tensor-core kernels (bf16 weights) ----
+// The k → MMA-slot layout shared by both bf16 kernels. k is taken in blocks of 32
+// (anchored at k = 0), each block two 16-wide MMA steps, 2j then 2j + 1. In step
+// 2j + q, the lane with t = lane % 4 holds, for its row (A) or column (B):
+//   register pair 0 (MMA slots 2t, 2t+1)     ← k = 32j + 8t + 4q + {0, 1}
+//   register pair 1 (MMA slots 2t+8, 2t+9)   ← k = 32j + 8t + 4q + {2, 3}
+// so one lane's eight k of a 32-block are contiguous: the weights of both steps
+// come in one 16-byte load (x in two float4s) and no shuffles or ldmatrix are
+// needed. Which k land in which slot is fixed by k alone, so both kernels issue
+// the same MMAs on the same register contents for every output element.
+constexpr int kBM = 64, kBN = 64, kBK = 32, kLd = kBK;  // 16-byte fragment reads: no pad
+constexpr int kMmaThreads = 128;                        // 4 warps, 2×2, each 32×32
 // The fixed k chunk of the bf16 kernels (a multiple of kBK and of 16).
 constexpr int kKChunk = 128;
-static_assert(kKChunk % kBK == 0 && kKChunk % 16 == 0, "a chunk is whole k stages");
+static_assert(kKChunk % kBK == 0 && kBK == 32, "a chunk is whole 32-wide k blocks");
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
@@ -53,7 +65,46 @@ __device__ __forceinline__ void split3(float x, __nv_bfloat16& hi, __nv_bfloat16
   lo = __float2bfloat16_rn(r2);
 }
 
-__global__ void __launch_bounds__(kMmaThreads)
+__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo_k, __nv_bfloat16 hi_k) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo_k)) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(hi_k)) << 16);
+}
+
+// The three bf16 planes (hi, mid, lo) of two consecutive x values, as MMA registers.
+__device__ __forceinline__ void split_pair(float v0, float v1, uint32_t& hi, uint32_t& mid,
+                                           uint32_t& lo) {
+  __nv_bfloat16 h0, m0, l0, h1, m1, l1;
+  split3(v0, h0, m0, l0);
+  split3(v1, h1, m1, l1);
+  hi = pack_bf16(h0, h1);
+  mid = pack_bf16(m0, m1);
+  lo = pack_bf16(l0, l1);
+}
+
+// Eight consecutive bf16 weights of row n from k (zero past N and K).
+__device__ __forceinline__ uint4 load_w8(const __nv_bfloat16* __restrict__ w, int64_t N, int64_t K,
+                                         int64_t n, int64_t k, bool vec) {
+  if (n >= N) return make_uint4(0u, 0u, 0u, 0u);
+  const __nv_bfloat16* src = w + n * K + k;
+  if (vec && k + 7 < K) return __ldg(reinterpret_cast<const uint4*>(src));
+  uint16_t h[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) h[e] = k + e < K ? __bfloat16_as_ushort(src[e]) : uint16_t{0};
+  return make_uint4(h[0] | (uint32_t{h[1]} << 16), h[2] | (uint32_t{h[3]} << 16),
+                    h[4] | (uint32_t{h[5]} << 16), h[6] | (uint32_t{h[7]} << 16));
+}
+
+// Four consecutive x values of row r from k (zero past M and K).
+__device__ __forceinline__ float4 load_x4(const float* __restrict__ x, int64_t M, int64_t K,
+                                          int64_t r, int64_t k, bool vec) {
+  if (r >= M) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float* src = x + r * K + k;
+  if (vec && k + 3 < K) return *reinterpret_cast<const float4*>(src);
+  return make_float4(k < K ? src[0] : 0.0f, k + 1 < K ? src[1] : 0.0f, k + 2 < K ? src[2] : 0.0f,
+                     k + 3 < K ? src[3] : 0.0f);
+}
+
+__global__ void __launch_bounds__(kMmaThreads, 3)
     gemm_bf16_mma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                          const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
   __shared__ __align__(16) __nv_bfloat16 xs[3][kBM][kLd];
@@ -84,70 +135,70 @@ __global__ void __launch_bounds__(kMmaThreads)
         }
   };
 
+  // Software pipeline: the next stage's x (float4) and w (16 bytes) are loaded into
+  // registers while this stage's MMAs run; the numbers are the same either way.
+  constexpr int kXIt = (kBM * kBK / 4) / kMmaThreads, kWIt = (kBN * kBK / 8) / kMmaThreads;
+  float4 xpre[kXIt];
+  uint4 wpre[kWIt];
+  auto fetch = [&](int64_t k0) {
+#pragma unroll
+    for (int it = 0; it < kXIt; ++it) {
+      const int idx = tid + it * kMmaThreads;
+      xpre[it] = load_x4(x, M, K, m0 + idx / (kBK / 4), k0 + (idx % (kBK / 4)) * 4, x_vec);
+    }
+#pragma unroll
+    for (int it = 0; it < kWIt; ++it) {
+      const int idx = tid + it * kMmaThreads;
+      wpre[it] = load_w8(w, N, K, n0 + idx / (kBK / 8), k0 + (idx % (kBK / 8)) * 8, w_vec);
+    }
+  };
+  fetch(0);
   for (int64_t k0 = 0; k0 < K; k0 += kBK) {
     if (k0 > 0 && k0 % kKChunk == 0) fold();
-      // Stage x: 64 rows × 32 k as float4 (16 per thread), split into 3 bf16 terms.
+      // Stage x (64 rows × 32 k, split into 3 bf16 planes) and w (64 rows × 32 k).
 #pragma unroll
-    for (int it = 0; it < (kBM * kBK / 4) / kMmaThreads; ++it) {
+    for (int it = 0; it < kXIt; ++it) {
       const int idx = tid + it * kMmaThreads;
       const int r = idx / (kBK / 4), c4 = (idx % (kBK / 4)) * 4;
-      const int64_t gm = m0 + r, gk = k0 + c4;
-      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (gm < M) {
-        const float* src = x + gm * K + gk;
-        if (x_vec && gk + 3 < K) {
-          const float4 f = *reinterpret_cast<const float4*>(src);
-          v[0] = f.x;
-          v[1] = f.y;
-          v[2] = f.z;
-          v[3] = f.w;
-        } else {
+      uint32_t p[3][2];
+      split_pair(xpre[it].x, xpre[it].y, p[0][0], p[1][0], p[2][0]);
+      split_pair(xpre[it].z, xpre[it].w, p[0][1], p[1][1], p[2][1]);
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (gk + e < K) v[e] = src[e];
-        }
-      }
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        split3(v[e], xs[0][r][c4 + e], xs[1][r][c4 + e], xs[2][r][c4 + e]);
+      for (int s = 0; s < 3; ++s)
+        *reinterpret_cast<uint2*>(&xs[s][r][c4]) = make_uint2(p[s][0], p[s][1]);
     }
-    // Stage w: 64 rows × 32 k bf16 as 16-byte chunks (2 per thread).
 #pragma unroll
-    for (int it = 0; it < (kBN * kBK / 8) / kMmaThreads; ++it) {
+    for (int it = 0; it < kWIt; ++it) {
       const int idx = tid + it * kMmaThreads;
-      const int r = idx / (kBK / 8), c8 = (idx % (kBK / 8)) * 8;
-      const int64_t gn = n0 + r, gk = k0 + c8;
-      __nv_bfloat16* dst = &ws[r][c8];
-      if (gn < N && w_vec && gk + 7 < K) {
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(w + gn * K + gk);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          dst[e] = (gn < N && gk + e < K) ? w[gn * K + gk + e] : __float2bfloat16_rn(0.0f);
-      }
+      *reinterpret_cast<uint4*>(&ws[idx / (kBK / 8)][(idx % (kBK / 8)) * 8]) = wpre[it];
     }
     __syncthreads();
+    if (k0 + kBK < K) fetch(k0 + kBK);
+    // One 32-wide k block: each lane's eight k (8t … 8t+7) of a row are one uint4.
+    uint4 b[4];
 #pragma unroll
-    for (int kk = 0; kk < kBK; kk += 16) {
-      uint32_t b[4][2];
+    for (int j = 0; j < 4; ++j)
+      b[j] = *reinterpret_cast<const uint4*>(&ws[wn * 32 + j * 8 + g][8 * t]);
+    uint4 a[3][2][2];  // [plane][i][row g / g + 8]
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int nr = wn * 32 + j * 8 + g;
-        b[j][0] = *reinterpret_cast<const uint32_t*>(&ws[nr][kk + 2 * t]);
-        b[j][1] = *reinterpret_cast<const uint32_t*>(&ws[nr][kk + 2 * t + 8]);
+    for (int s = 0; s < 3; ++s)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = wm * 32 + i * 16 + g;
+        a[s][i][0] = *reinterpret_cast<const uint4*>(&xs[s][r][8 * t]);
+        a[s][i][1] = *reinterpret_cast<const uint4*>(&xs[s][r + 8][8 * t]);
       }
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
 #pragma unroll
       for (int s = 2; s >= 0; --s) {  // lo, mid, hi
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int r = wm * 32 + i * 16 + g;
-          uint32_t a[4];
-          a[0] = *reinterpret_cast<const uint32_t*>(&xs[s][r][kk + 2 * t]);
-          a[1] = *reinterpret_cast<const uint32_t*>(&xs[s][r + 8][kk + 2 * t]);
-          a[2] = *reinterpret_cast<const uint32_t*>(&xs[s][r][kk + 2 * t + 8]);
-          a[3] = *reinterpret_cast<const uint32_t*>(&xs[s][r + 8][kk + 2 * t + 8]);
+          const uint32_t af[4] = {q ? a[s][i][0].z : a[s][i][0].x, q ? a[s][i][1].z : a[s][i][1].x,
+                                  q ? a[s][i][0].w : a[s][i][0].y, q ? a[s][i][1].w : a[s][i][1].y};
 #pragma unroll
-          for (int j = 0; j < 4; ++j) mma_bf16(acc[i][j], a, b[j][0], b[j][1]);
+          for (int j = 0; j < 4; ++j)
+            mma_bf16(acc[i][j], af, q ? b[j].z : b[j].x, q ? b[j].w : b[j].y);
         }
       }
     }
@@ -168,100 +219,167 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
 }
 
-// ---- small-M tensor-core kernel (bf16 weights, M ≤ 64 in row tiles of 16) ----
-// Decode shapes: a block per 8 output columns and 16-row tile; its warps take the
-// k chunks (warp w: chunks w, w + kSmallWarps, …), each accumulating its chunk's
-// MMAs from zero exactly as gemm_bf16_mma_kernel does (same fragment layout, same
-// zero padding past M and K, same lo/mid/hi order per ascending 16-wide k step);
-// the partials meet in shared memory and one thread per output adds them in
-// ascending chunk order onto 0 — the large kernel's fold. So a row's bits do not
-// depend on which kernel ran (the tests compare both), and M = 1 gets N/8 × the
-// chunk count of warps instead of N/8 warps walking all of K.
-constexpr int kSmallM = 16, kSmallWarps = 8;
-// Decode batches up to 64 rows run as row tiles of 16 (weights re-read per tile,
-// mostly from L2).
+// ---- decode tensor-core kernel (bf16 weights, M ≤ 64) ----
+// A block of 8 warps owns kCols = 8·NCG output columns and RT row tiles of 16
+// (gemm_decode uses RT = 1 and bands of 16 rows in grid.y). The k chunks go round-robin over the
+// warps (round r: warp w takes chunk 8r + w); each warp runs its chunk's MMAs from zero exactly as
+// gemm_bf16_mma_kernel does (same slot layout, same zero padding past M, N and K,
+// lo/mid/hi per ascending 16-wide step, every step of each 32-block with k0 < K),
+// for all its column groups and row tiles from one weight load (weights are read
+// once whatever M is). After each round the partials meet in shared memory and
+// each output's owner thread adds them in ascending chunk order onto its running
+// total — the large kernel's fold, r = ((0 + p0) + p1) + …. So a row's bits do
+// not depend on M, on RT/NCG, or on which kernel ran (the tests compare both).
+constexpr int kDecWarps = 8, kDecThreads = kDecWarps * 32;
 constexpr int64_t kSmallMMax = 64;
-// The partials of K up to 200 × 128 = 25,600 fit (100 KiB of shared memory).
-constexpr size_t kMaxSmallSmem = 200 * kSmallM * 8 * sizeof(float);
 
-__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo_k, __nv_bfloat16 hi_k) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lo_k)) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(hi_k)) << 16);
-}
-
-__device__ __forceinline__ float x_at(const float* x, int64_t M, int64_t K, int64_t r, int64_t k) {
-  return (r < M && k < K) ? x[r * K + k] : 0.0f;
-}
-
-__device__ __forceinline__ uint32_t w_pair(const __nv_bfloat16* w, int64_t N, int64_t K, int64_t n,
-                                           int64_t k, bool vec) {
-  if (n >= N) return 0u;
-  if (vec && k + 1 < K) return *reinterpret_cast<const uint32_t*>(w + n * K + k);
-  const __nv_bfloat16 z = __float2bfloat16_rn(0.0f);
-  return pack_bf16(k < K ? w[n * K + k] : z, k + 1 < K ? w[n * K + k + 1] : z);
-}
-
-__global__ void __launch_bounds__(kSmallWarps * 32)
-    gemm_bf16_mma_small_m_kernel(const float* __restrict__ x, int64_t M, int64_t K,
-                                 const __nv_bfloat16* __restrict__ w, int64_t N,
-                                 float* __restrict__ y) {
-  extern __shared__ float partial[];  // [chunks][16 rows][8 cols]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Blocks an SM should hold (caps the registers): 3 for a half tile, 2 for one
+// tile, 1 for more (their accumulators and x prefetch need the registers).
+// Weights are 16-byte loads (load_w8), x float4s (load_x4), the k → slot layout
+// above; x runs kDist MMA steps ahead of the MMAs.
+template <int RT, bool kHalf>
+constexpr int kDecMinBlocks = RT == 1 ? (kHalf ? 3 : 2) : 1;
+template <int RT, int NCG, bool kHalf>
+__global__ void __launch_bounds__(kDecThreads, (kDecMinBlocks<RT, kHalf>))
+    gemm_bf16_decode_kernel(const float* __restrict__ x, int64_t M, int64_t K,
+                            const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
+  constexpr int kRows = RT * 16, kCols = NCG * 8, kOut = kRows * kCols;
+  constexpr int kOutPerThread = (kOut + kDecThreads - 1) / kDecThreads;
+  extern __shared__ float partial[];  // [kDecWarps][kRows][kCols]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int64_t n0 = int64_t{blockIdx.x} * 8;
-  // Row tile blockIdx.y: rows [16·y, 16·y + 16) as an m16 tile of their own (the
-  // MMA's rows are independent, so a row's bits do not depend on its tile).
-  x += int64_t{blockIdx.y} * kSmallM * K;
-  y += int64_t{blockIdx.y} * kSmallM * N;
-  M = M - int64_t{blockIdx.y} * kSmallM < kSmallM ? M - int64_t{blockIdx.y} * kSmallM : kSmallM;
-  const bool w_vec = (K % 2) == 0;
+  const int64_t n0 = int64_t{blockIdx.x} * kCols;
+  // blockIdx.y: a band of kRows rows run as rows of their own (a row's bits do not
+  // depend on the rows beside it).
+  x += int64_t{blockIdx.y} * kRows * K;
+  y += int64_t{blockIdx.y} * kRows * N;
+  M = M - int64_t{blockIdx.y} * kRows < kRows ? M - int64_t{blockIdx.y} * kRows : kRows;
+  const bool w_vec = (K % 8) == 0, x_vec = (K % 4) == 0;
   const int chunks = static_cast<int>((K + kKChunk - 1) / kKChunk);
-  constexpr int kSteps = kKChunk / 16;
-  for (int c = warp; c < chunks; c += kSmallWarps) {
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const int64_t kc = int64_t{c} * kKChunk;
-    const int64_t k_end = kc + kKChunk < K ? kc + kKChunk : K;
-    // The chunk's weight fragments are loaded up front (independent loads in
-    // flight together); the MMAs below are the same sequence either way.
-    uint32_t bw[kSteps][2];
+  float total[kOutPerThread];
 #pragma unroll
-    for (int st = 0; st < kSteps; ++st) {
-      const int64_t k0 = kc + 16 * st;
-      bw[st][0] = k0 < k_end ? w_pair(w, N, K, n0 + g, k0 + 2 * t, w_vec) : 0u;
-      bw[st][1] = k0 < k_end ? w_pair(w, N, K, n0 + g, k0 + 2 * t + 8, w_vec) : 0u;
-    }
+  for (int i = 0; i < kOutPerThread; ++i) total[i] = 0.0f;
+
+  for (int round0 = 0; round0 < chunks; round0 += kDecWarps) {
+    const int c = round0 + warp;
+    if (c < chunks) {
+      const int64_t kc = int64_t{c} * kKChunk;
+      float acc[RT][NCG][4];
 #pragma unroll
-    for (int st = 0; st < kSteps; ++st) {
-      const int64_t k0 = kc + 16 * st;
-      if (k0 >= k_end) break;
-      // A fragment elements: (row, k) for a0..a3, two k each.
-      const int64_t rows[4] = {g, g + 8, g, g + 8};
-      const int64_t ks[4] = {k0 + 2 * t, k0 + 2 * t, k0 + 2 * t + 8, k0 + 2 * t + 8};
-      __nv_bfloat16 sp[3][4][2];
+      for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
-      for (int f = 0; f < 4; ++f)
+        for (int cg = 0; cg < NCG; ++cg)
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
-          split3(x_at(x, M, K, rows[f], ks[f] + e), sp[0][f][e], sp[1][f][e], sp[2][f][e]);
+          for (int e = 0; e < 4; ++e) acc[rt][cg][e] = 0.0f;
+      // The chunk's weights up front: independent 16-byte loads in flight together.
+      uint4 wv[kKChunk / 32][NCG];
 #pragma unroll
-      for (int s = 2; s >= 0; --s) {  // lo, mid, hi
-        uint32_t a[4];
+      for (int jb = 0; jb < kKChunk / 32; ++jb)
 #pragma unroll
-        for (int f = 0; f < 4; ++f) a[f] = pack_bf16(sp[s][f][0], sp[s][f][1]);
-        mma_bf16(acc, a, bw[st][0], bw[st][1]);
+        for (int cg = 0; cg < NCG; ++cg)
+          wv[jb][cg] = kc + 32 * jb < K
+                           ? load_w8(w, N, K, n0 + cg * 8 + g, kc + 32 * jb + 8 * t, w_vec)
+                           : make_uint4(0u, 0u, 0u, 0u);
+      // x for the chunk's 8 MMA steps (step st: 32-block st / 2, half q = st % 2)
+      // runs kDist steps ahead of the MMAs, so the MMA chain never waits on one
+      // load at a time. Loads past M or K return zeros without touching memory.
+      constexpr int kSteps = kKChunk / 16;
+      constexpr int kDist = RT == 1 ? kSteps : (RT == 2 ? 4 : 2);
+      float4 xr[kSteps][RT][2];  // [step][row tile][rows g / g + 8]
+      auto load_step = [&](int st) {
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            xr[st][rt][h] = kHalf && h == 1
+                                ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                                : load_x4(x, M, K, rt * 16 + g + 8 * h,
+                                          kc + 32 * (st / 2) + 8 * t + 4 * (st % 2), x_vec);
+      };
+#pragma unroll
+      for (int st = 0; st < kDist; ++st) load_step(st);
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st) {
+        if (st + kDist < kSteps) load_step(st + kDist);
+        const int jb = st / 2, q = st % 2;
+        if (kc + 32 * jb >= K) continue;  // a 32-block past K: neither kernel runs it
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+          uint32_t a[3][4];  // [plane hi/mid/lo][MMA A register]
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // rows g and g + 8
+            const float4 v = xr[st][rt][h];
+            split_pair(v.x, v.y, a[0][h], a[1][h], a[2][h]);
+            split_pair(v.z, v.w, a[0][2 + h], a[1][2 + h], a[2][2 + h]);
+          }
+#pragma unroll
+          for (int s = 2; s >= 0; --s)  // lo, mid, hi
+#pragma unroll
+            for (int cg = 0; cg < NCG; ++cg)
+              mma_bf16(acc[rt][cg], a[s], q ? wv[jb][cg].z : wv[jb][cg].x,
+                       q ? wv[jb][cg].w : wv[jb][cg].y);
+        }
       }
-    }
+      float* mine = partial + warp * kOut;
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      partial[(c * kSmallM + g + (e >= 2 ? 8 : 0)) * 8 + 2 * t + (e & 1)] = acc[e];
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int cg = 0; cg < NCG; ++cg)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            mine[(rt * 16 + g + (e >= 2 ? 8 : 0)) * kCols + cg * 8 + 2 * t + (e & 1)] =
+                acc[rt][cg][e];
+    }
+    __syncthreads();
+    const int in_round = chunks - round0 < kDecWarps ? chunks - round0 : kDecWarps;
+#pragma unroll
+    for (int i = 0; i < kOutPerThread; ++i) {
+      const int o = tid + i * kDecThreads;
+      if (kOut % kDecThreads == 0 || o < kOut)
+        for (int p = 0; p < in_round; ++p) total[i] = total[i] + partial[p * kOut + o];
+    }
+    __syncthreads();
   }
-  __syncthreads();
-  for (int o = threadIdx.x; o < kSmallM * 8; o += kSmallWarps * 32) {
-    const int r = o / 8, col = o % 8;
-    float total = 0.0f;
-    for (int c = 0; c < chunks; ++c) total = total + partial[c * kSmallM * 8 + o];
-    if (r < M && n0 + col < N) y[r * N + n0 + col] = total;
+#pragma unroll
+  for (int i = 0; i < kOutPerThread; ++i) {
+    const int o = tid + i * kDecThreads;
+    const int r = o / kCols, col = o % kCols;
+    if ((kOut % kDecThreads == 0 || o < kOut) && r < M && n0 + col < N)
+      y[r * N + n0 + col] = total[i];
   }
+}
+
+template <int RT, int NCG, bool kHalf = false>
+Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                     float* y, cudaStream_t stream) {
+  constexpr size_t smem = size_t{kDecWarps} * RT * 16 * NCG * 8 * sizeof(float);
+  auto kernel = gemm_bf16_decode_kernel<RT, NCG, kHalf>;
+  if constexpr (smem > 48 * 1024) {
+    PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  const dim3 blocks(static_cast<unsigned>((n + NCG * 8 - 1) / (NCG * 8)),
+                    static_cast<unsigned>((m + RT * 16 - 1) / (RT * 16)));
+  kernel<<<blocks, kDecThreads, smem, stream>>>(x, m, k, w, n, y);
+  return cuda_status(cudaGetLastError(), "gemm_bf16_decode_kernel");
+}
+
+// Rows and column groups per block for M ≤ 64 rows (speed only: the bits are the
+// same for every choice). Rows go in bands of 16 (grid.y), one row tile a block;
+// up to 8 rows use a half tile (rows 8–15 are known zeros: fewer registers, three
+// blocks an SM). 8 columns a block (the most blocks to stream the weights), 16
+// for wide outputs (N ≥ 8192, the LM head: more bytes in flight a warp).
+// Measured on the H200 (docs/performance.md): all row tiles of a block from one
+// weight load (RT = 2–4, 16 or 32 columns) ran 1.05–1.15× slower at 32–64 rows
+// than these bands (its registers left one block an SM), so RT stays 1.
+Status gemm_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                   float* y, cudaStream_t stream) {
+  const bool wide = n >= 8192;
+  if (m <= 8)
+    return wide ? launch_decode<1, 2, true>(x, m, k, w, n, y, stream)
+                : launch_decode<1, 1, true>(x, m, k, w, n, y, stream);
+  return wide ? launch_decode<1, 2>(x, m, k, w, n, y, stream)
+              : launch_decode<1, 1>(x, m, k, w, n, y, stream);
 }
 
 // ---- SIMT kernel (f32 / f16 weights) ----
@@ -326,25 +444,8 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     if ((reinterpret_cast<uintptr_t>(x) % 16) != 0 || (reinterpret_cast<uintptr_t>(w) % 16) != 0) {
       return invalid_argument("cuda gemm: x and w must be 16-byte aligned");
     }
-    if (m <= kSmallMMax) {
-      const size_t smem =
-          static_cast<size_t>((k + kKChunk - 1) / kKChunk) * kSmallM * 8 * sizeof(float);
-      if (smem > kMaxSmallSmem)
-        return invalid_argument(
-            "cuda gemm: k = " + std::to_string(k) + " exceeds " +
-            std::to_string(kMaxSmallSmem / (kSmallM * 8 * sizeof(float)) * kKChunk) +
-            " for the decode kernel");
-      if (smem > 48 * 1024) {
-        PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(gemm_bf16_mma_small_m_kernel,
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      static_cast<int>(smem)));
-      }
-      const dim3 blocks(static_cast<unsigned>((n + 7) / 8),
-                        static_cast<unsigned>((m + kSmallM - 1) / kSmallM));
-      gemm_bf16_mma_small_m_kernel<<<blocks, kSmallWarps * 32, smem, stream>>>(
-          x, m, k, static_cast<const __nv_bfloat16*>(w), n, y);
-      return cuda_status(cudaGetLastError(), "gemm_bf16_mma_small_m_kernel");
-    }
+    if (m <= kSmallMMax)
+      return gemm_decode(x, m, k, static_cast<const __nv_bfloat16*>(w), n, y, stream);
     dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN),
               static_cast<unsigned>((m + kBM - 1) / kBM));
     gemm_bf16_mma_kernel<<<grid, kMmaThreads, 0, stream>>>(
