@@ -7,8 +7,11 @@
 //     own tokens are submitted together; only the steps with n decode rows and no
 //     prefill row are timed (they include the scheduler, the logits copy to the
 //     host and greedy sampling);
-// for bf16 and f32 KV, each printed beside llama.cpp's figures on the same GPU
-// (issue 12: 641 / 3,199 / 6,847 / 9,911 tok/s) as a ratio.
+// each printed beside llama.cpp's figures on the same GPU (issue 12: 641 / 3,199 /
+// 6,847 / 9,911 tok/s) as a ratio. bf16 KV runs three configurations in one run
+// (eager + host sampling, graphs + host sampling, graphs + device greedy: the
+// PAGEDKV_CUDA_GRAPHS / PAGEDKV_CUDA_DEVICE_SAMPLING knobs) and prints a table of
+// them last; f32 KV (PAGEDKV_BENCH_F32=1) runs the full configuration only.
 // Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with
 // PAGEDKV_CUDA_PROFILE=1 it prints where a decode step's time goes instead.
 #include <chrono>
@@ -95,8 +98,8 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
 
 }  // namespace
 
-// PAGEDKV_CUDA_PROFILE=1: bf16 KV only, a fresh model per request count, so the
-// phase profile each model prints when destroyed is that count's (its decode
+// PAGEDKV_CUDA_PROFILE=1 (graphs off, as profiling turns them off): bf16 KV only, a fresh model per
+// request count, so the phase profile each model prints when destroyed is that count's (its decode
 // steps dominate; the two prefill steps are included).
 int profile_runs(const std::string& dir) {
   for (int n : {1, 8, 32, 64}) {
@@ -111,6 +114,18 @@ int profile_runs(const std::string& dir) {
   return 0;
 }
 
+// One configuration of the model's step knobs (read at load): the eager path
+// with the logits copied to the host and sampled there (the state before issue
+// 12's graphs), graphs only, and graphs with greedy tokens picked on the device.
+struct Config {
+  const char* name;
+  const char* graphs;
+  const char* device_sampling;
+  const char* fused;
+  const char* fused_norms;
+};
+constexpr int kConfigs = 5;
+
 int main(int argc, char** argv) {
   const std::string preset = argc > 1 ? argv[1] : "qwen3-0.6b-shape";
   const std::string dir = bench::random_model_dir(preset, model::DType::kBF16);
@@ -118,30 +133,61 @@ int main(int argc, char** argv) {
     return profile_runs(dir);
   const int ns[] = {1, 8, 32, 64};
   const double llama[] = {641, 3199, 6847, 9911};
+  const Config configs[kConfigs] = {{"eager, host sampling", "0", "0", "0", "0"},
+                                    {"graphs, host sampling", "1", "0", "0", "0"},
+                                    {"graphs + device greedy", "1", "1", "0", "0"},
+                                    {"+ fused GEMMs", "1", "1", "1", "0"},
+                                    {"+ fused norm/RoPE/KV write, add+norm", "1", "1", "1", "1"}};
+  double tps[kConfigs][4] = {};
+  const char* f32_env = std::getenv("PAGEDKV_BENCH_F32");
+  const bool f32 = f32_env != nullptr && *f32_env == '1';
   for (model::KVDType kv : {model::KVDType::kBF16, model::KVDType::kF32}) {
-    model::LoadOptions lo;
-    lo.kv_dtype = kv;
-    auto t = Clock::now();
-    auto loaded = model::cuda::load_cuda_model(dir, lo);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "error: %s\n", loaded.status().to_string().c_str());
-      return 1;
-    }
-    std::shared_ptr<model::Model> m(std::move(*loaded));
     const char* kvn = kv == model::KVDType::kBF16 ? "bf16" : "f32";
-    std::printf("== %s bf16 weights, %s KV on cuda:0 (load %.1f s)\n", preset.c_str(), kvn,
-                secs(t));
-    std::printf("prefill, 512-token prompt (one step)   %9.1f tok/s\n", prefill(m, 512));
-    double one = 0;
-    for (size_t i = 0; i < 4; ++i) {
-      const double tps = batched_decode(m, ns[i], 512, ns[i] == 1 ? 64 : 32);
-      if (i == 0) one = tps;
-      std::printf(
-          "decode, %2d request%s  %9.1f tok/s   llama.cpp %6.0f  ratio %.2fx   (x%.2f of 1 "
-          "request)\n",
-          ns[i], ns[i] == 1 ? " " : "s", tps, llama[i], tps / llama[i], tps / one);
-      std::fflush(stdout);
+    for (int c = 0; c < kConfigs; ++c) {
+      // f32 KV (PAGEDKV_BENCH_F32=1): only the full configuration.
+      if (kv == model::KVDType::kF32 && (c != kConfigs - 1 || !f32)) continue;
+      setenv("PAGEDKV_CUDA_GRAPHS", configs[c].graphs, 1);
+      setenv("PAGEDKV_CUDA_DEVICE_SAMPLING", configs[c].device_sampling, 1);
+      setenv("PAGEDKV_CUDA_FUSED", configs[c].fused, 1);
+      setenv("PAGEDKV_CUDA_FUSED_NORMS", configs[c].fused_norms, 1);
+      model::LoadOptions lo;
+      lo.kv_dtype = kv;
+      auto t = Clock::now();
+      auto loaded = model::cuda::load_cuda_model(dir, lo);
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "error: %s\n", loaded.status().to_string().c_str());
+        return 1;
+      }
+      std::shared_ptr<model::Model> m(std::move(*loaded));
+      std::printf("== %s bf16 weights, %s KV on cuda:0, %s (load %.1f s)\n", preset.c_str(), kvn,
+                  configs[c].name, secs(t));
+      std::printf("prefill, 512-token prompt (one step)   %9.1f tok/s\n", prefill(m, 512));
+      double one = 0;
+      for (size_t i = 0; i < 4; ++i) {
+        const double r = batched_decode(m, ns[i], 512, ns[i] == 1 ? 64 : 32);
+        if (i == 0) one = r;
+        if (kv == model::KVDType::kBF16) tps[c][i] = r;
+        std::printf(
+            "decode, %2d request%s  %9.1f tok/s   llama.cpp %6.0f  ratio %.2fx   (x%.2f of 1 "
+            "request)\n",
+            ns[i], ns[i] == 1 ? " " : "s", r, llama[i], r / llama[i], r / one);
+        std::fflush(stdout);
+      }
+      const model::cuda::CudaModelStats st = model::cuda::cuda_model_stats(*m);
+      std::printf("  graphs captured %lld, replayed %lld; device greedy rows %lld\n",
+                  static_cast<long long>(st.graph_captures),
+                  static_cast<long long>(st.graph_replays),
+                  static_cast<long long>(st.device_greedy_rows));
     }
+  }
+  std::printf("\nbf16 KV decode tok/s, same run (ratio = last column / eager)\n| requests |");
+  for (const Config& c : configs) std::printf(" %s |", c.name);
+  std::printf(" ratio | llama.cpp |\n");
+  for (size_t i = 0; i < 4; ++i) {
+    std::printf("| %d |", ns[i]);
+    for (int c = 0; c < kConfigs; ++c) std::printf(" %.0f |", tps[c][i]);
+    std::printf(" %.2fx | %.0f |\n", tps[0][i] > 0 ? tps[kConfigs - 1][i] / tps[0][i] : 0.0,
+                llama[i]);
   }
   return 0;
 }

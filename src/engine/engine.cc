@@ -198,6 +198,7 @@ class Engine::Impl {
   double owner_idle_timeout_s_ = 600;
   int64_t max_context_ = 0;
   int32_t vocab_size_ = 0;
+  bool device_greedy_ = false;  // model_->samples_greedy(): ForwardRow::greedy_only
 
   bool paged_ = true;
   // The model keeps recurrent state (a hybrid, issue #15): every row carries
@@ -509,6 +510,7 @@ Status Engine::Impl::init() {
 
   const model::ModelConfig& mc = model_->config();
   vocab_size_ = mc.vocab_size;
+  device_greedy_ = model_->samples_greedy();
   max_context_ = mc.max_position_embeddings;
   const model::KVGeometry& mg = model_->kv_geometry();
   // The KV path: a caller's false forces flat; otherwise env > config.json > paged.
@@ -1113,6 +1115,10 @@ StepReport Engine::Impl::step() {
       row.flat = s->flat.get();
     }
     row.state = s->state;
+    // Greedy rows that want no logits: a device model may pick the token itself
+    // (engine::argmax's rule) and keep the logits row on its device.
+    row.greedy_only = device_greedy_ && last && !all && !s->prefill_only() &&
+                      s->req.sampling.temperature <= 0 && !s->req.return_logits;
     if (s->is_decode()) {
       ++rep.decode_rows;
     } else {
@@ -1122,6 +1128,7 @@ StepReport Engine::Impl::step() {
   rep.rows = static_cast<int32_t>(batch.rows.size());
   rep.tokens = batch.num_tokens();
   model::ForwardOutput& out = step_out_;
+  out.tokens.clear();
   const auto t0 = Clock::now();
   Status st = model_->forward(batch, &out);
   counters_.forward_ms += ms_between(t0, Clock::now());
@@ -1157,6 +1164,10 @@ StepReport Engine::Impl::step() {
         for (int64_t r = begin; r < end; ++r) {
           const size_t i = static_cast<size_t>(r);
           if (drawn_pos[i] < 0) continue;
+          if (batch.rows[i].greedy_only && i < out.tokens.size() && out.tokens[i] >= 0) {
+            drawn[i] = out.tokens[i];  // picked on the model's device
+            continue;
+          }
           drawn[i] =
               sample_token(out.last_logits(i), as_seq(sched[i].req)->req.sampling, drawn_pos[i]);
         }

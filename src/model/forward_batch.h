@@ -98,6 +98,13 @@ struct ForwardRow {
   // request's recurrent state (recurrent_state.h), holding exactly context_len
   // consumed tokens; the model advances it. nullptr for pure-attention models.
   RecurrentState* state = nullptr;
+
+  // A kLast row whose caller needs only the greedy token of that logits row
+  // (engine::argmax's rule: the largest, ties → the lowest id, NaN skipped). A
+  // model that samples on its device (Model::samples_greedy()) returns the token
+  // in ForwardOutput::tokens and need not fill the row's logits; other models
+  // ignore the flag and the caller samples from the logits as always.
+  bool greedy_only = false;
 };
 
 struct ForwardBatch {
@@ -120,6 +127,10 @@ struct ForwardOutput {
   std::vector<float> logits;       // [total logits rows][vocab_size]
   std::vector<int32_t> row_begin;  // per batch row: its first logits row
   std::vector<int32_t> row_count;  // per batch row: how many logits rows
+  // Per batch row: the greedy token a device-sampling model picked for a
+  // greedy_only row, or -1 (then the caller samples from the logits). Empty from
+  // models that do not sample (Model::samples_greedy() false).
+  std::vector<int32_t> tokens;
 
   // Logits row `i` of batch row `row` (i counts within the row's requested rows).
   std::span<const float> row_logits(size_t row, int32_t i = 0) const {

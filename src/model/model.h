@@ -170,6 +170,11 @@ class Model {
   // returns its device storage, and the engine builds the pool on it
   // (engine/kv_cache_factory.h).
   virtual std::shared_ptr<kv::KVStorage> kv_storage() const { return nullptr; }
+
+  // True when forward() honours ForwardRow::greedy_only: it picks those rows'
+  // greedy tokens itself (on its device) into ForwardOutput::tokens, and the
+  // logits rows need not come back to the host. false for every CPU model.
+  virtual bool samples_greedy() const { return false; }
 };
 
 struct LoadOptions {

@@ -10,6 +10,10 @@
 //     prefill == one shot, 1/2/3/8 requests batched == each alone (serial flat
 //     reference), for f32 weights (SIMT GEMM) and bf16 weights (tensor cores),
 //     f32 and bf16 KV, qwen3 and qwen3_moe;
+//   - decode graphs (PAGEDKV_CUDA_GRAPHS) == the eager path for 1/2/3/8/64 requests
+//     across bucket boundaries; fused q/k/v and gate/up GEMMs (PAGEDKV_CUDA_FUSED)
+//     == separate GEMMs; greedy tokens picked on the device == the host sampler's
+//     over long generations and beside seeded rows (PAGEDKV_CUDA_DEVICE_SAMPLING);
 //   - bad input: an unsupported family is FailedPrecondition, a host-memory pool
 //     is InvalidArgument, not a crash.
 #include <gtest/gtest.h>
@@ -17,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -334,6 +339,135 @@ INSTANTIATE_TEST_SUITE_P(
         ExactCase{"small_bf16w_f32kv", "small", DType::kBF16, KVDType::kF32},
         ExactCase{"moe_tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32, "qwen3_moe"},
         ExactCase{"moe_small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16, "qwen3_moe"}),
+    [](const auto& info) { return info.param.name; });
+
+// ---- CUDA graphs and device-side greedy sampling -------------------------------------
+
+// A model loaded with env `name` set to `value` (the CUDA model reads its knobs
+// at load).
+std::shared_ptr<Model> load_with_env(const std::string& dir, KVDType kv, const char* name,
+                                     const char* value) {
+  setenv(name, value, 1);
+  auto m = load_on_gpu(dir, kv);
+  unsetenv(name);
+  return m;
+}
+
+// n requests on one paged engine: prompts of 5 … 294 tokens (contexts cross the
+// 256-position attention partition and several block-table widths), max_tokens
+// 10 … 28 so the decode rows drop through the graph buckets as requests finish.
+// Request i is greedy unless seeded (odd i sample at temperature 0.8, seed i).
+std::vector<RequestResult> run_batch(const std::shared_ptr<Model>& m, int n, bool with_logits,
+                                     bool seeded = false, int32_t max_tokens = 0) {
+  auto e = make_engine(m, true, 512, n);
+  std::vector<engine::RequestHandlePtr> hs;
+  for (int i = 0; i < n; ++i) {
+    auto p = random_token_ids(static_cast<size_t>(5 + (37 * i) % 290),
+                              static_cast<uint32_t>(500 + i), m->config().vocab_size);
+    GenerateRequest r =
+        engine::testing_util::greedy_with_logits(p, max_tokens > 0 ? max_tokens : 10 + (i % 7) * 3);
+    r.return_logits = with_logits;
+    if (seeded && i % 2 == 1) {
+      r.sampling.temperature = 0.8;
+      r.sampling.top_k = 40;
+      r.sampling.top_p = 0.9;
+      r.sampling.seed = static_cast<uint64_t>(i);
+    }
+    auto h = e->submit(r);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    if (!h.ok()) return {};
+    hs.push_back(*h);
+  }
+  e->run_until_idle();
+  std::vector<RequestResult> out;
+  for (auto& h : hs) {
+    out.push_back(h->wait());
+    EXPECT_NE(out.back().finish_reason, engine::FinishReason::kError)
+        << out.back().error.to_string();
+  }
+  EXPECT_TRUE(e->check_invariants().ok());
+  return out;
+}
+
+class CudaGraphTest : public CudaExactnessTest {};
+
+// Graph replay (padded rows, bucketed table width and partition count) gives the
+// eager path's bits: 1, 2, 3, 8 and 64 requests, across bucket boundaries.
+TEST_P(CudaGraphTest, GraphsOnEqualGraphsOff) {
+  SKIP_WITHOUT_GPU();
+  auto eager = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_GRAPHS", "0");
+  ASSERT_NE(eager, nullptr);
+  for (int n : {1, 2, 3, 8, 64}) {
+    auto want = run_batch(eager, n, /*with_logits=*/true);
+    auto got = run_batch(model_, n, /*with_logits=*/true);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "n=" << n << " request " << i;
+      EXPECT_TRUE(same_rows(got[i].logits, want[i].logits)) << "n=" << n << " request " << i;
+    }
+  }
+  EXPECT_EQ(cuda::cuda_model_stats(*eager).graph_replays, 0);
+  const cuda::CudaModelStats st = cuda::cuda_model_stats(*model_);
+  EXPECT_GE(st.graph_captures, 3);
+  EXPECT_GT(st.graph_replays, 20);
+  std::printf("graphs: %lld captured, %lld replays\n", static_cast<long long>(st.graph_captures),
+              static_cast<long long>(st.graph_replays));
+}
+
+// Greedy rows that want no logits get their token from the device's argmax: the
+// same tokens as the host sampler on the copied logits, over long generations,
+// and beside seeded rows (sampled on the host) in the same steps.
+TEST_P(CudaGraphTest, DeviceGreedyEqualsHostSampler) {
+  SKIP_WITHOUT_GPU();
+  for (int n : {1, 8}) {
+    const int32_t len = n == 1 ? 300 : 100;
+    auto host = run_batch(model_, n, /*with_logits=*/true, false, len);
+    const int64_t before = cuda::cuda_model_stats(*model_).device_greedy_rows;
+    auto dev = run_batch(model_, n, /*with_logits=*/false, false, len);
+    EXPECT_GE(cuda::cuda_model_stats(*model_).device_greedy_rows - before, int64_t{n} * (len - 1));
+    ASSERT_EQ(dev.size(), host.size());
+    for (size_t i = 0; i < dev.size(); ++i) {
+      ASSERT_EQ(dev[i].tokens.size(), static_cast<size_t>(len));
+      EXPECT_EQ(dev[i].tokens, host[i].tokens) << "n=" << n << " request " << i;
+      EXPECT_TRUE(dev[i].logits.empty());
+    }
+  }
+  auto host = run_batch(model_, 8, /*with_logits=*/true, /*seeded=*/true, 60);
+  auto mixed = run_batch(model_, 8, /*with_logits=*/false, /*seeded=*/true, 60);
+  for (size_t i = 0; i < mixed.size(); ++i)
+    EXPECT_EQ(mixed[i].tokens, host[i].tokens) << "seeded/greedy mix, request " << i;
+  // The knob turns it off: every row then samples on the host.
+  auto off = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_DEVICE_SAMPLING", "0");
+  ASSERT_NE(off, nullptr);
+  EXPECT_FALSE(off->samples_greedy());
+  auto r = run_batch(off, 2, /*with_logits=*/false, false, 20);
+  EXPECT_EQ(cuda::cuda_model_stats(*off).device_greedy_rows, 0);
+}
+
+// q/k/v and gate/up as one GEMM each over concatenated weights, the one-pass
+// q/k norm + RoPE + K/V write and the residual add folded into the next norm
+// (the defaults) give the separate kernels' bits.
+TEST_P(CudaGraphTest, FusedProjectionsEqualSeparate) {
+  SKIP_WITHOUT_GPU();
+  setenv("PAGEDKV_CUDA_FUSED_NORMS", "0", 1);
+  auto separate = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_FUSED", "0");
+  unsetenv("PAGEDKV_CUDA_FUSED_NORMS");
+  ASSERT_NE(separate, nullptr);
+  for (int n : {1, 8}) {
+    auto want = run_batch(separate, n, /*with_logits=*/true);
+    auto got = run_batch(model_, n, /*with_logits=*/true);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "n=" << n << " request " << i;
+      EXPECT_TRUE(same_rows(got[i].logits, want[i].logits)) << "n=" << n << " request " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Device, CudaGraphTest,
+    ::testing::Values(ExactCase{"tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32},
+                      ExactCase{"small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16}),
     [](const auto& info) { return info.param.name; });
 
 // ---- bad input ----------------------------------------------------------------------

@@ -6,6 +6,9 @@
 // flat run bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -523,6 +526,87 @@ TEST(EngineTest, ReportsAdmissionWidth) {
   auto e2 = make_engine(o);
   EXPECT_EQ(e2->max_concurrent_sequences(), 4);
   EXPECT_EQ(e2->max_num_batched_tokens(), 2048);
+}
+
+// A model that picks greedy tokens itself (Model::samples_greedy, the CUDA
+// model's seam): for greedy_only rows it returns argmax + 1 (mod vocab) — a token
+// the host sampler would not pick — and poisons those logits rows with NaN, so
+// the test sees which rows the engine flagged and that it never read their logits.
+class SelfSamplingModel final : public model::Model {
+ public:
+  explicit SelfSamplingModel(std::shared_ptr<model::Model> inner) : inner_(std::move(inner)) {}
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  const model::KVGeometry& kv_geometry() const override { return inner_->kv_geometry(); }
+  bool samples_greedy() const override { return true; }
+  Status forward(const model::ForwardBatch& b, model::ForwardOutput* out) override {
+    PKV_RETURN_IF_ERROR(inner_->forward(b, out));
+    const int32_t V = out->vocab_size;
+    out->tokens.assign(b.rows.size(), -1);
+    for (size_t r = 0; r < b.rows.size(); ++r) {
+      if (!b.rows[r].greedy_only) continue;
+      EXPECT_EQ(b.rows[r].logits, model::LogitsRequest::kLast);
+      out->tokens[r] = (argmax(out->last_logits(r)) + 1) % V;
+      float* row = out->logits.data() + static_cast<size_t>(out->row_begin[r]) * V;
+      std::fill(row, row + V, std::numeric_limits<float>::quiet_NaN());
+      ++greedy_rows;
+    }
+    return ok_status();
+  }
+  int64_t greedy_rows = 0;
+
+ private:
+  std::shared_ptr<model::Model> inner_;
+};
+
+// ForwardRow::greedy_only: set exactly for the last row of a greedy request that
+// wants no logits; the engine then takes the model's token. Requests that return
+// logits or sample with a seed keep the host sampler (their tokens equal the
+// plain model's), in the same steps.
+TEST(EngineTest, GreedyOnlyRowsTakeTheModelsToken) {
+  auto fake = std::make_shared<SelfSamplingModel>(shared_model());
+  const int32_t V = fake->config().vocab_size;
+  std::mt19937_64 rng(5);
+  const std::vector<int32_t> prompt = random_tokens(rng, 40, V);
+  GenerateRequest device;  // greedy, no logits: the model's token
+  device.prompt = prompt;
+  device.sampling.max_tokens = 7;
+  device.ignore_eos = true;
+  GenerateRequest with_logits = device;  // greedy with logits: the host's argmax
+  with_logits.return_logits = true;
+  GenerateRequest seeded = device;  // seeded: the host's sampler
+  seeded.sampling.temperature = 0.9;
+  seeded.sampling.seed = 77;
+  EngineOptions o;
+  o.max_num_batched_tokens = 16;  // chunked prefill: non-last chunks are not flagged
+  auto run = [&](std::shared_ptr<model::Model> m) {
+    auto e = Engine::create(std::move(m), o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    std::vector<RequestResult> out;
+    if (!e.ok()) return out;
+    std::vector<RequestHandlePtr> hs;
+    for (const GenerateRequest* r : {&device, &with_logits, &seeded}) {
+      auto h = (*e)->submit(*r);
+      EXPECT_TRUE(h.ok()) << h.status().to_string();
+      if (h.ok()) hs.push_back(*h);
+    }
+    (*e)->run_until_idle();
+    for (auto& h : hs) out.push_back(h->wait());
+    return out;
+  };
+  const std::vector<RequestResult> got = run(fake);
+  const std::vector<RequestResult> plain = run(shared_model());
+  ASSERT_EQ(got.size(), 3u);
+  ASSERT_EQ(plain.size(), 3u);
+  EXPECT_EQ(fake->greedy_rows, 7);  // only the device request's 7 tokens
+  EXPECT_EQ(got[1].tokens, plain[1].tokens);
+  EXPECT_EQ(got[1].logits.size(), 7u);
+  for (const auto& row : got[1].logits)
+    for (float v : row) ASSERT_FALSE(std::isnan(v));
+  EXPECT_EQ(got[2].tokens, plain[2].tokens);
+  ASSERT_EQ(got[0].tokens.size(), 7u);
+  // The first token follows the prompt's logits (the with-logits request's first row).
+  EXPECT_EQ(got[0].tokens[0], (argmax(plain[1].logits[0]) + 1) % V);
+  EXPECT_NE(got[0].tokens, plain[0].tokens);
 }
 
 }  // namespace

@@ -156,4 +156,39 @@ Status scale_to_slots(const float* y, const int32_t* slots, const float* weights
 Status sum_ranks(const float* results, int64_t t, int32_t top_k, int64_t d, float* out,
                  cudaStream_t stream = 0);
 
+// ---- Fused projections (fused_step.cu; src/model/cuda's concatenated weights) ----
+
+// x [m][qd + 2·kd] (one GEMM over the row-concatenated q, k, v weights) split into
+// q [m][qd], k [m][kd], v [m][kd]: copies.
+Status split_qkv(const float* x, int64_t m, int64_t qd, int64_t kd, float* q, float* k, float* v,
+                 cudaStream_t stream = 0);
+
+// out[t][i] = silu(gu[t][i]) · gu[t][inter + i] (gu [m][2·inter]: one GEMM over the
+// row-concatenated gate and up weights): silu_mul's expression element for element.
+Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out,
+                       cudaStream_t stream = 0);
+
+// x += y, then out = rms_norm(x) · w (x, y, out [m][d]): add's and rms_norm's
+// operations element for element, in one launch.
+Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* w, WeightDType wdt,
+                    float eps, float* out, cudaStream_t stream = 0);
+
+// One pass over the fused q/k/v GEMM's output qkv [num_tokens][(num_heads + 2 ·
+// kv.num_kv_heads) · kv.head_dim]: per q and k head rms_norm (q_norm / k_norm
+// weights, eps) then RoPE at the token's position, q into q [num_tokens][num_heads ·
+// head_dim], k and v rows into the cache as write_kv (kv: addressing, types; its k
+// and v fields are unused). The operations of rms_norm, rope and write_kv element
+// for element (head_dim ≤ 256).
+struct QkvPrepParams {
+  const float* qkv = nullptr;
+  float* q = nullptr;
+  int32_t num_tokens = 0, num_heads = 0;
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  WeightDType norm_dtype = WeightDType::kF32;
+  float eps = 1e-6f;
+  KvWriteParams kv;
+};
+Status qkv_norm_rope_write(const QkvPrepParams& p, const RopeParams& rope, cudaStream_t stream = 0);
+
 }  // namespace pagedkv::backend::cuda

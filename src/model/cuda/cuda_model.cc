@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,6 +88,26 @@ double ms_since(ProfClock::time_point t) {
   return std::chrono::duration<double, std::milli>(ProfClock::now() - t).count();
 }
 
+// CUDA graphs of decode-sized steps (PAGEDKV_CUDA_GRAPHS, on by default): a paged
+// step of at most kMaxGraphTokens tokens is padded to its token bucket (1, 2, 4, 8,
+// then multiples of 8), its block-table width and attention partition count to
+// powers of two; one graph per bucket replays every launch of the step.
+constexpr int64_t kMaxGraphTokens = 64;
+int32_t next_pow2(int32_t v) {
+  int32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+int32_t token_bucket(int32_t t) { return t <= 8 ? next_pow2(t) : (t + 7) / 8 * 8; }
+
+struct GraphKey {
+  int32_t tokens = 0, width = 0, parts = 0;
+  bool operator<(const GraphKey& o) const {
+    return tokens != o.tokens ? tokens < o.tokens
+                              : (width != o.width ? width < o.width : parts < o.parts);
+  }
+};
+
 struct Layer {
   WeightPtr input_norm, post_norm;
   AttentionWeights attn;
@@ -94,7 +116,39 @@ struct Layer {
   // qwen3_moe's sparse layers: softmax router, top_k experts (MoeWeights::experts).
   bool is_moe = false;
   MoeWeights moe;
+  // PAGEDKV_CUDA_FUSED (on by default): q/k/v and gate/up as one weight each,
+  // their rows concatenated at load (attn.q/k/v and mlp.gate/up then null).
+  WeightPtr qkv, gate_up;
 };
+
+// One weight whose rows are those of `ws` in order (same dtype and columns), on
+// the device: a GEMM over it computes every output column as the separate GEMMs
+// did (each column's dot product over k is independent of the others).
+StatusOr<WeightPtr> concat_rows(const std::vector<const Weight*>& ws) {
+  const Weight& w0 = *ws[0];
+  const size_t elem = w0.dtype() == backend::WeightDType::kF32 ? 4 : 2;
+  int64_t rows = 0;
+  for (const Weight* w : ws) {
+    if (w->dtype() != w0.dtype() || w->cols() != w0.cols())
+      return internal_error("cuda model: fused weights differ in dtype or columns");
+    rows += w->rows();
+  }
+  const size_t row_bytes = static_cast<size_t>(w0.cols()) * elem;
+  PKV_ASSIGN_OR_RETURN(bc::DeviceBuffer buf,
+                       bc::DeviceBuffer::allocate(static_cast<size_t>(rows) * row_bytes));
+  size_t off = 0;
+  for (const Weight* w : ws) {
+    const size_t n = static_cast<size_t>(w->rows()) * row_bytes;
+    PKV_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buf.as<std::byte>() + off, wdata(*w), n, cudaMemcpyDeviceToDevice));
+    off += n;
+  }
+  backend::HostTensorView v;
+  v.dtype = w0.dtype();
+  v.rows = rows;
+  v.cols = w0.cols();
+  return WeightPtr(new bc::CudaWeight(v, std::move(buf)));
+}
 
 class CudaQwen3Model final : public Model {
  public:
@@ -102,7 +156,10 @@ class CudaQwen3Model final : public Model {
   const KVGeometry& kv_geometry() const override { return geom_; }
   std::shared_ptr<kv::KVStorage> kv_storage() const override { return storage_; }
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
+  bool samples_greedy() const override { return device_greedy_; }
+  const CudaModelStats& stats() const { return stats_; }
   ~CudaQwen3Model() override {
+    clear_graphs();
     if (prof_.on && prof_.steps > 0) {
       const double n = static_cast<double>(prof_.steps);
       std::fprintf(
@@ -141,6 +198,9 @@ class CudaQwen3Model final : public Model {
     kResults,
     kMoeRows,
     kNanFlag,
+    kSampled,
+    kQKV,
+    kGU,
     kSlots
   };
   StatusOr<float*> scratch(Slot s, size_t floats);
@@ -163,6 +223,26 @@ class CudaQwen3Model final : public Model {
   // device; the routing ids come to the host once per layer to group the tokens.
   Status moe_ffn(const Layer& L, const float* h, int64_t T, float* y);
 
+  // One step's shape and device buffers: T tokens (padded to the bucket on a
+  // graph step), P logits rows, the block-table width and the largest position
+  // attention sizes its partitions for.
+  struct StepArgs {
+    bool paged = true;
+    int64_t T = 0, P = 0;
+    int32_t maxb = 1, max_pos = 0;
+    const int32_t *ids = nullptr, *pos = nullptr, *seq = nullptr, *pick = nullptr, *tab = nullptr;
+    float *x = nullptr, *h = nullptr, *y = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
+    float *attn = nullptr, *g = nullptr, *u = nullptr, *ws = nullptr, *sel = nullptr;
+    float* logits = nullptr;
+    float *qkv = nullptr, *gu = nullptr;  // fused projections' outputs
+  };
+  // The scratch of a step of a's shape; the metadata array holds n_meta ints.
+  Status alloc_step(StepArgs* a, size_t n_meta);
+  // Enqueues the step from the embedding to the logits (no host sync on the
+  // paged path of a dense model, so it can be captured into a graph).
+  Status enqueue_step(const ForwardBatch& batch, const StepArgs& a);
+  void clear_graphs();
+
   // Declared first: destroyed last, after every device buffer below.
   std::unique_ptr<bc::CudaBackend> be_;
   std::shared_ptr<bc::CudaKVStorage> storage_;
@@ -173,8 +253,19 @@ class CudaQwen3Model final : public Model {
   EmbeddingWeights io_;
   std::vector<Layer> layers_;
   bc::DeviceBuffer slots_[kSlots];
-  PinnedInts pinned_, moe_pinned_, nan_pinned_;
+  PinnedInts pinned_, moe_pinned_, nan_pinned_, tok_pinned_;
   StepProfile prof_;
+  // Decode graphs per bucket; invalid once a scratch buffer or the pool moves.
+  bool graphs_on_ = true;
+  bool device_greedy_ = true;  // PAGEDKV_CUDA_DEVICE_SAMPLING
+  bool fused_ = false;         // PAGEDKV_CUDA_FUSED
+  bool fuse_norms_ = false;    // PAGEDKV_CUDA_FUSED_NORMS
+  bool has_moe_ = false;
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
+  std::set<GraphKey> seen_;
+  uint64_t scratch_gen_ = 0, graphs_gen_ = 0;
+  std::vector<const void*> kv_bases_;
+  CudaModelStats stats_;
 };
 
 StatusOr<float*> CudaQwen3Model::scratch(Slot s, size_t floats) {
@@ -183,6 +274,7 @@ StatusOr<float*> CudaQwen3Model::scratch(Slot s, size_t floats) {
   if (b.size() < bytes) {
     PKV_RETURN_IF_ERROR(be_->synchronize());  // the old buffer may still be in use
     b.reset();
+    ++scratch_gen_;  // graphs captured with the old address are stale
     PKV_ASSIGN_OR_RETURN(b, bc::DeviceBuffer::allocate(bytes + bytes / 4));
   }
   return b.as<float>();
@@ -299,6 +391,23 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
   const size_t per_buffer = total_b / (2 * static_cast<size_t>(mc.num_hidden_layers)) + 1;
   PKV_ASSIGN_OR_RETURN(m->storage_, bc::CudaKVStorage::create(device, per_buffer));
   m->prof_.on = resolve_knob<bool>("PAGEDKV_CUDA_PROFILE", std::nullopt, false);
+  m->graphs_on_ = resolve_knob<bool>("PAGEDKV_CUDA_GRAPHS", std::nullopt, true);
+  m->device_greedy_ = resolve_knob<bool>("PAGEDKV_CUDA_DEVICE_SAMPLING", std::nullopt, true);
+  if (resolve_knob<bool>("PAGEDKV_CUDA_FUSED", std::nullopt, true)) {
+    for (Layer& L : m->layers_) {
+      PKV_ASSIGN_OR_RETURN(L.qkv, concat_rows({L.attn.q.get(), L.attn.k.get(), L.attn.v.get()}));
+      L.attn.q.reset();
+      L.attn.k.reset();
+      L.attn.v.reset();
+      if (L.is_moe) continue;
+      PKV_ASSIGN_OR_RETURN(L.gate_up, concat_rows({L.mlp.gate.get(), L.mlp.up.get()}));
+      L.mlp.gate.reset();
+      L.mlp.up.reset();
+    }
+    m->fused_ = true;
+  }
+  m->fuse_norms_ = resolve_knob<bool>("PAGEDKV_CUDA_FUSED_NORMS", std::nullopt, true);
+  for (const Layer& L : m->layers_) m->has_moe_ |= L.is_moe;
   return std::unique_ptr<Model>(std::move(m));
 }
 
@@ -421,126 +530,131 @@ Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float*
   return bc::sum_ranks(results, T, K, H, y, st);
 }
 
-Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
-  PKV_RETURN_IF_ERROR(validate_batch(batch, geom_, cfg_.vocab_size));
-  PKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(be_->device()));  // the engine's step thread
-  const bool paged = batch.path == KVPath::kPaged;
-  if (paged) {
-    PKV_RETURN_IF_ERROR(check_paged_store(*batch.kv_store));
-  } else {
-    PKV_RETURN_IF_ERROR(reserve_flat(batch));
+Status CudaQwen3Model::alloc_step(StepArgs* a, size_t n_meta) {
+  const int64_t T = a->T, H = cfg_.hidden_size;
+  const int64_t qd = int64_t{cfg_.num_attention_heads} * cfg_.head_dim,
+                kd = int64_t{cfg_.num_key_value_heads} * cfg_.head_dim;
+  PKV_ASSIGN_OR_RETURN(float* meta_f, scratch(kMeta, n_meta));
+  int32_t* d_meta = reinterpret_cast<int32_t*>(meta_f);
+  a->ids = d_meta;
+  a->pos = d_meta + T;
+  a->seq = d_meta + 2 * T;
+  a->pick = d_meta + 3 * T;
+  a->tab = d_meta + 3 * T + a->P;
+  PKV_ASSIGN_OR_RETURN(a->x, scratch(kX, T * H));
+  PKV_ASSIGN_OR_RETURN(a->h, scratch(kH, T * H));
+  PKV_ASSIGN_OR_RETURN(a->y, scratch(kY, T * H));
+  PKV_ASSIGN_OR_RETURN(a->q, scratch(kQ, T * qd));
+  PKV_ASSIGN_OR_RETURN(a->k, scratch(kK, T * kd));
+  PKV_ASSIGN_OR_RETURN(a->v, scratch(kV, T * kd));
+  PKV_ASSIGN_OR_RETURN(a->attn, scratch(kAttn, T * qd));
+  PKV_ASSIGN_OR_RETURN(a->g, scratch(kG, T * inter_));
+  PKV_ASSIGN_OR_RETURN(a->u, scratch(kU, T * inter_));
+  PKV_ASSIGN_OR_RETURN(a->ws, scratch(kWs, bc::attention_workspace_floats(
+                                               static_cast<int32_t>(T), cfg_.num_attention_heads,
+                                               cfg_.head_dim, a->max_pos)));
+  if (fused_) {
+    PKV_ASSIGN_OR_RETURN(a->qkv, scratch(kQKV, T * (qd + 2 * kd)));
+    PKV_ASSIGN_OR_RETURN(a->gu, scratch(kGU, T * 2 * inter_));
   }
-  const int64_t T = batch.num_tokens();
-  const int32_t R = static_cast<int32_t>(batch.rows.size());
-  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+  if (a->P > 0) {
+    PKV_ASSIGN_OR_RETURN(a->sel, scratch(kSel, a->P * H));
+    PKV_ASSIGN_OR_RETURN(a->logits, scratch(kLogits, a->P * int64_t{cfg_.vocab_size}));
+  }
+  return ok_status();
+}
+
+void CudaQwen3Model::clear_graphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
+Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a) {
+  const int64_t T = a.T, H = cfg_.hidden_size;
   const int32_t NH = cfg_.num_attention_heads, KVH = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const int64_t qd = int64_t{NH} * D, kd = int64_t{KVH} * D;
   const int32_t bs = geom_.block_size;
-
-  // The step's metadata, uploaded once: ids, positions, each token's row, the
-  // requested logits rows, and (paged) every row's block table padded to maxb.
-  const std::vector<int64_t> pick = requested_logits_tokens(batch, cfg_.vocab_size, out);
-  const int64_t P = static_cast<int64_t>(pick.size());
-  int32_t maxb = 1, max_pos = 0;
-  for (const ForwardRow& row : batch.rows) {
-    const int32_t total = row.context_len + row.num_tokens;
-    maxb = std::max(maxb, (total + bs - 1) / bs);
-    max_pos = std::max(max_pos, total - 1);
-  }
-  const size_t n_meta = static_cast<size_t>(3 * T + P) + (paged ? size_t{1} * R * maxb : 0);
-  PKV_ASSIGN_OR_RETURN(int32_t * meta, pinned_.get(n_meta));
-  int32_t* h_ids = meta;
-  int32_t* h_pos = h_ids + T;
-  int32_t* h_seq = h_pos + T;
-  int32_t* h_pick = h_seq + T;
-  int32_t* h_tab = h_pick + P;
-  std::memcpy(h_ids, batch.token_ids.data(), static_cast<size_t>(T) * sizeof(int32_t));
-  std::memcpy(h_pos, batch.positions.data(), static_cast<size_t>(T) * sizeof(int32_t));
-  for (int32_t r = 0; r < R; ++r) {
-    const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
-    std::fill(h_seq + row.first_token, h_seq + row.first_token + row.num_tokens, r);
-    if (!paged) continue;
-    const int32_t used = (row.context_len + row.num_tokens + bs - 1) / bs;
-    std::copy_n(row.block_tables[0].data(), used, h_tab + static_cast<size_t>(r) * maxb);
-    std::fill(h_tab + static_cast<size_t>(r) * maxb + used,
-              h_tab + static_cast<size_t>(r + 1) * maxb, 0);
-  }
-  for (int64_t i = 0; i < P; ++i) h_pick[i] = static_cast<int32_t>(pick[static_cast<size_t>(i)]);
-  PKV_ASSIGN_OR_RETURN(float* meta_dev_f, scratch(kMeta, n_meta));
-  int32_t* d_meta = reinterpret_cast<int32_t*>(meta_dev_f);
-  PKV_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(d_meta, meta, n_meta * sizeof(int32_t), cudaMemcpyHostToDevice, stream()));
-  const int32_t* d_ids = d_meta;
-  const int32_t* d_pos = d_ids + T;
-  const int32_t* d_seq = d_pos + T;
-  const int32_t* d_pick = d_seq + T;
-  const int32_t* d_tab = d_pick + P;
-
-  PKV_ASSIGN_OR_RETURN(float* x, scratch(kX, T * H));
-  PKV_ASSIGN_OR_RETURN(float* h, scratch(kH, T * H));
-  PKV_ASSIGN_OR_RETURN(float* y, scratch(kY, T * H));
-  PKV_ASSIGN_OR_RETURN(float* q, scratch(kQ, T * qd));
-  PKV_ASSIGN_OR_RETURN(float* k, scratch(kK, T * kd));
-  PKV_ASSIGN_OR_RETURN(float* v, scratch(kV, T * kd));
-  PKV_ASSIGN_OR_RETURN(float* attn, scratch(kAttn, T * qd));
-  PKV_ASSIGN_OR_RETURN(float* g, scratch(kG, T * inter_));
-  PKV_ASSIGN_OR_RETURN(float* u, scratch(kU, T * inter_));
-  PKV_ASSIGN_OR_RETURN(float* ws, scratch(kWs, bc::attention_workspace_floats(
-                                                   static_cast<int32_t>(T), NH, D, max_pos)));
-
+  float *x = a.x, *h = a.h, *y = a.y, *q = a.q, *k = a.k, *v = a.v, *attn = a.attn, *g = a.g,
+        *u = a.u;
   cudaStream_t st = stream();
-  auto t_step = ProfClock::now();
   PKV_RETURN_IF_ERROR(
-      bc::embedding(d_ids, T, wdata(*io_.embed), io_.embed->dtype(), io_.embed->rows(), H, x, st));
+      bc::embedding(a.ids, T, wdata(*io_.embed), io_.embed->dtype(), io_.embed->rows(), H, x, st));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int32_t l = 0; l < geom_.num_layers; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
-    PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.input_norm, h));
-    PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.q, q));
-    PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.k, k));
-    PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.v, v));
-    PKV_RETURN_IF_ERROR(rms_norm(q, T * NH, *L.attn.q_norm, q));
-    PKV_RETURN_IF_ERROR(rms_norm(k, T * KVH, *L.attn.k_norm, k));
-    PKV_RETURN_IF_ERROR(bc::rope(q, T, NH, D, d_pos, L.rope, st));
-    PKV_RETURN_IF_ERROR(bc::rope(k, T, KVH, D, d_pos, L.rope, st));
+    // Fused norms: the previous layer's residual add already normalized x into h.
+    const bool prep = fuse_norms_ && L.qkv != nullptr;
+    if (l == 0 || !fuse_norms_) PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.input_norm, h));
+    if (L.qkv) {
+      PKV_RETURN_IF_ERROR(gemm(h, T, *L.qkv, a.qkv));
+      if (!prep) PKV_RETURN_IF_ERROR(bc::split_qkv(a.qkv, T, qd, kd, q, k, v, st));
+    } else {
+      PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.q, q));
+      PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.k, k));
+      PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.v, v));
+    }
+    if (!prep) {
+      PKV_RETURN_IF_ERROR(rms_norm(q, T * NH, *L.attn.q_norm, q));
+      PKV_RETURN_IF_ERROR(rms_norm(k, T * KVH, *L.attn.k_norm, k));
+      PKV_RETURN_IF_ERROR(bc::rope(q, T, NH, D, a.pos, L.rope, st));
+      PKV_RETURN_IF_ERROR(bc::rope(k, T, KVH, D, a.pos, L.rope, st));
+    }
+    // The K/V write: write_kv, or (prep) qkv_norm_rope_write's one pass over the
+    // fused GEMM's output (norms, RoPE, q out, K/V into the cache).
+    bc::QkvPrepParams qp;
+    qp.num_heads = NH;
+    qp.q_norm = wdata(*L.attn.q_norm);
+    qp.k_norm = wdata(*L.attn.k_norm);
+    qp.norm_dtype = L.attn.q_norm->dtype();
+    qp.eps = eps_;
+    auto write = [&](const bc::KvWriteParams& kw, int64_t first, int32_t n) -> Status {
+      if (!prep) return bc::write_kv(kw, st);
+      if (L.attn.k_norm->dtype() != qp.norm_dtype)
+        return internal_error("cuda model: q_norm and k_norm differ in dtype");
+      qp.qkv = a.qkv + first * (qd + 2 * kd);
+      qp.q = q + first * qd;
+      qp.num_tokens = n;
+      qp.kv = kw;
+      return bc::qkv_norm_rope_write(qp, L.rope, st);
+    };
 
     bc::KvWriteParams w;
     w.num_kv_heads = KVH;
     w.head_dim = D;
     w.kv_type = kv_type();
     w.block_size = bs;
-    bc::PagedAttentionParams a;
-    a.num_heads = NH;
-    a.num_kv_heads = KVH;
-    a.head_dim = D;
-    a.scale = scale;
-    a.kv_type = kv_type();
-    a.block_size = bs;
-    a.workspace = ws;
-    if (paged) {
+    bc::PagedAttentionParams p;
+    p.num_heads = NH;
+    p.num_kv_heads = KVH;
+    p.head_dim = D;
+    p.scale = scale;
+    p.kv_type = kv_type();
+    p.block_size = bs;
+    p.workspace = a.ws;
+    if (a.paged) {
       w.k = k;
       w.v = v;
       w.num_tokens = static_cast<int32_t>(T);
-      w.positions = d_pos;
-      w.token_seq = d_seq;
+      w.positions = a.pos;
+      w.token_seq = a.seq;
       w.layout = bc::KvLayout::kBlockTable;
       w.k_cache = batch.kv_store->k_block(l, 0);
       w.v_cache = batch.kv_store->v_block(l, 0);
-      w.block_tables = d_tab;
-      w.max_blocks_per_seq = maxb;
-      PKV_RETURN_IF_ERROR(bc::write_kv(w, st));
-      a.q = q;
-      a.out = attn;
-      a.num_tokens = static_cast<int32_t>(T);
-      a.positions = d_pos;
-      a.token_seq = d_seq;
-      a.max_position = max_pos;
-      a.layout = bc::KvLayout::kBlockTable;
-      a.k_cache = w.k_cache;
-      a.v_cache = w.v_cache;
-      a.block_tables = d_tab;
-      a.max_blocks_per_seq = maxb;
-      PKV_RETURN_IF_ERROR(bc::paged_attention(a, st));
+      w.block_tables = a.tab;
+      w.max_blocks_per_seq = a.maxb;
+      PKV_RETURN_IF_ERROR(write(w, 0, static_cast<int32_t>(T)));
+      p.q = q;
+      p.out = attn;
+      p.num_tokens = static_cast<int32_t>(T);
+      p.positions = a.pos;
+      p.token_seq = a.seq;
+      p.max_position = a.max_pos;
+      p.layout = bc::KvLayout::kBlockTable;
+      p.k_cache = w.k_cache;
+      p.v_cache = w.v_cache;
+      p.block_tables = a.tab;
+      p.max_blocks_per_seq = a.maxb;
+      PKV_RETURN_IF_ERROR(bc::paged_attention(p, st));
     } else {
       // Flat: each row over its own contiguous device cache (only the addressing
       // differs from the paged launch above).
@@ -552,38 +666,175 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
         w.k = k + row.first_token * kd;
         w.v = v + row.first_token * kd;
         w.num_tokens = row.num_tokens;
-        w.positions = d_pos + row.first_token;
+        w.positions = a.pos + row.first_token;
         w.token_seq = nullptr;
         w.layout = bc::KvLayout::kContiguous;
         w.k_cache = base + (2 * static_cast<size_t>(l)) * layer_bytes;
         w.v_cache = base + (2 * static_cast<size_t>(l) + 1) * layer_bytes;
         w.seq_capacity = dev->capacity;
-        PKV_RETURN_IF_ERROR(bc::write_kv(w, st));
-        a.q = q + row.first_token * qd;
-        a.out = attn + row.first_token * qd;
-        a.num_tokens = row.num_tokens;
-        a.positions = d_pos + row.first_token;
-        a.token_seq = nullptr;
-        a.max_position = row.context_len + row.num_tokens - 1;
-        a.layout = bc::KvLayout::kContiguous;
-        a.k_cache = w.k_cache;
-        a.v_cache = w.v_cache;
-        a.seq_capacity = dev->capacity;
-        PKV_RETURN_IF_ERROR(bc::paged_attention(a, st));
+        PKV_RETURN_IF_ERROR(write(w, row.first_token, row.num_tokens));
+        p.q = q + row.first_token * qd;
+        p.out = attn + row.first_token * qd;
+        p.num_tokens = row.num_tokens;
+        p.positions = a.pos + row.first_token;
+        p.token_seq = nullptr;
+        p.max_position = row.context_len + row.num_tokens - 1;
+        p.layout = bc::KvLayout::kContiguous;
+        p.k_cache = w.k_cache;
+        p.v_cache = w.v_cache;
+        p.seq_capacity = dev->capacity;
+        PKV_RETURN_IF_ERROR(bc::paged_attention(p, st));
       }
     }
     PKV_RETURN_IF_ERROR(gemm(attn, T, *L.attn.o, y));
-    PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
-    PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.post_norm, h));
+    if (fuse_norms_) {
+      PKV_RETURN_IF_ERROR(
+          bc::add_rms_norm(x, y, T, H, wdata(*L.post_norm), L.post_norm->dtype(), eps_, h, st));
+    } else {
+      PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
+      PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.post_norm, h));
+    }
     if (L.is_moe) {
       PKV_RETURN_IF_ERROR(moe_ffn(L, h, T, y));
+    } else if (L.gate_up) {
+      PKV_RETURN_IF_ERROR(gemm(h, T, *L.gate_up, a.gu));
+      PKV_RETURN_IF_ERROR(bc::silu_mul_halves(a.gu, T, inter_, g, st));
+      PKV_RETURN_IF_ERROR(gemm(g, T, *L.mlp.down, y));
     } else {
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.mlp.gate, g));
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.mlp.up, u));
       PKV_RETURN_IF_ERROR(bc::silu_mul(g, u, T * inter_, g, st));
       PKV_RETURN_IF_ERROR(gemm(g, T, *L.mlp.down, y));
     }
-    PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
+    if (fuse_norms_ && l + 1 < geom_.num_layers) {
+      const Weight& next = *layers_[static_cast<size_t>(l) + 1].input_norm;
+      PKV_RETURN_IF_ERROR(bc::add_rms_norm(x, y, T, H, wdata(next), next.dtype(), eps_, h, st));
+    } else {
+      PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
+    }
+  }
+  if (a.P == 0) return ok_status();
+  PKV_RETURN_IF_ERROR(bc::gather_rows(x, a.pick, a.P, H, a.sel, st));
+  PKV_RETURN_IF_ERROR(rms_norm(a.sel, a.P, *io_.final_norm, a.sel));
+  return gemm(a.sel, a.P, *io_.lm_head, a.logits);
+}
+
+Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
+  PKV_RETURN_IF_ERROR(validate_batch(batch, geom_, cfg_.vocab_size));
+  PKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(be_->device()));  // the engine's step thread
+  const bool paged = batch.path == KVPath::kPaged;
+  if (paged) {
+    PKV_RETURN_IF_ERROR(check_paged_store(*batch.kv_store));
+  } else {
+    PKV_RETURN_IF_ERROR(reserve_flat(batch));
+  }
+  const int64_t T = batch.num_tokens();
+  const int32_t R = static_cast<int32_t>(batch.rows.size());
+  const int64_t V = cfg_.vocab_size;
+  const int32_t bs = geom_.block_size;
+
+  const std::vector<int64_t> pick = requested_logits_tokens(batch, cfg_.vocab_size, out);
+  const int64_t P = static_cast<int64_t>(pick.size());
+  int32_t maxb = 1, max_pos = 0;
+  for (const ForwardRow& row : batch.rows) {
+    const int32_t total = row.context_len + row.num_tokens;
+    maxb = std::max(maxb, (total + bs - 1) / bs);
+    max_pos = std::max(max_pos, total - 1);
+  }
+  // Rows whose caller needs only the greedy token (ForwardRow::greedy_only).
+  out->tokens.assign(static_cast<size_t>(R), -1);
+  bool any_greedy = false;
+  for (const ForwardRow& row : batch.rows)
+    any_greedy |= row.greedy_only && row.logits == LogitsRequest::kLast;
+
+  // A decode-sized paged step of a dense model replays a CUDA graph captured for
+  // its bucket (tokens, block-table width, attention partitions), its tokens
+  // padded to the bucket; the first step of a bucket runs eagerly (it loads the
+  // kernels), the second captures.
+  const int32_t parts = max_pos / bc::kAttnPartition + 1;
+  const GraphKey key{token_bucket(static_cast<int32_t>(T)), std::max(8, next_pow2(maxb)),
+                     next_pow2(parts)};
+  bool use_graph = graphs_on_ && paged && !has_moe_ && !prof_.on && T <= kMaxGraphTokens;
+  if (use_graph && seen_.insert(key).second) use_graph = false;
+
+  // The step's metadata, uploaded once: ids, positions, each token's row, the
+  // requested logits rows, and (paged) every row's block table padded to the
+  // table width. A graph step pads the tokens to the bucket: a padding token is
+  // id 0 at position 0 of an extra row whose table is all null blocks, so its K/V
+  // land in the null block (never read by a real row) and it attends only there.
+  StepArgs a;
+  a.paged = paged;
+  a.T = use_graph ? key.tokens : T;
+  a.P = use_graph ? key.tokens : P;
+  a.maxb = use_graph ? key.width : maxb;
+  a.max_pos = use_graph ? key.parts * bc::kAttnPartition - 1 : max_pos;
+  const int64_t Tm = a.T, Pm = a.P;
+  const size_t n_meta =
+      static_cast<size_t>(3 * Tm + Pm) + (paged ? static_cast<size_t>(Tm) * a.maxb : 0);
+  PKV_ASSIGN_OR_RETURN(int32_t * meta, pinned_.get(n_meta));
+  int32_t* h_ids = meta;
+  int32_t* h_pos = h_ids + Tm;
+  int32_t* h_seq = h_pos + Tm;
+  int32_t* h_pick = h_seq + Tm;
+  int32_t* h_tab = h_pick + Pm;
+  std::memcpy(h_ids, batch.token_ids.data(), static_cast<size_t>(T) * sizeof(int32_t));
+  std::memcpy(h_pos, batch.positions.data(), static_cast<size_t>(T) * sizeof(int32_t));
+  std::fill(h_ids + T, h_ids + Tm, 0);
+  std::fill(h_pos + T, h_pos + Tm, 0);
+  std::fill(h_seq + T, h_seq + Tm, R);
+  const size_t W = static_cast<size_t>(a.maxb);
+  for (int32_t r = 0; r < R; ++r) {
+    const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
+    std::fill(h_seq + row.first_token, h_seq + row.first_token + row.num_tokens, r);
+    if (!paged) continue;
+    const int32_t used = (row.context_len + row.num_tokens + bs - 1) / bs;
+    std::copy_n(row.block_tables[0].data(), used, h_tab + static_cast<size_t>(r) * W);
+    std::fill(h_tab + static_cast<size_t>(r) * W + used, h_tab + static_cast<size_t>(r + 1) * W, 0);
+  }
+  if (paged) std::fill(h_tab + static_cast<size_t>(R) * W, h_tab + static_cast<size_t>(Tm) * W, 0);
+  for (int64_t i = 0; i < P; ++i) h_pick[i] = static_cast<int32_t>(pick[static_cast<size_t>(i)]);
+  std::fill(h_pick + P, h_pick + Pm, 0);
+  PKV_RETURN_IF_ERROR(alloc_step(&a, n_meta));
+  cudaStream_t st = stream();
+  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(const_cast<int32_t*>(a.ids), meta,
+                                           n_meta * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+
+  auto t_step = ProfClock::now();
+  if (use_graph) {
+    // A graph holds the addresses it was captured with: the scratch buffers and
+    // the pool's layer buffers (which move when the pool grows by generation swap).
+    std::vector<const void*> bases(2 * static_cast<size_t>(geom_.num_layers));
+    for (int32_t l = 0; l < geom_.num_layers; ++l) {
+      bases[2 * static_cast<size_t>(l)] = batch.kv_store->k_block(l, 0);
+      bases[2 * static_cast<size_t>(l) + 1] = batch.kv_store->v_block(l, 0);
+    }
+    if (bases != kv_bases_ || scratch_gen_ != graphs_gen_) {
+      clear_graphs();
+      kv_bases_ = std::move(bases);
+      graphs_gen_ = scratch_gen_;
+    }
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      PKV_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+      Status enq = enqueue_step(batch, a);
+      cudaGraph_t graph = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(st, &graph);
+      if (!enq.ok()) {
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        return enq;
+      }
+      PKV_CUDA_RETURN_IF_ERROR(end);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      PKV_CUDA_RETURN_IF_ERROR(inst);
+      it = graphs_.emplace(key, exec).first;
+      ++stats_.graph_captures;
+    }
+    ++stats_.graph_replays;
+    PKV_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, st));
+  } else {
+    PKV_RETURN_IF_ERROR(enqueue_step(batch, a));
   }
 
   if (prof_.on) {
@@ -595,37 +846,85 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   }
   PKV_ASSIGN_OR_RETURN(int32_t * h_nan, nan_pinned_.get(1));
   *h_nan = 0;
+  int32_t* h_tok = nullptr;
+  bool all_copied = true;
   if (P > 0) {
     PKV_ASSIGN_OR_RETURN(float* nan_f, scratch(kNanFlag, 1));
     int32_t* nan_flag = reinterpret_cast<int32_t*>(nan_f);
-    PKV_ASSIGN_OR_RETURN(float* sel, scratch(kSel, P * H));
-    PKV_ASSIGN_OR_RETURN(float* logits, scratch(kLogits, P * V));
-    PKV_RETURN_IF_ERROR(bc::gather_rows(x, d_pick, P, H, sel, st));
-    PKV_RETURN_IF_ERROR(rms_norm(sel, P, *io_.final_norm, sel));
-    PKV_RETURN_IF_ERROR(gemm(sel, P, *io_.lm_head, logits));
     // The NaN check runs on the device; the host scan (check_logits, which names
     // the row and id) only when it found one.
     PKV_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(nan_flag, 0, sizeof(int32_t), st));
-    PKV_RETURN_IF_ERROR(bc::flag_nan(logits, P * V, nan_flag, st));
+    PKV_RETURN_IF_ERROR(bc::flag_nan(a.logits, P * V, nan_flag, st));
     PKV_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(h_nan, nan_flag, sizeof(int32_t), cudaMemcpyDeviceToHost, st));
-    PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->logits.data(), logits,
-                                             static_cast<size_t>(P * V) * sizeof(float),
-                                             cudaMemcpyDeviceToHost, st));
+    if (any_greedy) {
+      // Greedy rows: the argmax on the device (engine::argmax's rule), P ids back.
+      PKV_ASSIGN_OR_RETURN(float* tok_f, scratch(kSampled, P));
+      int32_t* d_tok = reinterpret_cast<int32_t*>(tok_f);
+      PKV_RETURN_IF_ERROR(bc::argmax(a.logits, P, V, d_tok, st));
+      PKV_ASSIGN_OR_RETURN(h_tok, tok_pinned_.get(static_cast<size_t>(P)));
+      PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          h_tok, d_tok, static_cast<size_t>(P) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    }
+    // The logits rows the caller reads, in runs of consecutive rows.
+    int64_t run_begin = 0, run_end = 0;
+    auto flush = [&]() -> Status {
+      if (run_end > run_begin)
+        PKV_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(out->logits.data() + run_begin * V, a.logits + run_begin * V,
+                            static_cast<size_t>((run_end - run_begin) * V) * sizeof(float),
+                            cudaMemcpyDeviceToHost, st));
+      run_begin = run_end = 0;
+      return ok_status();
+    };
+    for (int32_t r = 0; r < R; ++r) {
+      const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
+      const int64_t b = out->row_begin[static_cast<size_t>(r)],
+                    n = out->row_count[static_cast<size_t>(r)];
+      if (n == 0) continue;
+      if (row.greedy_only && row.logits == LogitsRequest::kLast) {
+        all_copied = false;
+        continue;
+      }
+      if (run_end != b) PKV_RETURN_IF_ERROR(flush());
+      if (run_end == run_begin) run_begin = b;
+      run_end = b + n;
+    }
+    PKV_RETURN_IF_ERROR(flush());
   }
   PKV_RETURN_IF_ERROR(be_->synchronize());
   for (const ForwardRow& row : batch.rows)
     if (!paged) row.flat->set_length(row.context_len + row.num_tokens);
-  if (!prof_.on) return *h_nan != 0 ? check_logits(*out) : ok_status();
+  if (h_tok != nullptr)
+    for (int32_t r = 0; r < R; ++r) {
+      const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
+      if (row.greedy_only && row.logits == LogitsRequest::kLast) {
+        out->tokens[static_cast<size_t>(r)] = h_tok[out->row_begin[static_cast<size_t>(r)]];
+        ++stats_.device_greedy_rows;
+      }
+    }
+  auto nan_check = [&]() -> Status {
+    if (*h_nan == 0) return ok_status();
+    if (!all_copied)  // the scan needs every row on the host
+      PKV_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->logits.data(), a.logits,
+                                          static_cast<size_t>(P * V) * sizeof(float),
+                                          cudaMemcpyDeviceToHost));
+    return check_logits(*out);
+  };
+  if (!prof_.on) return nan_check();
   prof_.logits_ms += ms_since(t_step);
   t_step = ProfClock::now();
-  Status checked = *h_nan != 0 ? check_logits(*out) : ok_status();
+  Status checked = nan_check();
   prof_.check_ms += ms_since(t_step);
   ++prof_.steps;
   return checked;
 }
-
 }  // namespace
+
+CudaModelStats cuda_model_stats(const Model& m) {
+  const auto* c = dynamic_cast<const CudaQwen3Model*>(&m);
+  return c != nullptr ? c->stats() : CudaModelStats{};
+}
 
 StatusOr<std::unique_ptr<Model>> load_cuda_model(const std::string& dir, const LoadOptions& options,
                                                  int device) {

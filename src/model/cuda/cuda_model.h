@@ -12,6 +12,12 @@
 // back. Every kernel is batch-invariant and attention reads keys in partitions
 // anchored at position 0, so a row's logits are the same bits alone or batched,
 // paged or flat, whole or chunked, cold or after a prefix hit.
+//
+// Speed without changing a bit (docs/backend.md): decode-sized paged steps replay
+// a CUDA graph per bucket (PAGEDKV_CUDA_GRAPHS), greedy rows that want no logits
+// get their token from a device argmax (ForwardRow::greedy_only,
+// PAGEDKV_CUDA_DEVICE_SAMPLING), and q/k/v, gate/up and the small per-layer
+// kernels run fused (PAGEDKV_CUDA_FUSED, PAGEDKV_CUDA_FUSED_NORMS).
 #pragma once
 
 #include <memory>
@@ -30,5 +36,16 @@ namespace pagedkv::model::cuda {
 // options.backend must be null (the model owns its CUDA backend).
 StatusOr<std::unique_ptr<Model>> load_cuda_model(const std::string& dir,
                                                  const LoadOptions& options = {}, int device = 0);
+
+// What a CUDA model did so far (tests and benchmarks): decode graphs captured and
+// replayed (PAGEDKV_CUDA_GRAPHS), and greedy tokens picked on the device
+// (ForwardRow::greedy_only; PAGEDKV_CUDA_DEVICE_SAMPLING). All zero for a model
+// that is not a CUDA model.
+struct CudaModelStats {
+  int64_t graph_captures = 0;
+  int64_t graph_replays = 0;
+  int64_t device_greedy_rows = 0;
+};
+CudaModelStats cuda_model_stats(const Model& m);
 
 }  // namespace pagedkv::model::cuda

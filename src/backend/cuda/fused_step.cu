@@ -1,0 +1,212 @@
+// Fused step kernels for the device-resident forward (src/model/cuda): the q/k/v
+// and gate/up GEMMs of a layer run as one GEMM each over row-concatenated
+// weights, and these kernels take the fused outputs apart (split_qkv,
+// silu_mul_halves), prepare q/k/v in one pass (per-head RMSNorm, RoPE, the K/V
+// write: qkv_norm_rope_write) and fold the residual add into the next RMSNorm
+// (add_rms_norm). Each computes every element with the exact operation sequence
+// of the separate kernels it replaces (elementwise.cu's rms_norm, rope, add,
+// silu_mul and kv_write.cu's write_kv: the same 256-thread strided sum and
+// block tree, the same expressions), so a fused step gives the separate
+// kernels' bits; each output column of a GEMM is one dot product over k in a
+// fixed order whatever the number of columns (kernels.h).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+__global__ void split_qkv_kernel(const float* x, int64_t qd, int64_t kd, float* q, float* k,
+                                 float* v) {
+  const int64_t t = blockIdx.x, w = qd + 2 * kd;
+  const float* src = x + t * w;
+  for (int64_t i = threadIdx.x; i < w; i += blockDim.x) {
+    const float e = src[i];
+    if (i < qd) {
+      q[t * qd + i] = e;
+    } else if (i < qd + kd) {
+      k[t * kd + i - qd] = e;
+    } else {
+      v[t * kd + i - qd - kd] = e;
+    }
+  }
+}
+
+__global__ void silu_mul_halves_kernel(const float* gu, int64_t inter, float* out) {
+  const int64_t t = blockIdx.x;
+  const float* gate = gu + t * 2 * inter;
+  const float* up = gate + inter;
+  for (int64_t i = threadIdx.x; i < inter; i += blockDim.x) {
+    const float g = gate[i];
+    out[t * inter + i] = (g / (1.0f + expf(-g))) * up[i];
+  }
+}
+
+constexpr int kRowThreads = 256;  // rms_norm_kernel's block (elementwise.cu)
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxRopeHalf = 256;  // rope()'s limit (elementwise.cu)
+struct RopeFreqs {
+  float inv_freq[kMaxRopeHalf];
+};
+
+// rms_norm_kernel after add_kernel, one row per block.
+__global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const void* w,
+                                    WeightDType dt, float eps, float* out) {
+  __shared__ float scratch[32];
+  float* xr = x + blockIdx.x * d;
+  const float* yr = y + blockIdx.x * d;
+  float* orow = out + blockIdx.x * d;
+  for (int64_t i = threadIdx.x; i < d; i += kRowThreads) xr[i] = xr[i] + yr[i];
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += kRowThreads) ss = ss + xr[i] * xr[i];
+  ss = block_sum<kRowThreads>(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += kRowThreads) {
+    const float wi = widen(w, dt, i);
+    orow[i] = wi * (xr[i] * inv);
+  }
+}
+
+// kv_write.cu's slot of token t.
+__device__ __forceinline__ int64_t kv_slot_of(const KvWriteParams& p, int32_t t) {
+  const int32_t pos = p.positions[t];
+  const int32_t seq = p.token_seq != nullptr ? p.token_seq[t] : 0;
+  if (p.layout == KvLayout::kBlockTable) {
+    const int32_t blk =
+        p.block_tables[static_cast<int64_t>(seq) * p.max_blocks_per_seq + pos / p.block_size];
+    return static_cast<int64_t>(blk) * p.block_size + pos % p.block_size;
+  }
+  return seq * p.seq_capacity + pos;
+}
+
+template <typename T>
+__device__ __forceinline__ T to_kv(float v);
+template <>
+__device__ __forceinline__ float to_kv<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 to_kv<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// One block per (token, head of q, k, v): q and k heads get rms_norm_kernel's
+// normalization and rope_kernel's rotation; q goes to p.q, k and v to the cache.
+template <typename T>
+__global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_t half,
+                                int32_t span, float pos_scale) {
+  __shared__ float scratch[32];
+  __shared__ float hv[kMaxHeadDim];
+  const int32_t t = blockIdx.x, head = blockIdx.y;
+  const int32_t NH = p.num_heads, KVH = p.kv.num_kv_heads, D = p.kv.head_dim;
+  const float* src = p.qkv + (static_cast<int64_t>(t) * (NH + 2 * KVH) + head) * D;
+  const int64_t row = static_cast<int64_t>(KVH) * D;
+  if (head >= NH + KVH) {  // a V head: the K/V write's copy
+    T* dst = static_cast<T*>(p.kv.v_cache) + kv_slot_of(p.kv, t) * row + (head - NH - KVH) * D;
+    for (int32_t i = threadIdx.x; i < D; i += kRowThreads) dst[i] = to_kv<T>(src[i]);
+    return;
+  }
+  const bool is_q = head < NH;
+  const void* w = is_q ? p.q_norm : p.k_norm;
+  float ss = 0.0f;
+  for (int32_t i = threadIdx.x; i < D; i += kRowThreads) ss = ss + src[i] * src[i];
+  ss = block_sum<kRowThreads>(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.eps);
+  for (int32_t i = threadIdx.x; i < D; i += kRowThreads) {
+    const float wi = widen(w, p.norm_dtype, i);
+    hv[i] = wi * (src[i] * inv);
+  }
+  __syncthreads();
+  float pos = static_cast<float>(p.kv.positions[t]);
+  if (pos_scale != 1.0f) pos = pos / pos_scale;
+  for (int32_t i = threadIdx.x; i < half; i += kRowThreads) {
+    const float ang = pos * f.inv_freq[i];
+    const float c = cosf(ang), s = sinf(ang);
+    const float a = hv[i], b = hv[i + span];
+    hv[i] = a * c - b * s;
+    hv[i + span] = b * c + a * s;
+  }
+  __syncthreads();
+  if (is_q) {
+    float* dst = p.q + (static_cast<int64_t>(t) * NH + head) * D;
+    for (int32_t i = threadIdx.x; i < D; i += kRowThreads) dst[i] = hv[i];
+  } else {
+    T* dst = static_cast<T*>(p.kv.k_cache) + kv_slot_of(p.kv, t) * row + (head - NH) * D;
+    for (int32_t i = threadIdx.x; i < D; i += kRowThreads) dst[i] = to_kv<T>(hv[i]);
+  }
+}
+
+}  // namespace
+
+Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* w, WeightDType wdt,
+                    float eps, float* out, cudaStream_t stream) {
+  if (m < 0 || d <= 0) return invalid_argument("cuda add_rms_norm: need m ≥ 0, d > 0");
+  if (m == 0) return ok_status();
+  add_rms_norm_kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, y, d, w, wdt, eps,
+                                                                            out);
+  return cuda_status(cudaGetLastError(), "add_rms_norm_kernel");
+}
+
+Status qkv_norm_rope_write(const QkvPrepParams& p, const RopeParams& rope, cudaStream_t stream) {
+  auto bad = [](const std::string& what) {
+    return invalid_argument("cuda qkv_norm_rope_write: " + what);
+  };
+  const KvWriteParams& kv = p.kv;
+  if (p.num_tokens < 0) return bad("num_tokens < 0");
+  if (p.num_tokens == 0) return ok_status();
+  if (p.num_heads < 1 || kv.num_kv_heads < 1) return bad("num_heads and num_kv_heads must be ≥ 1");
+  if (kv.head_dim < 2 || kv.head_dim > kMaxHeadDim) return bad("head_dim must be in [2, 256]");
+  if (p.qkv == nullptr || p.q == nullptr || p.q_norm == nullptr || p.k_norm == nullptr ||
+      kv.positions == nullptr || kv.k_cache == nullptr || kv.v_cache == nullptr)
+    return bad("qkv, q, q_norm, k_norm, positions and the caches must be set");
+  if (kv.layout == KvLayout::kBlockTable && (kv.block_tables == nullptr || kv.block_size < 1))
+    return bad("block layout needs block_tables and block_size");
+  // rope()'s inverse frequencies (elementwise.cu), computed the same way.
+  const int32_t head_dim = kv.head_dim;
+  const int32_t rot = rope.rotary_dim > 0 ? rope.rotary_dim : head_dim;
+  if (rot > head_dim || rot % 2 != 0 || rot / 2 > kMaxRopeHalf)
+    return bad("rotary_dim " + std::to_string(rot) + " must be even and ≤ head_dim");
+  const bool proportional = rope.kind == RopeKind::kProportional;
+  const int32_t half = rot / 2, span = proportional ? head_dim / 2 : half;
+  const int32_t base = proportional ? head_dim : rot;
+  RopeFreqs f{};
+  for (int32_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(base);
+    f.inv_freq[i] = 1.0f / std::pow(rope.theta, exponent);
+    if (rope.inv_freq_divisor != 1.0f) f.inv_freq[i] = f.inv_freq[i] / rope.inv_freq_divisor;
+  }
+  const dim3 grid(static_cast<unsigned>(p.num_tokens),
+                  static_cast<unsigned>(p.num_heads + 2 * kv.num_kv_heads));
+  if (kv.kv_type == KvType::kF32) {
+    qkv_prep_kernel<float><<<grid, kRowThreads, 0, stream>>>(p, f, half, span, rope.position_scale);
+  } else {
+    qkv_prep_kernel<__nv_bfloat16>
+        <<<grid, kRowThreads, 0, stream>>>(p, f, half, span, rope.position_scale);
+  }
+  return cuda_status(cudaGetLastError(), "qkv_prep_kernel");
+}
+
+Status split_qkv(const float* x, int64_t m, int64_t qd, int64_t kd, float* q, float* k, float* v,
+                 cudaStream_t stream) {
+  if (m < 0 || qd <= 0 || kd <= 0)
+    return invalid_argument("cuda split_qkv: need m ≥ 0, qd > 0, kd > 0");
+  if (m == 0) return ok_status();
+  split_qkv_kernel<<<static_cast<unsigned>(m), 256, 0, stream>>>(x, qd, kd, q, k, v);
+  return cuda_status(cudaGetLastError(), "split_qkv_kernel");
+}
+
+Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cudaStream_t stream) {
+  if (m < 0 || inter <= 0) return invalid_argument("cuda silu_mul_halves: need m ≥ 0, inter > 0");
+  if (m == 0) return ok_status();
+  silu_mul_halves_kernel<<<static_cast<unsigned>(m), 256, 0, stream>>>(gu, inter, out);
+  return cuda_status(cudaGetLastError(), "silu_mul_halves_kernel");
+}
+
+}  // namespace pagedkv::backend::cuda
