@@ -28,6 +28,11 @@ constexpr size_t kAlign = 64;
 
 }  // namespace
 
+Status KVStorage::grow_in_place(KVBuffer& buffer, size_t new_bytes) {
+  if (new_bytes <= buffer.size()) return ok_status();
+  return failed_precondition(std::string(name()) + " KV storage cannot grow a buffer in place");
+}
+
 StatusOr<std::unique_ptr<KVBuffer>> HostKVStorage::allocate(size_t bytes) {
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);

@@ -10,6 +10,11 @@
 //     prefill == one shot, 1/2/3/8 requests batched == each alone (serial flat
 //     reference), for f32 weights (SIMT GEMM) and bf16 weights (tensor cores),
 //     f32 and bf16 KV, qwen3 and qwen3_moe;
+//   - the pool on the device grows in place (VMM): an engine whose pool grows while
+//     it decodes == one whose pool starts at its maximum, and a pool grown between
+//     two decode steps keeps every layer's base address and the same bits;
+//   - the device's KV dtype default is bf16; an explicit choice or PAGEDKV_KV_DTYPE
+//     wins;
 //   - bad input: an unsupported family is FailedPrecondition, a host-memory pool
 //     is InvalidArgument, not a crash.
 #include <gtest/gtest.h>
@@ -17,6 +22,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -335,6 +343,161 @@ INSTANTIATE_TEST_SUITE_P(
         ExactCase{"moe_tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32, "qwen3_moe"},
         ExactCase{"moe_small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16, "qwen3_moe"}),
     [](const auto& info) { return info.param.name; });
+
+// ---- the pool on the device -------------------------------------------------------
+
+// The device pool grows in place (CudaKVStorage's VMM buffers): an engine whose
+// pool starts at 4 blocks grows while the request decodes and gives the same bits
+// as an engine whose pool starts at its maximum.
+TEST(CudaPoolGrowthTest, EngineGrowingItsPoolMidGenerationGivesTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  auto m = load_on_gpu(random_checkpoint("tiny", DType::kF32, 21), KVDType::kBF16);
+  ASSERT_NE(m, nullptr);
+  const auto prompt = random_token_ids(40, 13, m->config().vocab_size);
+  auto engine_with = [&](int32_t initial_blocks) -> std::unique_ptr<Engine> {
+    EngineOptions o;
+    o.max_num_batched_tokens = 4096;
+    o.pool_max_blocks = 64;
+    o.pool_initial_blocks = initial_blocks;
+    auto e = Engine::create(m, o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(*e) : nullptr;
+  };
+  auto full = engine_with(64);
+  auto small = engine_with(4);
+  ASSERT_NE(full, nullptr);
+  ASSERT_NE(small, nullptr);
+  Outcome want = run(*full, prompt, 60);
+  Outcome got = run(*small, prompt, 60);
+  EXPECT_EQ(full->stats().pool.grow_events, 0u);
+  EXPECT_GT(small->stats().pool.grow_events, 0u);
+  EXPECT_GT(small->stats().pool.num_blocks, 4);
+  ASSERT_EQ(got.tokens.size(), 60u);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_TRUE(same_rows(got.logits, want.logits));
+}
+
+// Below the engine: a pool of 4 blocks on the model's device storage grows between
+// two decode steps of a request; every layer's K/V base address stays where it
+// was (nothing moved, nothing copied), and each step's logits are the bits of the
+// same request on a pool that never grew.
+TEST(CudaPoolGrowthTest, PoolGrownBetweenDecodeStepsKeepsAddressesAndBits) {
+  SKIP_WITHOUT_GPU();
+  auto m = load_on_gpu(random_checkpoint("tiny", DType::kF32, 22), KVDType::kBF16);
+  ASSERT_NE(m, nullptr);
+  const kv::KVGeometry g = engine::pool_geometry(m->kv_geometry());
+  const int32_t B = g.block_size;
+  auto storage = engine::kv_storage_for(*m);
+  auto grown_or = kv::LayerKVPool::create(g, 4, storage);
+  auto fixed_or = kv::LayerKVPool::create(g, 16, storage);
+  ASSERT_TRUE(grown_or.ok()) << grown_or.status().to_string();
+  ASSERT_TRUE(fixed_or.ok()) << fixed_or.status().to_string();
+  kv::LayerKVPool& grown = **grown_or;
+  kv::LayerKVPool& fixed = **fixed_or;
+  EXPECT_TRUE(grown.grows_in_place());
+  auto bases = [&] {
+    std::vector<const uint8_t*> v;
+    for (int32_t l = 0; l < g.num_layers; ++l) {
+      v.push_back(grown.k_block(l, 0));
+      v.push_back(grown.v_block(l, 0));
+    }
+    return v;
+  };
+  const std::vector<const uint8_t*> before = bases();
+  const auto generation = grown.generation();
+  std::vector<int32_t> table(15);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i) + 1;
+  auto step = [&](kv::LayerKVPool& pool, std::span<const int32_t> tokens,
+                  int32_t ctx) -> std::vector<float> {
+    engine::PoolKVBlockStore store(&pool);
+    ForwardBatch b;
+    const size_t blocks = (static_cast<size_t>(ctx) + tokens.size() + B - 1) / B;
+    ForwardRow& row = b.add_row(tokens, ctx, LogitsRequest::kLast);
+    row.block_tables = {std::span<const int32_t>(table.data(), blocks)};
+    b.kv_store = &store;
+    ForwardOutput out;
+    Status s = m->forward(b, &out);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    if (!s.ok()) return {};
+    auto l = out.last_logits(0);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  // 3 blocks of prompt less 2 tokens: fits the 4-block pool (null + 3).
+  const auto prompt = random_token_ids(static_cast<size_t>(3 * B - 2), 3, m->config().vocab_size);
+  std::vector<float> a = step(grown, prompt, 0), want = step(fixed, prompt, 0);
+  ASSERT_FALSE(want.empty());
+  EXPECT_TRUE(same_bits(a, want)) << "prefill";
+  int32_t ctx = static_cast<int32_t>(prompt.size());
+  int grows = 0;
+  for (int i = 0; i < 40; ++i) {
+    // Blocks (with the null block) that ctx + 1 tokens need.
+    const int32_t need = (ctx + 1 + B - 1) / B + 1;
+    if (need > grown.num_blocks()) {
+      Status s = grown.grow_to(2 * grown.num_blocks());
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      ++grows;
+      EXPECT_EQ(bases(), before) << "growth moved a layer's K/V buffer";
+      EXPECT_EQ(grown.generation(), generation);
+    }
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(want.begin(), want.end()) - want.begin());
+    const std::vector<int32_t> one = {next};
+    a = step(grown, one, ctx);
+    want = step(fixed, one, ctx);
+    ASSERT_FALSE(want.empty());
+    ASSERT_TRUE(same_bits(a, want)) << "decode step " << i << " (context " << ctx << ")";
+    ++ctx;
+  }
+  EXPECT_EQ(grows, 1);
+  EXPECT_EQ(grown.num_blocks(), 8);
+  EXPECT_EQ(bases(), before);
+}
+
+// ---- the KV dtype on the device ----------------------------------------------------
+
+// Restores PAGEDKV_KV_DTYPE as the test found it.
+class KvDtypeEnvGuard {
+ public:
+  KvDtypeEnvGuard() {
+    if (const char* v = std::getenv("PAGEDKV_KV_DTYPE")) saved_ = v;
+  }
+  ~KvDtypeEnvGuard() {
+    if (saved_) {
+      setenv("PAGEDKV_KV_DTYPE", saved_->c_str(), 1);
+    } else {
+      unsetenv("PAGEDKV_KV_DTYPE");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(CudaModelKvDtypeTest, DefaultIsBf16AndAnExplicitChoiceOrTheEnvWins) {
+  SKIP_WITHOUT_GPU();
+  KvDtypeEnvGuard guard;
+  const std::string dir = random_checkpoint("tiny", DType::kF32, 23);
+  auto dtype_of = [&](const LoadOptions& o) -> std::optional<KVDType> {
+    auto m = cuda::load_cuda_model(dir, o);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    if (!m.ok()) return std::nullopt;
+    return (*m)->kv_geometry().dtype;
+  };
+  LoadOptions none, f32, bf16;
+  f32.kv_dtype = KVDType::kF32;
+  bf16.kv_dtype = KVDType::kBF16;
+  unsetenv("PAGEDKV_KV_DTYPE");
+  EXPECT_EQ(dtype_of(none), KVDType::kBF16);  // the device's default
+  EXPECT_EQ(dtype_of(f32), KVDType::kF32);    // explicit f32 is honoured
+  setenv("PAGEDKV_KV_DTYPE", "f32", 1);
+  EXPECT_EQ(dtype_of(none), KVDType::kF32);   // the env picks when the caller did not
+  EXPECT_EQ(dtype_of(bf16), KVDType::kBF16);  // an explicit choice wins over the env
+  setenv("PAGEDKV_KV_DTYPE", "fp8", 1);
+  auto bad = cuda::load_cuda_model(dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().to_string().find("PAGEDKV_KV_DTYPE"), std::string::npos)
+      << bad.status().to_string();
+}
 
 // ---- bad input ----------------------------------------------------------------------
 
