@@ -27,6 +27,13 @@ class KVBuffer {
   virtual uint8_t* data() = 0;
   virtual const uint8_t* data() const = 0;
   virtual size_t size() const = 0;
+  // Copies `n` bytes at `offset` to host memory `dst`, complete when it returns
+  // (the cold tier's capture). Default: memcpy from data() (host buffers); a
+  // device buffer copies from the device. InvalidArgument when out of range.
+  virtual Status read_to_host(size_t offset, void* dst, size_t n) const;
+  // Copies `n` host bytes from `src` to `offset` (the cold tier's restore); a
+  // device buffer's bytes are in place before any later kernel reads them.
+  virtual Status write_from_host(size_t offset, const void* src, size_t n);
 };
 
 class KVStorage {

@@ -87,6 +87,24 @@ const uint8_t* PoolGeneration::v_block(int32_t layer, BlockId block) const {
   return v_[layer]->data() + static_cast<size_t>(block) * geometry_.block_bytes_per_layer();
 }
 
+Status PoolGeneration::read_block(int32_t layer, BlockId block, bool v, uint8_t* dst) const {
+  if (layer < 0 || layer >= geometry_.num_layers || block < 0 || block >= num_blocks())
+    return invalid_argument("KV pool read of layer " + std::to_string(layer) + " block " +
+                            std::to_string(block) + " is out of range");
+  const size_t n = geometry_.block_bytes_per_layer();
+  return (v ? v_ : k_)[static_cast<size_t>(layer)]->read_to_host(static_cast<size_t>(block) * n,
+                                                                 dst, n);
+}
+
+Status PoolGeneration::write_block(int32_t layer, BlockId block, bool v, const uint8_t* src) {
+  if (layer < 0 || layer >= geometry_.num_layers || block < 0 || block >= num_blocks())
+    return invalid_argument("KV pool write of layer " + std::to_string(layer) + " block " +
+                            std::to_string(block) + " is out of range");
+  const size_t n = geometry_.block_bytes_per_layer();
+  return (v ? v_ : k_)[static_cast<size_t>(layer)]->write_from_host(static_cast<size_t>(block) * n,
+                                                                    src, n);
+}
+
 LayerKVPool::LayerKVPool(const KVGeometry& geometry, std::shared_ptr<KVStorage> storage,
                          MemoryCoordinator* coordinator, std::string pool_name)
     : geometry_(geometry),

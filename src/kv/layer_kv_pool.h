@@ -99,6 +99,11 @@ class PoolGeneration {
   uint8_t* v_block(int32_t layer, BlockId block);
   const uint8_t* k_block(int32_t layer, BlockId block) const;
   const uint8_t* v_block(int32_t layer, BlockId block) const;
+  // Block `block`'s K (v=false) or V (v=true) of `layer` copied to / from host
+  // memory (block_bytes_per_layer() bytes) through its buffer, so they work for a
+  // device pool too (the cold tier's capture and restore walks).
+  Status read_block(int32_t layer, BlockId block, bool v, uint8_t* dst) const;
+  Status write_block(int32_t layer, BlockId block, bool v, const uint8_t* src);
   // The whole per-layer buffers (for a backend that binds them once per step).
   KVBuffer& k_buffer(int32_t layer) { return *k_[layer]; }
   KVBuffer& v_buffer(int32_t layer) { return *v_[layer]; }
@@ -143,6 +148,14 @@ class LayerKVPool {
   }
   const uint8_t* v_block(int32_t layer, BlockId block) const {
     return std::as_const(*current_).v_block(layer, block);
+  }
+
+  // PoolGeneration::read_block / write_block on the current generation.
+  Status read_block(int32_t layer, BlockId block, bool v, uint8_t* dst) const {
+    return current_->read_block(layer, block, v, dst);
+  }
+  Status write_block(int32_t layer, BlockId block, bool v, const uint8_t* src) {
+    return current_->write_block(layer, block, v, src);
   }
 
   // A view of the current generation that stays valid across grow_to until dropped.

@@ -13,6 +13,8 @@
 //   - the pool on the device grows in place (VMM): an engine whose pool grows while
 //     it decodes == one whose pool starts at its maximum, and a pool grown between
 //     two decode steps keeps every layer's base address and the same bits;
+//   - the cold tier on a device pool: restored from disk == the cold run, bit for
+//     bit; CPU-written objects are not the GPU's;
 //   - the device's KV dtype default is bf16; an explicit choice or PAGEDKV_KV_DTYPE
 //     wins;
 //   - bad input: an unsupported family is FailedPrecondition, a host-memory pool
@@ -451,6 +453,71 @@ TEST(CudaPoolGrowthTest, PoolGrownBetweenDecodeStepsKeepsAddressesAndBits) {
   EXPECT_EQ(grows, 1);
   EXPECT_EQ(grown.num_blocks(), 8);
   EXPECT_EQ(bases(), before);
+}
+
+// ---- the cold tier on the device ---------------------------------------------------
+
+// A device engine with the cold tier on persists a prompt's blocks (copied out of
+// GPU memory); a fresh engine on the same directory restores them into its device
+// pool before prefill, and its prompt logits, decode logits and tokens are the cold
+// run's bits. A CPU engine on that directory restores nothing (the fingerprint
+// names the device: the GPU's K/V are not the CPU's bits).
+TEST(CudaColdTierTest, RestoredFromDiskEqualsTheColdRun) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = random_checkpoint("tiny", DType::kF32, 31);
+  auto m = load_on_gpu(dir, KVDType::kBF16);
+  ASSERT_NE(m, nullptr);
+  const int32_t V = m->config().vocab_size;
+  const std::string cold_dir = engine::testing_util::temp_dir("cuda_cold");
+  auto engine_with = [&](const std::shared_ptr<Model>& model,
+                         bool persist) -> std::unique_ptr<Engine> {
+    EngineOptions o;
+    o.max_num_batched_tokens = 4096;
+    o.paged_cache_memory_mb = 64;
+    o.persist_paged_cache = persist;
+    o.cold_cache_dir = cold_dir + "/cold";
+    o.metrics_dir = cold_dir + "/metrics";
+    o.model_dir = dir;
+    auto e = Engine::create(model, o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(*e) : nullptr;
+  };
+  const auto prompt = random_token_ids(300, 41, V);
+  auto base = engine_with(m, false);
+  ASSERT_NE(base, nullptr);
+  Outcome cold = run(*base, prompt, 8, /*all=*/true);
+  base.reset();
+  {
+    auto e = engine_with(m, true);
+    ASSERT_NE(e, nullptr);
+    ASSERT_TRUE(e->stats().cold.enabled) << e->stats().cold.open_error;
+    Outcome first = run(*e, prompt, 8, /*all=*/true);
+    EXPECT_EQ(first.cached, 0);
+    EXPECT_TRUE(same_bits(first.prompt_logits, cold.prompt_logits));
+    e->flush_cold_tier();
+    EXPECT_GT(e->stats().cold.enqueued, 0u);
+  }
+  auto e = engine_with(m, true);
+  ASSERT_NE(e, nullptr);
+  Outcome again = run(*e, prompt, 8, /*all=*/true);
+  EXPECT_EQ(again.cached, 288);  // every full block but the last token's
+  EXPECT_EQ(e->stats().cold.hits, 18u);
+  ASSERT_LE(static_cast<size_t>(again.cached) * V, cold.prompt_logits.size());
+  std::vector<float> want(cold.prompt_logits.begin() + again.cached * V, cold.prompt_logits.end());
+  EXPECT_TRUE(same_bits(want, again.prompt_logits));
+  EXPECT_TRUE(same_rows(cold.logits, again.logits));
+  EXPECT_EQ(cold.tokens, again.tokens);
+  e.reset();
+  // The CPU with the same KV dtype and geometry does not take the GPU's objects.
+  LoadOptions lo;
+  lo.kv_dtype = KVDType::kBF16;
+  auto cpu_or = load_model(dir, lo);
+  ASSERT_TRUE(cpu_or.ok()) << cpu_or.status().to_string();
+  auto cpu = engine_with(std::shared_ptr<Model>(std::move(*cpu_or)), true);
+  ASSERT_NE(cpu, nullptr);
+  Outcome on_cpu = run(*cpu, prompt, 1);
+  EXPECT_EQ(on_cpu.cached, 0);
+  EXPECT_EQ(cpu->stats().cold.hits, 0u);
 }
 
 // ---- the KV dtype on the device ----------------------------------------------------

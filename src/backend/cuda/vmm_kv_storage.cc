@@ -139,6 +139,34 @@ Status VmmBuffer::grow(size_t new_bytes) {
   return ok_status();
 }
 
+Status VmmBuffer::read_to_host(size_t offset, void* dst, size_t n) const {
+  if (offset > size_ || n > size_ - offset)
+    return invalid_argument("CUDA KV buffer read of " + std::to_string(n) + " bytes at " +
+                            std::to_string(offset) + " is out of range (" + std::to_string(size_) +
+                            " bytes)");
+  if (n == 0) return ok_status();
+  PKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));  // this thread may be new to CUDA
+  // The legacy stream is not ordered against the backend's non-blocking stream:
+  // let every kernel that may have written these bytes finish first.
+  PKV_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  PKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(dst, reinterpret_cast<const void*>(base_ + offset), n, cudaMemcpyDeviceToHost));
+  return ok_status();
+}
+
+Status VmmBuffer::write_from_host(size_t offset, const void* src, size_t n) {
+  if (offset > size_ || n > size_ - offset)
+    return invalid_argument("CUDA KV buffer write of " + std::to_string(n) + " bytes at " +
+                            std::to_string(offset) + " is out of range (" + std::to_string(size_) +
+                            " bytes)");
+  if (n == 0) return ok_status();
+  PKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  PKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(reinterpret_cast<void*>(base_ + offset), src, n, cudaMemcpyHostToDevice));
+  PKV_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return ok_status();
+}
+
 StatusOr<std::shared_ptr<CudaKVStorage>> CudaKVStorage::create(int device,
                                                                size_t max_bytes_per_buffer,
                                                                size_t chunk_bytes) {

@@ -42,6 +42,13 @@ class VmmBuffer final : public kv::KVBuffer {
   // Grows to `new_bytes` in place (base address unchanged; the new bytes are
   // zero). No-op when not larger; ResourceExhausted past reserved() or on OOM.
   Status grow(size_t new_bytes);
+  // A device synchronize, then a device-to-host cudaMemcpy (synchronous for
+  // pageable memory); any thread. The cold tier reads full, pinned blocks, which
+  // no kernel rewrites.
+  Status read_to_host(size_t offset, void* dst, size_t n) const override;
+  // Host-to-device cudaMemcpy, then a device synchronize: the bytes have landed
+  // before any later kernel on any stream (the backend's are non-blocking) reads them.
+  Status write_from_host(size_t offset, const void* src, size_t n) override;
 
  private:
   friend class CudaKVStorage;
