@@ -29,13 +29,13 @@ echo "== engine_cuda_tests"
 echo "== backend_cuda_tests"
 ./build-dev/tests/backend/backend_cuda_tests 2>&1 | tee "$OUT/backend_tests.log" |
   grep -E "FAILED|Failure|PASSED|qwen3-a" | head -40
-echo "== CLI --device cuda"
+echo "== CLI --device cuda (logits with f32 KV: the device default is bf16)"
 FIX=tests/data/hf-reference/qwen3-a
 MOE=tests/data/hf-reference/qwen3_moe-a
 P=./build-dev/src/cli/pagedkv
-$P logits --device cuda --model $FIX --input-ids $FIX/reference.safetensors --out /tmp/l_gpu.safetensors
+PAGEDKV_KV_DTYPE=f32 $P logits --device cuda --model $FIX --input-ids $FIX/reference.safetensors --out /tmp/l_gpu.safetensors
 $P logits --device cpu --model $FIX --input-ids $FIX/reference.safetensors --out /tmp/l_cpu.safetensors
-$P logits --device cuda --model $MOE --input-ids $MOE/reference.safetensors --out /tmp/m_gpu.safetensors
+PAGEDKV_KV_DTYPE=f32 $P logits --device cuda --model $MOE --input-ids $MOE/reference.safetensors --out /tmp/m_gpu.safetensors
 python3 - "$FIX/reference.safetensors" /tmp/l_gpu.safetensors /tmp/l_cpu.safetensors "$MOE/reference.safetensors" /tmp/m_gpu.safetensors <<'PY' || true
 import json, struct, sys
 import numpy as np

@@ -1,8 +1,10 @@
 // `pagedkv serve`: the HTTP server (src/server, docs/server.md) over one engine
 // — OpenAI chat/completions and completions, Responses and Anthropic messages,
 // streaming and not, with tenants (--api-keys), metrics and the dashboard.
-// This file only parses flags, loads keys and the secret, opens the engine,
-// prints the ready line and turns SIGTERM/SIGINT into a drain.
+// This file only parses flags, loads keys and the secret, loads the model on
+// --device (cpu, or the GPU's device-resident forward: src/cli/device_option.h),
+// opens the engine over it, prints the ready line and turns SIGTERM/SIGINT into a
+// drain.
 #include <pthread.h>
 #include <signal.h>
 
@@ -13,6 +15,7 @@
 #include "cli/args.h"
 #include "cli/checkpoint_text.h"
 #include "cli/command_registry.h"
+#include "cli/device_option.h"
 #include "cli/engine_flags.h"
 #include "kv/cold/cold_tier.h"
 #include "server/engine_session.h"
@@ -43,8 +46,11 @@ int serve_main(int argc, char** argv) {
   ArgParser p("serve",
               "Serve a model over HTTP: OpenAI (/v1/chat/completions, /v1/completions), "
               "Responses (/v1/responses) and Anthropic (/v1/messages) APIs, streaming and not; "
-              "GET / is a live dashboard, /metrics Prometheus text. See docs/server.md.");
+              "GET / is a live dashboard, /metrics Prometheus text. The model runs on --device "
+              "(cpu, or cuda / cuda:N for qwen3 and qwen3_moe on an NVIDIA GPU, KV in device "
+              "memory). See docs/server.md.");
   add_default_model_option(p);
+  add_device_option(p);
   p.add_option("served-model-name", "NAME",
                "the model id clients send (default: the model directory's name)");
   p.add_option("host", "ADDR", "bind address (without --api-keys only loopback, unless --insecure)",
@@ -106,7 +112,7 @@ int serve_main(int argc, char** argv) {
 
   auto flags = read_engine_flags(p);
   if (!flags.ok()) return report_error("serve", flags.status());
-  const server::EngineSessionOptions& eo = *flags;
+  server::EngineSessionOptions eo = *flags;
 
   FileSystem& fs = FileSystem::posix();
   if (auto keys = p.get_optional("api-keys")) {
@@ -135,7 +141,11 @@ int serve_main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::cerr << "pagedkv serve: loading " << *dir << "\n";
+  const std::string device = requested_device(p);
+  std::cerr << "pagedkv serve: loading " << *dir << " on " << device << "\n";
+  auto model = load_model_on(*dir, device);
+  if (!model.ok()) return report_error("serve", model.status());
+  eo.model = std::shared_ptr<model::Model>(std::move(*model));
   auto engine = server::EngineSession::open(*dir, eo);
   if (!engine.ok()) return report_error("serve", engine.status());
   server::HttpServer http(**engine, opt);
@@ -153,7 +163,7 @@ int serve_main(int argc, char** argv) {
   const std::string host =
       opt.host.find(':') != std::string::npos ? "[" + opt.host + "]" : opt.host;
   std::cerr << "pagedkv serve: model " << opt.served_model_name << " (" << (*engine)->model_type()
-            << "), "
+            << ", on " << device << "), "
             << (opt.api_keys ? std::to_string(opt.api_keys->size()) + " API key(s)"
                              : std::string("single tenant, no keys"))
             << ", admission width " << (*engine)->admission_width() << "\n";

@@ -1,5 +1,5 @@
 // `--device cpu|cuda|cuda:N` (env PAGEDKV_DEVICE) for the model-running commands
-// (logits, generate, bench): which backend the model's forward runs on. cuda
+// (logits, generate, bench, serve): which backend the model's forward runs on. cuda
 // loads the device-resident forward (src/model/cuda, qwen3 and qwen3_moe today); a build
 // without the CUDA backend, or a machine without a GPU, gets a Status saying so.
 #pragma once

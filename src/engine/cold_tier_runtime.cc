@@ -122,6 +122,11 @@ StatusOr<std::unique_ptr<ColdTierRuntime>> ColdTierRuntime::open_if_enabled(
   cold::ColdModelIdentity id;
   id.model_type = type;
   id.weight_identity = wid;  // covers config.json (RoPE, window, ...) and the weights
+  // A device pool's K/V are the device's bits ("cuda:0" -> "cuda"; any ordinal).
+  if (auto st = kv_storage_for(model); !st->host_accessible()) {
+    const std::string name(st->name());
+    id.device = name.substr(0, name.find(':'));
+  }
   s->walk_ = std::make_unique<cold::ColdTierWalk>(s->store_.get(), cold::fingerprint_for(id, pool));
   auto trace = cold::ColdTraceWriter::open(options.metrics_dir);
   if (trace.ok()) {

@@ -598,14 +598,10 @@ Status Engine::Impl::init() {
   const std::string model_dir = options_.model_dir.value_or(mc.source_path);
   // Persistence is declined (with the reason in EngineStats::cold when asked for)
   // for a model with more cache groups — the cold tier stores one full-attention
-  // group's blocks and no recurrent state — and for a pool in device memory (the
-  // cold tier copies block bytes on the host; docs/backend.md).
+  // group's blocks and no recurrent state. A pool in device memory persists too:
+  // the walks copy blocks through KVBuffer::read_to_host / write_from_host.
   std::string decline;
-  if (!kv_storage_for(*model_)->host_accessible()) {
-    decline = "the KV pool lives in device memory (" +
-              std::string(kv_storage_for(*model_)->name()) +
-              "); the cold tier reads host memory only, so persistence is declined on this device";
-  } else if (mg.groups.size() != 1 || hybrid_) {
+  if (mg.groups.size() != 1 || hybrid_) {
     decline = "model '" + mc.model_type + "' keeps " + std::to_string(mg.groups.size()) +
               " cache groups" + (hybrid_ ? " (recurrent state)" : "") +
               "; the cold tier persists a single full-attention group only, so persistence is "

@@ -28,6 +28,29 @@ constexpr size_t kAlign = 64;
 
 }  // namespace
 
+Status KVBuffer::read_to_host(size_t offset, void* dst, size_t n) const {
+  if (offset > size() || n > size() - offset)
+    return invalid_argument("KV buffer read of " + std::to_string(n) + " bytes at " +
+                            std::to_string(offset) + " is out of range (" + std::to_string(size()) +
+                            " bytes)");
+  if (n > 0) std::memcpy(dst, data() + offset, n);
+  return ok_status();
+}
+
+Status KVBuffer::write_from_host(size_t offset, const void* src, size_t n) {
+  if (offset > size() || n > size() - offset)
+    return invalid_argument("KV buffer write of " + std::to_string(n) + " bytes at " +
+                            std::to_string(offset) + " is out of range (" + std::to_string(size()) +
+                            " bytes)");
+  if (n > 0) std::memcpy(data() + offset, src, n);
+  return ok_status();
+}
+
+Status KVStorage::grow_in_place(KVBuffer& buffer, size_t new_bytes) {
+  if (new_bytes <= buffer.size()) return ok_status();
+  return failed_precondition(std::string(name()) + " KV storage cannot grow a buffer in place");
+}
+
 StatusOr<std::unique_ptr<KVBuffer>> HostKVStorage::allocate(size_t bytes) {
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);

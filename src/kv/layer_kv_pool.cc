@@ -87,6 +87,24 @@ const uint8_t* PoolGeneration::v_block(int32_t layer, BlockId block) const {
   return v_[layer]->data() + static_cast<size_t>(block) * geometry_.block_bytes_per_layer();
 }
 
+Status PoolGeneration::read_block(int32_t layer, BlockId block, bool v, uint8_t* dst) const {
+  if (layer < 0 || layer >= geometry_.num_layers || block < 0 || block >= num_blocks())
+    return invalid_argument("KV pool read of layer " + std::to_string(layer) + " block " +
+                            std::to_string(block) + " is out of range");
+  const size_t n = geometry_.block_bytes_per_layer();
+  return (v ? v_ : k_)[static_cast<size_t>(layer)]->read_to_host(static_cast<size_t>(block) * n,
+                                                                 dst, n);
+}
+
+Status PoolGeneration::write_block(int32_t layer, BlockId block, bool v, const uint8_t* src) {
+  if (layer < 0 || layer >= geometry_.num_layers || block < 0 || block >= num_blocks())
+    return invalid_argument("KV pool write of layer " + std::to_string(layer) + " block " +
+                            std::to_string(block) + " is out of range");
+  const size_t n = geometry_.block_bytes_per_layer();
+  return (v ? v_ : k_)[static_cast<size_t>(layer)]->write_from_host(static_cast<size_t>(block) * n,
+                                                                    src, n);
+}
+
 LayerKVPool::LayerKVPool(const KVGeometry& geometry, std::shared_ptr<KVStorage> storage,
                          MemoryCoordinator* coordinator, std::string pool_name)
     : geometry_(geometry),
@@ -148,17 +166,49 @@ Status LayerKVPool::grow_to(int32_t new_num_blocks) {
                               " bytes) would exceed the memory cap of " +
                               std::to_string(coordinator_->cap_bytes()) + " bytes");
   }
+  const bool in_place = storage_->can_grow_in_place();
+  PKV_RETURN_IF_ERROR(in_place ? grow_in_place(new_num_blocks) : grow_by_swap(new_num_blocks));
+  PKV_LOG(kInfo) << "paged KV pool grew " << old_blocks << " -> " << new_num_blocks << " blocks ("
+                 << new_total / (1024 * 1024) << " MiB, "
+                 << (in_place ? "in place on " + std::string(storage_->name())
+                              : "generation " + std::to_string(current_->id()))
+                 << ")";
+  return ok_status();
+}
+
+Status LayerKVPool::grow_in_place(int32_t new_num_blocks) {
+  const size_t bytes = geometry_.block_bytes_per_layer() * static_cast<size_t>(new_num_blocks);
+  for (int32_t l = 0; l < geometry_.num_layers; ++l) {
+    for (KVBuffer* b : {&current_->k_buffer(l), &current_->v_buffer(l)}) {
+      const uint8_t* before = b->data();
+      PKV_RETURN_IF_ERROR(storage_->grow_in_place(*b, bytes));
+      if (b->data() != before || b->size() < bytes) {
+        return internal_error(std::string(storage_->name()) +
+                              " KV storage: grow_in_place moved or under-sized layer " +
+                              std::to_string(l) + "'s buffer");
+      }
+    }
+  }
+  if (coordinator_ != nullptr) {
+    PKV_RETURN_IF_ERROR(coordinator_->update_pool(
+        pool_name_, geometry_.bytes_per_block() * static_cast<uint64_t>(new_num_blocks)));
+  }
+  current_->num_blocks_.store(new_num_blocks, std::memory_order_release);
+  return ok_status();
+}
+
+Status LayerKVPool::grow_by_swap(int32_t new_num_blocks) {
   PKV_ASSIGN_OR_RETURN(auto next, allocate_generation(new_num_blocks, current_->id() + 1));
-  const size_t old_bytes = geometry_.block_bytes_per_layer() * static_cast<size_t>(old_blocks);
+  const size_t old_bytes = geometry_.block_bytes_per_layer() * static_cast<size_t>(num_blocks());
   for (int32_t l = 0; l < geometry_.num_layers; ++l) {
     PKV_RETURN_IF_ERROR(storage_->copy(next->k_buffer(l), 0, current_->k_buffer(l), 0, old_bytes));
     PKV_RETURN_IF_ERROR(storage_->copy(next->v_buffer(l), 0, current_->v_buffer(l), 0, old_bytes));
   }
-  if (coordinator_ != nullptr)
-    PKV_RETURN_IF_ERROR(coordinator_->update_pool(pool_name_, new_total));
+  if (coordinator_ != nullptr) {
+    PKV_RETURN_IF_ERROR(coordinator_->update_pool(
+        pool_name_, geometry_.bytes_per_block() * static_cast<uint64_t>(new_num_blocks)));
+  }
   current_ = std::move(next);  // the old generation lives on in any view still held
-  PKV_LOG(kInfo) << "paged KV pool grew " << old_blocks << " -> " << new_num_blocks << " blocks ("
-                 << new_total / (1024 * 1024) << " MiB, generation " << current_->id() << ")";
   return ok_status();
 }
 

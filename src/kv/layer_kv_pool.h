@@ -17,17 +17,28 @@
 //    ([tokens][heads][head_dim]), so the paged and flat paths differ only in how a
 //    row's address is computed (DESIGN.md: caching never changes an answer).
 //
-// Growth (grow_to) swaps generations: a new PoolGeneration with more blocks is
-// allocated, the old one's bytes are copied into its first blocks (block ids keep
-// their bytes), and it becomes current. A holder of the old generation's
-// shared_ptr (a view a kernel or the cold-tier writer took) keeps reading valid
-// memory until it drops it; writes into an old generation after a grow are not
-// seen by the new one, so take a fresh view per step. Peak memory during a grow is
-// briefly old + new. A MemoryCoordinator, when attached, is re-debited with the
-// grown total before the new generation is allocated (and refuses a grow that
-// would break the global cap).
+// Growth (grow_to) has two ways, chosen by the storage:
+//  - in place, when KVStorage::can_grow_in_place() (CudaKVStorage: each buffer is
+//    a reserved virtual address range and growth maps more memory at its end):
+//    every per-layer buffer grows where it is, so block ids AND their addresses
+//    stay valid, nothing is copied, and the current generation simply counts more
+//    blocks (its id does not change). A view taken before the grow stays valid and
+//    sees the new blocks too. If a buffer refuses part way, the pool keeps its old
+//    block count (the buffers that grew keep their extra memory until the pool is
+//    destroyed; a later grow reuses it).
+//  - by generation swap otherwise (host memory): a new PoolGeneration with more
+//    blocks is allocated, the old one's bytes are copied into its first blocks
+//    (block ids keep their bytes), and it becomes current. A holder of the old
+//    generation's shared_ptr (a view a kernel or the cold-tier writer took) keeps
+//    reading valid memory until it drops it; writes into an old generation after a
+//    grow are not seen by the new one, so take a fresh view per step. Peak memory
+//    during a grow is briefly old + new.
+// A MemoryCoordinator, when attached, is checked against the grown total before
+// any memory is taken (a grow that would break the global cap is refused) and
+// re-debited with it once the grow succeeded.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -69,16 +80,17 @@ struct KVGeometry {
   std::string to_string() const;
 };
 
-// One generation of the pool's buffers: fixed num_blocks. Shared by the pool and
-// any holder of a view; its memory lives until the last holder drops it.
+// One generation of the pool's buffers. Shared by the pool and any holder of a
+// view; its memory lives until the last holder drops it. Its block count is fixed
+// except through an in-place grow (which only raises it; read from any thread).
 class PoolGeneration {
  public:
   PoolGeneration(const KVGeometry& geometry, int32_t num_blocks, uint64_t id,
                  std::vector<std::unique_ptr<KVBuffer>> k,
                  std::vector<std::unique_ptr<KVBuffer>> v);
 
-  int32_t num_blocks() const { return num_blocks_; }
-  uint64_t id() const { return id_; }  // 0 for the first generation, +1 per grow
+  int32_t num_blocks() const { return num_blocks_.load(std::memory_order_acquire); }
+  uint64_t id() const { return id_; }  // 0 for the first generation, +1 per swap
   const KVGeometry& geometry() const { return geometry_; }
 
   // Start of block `block`'s K (V) in `layer`: block_bytes_per_layer() bytes,
@@ -87,6 +99,11 @@ class PoolGeneration {
   uint8_t* v_block(int32_t layer, BlockId block);
   const uint8_t* k_block(int32_t layer, BlockId block) const;
   const uint8_t* v_block(int32_t layer, BlockId block) const;
+  // Block `block`'s K (v=false) or V (v=true) of `layer` copied to / from host
+  // memory (block_bytes_per_layer() bytes) through its buffer, so they work for a
+  // device pool too (the cold tier's capture and restore walks).
+  Status read_block(int32_t layer, BlockId block, bool v, uint8_t* dst) const;
+  Status write_block(int32_t layer, BlockId block, bool v, const uint8_t* src);
   // The whole per-layer buffers (for a backend that binds them once per step).
   KVBuffer& k_buffer(int32_t layer) { return *k_[layer]; }
   KVBuffer& v_buffer(int32_t layer) { return *v_[layer]; }
@@ -94,8 +111,9 @@ class PoolGeneration {
   const KVBuffer& v_buffer(int32_t layer) const { return *v_[layer]; }
 
  private:
+  friend class LayerKVPool;  // raises num_blocks_ after an in-place grow
   KVGeometry geometry_;
-  int32_t num_blocks_;
+  std::atomic<int32_t> num_blocks_;
   uint64_t id_;
   std::vector<std::unique_ptr<KVBuffer>> k_;
   std::vector<std::unique_ptr<KVBuffer>> v_;
@@ -121,7 +139,8 @@ class LayerKVPool {
   size_t total_bytes() const { return geometry_.bytes_per_block() * num_blocks(); }
   KVStorage& storage() { return *storage_; }
 
-  // Addresses in the CURRENT generation (invalidated by grow_to; take them per step).
+  // Addresses in the CURRENT generation (invalidated by a grow_to that swaps
+  // generations, kept by one in place; take them per step).
   uint8_t* k_block(int32_t layer, BlockId block) { return current_->k_block(layer, block); }
   uint8_t* v_block(int32_t layer, BlockId block) { return current_->v_block(layer, block); }
   const uint8_t* k_block(int32_t layer, BlockId block) const {
@@ -131,18 +150,30 @@ class LayerKVPool {
     return std::as_const(*current_).v_block(layer, block);
   }
 
+  // PoolGeneration::read_block / write_block on the current generation.
+  Status read_block(int32_t layer, BlockId block, bool v, uint8_t* dst) const {
+    return current_->read_block(layer, block, v, dst);
+  }
+  Status write_block(int32_t layer, BlockId block, bool v, const uint8_t* src) {
+    return current_->write_block(layer, block, v, src);
+  }
+
   // A view of the current generation that stays valid across grow_to until dropped.
   std::shared_ptr<PoolGeneration> generation() const { return current_; }
 
-  // Grows to `new_num_blocks` by generation swap (see the file comment). No-op when
-  // not larger. ResourceExhausted (pool unchanged) when the coordinator's cap or
-  // the storage refuses.
+  // Grows to `new_num_blocks`, in place when the storage can, else by generation
+  // swap (see the file comment). No-op when not larger. ResourceExhausted (pool
+  // unchanged) when the coordinator's cap or the storage refuses.
   Status grow_to(int32_t new_num_blocks);
+  // True when grow_to keeps every block's address (the storage grows in place).
+  bool grows_in_place() const { return storage_->can_grow_in_place(); }
 
  private:
   LayerKVPool(const KVGeometry& geometry, std::shared_ptr<KVStorage> storage,
               MemoryCoordinator* coordinator, std::string pool_name);
   StatusOr<std::shared_ptr<PoolGeneration>> allocate_generation(int32_t num_blocks, uint64_t id);
+  Status grow_in_place(int32_t new_num_blocks);
+  Status grow_by_swap(int32_t new_num_blocks);
 
   KVGeometry geometry_;
   std::shared_ptr<KVStorage> storage_;

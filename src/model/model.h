@@ -178,7 +178,10 @@ class Model {
 };
 
 struct LoadOptions {
-  KVDType kv_dtype = KVDType::kF32;
+  // The KV element type. nullopt: env PAGEDKV_KV_DTYPE, else the device's default
+  // (f32 for load_model on the CPU, bf16 for model::cuda::load_cuda_model). A value
+  // set here is the caller's explicit choice and wins over the env var.
+  std::optional<KVDType> kv_dtype;
   // Paged block size (= the attention tile of both paths). 0: env
   // PAGEDKV_PAGED_BLOCK_SIZE > config.json paged_block_size > 16.
   int32_t block_size = 0;
@@ -191,5 +194,10 @@ struct LoadOptions {
 // shaped wrong for the config) is InvalidArgument naming the field/tensor and file.
 StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir,
                                             const LoadOptions& options = {});
+
+// The KV element type a load with `options` uses: options.kv_dtype when set, else
+// env PAGEDKV_KV_DTYPE (InvalidArgument naming it for an unknown name), else
+// `device_default`.
+StatusOr<KVDType> resolve_kv_dtype(const LoadOptions& options, KVDType device_default);
 
 }  // namespace pagedkv::model

@@ -38,6 +38,16 @@ std::vector<std::string> supported_model_types() {
   return out;
 }
 
+StatusOr<KVDType> resolve_kv_dtype(const LoadOptions& options, KVDType device_default) {
+  if (options.kv_dtype) return *options.kv_dtype;
+  if (auto e = env_string("PAGEDKV_KV_DTYPE"); e && !e->empty()) {
+    auto d = kv::parse_kv_dtype(*e);
+    if (!d.ok()) return invalid_argument("PAGEDKV_KV_DTYPE: " + d.status().message());
+    return *d;
+  }
+  return device_default;
+}
+
 StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOptions& options) {
   PKV_ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::open(dir));
   PKV_ASSIGN_OR_RETURN(std::string type, ckpt->config().get_string("model_type"));
@@ -50,22 +60,16 @@ StatusOr<std::unique_ptr<Model>> load_model(const std::string& dir, const LoadOp
   }
   LoadOptions opts = options;
   // PAGEDKV_KV_DTYPE (f32 | bf16 | f16) picks the KV element type when the caller
-  // left the default f32; bf16/f16 halve the KV bytes (docs/knobs.md).
-  if (opts.kv_dtype == KVDType::kF32) {
-    if (auto e = env_string("PAGEDKV_KV_DTYPE"); e && !e->empty()) {
-      auto d = kv::parse_kv_dtype(*e);
-      if (!d.ok()) return invalid_argument("PAGEDKV_KV_DTYPE: " + d.status().message());
-      opts.kv_dtype = *d;
-    }
-  }
+  // chose none; bf16/f16 halve the KV bytes (docs/knobs.md). The CPU's default is f32.
+  PKV_ASSIGN_OR_RETURN(opts.kv_dtype, resolve_kv_dtype(options, KVDType::kF32));
   if (opts.block_size < 0 || opts.block_size > 256)
     return invalid_argument("block_size must be in [0, 256] (0 = config/env/16), got " +
                             std::to_string(opts.block_size));
   backend::Backend& be = opts.backend != nullptr ? *opts.backend : backend::cpu_backend();
   // AttentionArgs::kv_dtype is honoured by the CPU backend; another backend gets
   // half-precision KV only once it says so here.
-  if (opts.kv_dtype != KVDType::kF32 && be.name() != "cpu")
-    return invalid_argument("KV dtype " + std::string(kv::kv_dtype_name(opts.kv_dtype)) +
+  if (*opts.kv_dtype != KVDType::kF32 && be.name() != "cpu")
+    return invalid_argument("KV dtype " + std::string(kv::kv_dtype_name(*opts.kv_dtype)) +
                             " is not supported by the " + be.name() + " backend (use f32)");
   return f(std::move(ckpt), opts, be);
 }

@@ -71,7 +71,12 @@ StatusOr<std::unique_ptr<EngineSession>> EngineSession::open(const std::string& 
   eo.cold_cache_dir = o.cold_cache_dir;
   auto f = s->formatter_;
   eo.formatter = [f](std::string_view messages_json) { return f->format(messages_json); };
-  PKV_ASSIGN_OR_RETURN(s->engine_, engine::Engine::open(model_dir, eo));
+  if (o.model != nullptr) {
+    eo.model_dir = model_dir;  // what Engine::open sets: the cold tier's fingerprint
+    PKV_ASSIGN_OR_RETURN(s->engine_, engine::Engine::create(o.model, eo));
+  } else {
+    PKV_ASSIGN_OR_RETURN(s->engine_, engine::Engine::open(model_dir, eo));
+  }
   s->engine_->start();
   return s;
 }

@@ -40,6 +40,9 @@ struct EngineSessionOptions {
   // the engine's own defaults (env PAGEDKV_PERSIST_PAGED_CACHE, config.json).
   std::optional<bool> persist_paged_cache;
   std::optional<std::string> cold_cache_dir;
+  // A model already loaded from the same directory (`pagedkv serve --device cuda`
+  // loads it on the GPU); null: the engine loads it on the CPU (Engine::open).
+  std::shared_ptr<model::Model> model;
 };
 
 // What the server asks the engine to run.

@@ -1,7 +1,8 @@
 // Tests of CudaKVStorage (src/backend/cuda/vmm_kv_storage.h): VMM buffers keep
 // their base address when they grow in place, keep old bytes, zero new bytes,
 // refuse to grow past the reservation, and serve as the paged pool's storage
-// (LayerKVPool create + grow_to by generation swap). SKIPs without a GPU.
+// (LayerKVPool create + grow_to in place through grow_in_place, addresses kept).
+// SKIPs without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,12 +78,32 @@ TEST_F(CudaKVStorageTest, BacksTheLayerKVPoolAcrossGrowth) {
   for (size_t i = 0; i < bb; ++i) blk[i] = static_cast<uint8_t>(i ^ 0x5a);
   ASSERT_EQ(cudaMemcpy((*pool)->k_block(1, 5), blk.data(), bb, cudaMemcpyHostToDevice),
             cudaSuccess);
+  EXPECT_TRUE((*pool)->grows_in_place());
+  const uint8_t* k0 = (*pool)->k_block(1, 0);
+  const auto gen = (*pool)->generation();
   ASSERT_TRUE((*pool)->grow_to(100).ok());
   EXPECT_EQ((*pool)->num_blocks(), 100);
+  // In place: the same buffers (VmmBuffer::grow), not a copied generation.
+  EXPECT_EQ((*pool)->k_block(1, 0), k0);
+  EXPECT_EQ((*pool)->generation(), gen);
+  EXPECT_EQ(gen->num_blocks(), 100);
   std::vector<uint8_t> back(bb);
   ASSERT_EQ(cudaMemcpy(back.data(), (*pool)->k_block(1, 5), bb, cudaMemcpyDeviceToHost),
             cudaSuccess);
   EXPECT_EQ(back, blk) << "block 5 keeps its bytes across growth";
+}
+
+TEST_F(CudaKVStorageTest, GrowInPlaceRefusesAForeignBuffer) {
+  auto storage = *CudaKVStorage::create(0, 1 << 20);
+  EXPECT_TRUE(storage->can_grow_in_place());
+  auto host = kv::host_kv_storage()->allocate(64);
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(storage->grow_in_place(**host, 128).code(), StatusCode::kInvalidArgument);
+  auto b = *storage->allocate(4096);
+  const uint8_t* base = b->data();
+  ASSERT_TRUE(storage->grow_in_place(*b, 8192).ok());
+  EXPECT_EQ(b->data(), base);
+  EXPECT_EQ(b->size(), 8192u);
 }
 
 TEST(CudaKVStorageNoGpu, CreateFailsCleanlyForAMissingDevice) {

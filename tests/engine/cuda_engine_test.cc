@@ -14,6 +14,13 @@
 //     across bucket boundaries; fused q/k/v and gate/up GEMMs (PAGEDKV_CUDA_FUSED)
 //     == separate GEMMs; greedy tokens picked on the device == the host sampler's
 //     over long generations and beside seeded rows (PAGEDKV_CUDA_DEVICE_SAMPLING);
+//   - the pool on the device grows in place (VMM): an engine whose pool grows while
+//     it decodes == one whose pool starts at its maximum, and a pool grown between
+//     two decode steps keeps every layer's base address and the same bits;
+//   - the cold tier on a device pool: restored from disk == the cold run, bit for
+//     bit; CPU-written objects are not the GPU's;
+//   - the device's KV dtype default is bf16; an explicit choice or PAGEDKV_KV_DTYPE
+//     wins;
 //   - bad input: an unsupported family is FailedPrecondition, a host-memory pool
 //     is InvalidArgument, not a crash.
 #include <gtest/gtest.h>
@@ -22,6 +29,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -469,6 +478,225 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ExactCase{"tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32},
                       ExactCase{"small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16}),
     [](const auto& info) { return info.param.name; });
+// ---- the pool on the device -------------------------------------------------------
+
+// The device pool grows in place (CudaKVStorage's VMM buffers): an engine whose
+// pool starts at 4 blocks grows while the request decodes and gives the same bits
+// as an engine whose pool starts at its maximum.
+TEST(CudaPoolGrowthTest, EngineGrowingItsPoolMidGenerationGivesTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  auto m = load_on_gpu(random_checkpoint("tiny", DType::kF32, 21), KVDType::kBF16);
+  ASSERT_NE(m, nullptr);
+  const auto prompt = random_token_ids(40, 13, m->config().vocab_size);
+  auto engine_with = [&](int32_t initial_blocks) -> std::unique_ptr<Engine> {
+    EngineOptions o;
+    o.max_num_batched_tokens = 4096;
+    o.pool_max_blocks = 64;
+    o.pool_initial_blocks = initial_blocks;
+    auto e = Engine::create(m, o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(*e) : nullptr;
+  };
+  auto full = engine_with(64);
+  auto small = engine_with(4);
+  ASSERT_NE(full, nullptr);
+  ASSERT_NE(small, nullptr);
+  Outcome want = run(*full, prompt, 60);
+  Outcome got = run(*small, prompt, 60);
+  EXPECT_EQ(full->stats().pool.grow_events, 0u);
+  EXPECT_GT(small->stats().pool.grow_events, 0u);
+  EXPECT_GT(small->stats().pool.num_blocks, 4);
+  ASSERT_EQ(got.tokens.size(), 60u);
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_TRUE(same_rows(got.logits, want.logits));
+}
+
+// Below the engine: a pool of 4 blocks on the model's device storage grows between
+// two decode steps of a request; every layer's K/V base address stays where it
+// was (nothing moved, nothing copied), and each step's logits are the bits of the
+// same request on a pool that never grew.
+TEST(CudaPoolGrowthTest, PoolGrownBetweenDecodeStepsKeepsAddressesAndBits) {
+  SKIP_WITHOUT_GPU();
+  auto m = load_on_gpu(random_checkpoint("tiny", DType::kF32, 22), KVDType::kBF16);
+  ASSERT_NE(m, nullptr);
+  const kv::KVGeometry g = engine::pool_geometry(m->kv_geometry());
+  const int32_t B = g.block_size;
+  auto storage = engine::kv_storage_for(*m);
+  auto grown_or = kv::LayerKVPool::create(g, 4, storage);
+  auto fixed_or = kv::LayerKVPool::create(g, 16, storage);
+  ASSERT_TRUE(grown_or.ok()) << grown_or.status().to_string();
+  ASSERT_TRUE(fixed_or.ok()) << fixed_or.status().to_string();
+  kv::LayerKVPool& grown = **grown_or;
+  kv::LayerKVPool& fixed = **fixed_or;
+  EXPECT_TRUE(grown.grows_in_place());
+  auto bases = [&] {
+    std::vector<const uint8_t*> v;
+    for (int32_t l = 0; l < g.num_layers; ++l) {
+      v.push_back(grown.k_block(l, 0));
+      v.push_back(grown.v_block(l, 0));
+    }
+    return v;
+  };
+  const std::vector<const uint8_t*> before = bases();
+  const auto generation = grown.generation();
+  std::vector<int32_t> table(15);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i) + 1;
+  auto step = [&](kv::LayerKVPool& pool, std::span<const int32_t> tokens,
+                  int32_t ctx) -> std::vector<float> {
+    engine::PoolKVBlockStore store(&pool);
+    ForwardBatch b;
+    const size_t blocks = (static_cast<size_t>(ctx) + tokens.size() + B - 1) / B;
+    ForwardRow& row = b.add_row(tokens, ctx, LogitsRequest::kLast);
+    row.block_tables = {std::span<const int32_t>(table.data(), blocks)};
+    b.kv_store = &store;
+    ForwardOutput out;
+    Status s = m->forward(b, &out);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    if (!s.ok()) return {};
+    auto l = out.last_logits(0);
+    return std::vector<float>(l.begin(), l.end());
+  };
+  // 3 blocks of prompt less 2 tokens: fits the 4-block pool (null + 3).
+  const auto prompt = random_token_ids(static_cast<size_t>(3 * B - 2), 3, m->config().vocab_size);
+  std::vector<float> a = step(grown, prompt, 0), want = step(fixed, prompt, 0);
+  ASSERT_FALSE(want.empty());
+  EXPECT_TRUE(same_bits(a, want)) << "prefill";
+  int32_t ctx = static_cast<int32_t>(prompt.size());
+  int grows = 0;
+  for (int i = 0; i < 40; ++i) {
+    // Blocks (with the null block) that ctx + 1 tokens need.
+    const int32_t need = (ctx + 1 + B - 1) / B + 1;
+    if (need > grown.num_blocks()) {
+      Status s = grown.grow_to(2 * grown.num_blocks());
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      ++grows;
+      EXPECT_EQ(bases(), before) << "growth moved a layer's K/V buffer";
+      EXPECT_EQ(grown.generation(), generation);
+    }
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(want.begin(), want.end()) - want.begin());
+    const std::vector<int32_t> one = {next};
+    a = step(grown, one, ctx);
+    want = step(fixed, one, ctx);
+    ASSERT_FALSE(want.empty());
+    ASSERT_TRUE(same_bits(a, want)) << "decode step " << i << " (context " << ctx << ")";
+    ++ctx;
+  }
+  EXPECT_EQ(grows, 1);
+  EXPECT_EQ(grown.num_blocks(), 8);
+  EXPECT_EQ(bases(), before);
+}
+
+// ---- the cold tier on the device ---------------------------------------------------
+
+// A device engine with the cold tier on persists a prompt's blocks (copied out of
+// GPU memory); a fresh engine on the same directory restores them into its device
+// pool before prefill, and its prompt logits, decode logits and tokens are the cold
+// run's bits. A CPU engine on that directory restores nothing (the fingerprint
+// names the device: the GPU's K/V are not the CPU's bits).
+TEST(CudaColdTierTest, RestoredFromDiskEqualsTheColdRun) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = random_checkpoint("tiny", DType::kF32, 31);
+  auto m = load_on_gpu(dir, KVDType::kBF16);
+  ASSERT_NE(m, nullptr);
+  const int32_t V = m->config().vocab_size;
+  const std::string cold_dir = engine::testing_util::temp_dir("cuda_cold");
+  auto engine_with = [&](const std::shared_ptr<Model>& model,
+                         bool persist) -> std::unique_ptr<Engine> {
+    EngineOptions o;
+    o.max_num_batched_tokens = 4096;
+    o.paged_cache_memory_mb = 64;
+    o.persist_paged_cache = persist;
+    o.cold_cache_dir = cold_dir + "/cold";
+    o.metrics_dir = cold_dir + "/metrics";
+    o.model_dir = dir;
+    auto e = Engine::create(model, o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(*e) : nullptr;
+  };
+  const auto prompt = random_token_ids(300, 41, V);
+  auto base = engine_with(m, false);
+  ASSERT_NE(base, nullptr);
+  Outcome cold = run(*base, prompt, 8, /*all=*/true);
+  base.reset();
+  {
+    auto e = engine_with(m, true);
+    ASSERT_NE(e, nullptr);
+    ASSERT_TRUE(e->stats().cold.enabled) << e->stats().cold.open_error;
+    Outcome first = run(*e, prompt, 8, /*all=*/true);
+    EXPECT_EQ(first.cached, 0);
+    EXPECT_TRUE(same_bits(first.prompt_logits, cold.prompt_logits));
+    e->flush_cold_tier();
+    EXPECT_GT(e->stats().cold.enqueued, 0u);
+  }
+  auto e = engine_with(m, true);
+  ASSERT_NE(e, nullptr);
+  Outcome again = run(*e, prompt, 8, /*all=*/true);
+  EXPECT_EQ(again.cached, 288);  // every full block but the last token's
+  EXPECT_EQ(e->stats().cold.hits, 18u);
+  ASSERT_LE(static_cast<size_t>(again.cached) * V, cold.prompt_logits.size());
+  std::vector<float> want(cold.prompt_logits.begin() + again.cached * V, cold.prompt_logits.end());
+  EXPECT_TRUE(same_bits(want, again.prompt_logits));
+  EXPECT_TRUE(same_rows(cold.logits, again.logits));
+  EXPECT_EQ(cold.tokens, again.tokens);
+  e.reset();
+  // The CPU with the same KV dtype and geometry does not take the GPU's objects.
+  LoadOptions lo;
+  lo.kv_dtype = KVDType::kBF16;
+  auto cpu_or = load_model(dir, lo);
+  ASSERT_TRUE(cpu_or.ok()) << cpu_or.status().to_string();
+  auto cpu = engine_with(std::shared_ptr<Model>(std::move(*cpu_or)), true);
+  ASSERT_NE(cpu, nullptr);
+  Outcome on_cpu = run(*cpu, prompt, 1);
+  EXPECT_EQ(on_cpu.cached, 0);
+  EXPECT_EQ(cpu->stats().cold.hits, 0u);
+}
+
+// ---- the KV dtype on the device ----------------------------------------------------
+
+// Restores PAGEDKV_KV_DTYPE as the test found it.
+class KvDtypeEnvGuard {
+ public:
+  KvDtypeEnvGuard() {
+    if (const char* v = std::getenv("PAGEDKV_KV_DTYPE")) saved_ = v;
+  }
+  ~KvDtypeEnvGuard() {
+    if (saved_) {
+      setenv("PAGEDKV_KV_DTYPE", saved_->c_str(), 1);
+    } else {
+      unsetenv("PAGEDKV_KV_DTYPE");
+    }
+  }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+TEST(CudaModelKvDtypeTest, DefaultIsBf16AndAnExplicitChoiceOrTheEnvWins) {
+  SKIP_WITHOUT_GPU();
+  KvDtypeEnvGuard guard;
+  const std::string dir = random_checkpoint("tiny", DType::kF32, 23);
+  auto dtype_of = [&](const LoadOptions& o) -> std::optional<KVDType> {
+    auto m = cuda::load_cuda_model(dir, o);
+    EXPECT_TRUE(m.ok()) << m.status().to_string();
+    if (!m.ok()) return std::nullopt;
+    return (*m)->kv_geometry().dtype;
+  };
+  LoadOptions none, f32, bf16;
+  f32.kv_dtype = KVDType::kF32;
+  bf16.kv_dtype = KVDType::kBF16;
+  unsetenv("PAGEDKV_KV_DTYPE");
+  EXPECT_EQ(dtype_of(none), KVDType::kBF16);  // the device's default
+  EXPECT_EQ(dtype_of(f32), KVDType::kF32);    // explicit f32 is honoured
+  setenv("PAGEDKV_KV_DTYPE", "f32", 1);
+  EXPECT_EQ(dtype_of(none), KVDType::kF32);   // the env picks when the caller did not
+  EXPECT_EQ(dtype_of(bf16), KVDType::kBF16);  // an explicit choice wins over the env
+  setenv("PAGEDKV_KV_DTYPE", "fp8", 1);
+  auto bad = cuda::load_cuda_model(dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().to_string().find("PAGEDKV_KV_DTYPE"), std::string::npos)
+      << bad.status().to_string();
+}
 
 // ---- bad input ----------------------------------------------------------------------
 

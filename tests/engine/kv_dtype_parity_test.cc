@@ -252,6 +252,11 @@ TEST(KvDtypeKnobTest, EnvPicksTheKvDtypeAndABadNameIsNamed) {
   auto m16 = load_model(dir, f16);
   ASSERT_TRUE(m16.ok());
   EXPECT_EQ((*m16)->kv_geometry().dtype, KVDType::kF16);
+  LoadOptions f32;
+  f32.kv_dtype = KVDType::kF32;  // so does an explicit f32 (nullopt is "not chosen")
+  auto m32 = load_model(dir, f32);
+  ASSERT_TRUE(m32.ok());
+  EXPECT_EQ((*m32)->kv_geometry().dtype, KVDType::kF32);
   // Engine::open loads through the same knob.
   auto e = Engine::open(dir);
   ASSERT_TRUE(e.ok()) << e.status().to_string();
@@ -267,6 +272,26 @@ TEST(KvDtypeKnobTest, EnvPicksTheKvDtypeAndABadNameIsNamed) {
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ((*plain)->kv_geometry().dtype, KVDType::kF32);
   std::filesystem::remove_all(dir);
+}
+
+// resolve_kv_dtype: the caller's choice, else the env, else the device's default
+// (f32 for the CPU loader, bf16 for the CUDA loader, which passes kBF16).
+TEST(KvDtypeKnobTest, ResolveTakesChoiceThenEnvThenTheDeviceDefault) {
+  unsetenv("PAGEDKV_KV_DTYPE");
+  LoadOptions none, f32;
+  f32.kv_dtype = KVDType::kF32;
+  EXPECT_EQ(*resolve_kv_dtype(none, KVDType::kBF16), KVDType::kBF16);
+  EXPECT_EQ(*resolve_kv_dtype(none, KVDType::kF32), KVDType::kF32);
+  EXPECT_EQ(*resolve_kv_dtype(f32, KVDType::kBF16), KVDType::kF32);
+  setenv("PAGEDKV_KV_DTYPE", "f16", 1);
+  EXPECT_EQ(*resolve_kv_dtype(none, KVDType::kBF16), KVDType::kF16);
+  EXPECT_EQ(*resolve_kv_dtype(f32, KVDType::kBF16), KVDType::kF32);
+  setenv("PAGEDKV_KV_DTYPE", "int4", 1);
+  auto bad = resolve_kv_dtype(none, KVDType::kBF16);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("PAGEDKV_KV_DTYPE"), std::string::npos);
+  unsetenv("PAGEDKV_KV_DTYPE");
 }
 
 INSTANTIATE_TEST_SUITE_P(

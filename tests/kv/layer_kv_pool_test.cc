@@ -1,11 +1,15 @@
 // LayerKVPool: layout, growth by generation swap (ids and bytes survive, a view
-// held across a grow stays readable), and the MemoryCoordinator following growth.
+// held across a grow stays readable), growth in place through a storage's
+// grow_in_place hook (addresses stay, nothing copied; a refusal part way leaves
+// the pool as it was), and the MemoryCoordinator following growth.
 #include "kv/layer_kv_pool.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "kv/paged_kv_cache.h"
 #include "kv/paged_kv_cache_adapter.h"
@@ -93,6 +97,110 @@ TEST(LayerKVPoolTest, GrowKeepsIdsAndBytesAndOldViewsStayReadable) {
   view.reset();                       // dropping the last holder frees the old generation
   EXPECT_TRUE(pool.grow_to(9).ok());  // no-op
   EXPECT_EQ(pool.generation()->id(), 1u);
+}
+
+// A host storage that grows in place, as CudaKVStorage does on the device: each
+// buffer reserves `reserve` bytes up front and grow_in_place only raises its
+// size. It counts grows and copies, and refuses grows past the reservation or
+// once `grows_left` runs out.
+class InPlaceStorage final : public KVStorage {
+ public:
+  explicit InPlaceStorage(size_t reserve) : reserve_(reserve) {}
+  std::string_view name() const override { return "fake-in-place"; }
+  bool host_accessible() const override { return true; }
+  StatusOr<std::unique_ptr<KVBuffer>> allocate(size_t bytes) override {
+    if (bytes > reserve_) return resource_exhausted("fake: over the reservation");
+    return std::unique_ptr<KVBuffer>(new Buffer(reserve_, bytes));
+  }
+  Status copy(KVBuffer&, size_t, const KVBuffer&, size_t, size_t) override {
+    ++copies;
+    return internal_error("fake: an in-place pool must not copy");
+  }
+  bool can_grow_in_place() const override { return true; }
+  Status grow_in_place(KVBuffer& buffer, size_t new_bytes) override {
+    auto& b = static_cast<Buffer&>(buffer);
+    if (new_bytes <= b.size_) return ok_status();
+    if (new_bytes > reserve_ || grows_left == 0) return resource_exhausted("fake: no more memory");
+    --grows_left;
+    ++grows;
+    b.size_ = new_bytes;  // the reserved bytes past the old size are still zero
+    return ok_status();
+  }
+  int grows = 0;
+  int copies = 0;
+  int grows_left = 1 << 30;
+
+ private:
+  struct Buffer final : KVBuffer {
+    Buffer(size_t reserve, size_t size)
+        : data_(static_cast<uint8_t*>(std::calloc(reserve, 1))), size_(size) {}
+    ~Buffer() override { std::free(data_); }
+    uint8_t* data() override { return data_; }
+    const uint8_t* data() const override { return data_; }
+    size_t size() const override { return size_; }
+    uint8_t* data_;
+    size_t size_;
+  };
+  size_t reserve_;
+};
+
+TEST(LayerKVPoolTest, GrowsInPlaceWhenTheStorageCan) {
+  const KVGeometry g = small_geometry();
+  auto storage = std::make_shared<InPlaceStorage>(g.block_bytes_per_layer() * 64);
+  const uint64_t bpb = g.bytes_per_block();
+  MemoryCoordinator coord(bpb * 100);
+  auto created = LayerKVPool::create(g, 4, storage, &coord);
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  LayerKVPool& pool = **created;
+  EXPECT_TRUE(pool.grows_in_place());
+  for (BlockId b = 1; b < 4; ++b) fill(pool, b);
+  std::shared_ptr<PoolGeneration> view = pool.generation();
+  uint8_t* k12 = pool.k_block(1, 2);
+  uint8_t* v03 = pool.v_block(0, 3);
+  ASSERT_TRUE(pool.grow_to(20).ok());
+  EXPECT_EQ(pool.num_blocks(), 20);
+  EXPECT_EQ(storage->grows, 2 * g.num_layers);  // every K and V buffer, once
+  EXPECT_EQ(storage->copies, 0);                // nothing moved
+  // The same generation, the same addresses, the same bytes; new blocks zero.
+  EXPECT_EQ(pool.generation().get(), view.get());
+  EXPECT_EQ(pool.generation()->id(), 0u);
+  EXPECT_EQ(view->num_blocks(), 20);  // a view taken before sees the new blocks
+  EXPECT_EQ(pool.k_block(1, 2), k12);
+  EXPECT_EQ(pool.v_block(0, 3), v03);
+  for (BlockId b = 1; b < 4; ++b) EXPECT_TRUE(holds_pattern(*view, b)) << b;
+  for (BlockId b = 4; b < 20; ++b)
+    for (size_t i = 0; i < pool.block_bytes_per_layer(); ++i) ASSERT_EQ(pool.v_block(1, b)[i], 0);
+  EXPECT_EQ(coord.owner_bytes("kv_pool"), 20 * bpb);
+  // A storage that gives out part way: the pool keeps its block count, addresses,
+  // bytes and debit; a later grow that fits succeeds.
+  storage->grows_left = 1;
+  Status s = pool.grow_to(40);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.to_string();
+  EXPECT_EQ(pool.num_blocks(), 20);
+  EXPECT_EQ(pool.k_block(1, 2), k12);
+  for (BlockId b = 1; b < 4; ++b) EXPECT_TRUE(holds_pattern(*view, b)) << b;
+  EXPECT_EQ(coord.owner_bytes("kv_pool"), 20 * bpb);
+  storage->grows_left = 1 << 30;
+  // Past the reservation: refused by the storage, pool unchanged.
+  EXPECT_EQ(pool.grow_to(65).code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(pool.grow_to(40).ok());
+  EXPECT_EQ(pool.num_blocks(), 40);
+  EXPECT_EQ(storage->copies, 0);
+  for (BlockId b = 1; b < 4; ++b) EXPECT_TRUE(holds_pattern(*pool.generation(), b)) << b;
+  // The coordinator's cap is checked before the storage is asked.
+  const int before = storage->grows;
+  EXPECT_EQ(pool.grow_to(101).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(storage->grows, before);
+}
+
+TEST(LayerKVPoolTest, HostStorageDoesNotGrowInPlace) {
+  HostKVStorage host;
+  EXPECT_FALSE(host.can_grow_in_place());
+  auto b = host.allocate(64);
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(host.grow_in_place(**b, 32).ok());  // not larger: nothing to do
+  EXPECT_EQ(host.grow_in_place(**b, 128).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*b)->size(), 64u);
 }
 
 TEST(LayerKVPoolTest, MemoryCoordinatorFollowsGrowth) {

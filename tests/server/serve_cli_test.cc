@@ -1,7 +1,8 @@
 // `pagedkv serve` as a subprocess: the ready line (with --port 0's real port),
 // a streaming request that is in flight when SIGTERM arrives still completes
 // (the drain), new connections are refused, and the process exits 0; a
-// non-loopback --host without --api-keys is refused.
+// non-loopback --host without --api-keys is refused; --device names a missing GPU
+// or a CUDA-less build clearly (the GPU itself: serve_cuda_test.cc).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -10,49 +11,17 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <regex>
 #include <thread>
 
 #include "run_command.h"
+#include "serve_child.h"
 
 namespace pagedkv::server {
 namespace {
 
-struct Child {
-  pid_t pid = -1;
-  int out_fd = -1;
-};
-
-Child spawn(const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return {pid, fds[0]};
-}
-
-// Reads stdout until the ready line; its port, or -1 (EOF).
-int read_port(int fd) {
-  std::string buf;
-  char c;
-  static const std::regex re("listening on http://127\\.0\\.0\\.1:(\\d+)");
-  while (read(fd, &c, 1) == 1) {
-    buf += c;
-    std::smatch m;
-    if (c == '\n' && std::regex_search(buf, m, re)) return std::stoi(m[1]);
-  }
-  return -1;
-}
+using test::Child;
+using test::read_port;
+using test::spawn;
 
 TEST(ServeCliTest, SigtermDrainsAnInFlightStreamAndExitsZero) {
   const auto state =
@@ -156,6 +125,28 @@ TEST(ServeCliTest, PersistCacheTurnsTheColdTierOnAndSigtermFlushesIt) {
     files += e.is_regular_file() ? 1 : 0;
   EXPECT_GT(files, 0u) << "the cold tier wrote nothing under " << (dir / "cold");
   std::filesystem::remove_all(dir);
+}
+
+// --device cuda:N on a machine without that GPU (or a build without the CUDA
+// backend) is a FailedPrecondition naming which, before anything is served; an
+// unknown device name is InvalidArgument (exit 2).
+TEST(ServeCliTest, DeviceWithoutThatGpuIsNamed) {
+  const auto state =
+      std::filesystem::temp_directory_path() / ("pkv_serve_dev_" + std::to_string(getpid()));
+  auto r = test::run_pagedkv("serve --port 0 --device cuda:99 --state-dir " +
+                             test::shell_quote(state.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.find("listening on"), std::string::npos) << r.output;
+  const bool no_backend = r.output.find("built without the CUDA backend") != std::string::npos;
+  const bool no_device = r.output.find("device 99 is not available") != std::string::npos;
+  EXPECT_TRUE(no_backend || no_device) << r.output;
+  auto bad = test::run_pagedkv("serve --port 0 --device tpu --state-dir " +
+                               test::shell_quote(state.string()));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("'tpu' is not cpu, cuda or cuda:N"), std::string::npos) << bad.output;
+  auto help = test::run_pagedkv("serve --help");
+  EXPECT_NE(help.output.find("--device"), std::string::npos) << help.output;
+  std::filesystem::remove_all(state);
 }
 
 TEST(ServeCliTest, ContradictoryPersistFlagsAreRefused) {

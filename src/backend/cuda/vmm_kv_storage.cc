@@ -111,14 +111,18 @@ Status VmmBuffer::grow(size_t new_bytes) {
       d.release(h);
       return s;
     }
-    handles_->push_back(h);
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = device_;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    PKV_RETURN_IF_ERROR(
-        cu_status(d.set_access(static_cast<CUdeviceptr>(base_ + mapped_), chunk_, &access, 1),
-                  "cuMemSetAccess"));
+    s = cu_status(d.set_access(static_cast<CUdeviceptr>(base_ + mapped_), chunk_, &access, 1),
+                  "cuMemSetAccess");
+    if (!s.ok()) {  // undo this chunk so a later grow can map the same range again
+      d.unmap(static_cast<CUdeviceptr>(base_ + mapped_), chunk_);
+      d.release(h);
+      return s;
+    }
+    handles_->push_back(h);
     mapped_ += chunk_;
   }
   // Zero the bytes the caller has not seen yet (a fresh chunk holds garbage).
@@ -132,6 +136,34 @@ Status VmmBuffer::grow(size_t new_bytes) {
   }
   PKV_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   size_ = new_bytes;
+  return ok_status();
+}
+
+Status VmmBuffer::read_to_host(size_t offset, void* dst, size_t n) const {
+  if (offset > size_ || n > size_ - offset)
+    return invalid_argument("CUDA KV buffer read of " + std::to_string(n) + " bytes at " +
+                            std::to_string(offset) + " is out of range (" + std::to_string(size_) +
+                            " bytes)");
+  if (n == 0) return ok_status();
+  PKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));  // this thread may be new to CUDA
+  // The legacy stream is not ordered against the backend's non-blocking stream:
+  // let every kernel that may have written these bytes finish first.
+  PKV_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  PKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(dst, reinterpret_cast<const void*>(base_ + offset), n, cudaMemcpyDeviceToHost));
+  return ok_status();
+}
+
+Status VmmBuffer::write_from_host(size_t offset, const void* src, size_t n) {
+  if (offset > size_ || n > size_ - offset)
+    return invalid_argument("CUDA KV buffer write of " + std::to_string(n) + " bytes at " +
+                            std::to_string(offset) + " is out of range (" + std::to_string(size_) +
+                            " bytes)");
+  if (n == 0) return ok_status();
+  PKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  PKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(reinterpret_cast<void*>(base_ + offset), src, n, cudaMemcpyHostToDevice));
+  PKV_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return ok_status();
 }
 
@@ -183,9 +215,23 @@ Status CudaKVStorage::copy(kv::KVBuffer& dst, size_t dst_offset, const kv::KVBuf
                             std::to_string(src.size()) + ")");
   }
   if (bytes == 0) return ok_status();
+  // A device-to-device cudaMemcpy may return before the copy ran, and the legacy
+  // stream is not ordered against the backend's non-blocking stream: synchronize
+  // around it so the copy is complete when this returns, as the seam promises.
+  PKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  PKV_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   PKV_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst.data() + dst_offset, src.data() + src_offset, bytes,
                                       cudaMemcpyDeviceToDevice));
+  PKV_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return ok_status();
+}
+
+Status CudaKVStorage::grow_in_place(kv::KVBuffer& buffer, size_t new_bytes) {
+  auto* vb = dynamic_cast<VmmBuffer*>(&buffer);
+  if (vb == nullptr || vb->device_ != device_) {
+    return invalid_argument(name_ + " KV storage: grow_in_place on a buffer it did not allocate");
+  }
+  return vb->grow(new_bytes);
 }
 
 }  // namespace pagedkv::backend::cuda

@@ -5,9 +5,10 @@
 // the buffer's MAXIMUM address range once (cuMemAddressReserve) and maps physical
 // chunks (cuMemCreate + cuMemMap) only for the bytes asked for. grow() maps more
 // chunks at the end of the same range, so the base address — and with it every
-// block id's address — never moves and nothing is copied. The pool today grows by
-// generation swap (allocate a larger buffer, copy()); that works here too, and
-// grow() is the in-place path a VMM-aware pool uses instead (docs/backend.md).
+// block id's address — never moves and nothing is copied. The storage says so
+// (can_grow_in_place), and LayerKVPool::grow_to then grows each layer's buffers
+// through grow_in_place() instead of a generation swap (docs/backend.md); copy()
+// stays for the swap path and the tests.
 //
 // The driver API is reached through cudaGetDriverEntryPointByVersion, so nothing
 // links libcuda and a machine without a driver gets a Status, not a load failure.
@@ -41,6 +42,13 @@ class VmmBuffer final : public kv::KVBuffer {
   // Grows to `new_bytes` in place (base address unchanged; the new bytes are
   // zero). No-op when not larger; ResourceExhausted past reserved() or on OOM.
   Status grow(size_t new_bytes);
+  // A device synchronize, then a device-to-host cudaMemcpy (synchronous for
+  // pageable memory); any thread. The cold tier reads full, pinned blocks, which
+  // no kernel rewrites.
+  Status read_to_host(size_t offset, void* dst, size_t n) const override;
+  // Host-to-device cudaMemcpy, then a device synchronize: the bytes have landed
+  // before any later kernel on any stream (the backend's are non-blocking) reads them.
+  Status write_from_host(size_t offset, const void* src, size_t n) override;
 
  private:
   friend class CudaKVStorage;
@@ -66,6 +74,10 @@ class CudaKVStorage final : public kv::KVStorage {
   // Device-to-device copy, complete when it returns.
   Status copy(kv::KVBuffer& dst, size_t dst_offset, const kv::KVBuffer& src, size_t src_offset,
               size_t bytes) override;
+  // VmmBuffer::grow on a buffer of this storage (InvalidArgument for another kind
+  // of buffer): the base address stays, old bytes are kept, new bytes are zero.
+  bool can_grow_in_place() const override { return true; }
+  Status grow_in_place(kv::KVBuffer& buffer, size_t new_bytes) override;
 
   int device() const { return device_; }
   size_t chunk_bytes() const { return chunk_; }

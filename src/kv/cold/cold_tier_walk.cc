@@ -38,6 +38,7 @@ ModelFingerprint fingerprint_for(const ColdModelIdentity& id, const kv::KVGeomet
   fp.dtype = cold_dtype(g.dtype);
   fp.block_size = static_cast<uint32_t>(g.block_size);
   fp.cache_layout = "LayerKVPool/v1 per-layer K then V, [block_size][num_kv_heads][head_dim]";
+  if (!id.device.empty()) fp.cache_layout += ", computed on " + id.device;
   return fp;
 }
 
@@ -76,14 +77,19 @@ template <typename Gen>
 StatusOr<std::vector<uint8_t>> encode_block(const ColdObjectHeader& meta, Gen& gen,
                                             kv::BlockId block, uint32_t num_layers,
                                             size_t per_layer) {
-  return encode_object(meta, [&](std::span<uint8_t> out) {
-    for (uint32_t l = 0; l < num_layers; ++l) {
-      std::memcpy(out.data() + (2 * l) * per_layer, gen.k_block(static_cast<int32_t>(l), block),
-                  per_layer);
-      std::memcpy(out.data() + (2 * l + 1) * per_layer, gen.v_block(static_cast<int32_t>(l), block),
-                  per_layer);
+  // Through read_block, so a device pool's bytes come to the host too.
+  Status read = ok_status();
+  auto bytes = encode_object(meta, [&](std::span<uint8_t> out) {
+    for (uint32_t l = 0; l < num_layers && read.ok(); ++l) {
+      read =
+          gen.read_block(static_cast<int32_t>(l), block, false, out.data() + (2 * l) * per_layer);
+      if (read.ok())
+        read = gen.read_block(static_cast<int32_t>(l), block, true,
+                              out.data() + (2 * l + 1) * per_layer);
     }
   });
+  if (!read.ok()) return read;
+  return bytes;
 }
 
 }  // namespace
@@ -239,11 +245,11 @@ RestoreResult ColdTierWalk::restore_extend(kv::PagedKVCacheAdapter& adapter,
       PKV_ASSIGN_OR_RETURN(ColdReadResult got, store_->read(e, index >= counted_upto));
       counted_upto = std::max(counted_upto, index + 1);
       const uint8_t* src = got.object.payload.data();
-      for (uint32_t l = 0; l < fingerprint_.num_layers; ++l) {
-        std::memcpy(pool->k_block(static_cast<int32_t>(l), block), src + (2 * l) * per_layer,
-                    per_layer);
-        std::memcpy(pool->v_block(static_cast<int32_t>(l), block), src + (2 * l + 1) * per_layer,
-                    per_layer);
+      for (uint32_t l = 0; l < fingerprint_.num_layers; ++l) {  // host or device pool
+        PKV_RETURN_IF_ERROR(
+            pool->write_block(static_cast<int32_t>(l), block, false, src + (2 * l) * per_layer));
+        PKV_RETURN_IF_ERROR(
+            pool->write_block(static_cast<int32_t>(l), block, true, src + (2 * l + 1) * per_layer));
       }
       return ok_status();
     };

@@ -54,6 +54,10 @@ struct ColdModelIdentity {
   double rope_theta = 0.0;
   std::string rope_scaling;
   std::string weight_identity;
+  // Where the K/V were computed when not on the CPU ("cuda"): a GPU's bits are not
+  // the CPU's, so its objects get their own fingerprint (cache_layout names it).
+  // Empty for the CPU, whose fingerprint is unchanged.
+  std::string device;
 };
 
 ModelFingerprint fingerprint_for(const ColdModelIdentity& id, const kv::KVGeometry& geometry);

@@ -290,12 +290,14 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
     return invalid_argument("load_cuda_model: options.backend must be null");
   PKV_ASSIGN_OR_RETURN(std::unique_ptr<bc::CudaBackend> gpu, bc::CudaBackend::create(device));
   // The CPU load validates config.json and every tensor's shape (zero-copy views of
-  // the mapped checkpoint) and resolves the geometry (block size, KV dtype from
-  // options or PAGEDKV_KV_DTYPE) exactly as `--device cpu` would.
+  // the mapped checkpoint) and resolves the geometry (block size; the KV dtype from
+  // options, else PAGEDKV_KV_DTYPE, else the device's default bf16) as `--device
+  // cpu` would.
   std::unique_ptr<Model> host;
   {
     LoadOptions ho = options;
     ho.backend = nullptr;
+    PKV_ASSIGN_OR_RETURN(ho.kv_dtype, resolve_kv_dtype(options, KVDType::kBF16));
     PKV_ASSIGN_OR_RETURN(host, load_model(dir, ho));
   }
   std::unique_ptr<CudaQwen3Model> m(new CudaQwen3Model());

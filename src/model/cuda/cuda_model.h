@@ -29,8 +29,9 @@
 namespace pagedkv::model::cuda {
 
 // Loads the checkpoint in `dir` onto CUDA device `device`. Supported today:
-// model_type qwen3 and qwen3_moe (full attention, no attention bias), KV dtype f32 or bf16
-// (LoadOptions::kv_dtype, or env PAGEDKV_KV_DTYPE as for the CPU), head_dim 16 to
+// model_type qwen3 and qwen3_moe (full attention, no attention bias), KV dtype bf16
+// (the device's default) or f32 (LoadOptions::kv_dtype, else env PAGEDKV_KV_DTYPE,
+// else bf16; f16 is FailedPrecondition), head_dim 16 to
 // 256 (a power of two), GQA groups up to 16. Anything else is FailedPrecondition
 // naming what is unsupported; no device is FailedPrecondition from the backend.
 // options.backend must be null (the model owns its CUDA backend).

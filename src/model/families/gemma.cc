@@ -474,7 +474,7 @@ StatusOr<std::unique_ptr<Model>> GemmaModel::create(std::shared_ptr<const Checkp
   g.num_kv_heads = base.kv_heads;
   g.head_dim = base.head_dim;
   g.block_size = resolve_block_size(options, mc.cache);
-  g.dtype = options.kv_dtype;
+  g.dtype = options.kv_dtype.value_or(KVDType::kF32);  // resolved by load_model
   int32_t full_group = -1, sliding_group = -1;
   if (has_full) {
     full_group = static_cast<int32_t>(g.groups.size());

@@ -254,7 +254,7 @@ Status Lfm2Model::load(const LoadOptions& options) {
   g.num_kv_heads = mc.num_key_value_heads;
   g.head_dim = mc.head_dim;
   g.block_size = resolve_block_size(options, mc.cache);
-  g.dtype = options.kv_dtype;
+  g.dtype = options.kv_dtype.value_or(KVDType::kF32);  // resolved by load_model
 
   layers_.resize(n);
   for (int32_t i = 0; i < n; ++i) {

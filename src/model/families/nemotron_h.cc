@@ -299,7 +299,7 @@ StatusOr<std::unique_ptr<Model>> create_model(std::shared_ptr<const Checkpoint> 
   g.num_kv_heads = mc.num_key_value_heads;
   g.head_dim = mc.head_dim;
   g.block_size = resolve_block_size(options, mc.cache);
-  g.dtype = options.kv_dtype;
+  g.dtype = options.kv_dtype.value_or(KVDType::kF32);  // resolved by load_model
   g.groups = {CacheGroup{CacheGroupKind::kFullAttention, 0}};
   if (any_mamba) g.groups.push_back(CacheGroup{CacheGroupKind::kRecurrent, 0});
   g.layer_group.assign(static_cast<size_t>(L), -1);

@@ -138,7 +138,7 @@ StatusOr<std::unique_ptr<Model>> Qwen3Model::create(std::shared_ptr<const Checkp
   m->geom_.num_kv_heads = mc.num_key_value_heads;
   m->geom_.head_dim = mc.head_dim;
   m->geom_.block_size = resolve_block_size(options, mc.cache);
-  m->geom_.dtype = options.kv_dtype;
+  m->geom_.dtype = options.kv_dtype.value_or(KVDType::kF32);  // resolved by load_model
   m->geom_.groups = {CacheGroup{CacheGroupKind::kFullAttention, 0}};
   m->geom_.layer_group.assign(mc.num_hidden_layers, 0);
   m->geom_.layer_kv_source.assign(mc.num_hidden_layers, -1);

@@ -217,7 +217,7 @@ Status QwenHybridModel::load(const LoadOptions& options) {
   geom_.num_kv_heads = cfg_.num_key_value_heads;
   geom_.head_dim = cfg_.head_dim;
   geom_.block_size = resolve_block_size(options, cfg_.cache);
-  geom_.dtype = options.kv_dtype;
+  geom_.dtype = options.kv_dtype.value_or(KVDType::kF32);  // resolved by load_model
   geom_.groups = {CacheGroup{CacheGroupKind::kFullAttention, 0},
                   CacheGroup{CacheGroupKind::kRecurrent, 0}};
   geom_.layer_kv_source.assign(static_cast<size_t>(cfg_.num_hidden_layers), -1);

@@ -110,7 +110,7 @@ std::vector<int32_t> prompt_of(size_t n, int32_t seed) {
 class ColdTierWalkTest : public testing::ColdDirTest {
  protected:
   ModelFingerprint model_fp(const char* weights = "w1") {
-    return fingerprint_for(ColdModelIdentity{"qwen3", 0, 1e6, "", weights}, geometry());
+    return fingerprint_for(ColdModelIdentity{"qwen3", 0, 1e6, "", weights, ""}, geometry());
   }
   // A "first process": one turn, capture, flush.
   CaptureResult persist(std::span<const int32_t> prompt, std::span<const kv::ExtraKey> extras = {},
@@ -200,6 +200,26 @@ TEST_F(ColdTierWalkTest, SaltAndFingerprintSeparateChains) {
   EXPECT_EQ(run_turn(a, prompt_, &walk, std::span(&salt_a, 1)).restored, 10);
   expect_kv_exact(a, prompt_);
   EXPECT_EQ(store->stats().corruptions, 0u);
+}
+
+// K/V computed on a GPU are not the CPU's bits: ColdModelIdentity::device puts the
+// device in the fingerprint (the CPU's stays exactly what it was), so objects
+// written by one are never restored by the other.
+TEST_F(ColdTierWalkTest, DeviceSeparatesFingerprints) {
+  const ModelFingerprint cpu = model_fp();
+  EXPECT_EQ(cpu.cache_layout,
+            "LayerKVPool/v1 per-layer K then V, [block_size][num_kv_heads][head_dim]");
+  ModelFingerprint gpu =
+      fingerprint_for(ColdModelIdentity{"qwen3", 0, 1e6, "", "w1", "cuda"}, geometry());
+  EXPECT_NE(gpu.digest(), cpu.digest());
+  persist(prompt_);  // written with the CPU's fingerprint
+  auto store = open();
+  auto cache = make_cache();
+  ColdTierWalk walk(store.get(), gpu);
+  kv::PagedKVCacheAdapter a(cache.get());
+  auto r = run_turn(a, prompt_, &walk, {});
+  EXPECT_EQ(r.restored, 0);
+  EXPECT_EQ(r.stop, "absent");
 }
 
 TEST_F(ColdTierWalkTest, BudgetRatchetsTheChainTurnByTurn) {
