@@ -35,6 +35,7 @@ Isa g_isa_override = Isa::kAuto;
 bool g_matmul_packing = true;
 int64_t g_matmul_kc = 512, g_matmul_mb = 96;
 bool g_matmul_prefetch = true;
+bool g_attention_reference = false;
 bool use_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   if (g_isa_override == Isa::kGeneric) return false;
@@ -93,6 +94,28 @@ PKV_INLINE v8f widen_bf16(const uint16_t* p) {
 
 PKV_INLINE float hsum(v8f a) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+// The eight sums hsum(s[0]) … hsum(s[7]) as one vector: the same additions in the
+// same tree (l0+l4, then (l0+l4)+(l2+l6), then the two halves), done for eight
+// keys at once with shuffles instead of one horizontal reduction per key
+// (hsum8x8 below).
+// aK[i] = sK[i] + sK[i+4]: hsum8_lohi(x, y) = [ax | ay].
+PKV_INLINE v8f hsum8_lohi(v8f x, v8f y) {
+  return __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11) +
+         __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+// bK = [aK[0] + aK[2], aK[1] + aK[3]]: hsum8_pairs([a0|a1], [a2|a3]) = [b0 b2 b1 b3].
+PKV_INLINE v8f hsum8_pairs(v8f x, v8f y) {
+  return __builtin_shufflevector(x, y, 0, 1, 8, 9, 4, 5, 12, 13) +
+         __builtin_shufflevector(x, y, 2, 3, 10, 11, 6, 7, 14, 15);
+}
+PKV_INLINE v8f hsum8x8(const v8f* s) {
+  const v8f w0 = hsum8_pairs(hsum8_lohi(s[0], s[1]), hsum8_lohi(s[2], s[3]));
+  const v8f w1 = hsum8_pairs(hsum8_lohi(s[4], s[5]), hsum8_lohi(s[6], s[7]));
+  // sK = bK[0] + bK[1], in key order.
+  return __builtin_shufflevector(w0, w1, 0, 4, 2, 6, 8, 12, 10, 14) +
+         __builtin_shufflevector(w0, w1, 1, 5, 3, 7, 9, 13, 11, 15);
 }
 
 typedef int32_t v8i32 __attribute__((vector_size(32)));
@@ -244,6 +267,21 @@ PKV_INLINE v8f load_kv_partial(const void* base, int64_t off, int64_t n) {
   return load8(t);
 }
 
+// 16 K/V elements as one 16-float vector (the AVX-512 build of attention's
+// element-wise value updates; per lane the same operations as two 8-float halves).
+typedef float v16f __attribute__((vector_size(64)));
+template <int KD>
+PKV_INLINE v16f load_kv16(const void* base, int64_t off) {
+  if constexpr (KD == 0) {
+    v16f v;
+    std::memcpy(&v, static_cast<const float*>(base) + off, sizeof(v));
+    return v;
+  } else {
+    const v8f lo = load_kv<KD>(base, off), hi = load_kv<KD>(base, off + 8);
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  }
+}
+
 // Σ q[i]·k[i] over a K row of dtype KD, in dot_f32's lane order.
 template <int KD>
 PKV_INLINE float dot_kv(const float* a, const void* kb, int64_t off, int64_t n) {
@@ -340,8 +378,10 @@ constexpr int kAttnMaxRows = 16;  // qb × hb
 // tile while it is in L1 (the loop over rows is inside the loop over tiles), and
 // every row performs exactly attention_body's operations in the same order, so
 // neither the task shape nor the head_dim specialization changes a bit. ws holds
-// the rows' accumulators (kAttnMaxRows × HD floats).
-template <int HD, int KD>
+// the rows' accumulators (kAttnMaxRows × HD floats). W = 16 (the AVX-512 build)
+// does the element-wise value updates 16 floats at a time: the same operation on
+// each element, so the same bits as W = 8.
+template <int HD, int KD, int W>
 PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, int64_t b, int64_t e,
                                 float* ws, float* scores) {
   static_assert(HD % 8 == 0);
@@ -381,9 +421,25 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, in
         const int32_t j0 = std::max(start[r], tile * a.tile);
         const int32_t j1 = std::min(pos[r] + 1, (tile + 1) * a.tile);
         float tmax = -std::numeric_limits<float>::infinity();
-        // Four keys at a time: four independent accumulator chains, each the exact
-        // dot_kv sequence of its key (so the bits are dot_kv's).
+        // Eight keys at a time: eight independent accumulator chains, each the exact
+        // dot_kv sequence of its key, summed by hsum8x8 (hsum's tree for each), so
+        // the bits are dot_kv's; then four, then one.
         int32_t j = j0;
+        for (; j + 8 <= j1; j += 8) {
+          const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
+          v8f s8[8];
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) s8[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+          for (int c = 0; c < C; ++c) {
+            const v8f qv = load8(q + 8 * c);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) s8[i] += qv * load_kv<KD>(kt, o0 + i * kv_row + 8 * c);
+          }
+          const v8f sc = hsum8x8(s8) * splat8(a.scale);
+          store8(scores + (j - j0), sc);
+          for (int i = 0; i < 8; ++i) tmax = std::max(tmax, sc[i]);
+        }
         for (; j + 4 <= j1; j += 4) {
           const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
           v8f s0 = {0, 0, 0, 0, 0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
@@ -412,20 +468,42 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, in
         float lr = l[r] * alpha;
         exp_shifted(scores, j1 - j0, mnew);
         float* accp = ws + r * HD;
-        v8f acc[C];
-        const v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
+        if constexpr (W == 16 && HD % 16 == 0) {
+          constexpr int C16 = HD / 16;
+          v16f acc[C16];
+          v16f av, pv;
+          for (int i = 0; i < 16; ++i) av[i] = alpha;
+#pragma GCC unroll 16
+          for (int c = 0; c < C16; ++c) {
+            std::memcpy(&acc[c], accp + 16 * c, sizeof(v16f));
+            acc[c] = acc[c] * av;
+          }
+          for (int32_t jj = j0; jj < j1; ++jj) {
+            const float pj = scores[jj - j0];
+            lr = lr + pj;
+            const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
+            for (int i = 0; i < 16; ++i) pv[i] = pj;
+#pragma GCC unroll 16
+            for (int c = 0; c < C16; ++c) acc[c] = acc[c] + pv * load_kv16<KD>(vt, vo + 16 * c);
+          }
+#pragma GCC unroll 16
+          for (int c = 0; c < C16; ++c) std::memcpy(accp + 16 * c, &acc[c], sizeof(v16f));
+        } else {
+          v8f acc[C];
+          const v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
 #pragma GCC unroll 32
-        for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
-        for (int32_t jj = j0; jj < j1; ++jj) {
-          const float pj = scores[jj - j0];
-          lr = lr + pj;
-          const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
-          const v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
+          for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
+          for (int32_t jj = j0; jj < j1; ++jj) {
+            const float pj = scores[jj - j0];
+            lr = lr + pj;
+            const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
+            const v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
 #pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
+            for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
+          }
+#pragma GCC unroll 32
+          for (int c = 0; c < C; ++c) store8(accp + 8 * c, acc[c]);
         }
-#pragma GCC unroll 32
-        for (int c = 0; c < C; ++c) store8(accp + 8 * c, acc[c]);
         l[r] = lr;
         mval[r] = mnew;
       }
@@ -438,20 +516,20 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, in
   }
 }
 
-template <int KD>
+template <int KD, int W>
 PKV_INLINE void attention_dispatch_kd(const AttentionArgs& a, const AttnPlan& plan, int64_t b,
                                       int64_t e, float* ws, float* scores) {
-  switch (a.head_dim) {
+  switch (g_attention_reference ? 0 : a.head_dim) {
     case 16:
-      return attention_fixed<16, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<16, KD, W>(a, plan, b, e, ws, scores);
     case 32:
-      return attention_fixed<32, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<32, KD, W>(a, plan, b, e, ws, scores);
     case 64:
-      return attention_fixed<64, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<64, KD, W>(a, plan, b, e, ws, scores);
     case 128:
-      return attention_fixed<128, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<128, KD, W>(a, plan, b, e, ws, scores);
     case 256:
-      return attention_fixed<256, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<256, KD, W>(a, plan, b, e, ws, scores);
     default:
       break;
   }
@@ -468,35 +546,36 @@ PKV_INLINE void attention_dispatch_kd(const AttentionArgs& a, const AttnPlan& pl
   }
 }
 
+template <int W>
 PKV_INLINE void attention_dispatch(const AttentionArgs& a, const AttnPlan& plan, int64_t b,
                                    int64_t e, float* ws, float* scores) {
   switch (a.kv_dtype) {
     case WeightDType::kF32:
-      return attention_dispatch_kd<0>(a, plan, b, e, ws, scores);
+      return attention_dispatch_kd<0, W>(a, plan, b, e, ws, scores);
     case WeightDType::kBF16:
-      return attention_dispatch_kd<1>(a, plan, b, e, ws, scores);
+      return attention_dispatch_kd<1, W>(a, plan, b, e, ws, scores);
     case WeightDType::kF16:
-      return attention_dispatch_kd<2>(a, plan, b, e, ws, scores);
+      return attention_dispatch_kd<2, W>(a, plan, b, e, ws, scores);
   }
 }
 
 __attribute__((target("avx2"))) void attention_avx2(const AttentionArgs& a, const AttnPlan& plan,
                                                     int64_t b, int64_t e, float* ws,
                                                     float* scores) {
-  attention_dispatch(a, plan, b, e, ws, scores);
+  attention_dispatch<8>(a, plan, b, e, ws, scores);
 }
-// The same code with 32 vector registers (AVX-512VL): the 8-float vectors and
-// their per-lane arithmetic are unchanged (no FMA: -ffp-contract=off), only
-// fewer accumulators spill.
+// The same code with 32 vector registers (AVX-512VL) and the value updates 16
+// floats at a time: the per-lane arithmetic is unchanged (no FMA:
+// -ffp-contract=off), only fewer accumulators spill and fewer instructions issue.
 __attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(const AttentionArgs& a,
                                                                        const AttnPlan& plan,
                                                                        int64_t b, int64_t e,
                                                                        float* ws, float* scores) {
-  attention_dispatch(a, plan, b, e, ws, scores);
+  attention_dispatch<16>(a, plan, b, e, ws, scores);
 }
 void attention_generic(const AttentionArgs& a, const AttnPlan& plan, int64_t b, int64_t e,
                        float* ws, float* scores) {
-  attention_dispatch(a, plan, b, e, ws, scores);
+  attention_dispatch<8>(a, plan, b, e, ws, scores);
 }
 
 __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, int64_t n) {
@@ -521,6 +600,7 @@ constexpr int64_t kParallelElems = 1 << 15;
 void set_isa_for_testing(Isa isa) { g_isa_override = isa; }
 void set_matmul_packing_for_testing(bool on) { g_matmul_packing = on; }
 void set_matmul_prefetch_for_testing(bool on) { g_matmul_prefetch = on; }
+void set_attention_reference_for_testing(bool on) { g_attention_reference = on; }
 void set_matmul_blocking_for_testing(int64_t kc, int64_t mb) {
   g_matmul_kc = std::clamp<int64_t>(kc / 8 * 8, 8, kMatmulMaxKc);
   g_matmul_mb = std::clamp<int64_t>(mb / 24 * 24, 24, kMatmulMaxRowBlock);
