@@ -763,6 +763,80 @@ TEST(AttentionBatchTest, SpecializedKernelsEqualTheOneRowReference) {
   }
 }
 
+// Decode rows (one token each) whose tiles share a prefix (the same tile pointers,
+// as the prefix cache gives) are grouped into tasks across rows; every row's output
+// is the bits it gets alone, for any grouping (row count) and thread count.
+TEST(AttentionBatchTest, DecodeRowsSharingAPrefixEqualEachRowAlone) {
+  for (int32_t hd : {24, 32, 128}) {
+    for (int kvd = 0; kvd < 2; ++kvd) {
+      const int32_t NH = 8, KVH = 2, B = 16, prefix_tiles = 5;
+      const size_t R = 11;
+      const int64_t tile_elems = static_cast<int64_t>(B) * KVH * hd;
+      auto shared_k = randn(prefix_tiles * tile_elems, 500),
+           shared_v = randn(prefix_tiles * tile_elems, 501);
+      std::vector<uint16_t> shared_kh = to_half(shared_k, true),
+                            shared_vh = to_half(shared_v, true);
+      std::vector<std::vector<float>> own_k(R), own_v(R), q(R), solo(R), batched(R);
+      std::vector<std::vector<uint16_t>> own_kh(R), own_vh(R);
+      std::vector<std::vector<const float*>> kt(R), vt(R);
+      std::vector<int32_t> pos(R);
+      std::vector<AttentionArgs> args(R);
+      for (size_t r = 0; r < R; ++r) {
+        pos[r] = prefix_tiles * B + static_cast<int32_t>(7 * r % 40);
+        const int32_t tiles = pos[r] / B + 1;
+        own_k[r] = randn((tiles - prefix_tiles) * tile_elems, 600 + static_cast<uint32_t>(r));
+        own_v[r] = randn((tiles - prefix_tiles) * tile_elems, 700 + static_cast<uint32_t>(r));
+        own_kh[r] = to_half(own_k[r], true);
+        own_vh[r] = to_half(own_v[r], true);
+        for (int32_t t = 0; t < tiles; ++t) {
+          const bool sh = t < prefix_tiles;
+          const int64_t off = (sh ? t : t - prefix_tiles) * tile_elems;
+          if (kvd == 0) {
+            kt[r].push_back((sh ? shared_k.data() : own_k[r].data()) + off);
+            vt[r].push_back((sh ? shared_v.data() : own_v[r].data()) + off);
+          } else {
+            kt[r].push_back(
+                reinterpret_cast<const float*>((sh ? shared_kh.data() : own_kh[r].data()) + off));
+            vt[r].push_back(
+                reinterpret_cast<const float*>((sh ? shared_vh.data() : own_vh[r].data()) + off));
+          }
+        }
+        q[r] = randn(static_cast<size_t>(NH) * hd, 800 + static_cast<uint32_t>(r));
+        solo[r].assign(q[r].size(), 0.0f);
+        AttentionArgs& a = args[r];
+        a.q = q[r].data();
+        a.num_tokens = 1;
+        a.num_heads = NH;
+        a.num_kv_heads = KVH;
+        a.head_dim = hd;
+        a.positions = &pos[r];
+        a.scale = 0.09f;
+        a.tile = B;
+        a.k_tiles = kt[r].data();
+        a.v_tiles = vt[r].data();
+        a.num_tiles = tiles;
+        a.kv_dtype = kvd == 0 ? WeightDType::kF32 : WeightDType::kBF16;
+        a.out = solo[r].data();
+        attention(a, nullptr);
+      }
+      for (size_t rows : {size_t{2}, size_t{5}, R}) {
+        for (int threads : {1, 2, 3, 16}) {
+          ThreadPool pool(threads);
+          for (size_t r = 0; r < rows; ++r) {
+            batched[r].assign(q[r].size(), -1.0f);
+            args[r].out = batched[r].data();
+          }
+          attention_batch(args.data(), rows, &pool);
+          for (size_t r = 0; r < rows; ++r)
+            ASSERT_TRUE(same_bits(solo[r].data(), batched[r].data(), solo[r].size()))
+                << "head_dim " << hd << " kv " << kvd << " rows " << rows << " threads " << threads
+                << " row " << r;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pagedkv::backend::cpu
 

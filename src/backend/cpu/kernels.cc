@@ -381,28 +381,39 @@ constexpr int kAttnMaxRows = 16;  // qb × hb
 // the rows' accumulators (kAttnMaxRows × HD floats). W = 16 (the AVX-512 build)
 // does the element-wise value updates 16 floats at a time: the same operation on
 // each element, so the same bits as W = 8.
+//
+// nargs == 1: tasks of argv[0] as AttnPlan numbers them. nargs > 1 (decode rows,
+// one token each, of identical shape): task k is head block k of ALL the nargs
+// rows, so rows that share K/V blocks (a common prefix) read each shared tile
+// once per task instead of once per row.
 template <int HD, int KD, int W>
-PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, int64_t b, int64_t e,
-                                float* ws, float* scores) {
+PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
+                                int64_t b, int64_t e, float* ws, float* scores) {
+  const AttentionArgs& a = argv[0];
   static_assert(HD % 8 == 0);
   constexpr int C = HD / 8;
   const int32_t group = a.num_heads / a.num_kv_heads;
   const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * HD;
   const int32_t head_blocks = a.num_heads / plan.hb;
   for (int64_t task = b; task < e; ++task) {
-    const int32_t t0 = static_cast<int32_t>(task / head_blocks) * plan.qb;
-    const int32_t t1 = std::min(a.num_tokens, t0 + plan.qb);
+    const bool cross = nargs > 1;
+    const int32_t t0 = cross ? 0 : static_cast<int32_t>(task / head_blocks) * plan.qb;
+    const int32_t t1 = cross ? 1 : std::min(a.num_tokens, t0 + plan.qb);
     const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
     const int32_t kvh = h0 / group;
-    const int rows = (t1 - t0) * plan.hb;
+    const int rows = (cross ? nargs : t1 - t0) * plan.hb;
     const float* qr[kAttnMaxRows];
+    const AttentionArgs* ar[kAttnMaxRows];
+    float* outr[kAttnMaxRows];
     int32_t start[kAttnMaxRows], pos[kAttnMaxRows];
     float mval[kAttnMaxRows], l[kAttnMaxRows];
     int32_t tile_lo = std::numeric_limits<int32_t>::max(), tile_hi = -1;
     for (int r = 0; r < rows; ++r) {
-      const int32_t t = t0 + r / plan.hb, h = h0 + r % plan.hb;
-      qr[r] = a.q + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
-      pos[r] = a.positions[t];
+      const int32_t t = cross ? 0 : t0 + r / plan.hb, h = h0 + r % plan.hb;
+      ar[r] = cross ? &argv[r / plan.hb] : &a;
+      qr[r] = ar[r]->q + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
+      outr[r] = ar[r]->out + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
+      pos[r] = ar[r]->positions[t];
       start[r] = 0;
       if (a.sliding_window > 0 && pos[r] - a.sliding_window + 1 > 0)
         start[r] = pos[r] - a.sliding_window + 1;
@@ -413,10 +424,10 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, in
       tile_hi = std::max(tile_hi, pos[r] / a.tile);
     }
     for (int32_t tile = tile_lo; tile <= tile_hi; ++tile) {
-      const void* kt = a.k_tiles[tile];
-      const void* vt = a.v_tiles[tile];
       for (int r = 0; r < rows; ++r) {
         if (tile < start[r] / a.tile || tile > pos[r] / a.tile) continue;
+        const void* kt = ar[r]->k_tiles[tile];
+        const void* vt = ar[r]->v_tiles[tile];
         const float* q = qr[r];
         const int32_t j0 = std::max(start[r], tile * a.tile);
         const int32_t j1 = std::min(pos[r] + 1, (tile + 1) * a.tile);
@@ -509,36 +520,40 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, in
       }
     }
     for (int r = 0; r < rows; ++r) {
-      const int32_t t = t0 + r / plan.hb, h = h0 + r % plan.hb;
-      float* o = a.out + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
+      float* o = outr[r];
       for (int32_t d = 0; d < HD; ++d) o[d] = ws[r * HD + d] / l[r];
     }
   }
 }
 
 template <int KD, int W>
-PKV_INLINE void attention_dispatch_kd(const AttentionArgs& a, const AttnPlan& plan, int64_t b,
-                                      int64_t e, float* ws, float* scores) {
+PKV_INLINE void attention_dispatch_kd(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
+                                      int64_t b, int64_t e, float* ws, float* scores) {
+  const AttentionArgs& a = argv[0];
   switch (g_attention_reference ? 0 : a.head_dim) {
     case 16:
-      return attention_fixed<16, KD, W>(a, plan, b, e, ws, scores);
+      return attention_fixed<16, KD, W>(argv, nargs, plan, b, e, ws, scores);
     case 32:
-      return attention_fixed<32, KD, W>(a, plan, b, e, ws, scores);
+      return attention_fixed<32, KD, W>(argv, nargs, plan, b, e, ws, scores);
     case 64:
-      return attention_fixed<64, KD, W>(a, plan, b, e, ws, scores);
+      return attention_fixed<64, KD, W>(argv, nargs, plan, b, e, ws, scores);
     case 128:
-      return attention_fixed<128, KD, W>(a, plan, b, e, ws, scores);
+      return attention_fixed<128, KD, W>(argv, nargs, plan, b, e, ws, scores);
     case 256:
-      return attention_fixed<256, KD, W>(a, plan, b, e, ws, scores);
+      return attention_fixed<256, KD, W>(argv, nargs, plan, b, e, ws, scores);
     default:
       break;
   }
   // Other head dims: each query row alone (attention_body's (token, head) tasks).
   const int32_t head_blocks = a.num_heads / plan.hb;
   for (int64_t task = b; task < e; ++task) {
+    const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
+    if (nargs > 1) {
+      for (int j = 0; j < nargs; ++j) attention_body<KD>(argv[j], h0, h0 + plan.hb, ws, scores);
+      continue;
+    }
     const int32_t t0 = static_cast<int32_t>(task / head_blocks) * plan.qb;
     const int32_t t1 = std::min(a.num_tokens, t0 + plan.qb);
-    const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
     for (int32_t t = t0; t < t1; ++t) {
       const int64_t first = static_cast<int64_t>(t) * a.num_heads + h0;
       attention_body<KD>(a, first, first + plan.hb, ws, scores);
@@ -547,35 +562,36 @@ PKV_INLINE void attention_dispatch_kd(const AttentionArgs& a, const AttnPlan& pl
 }
 
 template <int W>
-PKV_INLINE void attention_dispatch(const AttentionArgs& a, const AttnPlan& plan, int64_t b,
-                                   int64_t e, float* ws, float* scores) {
-  switch (a.kv_dtype) {
+PKV_INLINE void attention_dispatch(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
+                                   int64_t b, int64_t e, float* ws, float* scores) {
+  switch (argv[0].kv_dtype) {
     case WeightDType::kF32:
-      return attention_dispatch_kd<0, W>(a, plan, b, e, ws, scores);
+      return attention_dispatch_kd<0, W>(argv, nargs, plan, b, e, ws, scores);
     case WeightDType::kBF16:
-      return attention_dispatch_kd<1, W>(a, plan, b, e, ws, scores);
+      return attention_dispatch_kd<1, W>(argv, nargs, plan, b, e, ws, scores);
     case WeightDType::kF16:
-      return attention_dispatch_kd<2, W>(a, plan, b, e, ws, scores);
+      return attention_dispatch_kd<2, W>(argv, nargs, plan, b, e, ws, scores);
   }
 }
 
-__attribute__((target("avx2"))) void attention_avx2(const AttentionArgs& a, const AttnPlan& plan,
-                                                    int64_t b, int64_t e, float* ws,
-                                                    float* scores) {
-  attention_dispatch<8>(a, plan, b, e, ws, scores);
+__attribute__((target("avx2"))) void attention_avx2(const AttentionArgs* argv, int nargs,
+                                                    const AttnPlan& plan, int64_t b, int64_t e,
+                                                    float* ws, float* scores) {
+  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores);
 }
 // The same code with 32 vector registers (AVX-512VL) and the value updates 16
 // floats at a time: the per-lane arithmetic is unchanged (no FMA:
 // -ffp-contract=off), only fewer accumulators spill and fewer instructions issue.
-__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(const AttentionArgs& a,
+__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(const AttentionArgs* argv,
+                                                                       int nargs,
                                                                        const AttnPlan& plan,
                                                                        int64_t b, int64_t e,
                                                                        float* ws, float* scores) {
-  attention_dispatch<16>(a, plan, b, e, ws, scores);
+  attention_dispatch<16>(argv, nargs, plan, b, e, ws, scores);
 }
-void attention_generic(const AttentionArgs& a, const AttnPlan& plan, int64_t b, int64_t e,
-                       float* ws, float* scores) {
-  attention_dispatch<8>(a, plan, b, e, ws, scores);
+void attention_generic(const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b,
+                       int64_t e, float* ws, float* scores) {
+  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores);
 }
 
 __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, int64_t n) {
@@ -823,9 +839,12 @@ void attention(const AttentionArgs& a, ThreadPool* pool) { attention_batch(&a, 1
 
 void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) {
   // Tasks (AttnPlan: a block of query tokens × a block of the query heads that share
-  // a KV head) are numbered arg by arg; each is computed whole by one thread and
-  // every query row's arithmetic is the same whatever task holds it, so neither
-  // the batch, the task shape nor the thread count changes a result.
+  // a KV head) are numbered unit by unit; a unit is one arg, or (cross) a run of
+  // decode args of one token each and identical shape whose task k is head block k
+  // of all of them (rows sharing a prefix then share its K/V tiles). Each task is
+  // computed whole by one thread and every query row's arithmetic is the same
+  // whatever task holds it, so neither the batch, the grouping, the task shape nor
+  // the thread count changes a result.
   const int threads = pool != nullptr ? pool->num_threads() : 1;
   auto plan_for = [](const AttentionArgs& a, bool grouped) {
     AttnPlan p;
@@ -840,8 +859,19 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     p.qb = kAttnMaxRows / p.hb;
     return p;
   };
-  std::vector<AttnPlan> plans(count);
-  std::vector<int64_t> first(count + 1, 0);
+  auto same_shape = [](const AttentionArgs& x, const AttentionArgs& y) {
+    return x.num_tokens == 1 && y.num_tokens == 1 && x.num_heads == y.num_heads &&
+           x.num_kv_heads == y.num_kv_heads && x.head_dim == y.head_dim && x.tile == y.tile &&
+           x.sliding_window == y.sliding_window && x.kv_dtype == y.kv_dtype &&
+           std::memcmp(&x.scale, &y.scale, sizeof(float)) == 0;
+  };
+  struct Unit {
+    size_t arg;
+    int nargs;
+    AttnPlan plan;
+  };
+  std::vector<Unit> units;
+  std::vector<int64_t> first;
   int64_t work_units = 0;
   for (size_t i = 0; i < count; ++i) {
     const AttentionArgs& a = args[i];
@@ -849,17 +879,27 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     for (int32_t t = 0; t < a.num_tokens; ++t) keys += a.positions[t] + 1;
     work_units += keys * a.num_heads * a.head_dim * 2;
   }
-  // Grouped tasks read each K/V row once for several query rows; with fewer than
-  // two per thread (decode of one or two requests, measured faster so), one query
-  // head per task.
-  for (bool grouped : {true, false}) {
-    for (size_t i = 0; i < count; ++i) {
-      plans[i] = plan_for(args[i], grouped);
-      first[i + 1] = first[i] + plans[i].tasks(args[i]);
+  // Modes, first that gives at least two tasks per thread: cross units of decode
+  // rows; grouped tasks (each K/V row read once for several query rows); one query
+  // head per task (decode of one or two requests, measured faster so).
+  for (int mode = 0; mode < 3; ++mode) {
+    units.clear();
+    first.assign(1, 0);
+    for (size_t i = 0; i < count;) {
+      Unit u{i, 1, plan_for(args[i], mode < 2)};
+      if (mode == 0) {
+        const int max_args = kAttnMaxRows / u.plan.hb;
+        while (u.nargs < max_args && i + u.nargs < count && same_shape(args[i], args[i + u.nargs]))
+          ++u.nargs;
+      }
+      const int64_t t = u.nargs > 1 ? args[i].num_heads / u.plan.hb : u.plan.tasks(args[i]);
+      units.push_back(u);
+      first.push_back(first.back() + t);
+      i += u.nargs;
     }
-    if (first[count] >= 2 * static_cast<int64_t>(threads)) break;
+    if (first.back() >= 2 * static_cast<int64_t>(threads)) break;
   }
-  const int64_t tasks = first[count];
+  const int64_t tasks = first.back();
   const bool avx2 = use_avx2();
   const bool avx512 = avx2 && g_isa_override == Isa::kAuto && cpu_has_avx512();
   auto work = [&](int64_t b, int64_t e) {
@@ -872,12 +912,14 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     while (b < e) {
       while (first[i + 1] <= b) ++i;
       const int64_t end = std::min(e, first[i + 1]);
+      const Unit& u = units[i];
+      const AttentionArgs* argv = args + u.arg;
       if (avx512) {
-        attention_avx512(args[i], plans[i], b - first[i], end - first[i], ws.data(), scores);
+        attention_avx512(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
       } else if (avx2) {
-        attention_avx2(args[i], plans[i], b - first[i], end - first[i], ws.data(), scores);
+        attention_avx2(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
       } else {
-        attention_generic(args[i], plans[i], b - first[i], end - first[i], ws.data(), scores);
+        attention_generic(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
       }
       b = end;
     }
