@@ -605,7 +605,9 @@ struct KvRows {
   int32_t NH = 4, KVH = 2, HD, B = 16;
   std::vector<std::vector<float>> k, v, q;
   std::vector<std::vector<int32_t>> pos;
-  KvRows(int32_t hd, const std::vector<std::pair<int32_t, int32_t>>& rows) : HD(hd) {
+  KvRows(int32_t hd, const std::vector<std::pair<int32_t, int32_t>>& rows, int32_t nh = 4,
+         int32_t kvh = 2)
+      : NH(nh), KVH(kvh), HD(hd) {
     uint32_t seed = 100;
     for (auto [ctx, ntok] : rows) {
       int32_t total = ctx + ntok, tiles = (total + B - 1) / B;
@@ -712,6 +714,157 @@ TEST(AttentionBatchTest, HalfPrecisionKvEqualsF32KvOfTheSameValues) {
         attention(a, &two);
         EXPECT_TRUE(same_bits(o32.data(), o16.data(), o32.size()))
             << (bf16 ? "bf16" : "f16") << " head_dim " << hd << " row " << r;
+      }
+    }
+  }
+}
+
+// The head-dim-specialized kernels (several query rows per K/V tile, eight keys'
+// dot products reduced together, 16-float value updates on AVX-512) give exactly
+// the bits of the reference loop (each row alone, one dot_kv per key), for every
+// head dim, GQA group, KV dtype, sliding window, ISA and thread count.
+TEST(AttentionBatchTest, SpecializedKernelsEqualTheOneRowReference) {
+  ThreadPool p2(2), p3(3);
+  struct Shape {
+    int32_t nh, kvh;
+  };
+  for (int32_t hd : {16, 32, 64, 128, 256}) {
+    for (Shape sh : {Shape{4, 2}, Shape{8, 8}, Shape{8, 2}}) {
+      KvRows d(hd, {{0, 37}, {45, 1}, {300, 1}, {7, 20}, {0, 1}}, sh.nh, sh.kvh);
+      const size_t R = d.k.size();
+      for (int kvd = 0; kvd < 3; ++kvd) {
+        std::vector<std::vector<uint16_t>> kh(R), vh(R);
+        for (size_t r = 0; r < R; ++r) {
+          kh[r] = to_half(d.k[r], kvd == 1);
+          vh[r] = to_half(d.v[r], kvd == 1);
+        }
+        for (int32_t window : {0, 20}) {
+          std::vector<std::vector<const float*>> kt(R), vt(R);
+          std::vector<AttentionArgs> args(R);
+          std::vector<std::vector<float>> ref(R), got(R);
+          const int64_t tile_elems = static_cast<int64_t>(d.B) * d.KVH * hd;
+          for (size_t r = 0; r < R; ++r) {
+            const int32_t tiles = static_cast<int32_t>(d.k[r].size() / tile_elems);
+            for (int32_t t = 0; t < tiles; ++t) {
+              if (kvd == 0) {
+                kt[r].push_back(d.k[r].data() + t * tile_elems);
+                vt[r].push_back(d.v[r].data() + t * tile_elems);
+              } else {
+                kt[r].push_back(reinterpret_cast<const float*>(kh[r].data() + t * tile_elems));
+                vt[r].push_back(reinterpret_cast<const float*>(vh[r].data() + t * tile_elems));
+              }
+            }
+            AttentionArgs& a = args[r];
+            a.q = d.q[r].data();
+            a.num_tokens = static_cast<int32_t>(d.pos[r].size());
+            a.num_heads = d.NH;
+            a.num_kv_heads = d.KVH;
+            a.head_dim = hd;
+            a.positions = d.pos[r].data();
+            a.scale = 0.125f;
+            a.tile = d.B;
+            a.k_tiles = kt[r].data();
+            a.v_tiles = vt[r].data();
+            a.num_tiles = tiles;
+            a.sliding_window = window;
+            a.kv_dtype = kvd == 0   ? WeightDType::kF32
+                         : kvd == 1 ? WeightDType::kBF16
+                                    : WeightDType::kF16;
+            ref[r].assign(d.q[r].size(), 0.0f);
+            got[r].assign(d.q[r].size(), -1.0f);
+            a.out = ref[r].data();
+            set_attention_reference_for_testing(true);
+            attention(a, nullptr);
+            set_attention_reference_for_testing(false);
+            a.out = got[r].data();
+          }
+          for (Isa isa : {Isa::kAuto, Isa::kAvx2, Isa::kGeneric}) {
+            set_isa_for_testing(isa);
+            for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &p2, &p3}) {
+              attention_batch(args.data(), R, pool);
+              for (size_t r = 0; r < R; ++r)
+                ASSERT_TRUE(same_bits(ref[r].data(), got[r].data(), ref[r].size()))
+                    << "head_dim " << hd << " heads " << sh.nh << "/" << sh.kvh << " kv " << kvd
+                    << " window " << window << " isa " << static_cast<int>(isa) << " threads "
+                    << (pool ? pool->num_threads() : 1) << " row " << r;
+            }
+          }
+          set_isa_for_testing(Isa::kAuto);
+        }
+      }
+    }
+  }
+}
+
+// Decode rows (one token each) whose tiles share a prefix (the same tile pointers,
+// as the prefix cache gives) are grouped into tasks across rows; every row's output
+// is the bits it gets alone, for any grouping (row count) and thread count.
+TEST(AttentionBatchTest, DecodeRowsSharingAPrefixEqualEachRowAlone) {
+  for (int32_t hd : {24, 32, 128}) {
+    for (int kvd = 0; kvd < 2; ++kvd) {
+      const int32_t NH = 8, KVH = 2, B = 16, prefix_tiles = 5;
+      const size_t R = 11;
+      const int64_t tile_elems = static_cast<int64_t>(B) * KVH * hd;
+      auto shared_k = randn(prefix_tiles * tile_elems, 500),
+           shared_v = randn(prefix_tiles * tile_elems, 501);
+      std::vector<uint16_t> shared_kh = to_half(shared_k, true),
+                            shared_vh = to_half(shared_v, true);
+      std::vector<std::vector<float>> own_k(R), own_v(R), q(R), solo(R), batched(R);
+      std::vector<std::vector<uint16_t>> own_kh(R), own_vh(R);
+      std::vector<std::vector<const float*>> kt(R), vt(R);
+      std::vector<int32_t> pos(R);
+      std::vector<AttentionArgs> args(R);
+      for (size_t r = 0; r < R; ++r) {
+        pos[r] = prefix_tiles * B + static_cast<int32_t>(7 * r % 40);
+        const int32_t tiles = pos[r] / B + 1;
+        own_k[r] = randn((tiles - prefix_tiles) * tile_elems, 600 + static_cast<uint32_t>(r));
+        own_v[r] = randn((tiles - prefix_tiles) * tile_elems, 700 + static_cast<uint32_t>(r));
+        own_kh[r] = to_half(own_k[r], true);
+        own_vh[r] = to_half(own_v[r], true);
+        for (int32_t t = 0; t < tiles; ++t) {
+          const bool sh = t < prefix_tiles;
+          const int64_t off = (sh ? t : t - prefix_tiles) * tile_elems;
+          if (kvd == 0) {
+            kt[r].push_back((sh ? shared_k.data() : own_k[r].data()) + off);
+            vt[r].push_back((sh ? shared_v.data() : own_v[r].data()) + off);
+          } else {
+            kt[r].push_back(
+                reinterpret_cast<const float*>((sh ? shared_kh.data() : own_kh[r].data()) + off));
+            vt[r].push_back(
+                reinterpret_cast<const float*>((sh ? shared_vh.data() : own_vh[r].data()) + off));
+          }
+        }
+        q[r] = randn(static_cast<size_t>(NH) * hd, 800 + static_cast<uint32_t>(r));
+        solo[r].assign(q[r].size(), 0.0f);
+        AttentionArgs& a = args[r];
+        a.q = q[r].data();
+        a.num_tokens = 1;
+        a.num_heads = NH;
+        a.num_kv_heads = KVH;
+        a.head_dim = hd;
+        a.positions = &pos[r];
+        a.scale = 0.09f;
+        a.tile = B;
+        a.k_tiles = kt[r].data();
+        a.v_tiles = vt[r].data();
+        a.num_tiles = tiles;
+        a.kv_dtype = kvd == 0 ? WeightDType::kF32 : WeightDType::kBF16;
+        a.out = solo[r].data();
+        attention(a, nullptr);
+      }
+      for (size_t rows : {size_t{2}, size_t{5}, R}) {
+        for (int threads : {1, 2, 3, 16}) {
+          ThreadPool pool(threads);
+          for (size_t r = 0; r < rows; ++r) {
+            batched[r].assign(q[r].size(), -1.0f);
+            args[r].out = batched[r].data();
+          }
+          attention_batch(args.data(), rows, &pool);
+          for (size_t r = 0; r < rows; ++r)
+            ASSERT_TRUE(same_bits(solo[r].data(), batched[r].data(), solo[r].size()))
+                << "head_dim " << hd << " kv " << kvd << " rows " << rows << " threads " << threads
+                << " row " << r;
+        }
       }
     }
   }

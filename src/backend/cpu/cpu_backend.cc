@@ -3,6 +3,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,7 +24,9 @@ Backend& cpu_backend() {
         resolve_knob<uint64_t>("PAGEDKV_CPU_THREADS", std::nullopt, cpu::default_num_threads()));
     if (threads < 1) threads = 1;
     if (threads > 256) threads = 256;
-    return new cpu::CpuBackend(threads);
+    const uint64_t spin = resolve_knob<uint64_t>("PAGEDKV_CPU_SPIN_US", std::nullopt,
+                                                 static_cast<uint64_t>(cpu::kDefaultSpinMicros));
+    return new cpu::CpuBackend(threads, static_cast<int64_t>(std::min<uint64_t>(spin, 100'000)));
   }();
   return *b;
 }
@@ -114,7 +117,7 @@ std::string CpuBackend::describe() const {
          isa_name();
 }
 
-CpuBackend::CpuBackend(int num_threads) : pool_(num_threads) {}
+CpuBackend::CpuBackend(int num_threads, int64_t spin_micros) : pool_(num_threads, spin_micros) {}
 
 StatusOr<std::unique_ptr<Weight>> CpuBackend::upload(const HostTensorView& t) {
   if (t.data == nullptr && t.rows * t.cols > 0) return invalid_argument("upload: null weight data");

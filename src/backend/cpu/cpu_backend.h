@@ -29,7 +29,8 @@ class CpuWeight : public Weight {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int num_threads);
+  // spin_micros: the pool's polling time before it sleeps (< 0: kDefaultSpinMicros).
+  explicit CpuBackend(int num_threads, int64_t spin_micros = -1);
   std::string name() const override { return "cpu"; }
   int num_threads() const { return pool_.num_threads(); }
   ThreadPool* pool() { return &pool_; }

@@ -35,6 +35,7 @@ Isa g_isa_override = Isa::kAuto;
 bool g_matmul_packing = true;
 int64_t g_matmul_kc = 512, g_matmul_mb = 96;
 bool g_matmul_prefetch = true;
+bool g_attention_reference = false;
 bool use_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   if (g_isa_override == Isa::kGeneric) return false;
@@ -93,6 +94,28 @@ PKV_INLINE v8f widen_bf16(const uint16_t* p) {
 
 PKV_INLINE float hsum(v8f a) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+// The eight sums hsum(s[0]) … hsum(s[7]) as one vector: the same additions in the
+// same tree (l0+l4, then (l0+l4)+(l2+l6), then the two halves), done for eight
+// keys at once with shuffles instead of one horizontal reduction per key
+// (hsum8x8 below).
+// aK[i] = sK[i] + sK[i+4]: hsum8_lohi(x, y) = [ax | ay].
+PKV_INLINE v8f hsum8_lohi(v8f x, v8f y) {
+  return __builtin_shufflevector(x, y, 0, 1, 2, 3, 8, 9, 10, 11) +
+         __builtin_shufflevector(x, y, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+// bK = [aK[0] + aK[2], aK[1] + aK[3]]: hsum8_pairs([a0|a1], [a2|a3]) = [b0 b2 b1 b3].
+PKV_INLINE v8f hsum8_pairs(v8f x, v8f y) {
+  return __builtin_shufflevector(x, y, 0, 1, 8, 9, 4, 5, 12, 13) +
+         __builtin_shufflevector(x, y, 2, 3, 10, 11, 6, 7, 14, 15);
+}
+PKV_INLINE v8f hsum8x8(const v8f* s) {
+  const v8f w0 = hsum8_pairs(hsum8_lohi(s[0], s[1]), hsum8_lohi(s[2], s[3]));
+  const v8f w1 = hsum8_pairs(hsum8_lohi(s[4], s[5]), hsum8_lohi(s[6], s[7]));
+  // sK = bK[0] + bK[1], in key order.
+  return __builtin_shufflevector(w0, w1, 0, 4, 2, 6, 8, 12, 10, 14) +
+         __builtin_shufflevector(w0, w1, 1, 5, 3, 7, 9, 13, 11, 15);
 }
 
 typedef int32_t v8i32 __attribute__((vector_size(32)));
@@ -244,6 +267,21 @@ PKV_INLINE v8f load_kv_partial(const void* base, int64_t off, int64_t n) {
   return load8(t);
 }
 
+// 16 K/V elements as one 16-float vector (the AVX-512 build of attention's
+// element-wise value updates; per lane the same operations as two 8-float halves).
+typedef float v16f __attribute__((vector_size(64)));
+template <int KD>
+PKV_INLINE v16f load_kv16(const void* base, int64_t off) {
+  if constexpr (KD == 0) {
+    v16f v;
+    std::memcpy(&v, static_cast<const float*>(base) + off, sizeof(v));
+    return v;
+  } else {
+    const v8f lo = load_kv<KD>(base, off), hi = load_kv<KD>(base, off + 8);
+    return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  }
+}
+
 // Σ q[i]·k[i] over a K row of dtype KD, in dot_f32's lane order.
 template <int KD>
 PKV_INLINE float dot_kv(const float* a, const void* kb, int64_t off, int64_t n) {
@@ -340,29 +378,42 @@ constexpr int kAttnMaxRows = 16;  // qb × hb
 // tile while it is in L1 (the loop over rows is inside the loop over tiles), and
 // every row performs exactly attention_body's operations in the same order, so
 // neither the task shape nor the head_dim specialization changes a bit. ws holds
-// the rows' accumulators (kAttnMaxRows × HD floats).
-template <int HD, int KD>
-PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, int64_t b, int64_t e,
-                                float* ws, float* scores) {
+// the rows' accumulators (kAttnMaxRows × HD floats). W = 16 (the AVX-512 build)
+// does the element-wise value updates 16 floats at a time: the same operation on
+// each element, so the same bits as W = 8.
+//
+// nargs == 1: tasks of argv[0] as AttnPlan numbers them. nargs > 1 (decode rows,
+// one token each, of identical shape): task k is head block k of ALL the nargs
+// rows, so rows that share K/V blocks (a common prefix) read each shared tile
+// once per task instead of once per row.
+template <int HD, int KD, int W>
+PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
+                                int64_t b, int64_t e, float* ws, float* scores) {
+  const AttentionArgs& a = argv[0];
   static_assert(HD % 8 == 0);
   constexpr int C = HD / 8;
   const int32_t group = a.num_heads / a.num_kv_heads;
   const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * HD;
   const int32_t head_blocks = a.num_heads / plan.hb;
   for (int64_t task = b; task < e; ++task) {
-    const int32_t t0 = static_cast<int32_t>(task / head_blocks) * plan.qb;
-    const int32_t t1 = std::min(a.num_tokens, t0 + plan.qb);
+    const bool cross = nargs > 1;
+    const int32_t t0 = cross ? 0 : static_cast<int32_t>(task / head_blocks) * plan.qb;
+    const int32_t t1 = cross ? 1 : std::min(a.num_tokens, t0 + plan.qb);
     const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
     const int32_t kvh = h0 / group;
-    const int rows = (t1 - t0) * plan.hb;
+    const int rows = (cross ? nargs : t1 - t0) * plan.hb;
     const float* qr[kAttnMaxRows];
+    const AttentionArgs* ar[kAttnMaxRows];
+    float* outr[kAttnMaxRows];
     int32_t start[kAttnMaxRows], pos[kAttnMaxRows];
     float mval[kAttnMaxRows], l[kAttnMaxRows];
     int32_t tile_lo = std::numeric_limits<int32_t>::max(), tile_hi = -1;
     for (int r = 0; r < rows; ++r) {
-      const int32_t t = t0 + r / plan.hb, h = h0 + r % plan.hb;
-      qr[r] = a.q + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
-      pos[r] = a.positions[t];
+      const int32_t t = cross ? 0 : t0 + r / plan.hb, h = h0 + r % plan.hb;
+      ar[r] = cross ? &argv[r / plan.hb] : &a;
+      qr[r] = ar[r]->q + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
+      outr[r] = ar[r]->out + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
+      pos[r] = ar[r]->positions[t];
       start[r] = 0;
       if (a.sliding_window > 0 && pos[r] - a.sliding_window + 1 > 0)
         start[r] = pos[r] - a.sliding_window + 1;
@@ -373,17 +424,33 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, in
       tile_hi = std::max(tile_hi, pos[r] / a.tile);
     }
     for (int32_t tile = tile_lo; tile <= tile_hi; ++tile) {
-      const void* kt = a.k_tiles[tile];
-      const void* vt = a.v_tiles[tile];
       for (int r = 0; r < rows; ++r) {
         if (tile < start[r] / a.tile || tile > pos[r] / a.tile) continue;
+        const void* kt = ar[r]->k_tiles[tile];
+        const void* vt = ar[r]->v_tiles[tile];
         const float* q = qr[r];
         const int32_t j0 = std::max(start[r], tile * a.tile);
         const int32_t j1 = std::min(pos[r] + 1, (tile + 1) * a.tile);
         float tmax = -std::numeric_limits<float>::infinity();
-        // Four keys at a time: four independent accumulator chains, each the exact
-        // dot_kv sequence of its key (so the bits are dot_kv's).
+        // Eight keys at a time: eight independent accumulator chains, each the exact
+        // dot_kv sequence of its key, summed by hsum8x8 (hsum's tree for each), so
+        // the bits are dot_kv's; then four, then one.
         int32_t j = j0;
+        for (; j + 8 <= j1; j += 8) {
+          const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
+          v8f s8[8];
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) s8[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+          for (int c = 0; c < C; ++c) {
+            const v8f qv = load8(q + 8 * c);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) s8[i] += qv * load_kv<KD>(kt, o0 + i * kv_row + 8 * c);
+          }
+          const v8f sc = hsum8x8(s8) * splat8(a.scale);
+          store8(scores + (j - j0), sc);
+          for (int i = 0; i < 8; ++i) tmax = std::max(tmax, sc[i]);
+        }
         for (; j + 4 <= j1; j += 4) {
           const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
           v8f s0 = {0, 0, 0, 0, 0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
@@ -412,55 +479,81 @@ PKV_INLINE void attention_fixed(const AttentionArgs& a, const AttnPlan& plan, in
         float lr = l[r] * alpha;
         exp_shifted(scores, j1 - j0, mnew);
         float* accp = ws + r * HD;
-        v8f acc[C];
-        const v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
+        if constexpr (W == 16 && HD % 16 == 0) {
+          constexpr int C16 = HD / 16;
+          v16f acc[C16];
+          v16f av, pv;
+          for (int i = 0; i < 16; ++i) av[i] = alpha;
+#pragma GCC unroll 16
+          for (int c = 0; c < C16; ++c) {
+            std::memcpy(&acc[c], accp + 16 * c, sizeof(v16f));
+            acc[c] = acc[c] * av;
+          }
+          for (int32_t jj = j0; jj < j1; ++jj) {
+            const float pj = scores[jj - j0];
+            lr = lr + pj;
+            const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
+            for (int i = 0; i < 16; ++i) pv[i] = pj;
+#pragma GCC unroll 16
+            for (int c = 0; c < C16; ++c) acc[c] = acc[c] + pv * load_kv16<KD>(vt, vo + 16 * c);
+          }
+#pragma GCC unroll 16
+          for (int c = 0; c < C16; ++c) std::memcpy(accp + 16 * c, &acc[c], sizeof(v16f));
+        } else {
+          v8f acc[C];
+          const v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
 #pragma GCC unroll 32
-        for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
-        for (int32_t jj = j0; jj < j1; ++jj) {
-          const float pj = scores[jj - j0];
-          lr = lr + pj;
-          const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
-          const v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
+          for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
+          for (int32_t jj = j0; jj < j1; ++jj) {
+            const float pj = scores[jj - j0];
+            lr = lr + pj;
+            const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
+            const v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
 #pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
+            for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
+          }
+#pragma GCC unroll 32
+          for (int c = 0; c < C; ++c) store8(accp + 8 * c, acc[c]);
         }
-#pragma GCC unroll 32
-        for (int c = 0; c < C; ++c) store8(accp + 8 * c, acc[c]);
         l[r] = lr;
         mval[r] = mnew;
       }
     }
     for (int r = 0; r < rows; ++r) {
-      const int32_t t = t0 + r / plan.hb, h = h0 + r % plan.hb;
-      float* o = a.out + (static_cast<int64_t>(t) * a.num_heads + h) * HD;
+      float* o = outr[r];
       for (int32_t d = 0; d < HD; ++d) o[d] = ws[r * HD + d] / l[r];
     }
   }
 }
 
-template <int KD>
-PKV_INLINE void attention_dispatch_kd(const AttentionArgs& a, const AttnPlan& plan, int64_t b,
-                                      int64_t e, float* ws, float* scores) {
-  switch (a.head_dim) {
+template <int KD, int W>
+PKV_INLINE void attention_dispatch_kd(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
+                                      int64_t b, int64_t e, float* ws, float* scores) {
+  const AttentionArgs& a = argv[0];
+  switch (g_attention_reference ? 0 : a.head_dim) {
     case 16:
-      return attention_fixed<16, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<16, KD, W>(argv, nargs, plan, b, e, ws, scores);
     case 32:
-      return attention_fixed<32, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<32, KD, W>(argv, nargs, plan, b, e, ws, scores);
     case 64:
-      return attention_fixed<64, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<64, KD, W>(argv, nargs, plan, b, e, ws, scores);
     case 128:
-      return attention_fixed<128, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<128, KD, W>(argv, nargs, plan, b, e, ws, scores);
     case 256:
-      return attention_fixed<256, KD>(a, plan, b, e, ws, scores);
+      return attention_fixed<256, KD, W>(argv, nargs, plan, b, e, ws, scores);
     default:
       break;
   }
   // Other head dims: each query row alone (attention_body's (token, head) tasks).
   const int32_t head_blocks = a.num_heads / plan.hb;
   for (int64_t task = b; task < e; ++task) {
+    const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
+    if (nargs > 1) {
+      for (int j = 0; j < nargs; ++j) attention_body<KD>(argv[j], h0, h0 + plan.hb, ws, scores);
+      continue;
+    }
     const int32_t t0 = static_cast<int32_t>(task / head_blocks) * plan.qb;
     const int32_t t1 = std::min(a.num_tokens, t0 + plan.qb);
-    const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
     for (int32_t t = t0; t < t1; ++t) {
       const int64_t first = static_cast<int64_t>(t) * a.num_heads + h0;
       attention_body<KD>(a, first, first + plan.hb, ws, scores);
@@ -468,35 +561,37 @@ PKV_INLINE void attention_dispatch_kd(const AttentionArgs& a, const AttnPlan& pl
   }
 }
 
-PKV_INLINE void attention_dispatch(const AttentionArgs& a, const AttnPlan& plan, int64_t b,
-                                   int64_t e, float* ws, float* scores) {
-  switch (a.kv_dtype) {
+template <int W>
+PKV_INLINE void attention_dispatch(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
+                                   int64_t b, int64_t e, float* ws, float* scores) {
+  switch (argv[0].kv_dtype) {
     case WeightDType::kF32:
-      return attention_dispatch_kd<0>(a, plan, b, e, ws, scores);
+      return attention_dispatch_kd<0, W>(argv, nargs, plan, b, e, ws, scores);
     case WeightDType::kBF16:
-      return attention_dispatch_kd<1>(a, plan, b, e, ws, scores);
+      return attention_dispatch_kd<1, W>(argv, nargs, plan, b, e, ws, scores);
     case WeightDType::kF16:
-      return attention_dispatch_kd<2>(a, plan, b, e, ws, scores);
+      return attention_dispatch_kd<2, W>(argv, nargs, plan, b, e, ws, scores);
   }
 }
 
-__attribute__((target("avx2"))) void attention_avx2(const AttentionArgs& a, const AttnPlan& plan,
-                                                    int64_t b, int64_t e, float* ws,
-                                                    float* scores) {
-  attention_dispatch(a, plan, b, e, ws, scores);
+__attribute__((target("avx2"))) void attention_avx2(const AttentionArgs* argv, int nargs,
+                                                    const AttnPlan& plan, int64_t b, int64_t e,
+                                                    float* ws, float* scores) {
+  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores);
 }
-// The same code with 32 vector registers (AVX-512VL): the 8-float vectors and
-// their per-lane arithmetic are unchanged (no FMA: -ffp-contract=off), only
-// fewer accumulators spill.
-__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(const AttentionArgs& a,
+// The same code with 32 vector registers (AVX-512VL) and the value updates 16
+// floats at a time: the per-lane arithmetic is unchanged (no FMA:
+// -ffp-contract=off), only fewer accumulators spill and fewer instructions issue.
+__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(const AttentionArgs* argv,
+                                                                       int nargs,
                                                                        const AttnPlan& plan,
                                                                        int64_t b, int64_t e,
                                                                        float* ws, float* scores) {
-  attention_dispatch(a, plan, b, e, ws, scores);
+  attention_dispatch<16>(argv, nargs, plan, b, e, ws, scores);
 }
-void attention_generic(const AttentionArgs& a, const AttnPlan& plan, int64_t b, int64_t e,
-                       float* ws, float* scores) {
-  attention_dispatch(a, plan, b, e, ws, scores);
+void attention_generic(const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b,
+                       int64_t e, float* ws, float* scores) {
+  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores);
 }
 
 __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, int64_t n) {
@@ -521,6 +616,7 @@ constexpr int64_t kParallelElems = 1 << 15;
 void set_isa_for_testing(Isa isa) { g_isa_override = isa; }
 void set_matmul_packing_for_testing(bool on) { g_matmul_packing = on; }
 void set_matmul_prefetch_for_testing(bool on) { g_matmul_prefetch = on; }
+void set_attention_reference_for_testing(bool on) { g_attention_reference = on; }
 void set_matmul_blocking_for_testing(int64_t kc, int64_t mb) {
   g_matmul_kc = std::clamp<int64_t>(kc / 8 * 8, 8, kMatmulMaxKc);
   g_matmul_mb = std::clamp<int64_t>(mb / 24 * 24, 24, kMatmulMaxRowBlock);
@@ -743,9 +839,12 @@ void attention(const AttentionArgs& a, ThreadPool* pool) { attention_batch(&a, 1
 
 void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) {
   // Tasks (AttnPlan: a block of query tokens × a block of the query heads that share
-  // a KV head) are numbered arg by arg; each is computed whole by one thread and
-  // every query row's arithmetic is the same whatever task holds it, so neither
-  // the batch, the task shape nor the thread count changes a result.
+  // a KV head) are numbered unit by unit; a unit is one arg, or (cross) a run of
+  // decode args of one token each and identical shape whose task k is head block k
+  // of all of them (rows sharing a prefix then share its K/V tiles). Each task is
+  // computed whole by one thread and every query row's arithmetic is the same
+  // whatever task holds it, so neither the batch, the grouping, the task shape nor
+  // the thread count changes a result.
   const int threads = pool != nullptr ? pool->num_threads() : 1;
   auto plan_for = [](const AttentionArgs& a, bool grouped) {
     AttnPlan p;
@@ -760,8 +859,19 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     p.qb = kAttnMaxRows / p.hb;
     return p;
   };
-  std::vector<AttnPlan> plans(count);
-  std::vector<int64_t> first(count + 1, 0);
+  auto same_shape = [](const AttentionArgs& x, const AttentionArgs& y) {
+    return x.num_tokens == 1 && y.num_tokens == 1 && x.num_heads == y.num_heads &&
+           x.num_kv_heads == y.num_kv_heads && x.head_dim == y.head_dim && x.tile == y.tile &&
+           x.sliding_window == y.sliding_window && x.kv_dtype == y.kv_dtype &&
+           std::memcmp(&x.scale, &y.scale, sizeof(float)) == 0;
+  };
+  struct Unit {
+    size_t arg;
+    int nargs;
+    AttnPlan plan;
+  };
+  std::vector<Unit> units;
+  std::vector<int64_t> first;
   int64_t work_units = 0;
   for (size_t i = 0; i < count; ++i) {
     const AttentionArgs& a = args[i];
@@ -769,17 +879,27 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     for (int32_t t = 0; t < a.num_tokens; ++t) keys += a.positions[t] + 1;
     work_units += keys * a.num_heads * a.head_dim * 2;
   }
-  // Grouped tasks read each K/V row once for several query rows; with fewer than
-  // two per thread (decode of one or two requests, measured faster so), one query
-  // head per task.
-  for (bool grouped : {true, false}) {
-    for (size_t i = 0; i < count; ++i) {
-      plans[i] = plan_for(args[i], grouped);
-      first[i + 1] = first[i] + plans[i].tasks(args[i]);
+  // Modes, first that gives at least two tasks per thread: cross units of decode
+  // rows; grouped tasks (each K/V row read once for several query rows); one query
+  // head per task (decode of one or two requests, measured faster so).
+  for (int mode = 0; mode < 3; ++mode) {
+    units.clear();
+    first.assign(1, 0);
+    for (size_t i = 0; i < count;) {
+      Unit u{i, 1, plan_for(args[i], mode < 2)};
+      if (mode == 0) {
+        const int max_args = kAttnMaxRows / u.plan.hb;
+        while (u.nargs < max_args && i + u.nargs < count && same_shape(args[i], args[i + u.nargs]))
+          ++u.nargs;
+      }
+      const int64_t t = u.nargs > 1 ? args[i].num_heads / u.plan.hb : u.plan.tasks(args[i]);
+      units.push_back(u);
+      first.push_back(first.back() + t);
+      i += u.nargs;
     }
-    if (first[count] >= 2 * static_cast<int64_t>(threads)) break;
+    if (first.back() >= 2 * static_cast<int64_t>(threads)) break;
   }
-  const int64_t tasks = first[count];
+  const int64_t tasks = first.back();
   const bool avx2 = use_avx2();
   const bool avx512 = avx2 && g_isa_override == Isa::kAuto && cpu_has_avx512();
   auto work = [&](int64_t b, int64_t e) {
@@ -792,12 +912,14 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     while (b < e) {
       while (first[i + 1] <= b) ++i;
       const int64_t end = std::min(e, first[i + 1]);
+      const Unit& u = units[i];
+      const AttentionArgs* argv = args + u.arg;
       if (avx512) {
-        attention_avx512(args[i], plans[i], b - first[i], end - first[i], ws.data(), scores);
+        attention_avx512(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
       } else if (avx2) {
-        attention_avx2(args[i], plans[i], b - first[i], end - first[i], ws.data(), scores);
+        attention_avx2(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
       } else {
-        attention_generic(args[i], plans[i], b - first[i], end - first[i], ws.data(), scores);
+        attention_generic(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
       }
       b = end;
     }

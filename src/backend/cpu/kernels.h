@@ -35,6 +35,10 @@ void set_matmul_packing_for_testing(bool on);
 void set_matmul_blocking_for_testing(int64_t kc, int64_t mb);
 // Off: the matmul does not prefetch the next tile's weights (speed only).
 void set_matmul_prefetch_for_testing(bool on);
+// On: attention computes every query row alone with the reference loop
+// (attention_body: one dot_kv per key), not the head-dim-specialized kernels of
+// several rows × several keys at a time; the two give the same bits (tests).
+void set_attention_reference_for_testing(bool on);
 // The matmul path taken on this CPU (for --verbose and the benchmarks).
 const char* isa_name();
 // Measured FMA throughput of all the pool's threads running register-only FMA
