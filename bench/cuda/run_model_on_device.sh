@@ -4,7 +4,8 @@
 # --device cuda (logits against transformers' fixture, generate, bench), then the
 # decode table on the qwen3-0.6b-shape checkpoint. Outputs go to $OUT (or ./out).
 #   usage (from the repo root): bash bench/cuda/run_model_on_device.sh
-#   PROFILE_ONLY=1: build bench_cuda_model only and print the per-step phase profile.
+#   PROFILE_ONLY=1: build bench_cuda_model only and print the per-step phase profile;
+#   WITH_PROFILE=1: print that profile after the full run too.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -14,7 +15,7 @@ lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$OUT/gpu.txt"
 cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DPAGEDKV_BUILD_BENCH=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 T0=$(date +%s)
-TARGETS="engine_cuda_tests backend_cuda_tests pagedkv bench_cuda_model"
+TARGETS="engine_cuda_tests backend_cuda_tests server_cuda_tests pagedkv bench_cuda_model"
 [ "${PROFILE_ONLY:-0}" = 1 ] && TARGETS=bench_cuda_model
 cmake --build build-dev -j"$J" --target $TARGETS \
   >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
@@ -29,6 +30,9 @@ echo "== engine_cuda_tests"
 echo "== backend_cuda_tests"
 ./build-dev/tests/backend/backend_cuda_tests 2>&1 | tee "$OUT/backend_tests.log" |
   grep -E "FAILED|Failure|PASSED|qwen3-a" | head -40
+echo "== server_cuda_tests"
+./build-dev/tests/server/server_cuda_tests 2>&1 | tee "$OUT/server_tests.log" |
+  grep -E "FAILED|Failure|PASSED|OK \]" | head -20
 echo "== CLI --device cuda (logits with f32 KV: the device default is bf16)"
 FIX=tests/data/hf-reference/qwen3-a
 MOE=tests/data/hf-reference/qwen3_moe-a
@@ -60,5 +64,6 @@ echo "== bench_cuda_model"
 if [ "${PROFILE_ONLY:-0}" != 1 ]; then
   timeout 240 ./build-dev/bench/cuda/bench_cuda_model 2>&1 | grep -v "pagedkv info" | tee "$OUT/bench.log"
 fi
+[ "${WITH_PROFILE:-0}" = 1 ] || exit 0
 echo "== where a decode step goes (PAGEDKV_CUDA_PROFILE=1)"
 PAGEDKV_CUDA_PROFILE=1 timeout 120 ./build-dev/bench/cuda/bench_cuda_model 2>&1 | grep -v "pagedkv info" | tee "$OUT/profile.log"

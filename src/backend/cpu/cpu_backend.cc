@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "backend/cpu/kernels.h"
@@ -35,7 +36,10 @@ namespace cpu {
 namespace {
 const CpuWeight& cw(const Weight& w) { return static_cast<const CpuWeight&>(w); }
 
-// The profile (set_profiling): ops are issued by one thread at a time.
+// The profile (set_profiling): per op kind, calls, seconds and flops. Ops may be
+// issued from several threads at once (MoE experts in parallel), so the sums are
+// taken under a mutex, paid only while profiling; an op run on several threads at
+// once counts each thread's time (the table is then CPU time, not wall time).
 enum Op {
   kMatmulDecode,
   kMatmulPacked,
@@ -52,6 +56,7 @@ const char* const kOpNames[kNumOps] = {"matmul m<16", "matmul m>=16", "attention
                                        "rms_norm",    "rope",         "silu/gelu",
                                        "add",         "embedding",    "softmax/route"};
 bool g_profiling = false;
+std::mutex g_profile_mutex;
 double g_op_seconds[kNumOps] = {};
 double g_op_flops[kNumOps] = {};
 int64_t g_op_calls[kNumOps] = {};
@@ -61,13 +66,16 @@ class OpTimer {
   explicit OpTimer(Op op, double flops = 0) : op_(op) {
     if (!g_profiling) return;
     start_ = std::chrono::steady_clock::now();
+    std::lock_guard lock(g_profile_mutex);
     g_op_flops[op] += flops;
     ++g_op_calls[op];
   }
   ~OpTimer() {
-    if (g_profiling)
-      g_op_seconds[op_] +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (!g_profiling) return;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::lock_guard lock(g_profile_mutex);
+    g_op_seconds[op_] += s;
   }
 
  private:
@@ -79,6 +87,7 @@ class OpTimer {
 void CpuBackend::set_profiling(bool on) { g_profiling = on; }
 
 std::string CpuBackend::profile_report() {
+  std::lock_guard lock(g_profile_mutex);
   double total = 0;
   for (double s : g_op_seconds) total += s;
   std::string out;
