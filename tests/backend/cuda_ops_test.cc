@@ -178,11 +178,10 @@ TEST_F(CudaOpsTest, GemmRowsIdenticalForBatchSizes1_2_3_8_64) {
 }
 
 // The decode kernel's shapes (a half tile up to 8 rows, bands of 16 rows above, 8
-// or 16 columns a block by N) against the large-M kernel's bits: 80 rows run by the large kernel are the
-// reference, and the first m rows run alone (m ≤ 64: the decode kernel) must give
-// the same bits. K has a tail in every unit the kernels work in (32-wide blocks,
-// 8-wide weight loads, 4-wide x loads), N past a column tile and past the "wide"
-// switch (8192).
+// or 16 columns a block by N) against the large-M kernel's bits: 80 rows run by the large kernel
+// are the reference, and the first m rows run alone (m ≤ 64: the decode kernel) must give the same
+// bits. K has a tail in every unit the kernels work in (32-wide blocks, 8-wide weight loads, 4-wide
+// x loads), N past a column tile and past the "wide" switch (8192).
 TEST_F(CudaOpsTest, GemmDecodeShapesEqualLargeKernelBits) {
   for (const auto& [K, N] :
        {std::pair<int64_t, int64_t>{200, 136}, {1030, 8200}, {37, 8195}, {3072, 40}}) {
