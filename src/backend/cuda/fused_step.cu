@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_slot.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -74,29 +75,6 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
   }
 }
 
-// kv_write.cu's slot of token t.
-__device__ __forceinline__ int64_t kv_slot_of(const KvWriteParams& p, int32_t t) {
-  const int32_t pos = p.positions[t];
-  const int32_t seq = p.token_seq != nullptr ? p.token_seq[t] : 0;
-  if (p.layout == KvLayout::kBlockTable) {
-    const int32_t blk =
-        p.block_tables[static_cast<int64_t>(seq) * p.max_blocks_per_seq + pos / p.block_size];
-    return static_cast<int64_t>(blk) * p.block_size + pos % p.block_size;
-  }
-  return seq * p.seq_capacity + pos;
-}
-
-template <typename T>
-__device__ __forceinline__ T to_kv(float v);
-template <>
-__device__ __forceinline__ float to_kv<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 to_kv<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
 // One block per (token, head of q, k, v): q and k heads get rms_norm_kernel's
 // normalization and rope_kernel's rotation; q goes to p.q, k and v to the cache.
 template <typename T>
@@ -109,7 +87,7 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_
   const float* src = p.qkv + (static_cast<int64_t>(t) * (NH + 2 * KVH) + head) * D;
   const int64_t row = static_cast<int64_t>(KVH) * D;
   if (head >= NH + KVH) {  // a V head: the K/V write's copy
-    T* dst = static_cast<T*>(p.kv.v_cache) + kv_slot_of(p.kv, t) * row + (head - NH - KVH) * D;
+    T* dst = static_cast<T*>(p.kv.v_cache) + kv_slot(p.kv, t) * row + (head - NH - KVH) * D;
     for (int32_t i = threadIdx.x; i < D; i += kRowThreads) dst[i] = to_kv<T>(src[i]);
     return;
   }
@@ -138,7 +116,7 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_
     float* dst = p.q + (static_cast<int64_t>(t) * NH + head) * D;
     for (int32_t i = threadIdx.x; i < D; i += kRowThreads) dst[i] = hv[i];
   } else {
-    T* dst = static_cast<T*>(p.kv.k_cache) + kv_slot_of(p.kv, t) * row + (head - NH) * D;
+    T* dst = static_cast<T*>(p.kv.k_cache) + kv_slot(p.kv, t) * row + (head - NH) * D;
     for (int32_t i = threadIdx.x; i < D; i += kRowThreads) dst[i] = to_kv<T>(hv[i]);
   }
 }

@@ -12,31 +12,10 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/kv_slot.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
-
-__device__ __forceinline__ int64_t kv_slot(const KvWriteParams& p, int32_t t) {
-  const int32_t pos = p.positions[t];
-  const int32_t seq = p.token_seq != nullptr ? p.token_seq[t] : 0;
-  if (p.layout == KvLayout::kBlockTable) {
-    const int32_t blk =
-        p.block_tables[static_cast<int64_t>(seq) * p.max_blocks_per_seq + pos / p.block_size];
-    return static_cast<int64_t>(blk) * p.block_size + pos % p.block_size;
-  }
-  return seq * p.seq_capacity + pos;
-}
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 template <typename T>
 __global__ void write_kv_kernel(const KvWriteParams p) {
@@ -48,8 +27,8 @@ __global__ void write_kv_kernel(const KvWriteParams p) {
   const float* ks = p.k + t * row;
   const float* vs = p.v + t * row;
   for (int64_t i = threadIdx.x; i < row; i += blockDim.x) {
-    kd[i] = from_f32<T>(ks[i]);
-    vd[i] = from_f32<T>(vs[i]);
+    kd[i] = to_kv<T>(ks[i]);
+    vd[i] = to_kv<T>(vs[i]);
   }
 }
 
