@@ -55,9 +55,7 @@ TEST(ServeCliTest, SigtermDrainsAnInFlightStreamAndExitsZero) {
   ASSERT_GT(chunks.load(), 0);
   ASSERT_EQ(kill(child.pid, SIGTERM), 0);
   streamer.join();
-  int status = 0;
-  ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
-  close(child.out_fd);
+  const int status = test::wait_exit(child);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_TRUE(ok);
@@ -115,9 +113,7 @@ TEST(ServeCliTest, PersistCacheTurnsTheColdTierOnAndSigtermFlushesIt) {
   ASSERT_TRUE(st);
   EXPECT_NE(st->body.find("\"cold\":{\"hits\""), std::string::npos) << st->body;
   ASSERT_EQ(kill(child.pid, SIGTERM), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
-  close(child.out_fd);
+  const int status = test::wait_exit(child);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   size_t files = 0;

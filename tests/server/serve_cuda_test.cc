@@ -55,9 +55,7 @@ TEST(ServeCudaTest, ServesACompletionOnTheGpuAndAWarmRepeatIsIdentical) {
   EXPECT_EQ(st->status, 200);
   EXPECT_NE(st->body.find("\"pool\""), std::string::npos) << st->body;
   ASSERT_EQ(kill(child.pid, SIGTERM), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(child.pid, &status, 0), child.pid);
-  close(child.out_fd);
+  const int status = test::wait_exit(child);
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   std::filesystem::remove_all(state);

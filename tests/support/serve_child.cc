@@ -1,6 +1,7 @@
 // A child process with its stdout on a pipe, and the serve ready line (serve_child.h).
 #include "serve_child.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <regex>
@@ -39,6 +40,13 @@ int read_port(int fd) {
     if (c == '\n' && std::regex_search(buf, m, re)) return std::stoi(m[1]);
   }
   return -1;
+}
+
+int wait_exit(const Child& child) {
+  int status = 0;
+  const pid_t got = waitpid(child.pid, &status, 0);
+  close(child.out_fd);
+  return got == child.pid ? status : -1;
 }
 
 }  // namespace pagedkv::test

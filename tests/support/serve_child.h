@@ -23,6 +23,10 @@ Child spawn(const std::vector<std::string>& args);
 // or -1 at EOF (the child exited without serving).
 int read_port(int fd);
 
+// Waits for the child to exit and closes its pipe: its waitpid status, or -1 when
+// waitpid fails (then WIFEXITED is false, so a test's exit check fails).
+int wait_exit(const Child& child);
+
 }  // namespace pagedkv::test
 
 #endif  // PAGEDKV_TESTS_SUPPORT_SERVE_CHILD_H_
