@@ -5,7 +5,8 @@
 //
 // Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
 // step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/32/64 rows; launched and graph-
-// replayed) plus the LM head, paged decode attention (bf16 KV, Qwen3-0.6B head
+// replayed; per small-M kernel, with per-GEMM µs for the model's fused shapes) plus
+// the LM head, paged decode attention (bf16 KV, Qwen3-0.6B head
 // shape: 16 query heads, 8 KV heads, head_dim 128, block 16, block tables randomly
 // permuted) against our contiguous variant of the same kernel (the cost of
 // paging), prefill attention TFLOP/s, and the batch-invariant GEMM's TFLOP/s.
@@ -22,6 +23,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_status.h"
@@ -214,65 +216,112 @@ void bench_gemm(int64_t m, int64_t k, int64_t n, WeightDType dt) {
 // v 1024→1024, o 2048→1024, gate and up 1024→3072, down 3072→1024), each layer its
 // own weights (840 MB in all, far past the L2), launched back to back as a step
 // does, then the tied LM head (1024→151,936, 311 MB) alone. GB/s = weight bytes
-// / time (the bandwidth floor is bytes / the copy rate above).
-void bench_step_gemms(int64_t m) {
-  struct Shape {
-    int64_t k, n;
-  };
-  const Shape layer[] = {{1024, 2048}, {1024, 1024}, {1024, 1024}, {2048, 1024},
-                         {1024, 3072}, {1024, 3072}, {3072, 1024}};
-  constexpr int kLayers = 28;
-  static std::vector<DeviceBuffer> weights;  // made once, reused for every m
-  static DeviceBuffer head;
-  int64_t bytes = 0;
-  for (const auto& sh : layer) bytes += sh.k * sh.n * 2;
-  if (weights.empty()) {
-    for (int l = 0; l < kLayers; ++l)
-      for (size_t i = 0; i < std::size(layer); ++i) {
-        weights.push_back(alloc(size_t{2} * layer[i].k * layer[i].n));
-        fill_random(weights.back().data(), size_t{1} * layer[i].k * layer[i].n, true,
-                    100 + l * 8 + i);
-      }
-    head = alloc(size_t{2} * 1024 * 151936);
-    fill_random(head.data(), size_t{1} * 1024 * 151936, true, 99);
-  }
-  auto x = alloc(size_t{4} * m * 3072), y = alloc(size_t{4} * m * 151936);
-  fill_random(x.data(), size_t{1} * m * 3072, false, 5);
-  const double ms = median_ms(
-      [&] {
-        for (int l = 0; l < kLayers; ++l)
-          for (size_t i = 0; i < std::size(layer); ++i)
-            die_if(gemm(x.as<float>(), m, layer[i].k, weights[l * std::size(layer) + i].data(),
-                        WeightDType::kBF16, layer[i].n, y.as<float>()));
-      },
-      10);
-  const std::string rows = std::to_string(m) + " rows";
-  report("step_gemms_28_layers", rows + " (196 GEMMs, 840 MB)", ms,
-         double(bytes) * kLayers / (ms * 1e-3) / 1e9, "GB/s");
-  // The same 196 launches captured in a CUDA graph and replayed (no host launch
-  // gaps, as a graph-captured decode step runs them).
+// / time (the bandwidth floor is bytes / the copy rate above). Every figure is
+// taken for each small-M kernel (set_gemm_small_m: the warp-per-chunk decode
+// kernel with main's dispatch (warps8, the baseline) and with 16/24 warps for long
+// K, the cluster kernel, the large-M kernel, and the automatic choice) on the
+// same weights and input, so the rows are a same-run A/B. Per-GEMM rows: the
+// model's four projections as it runs them (q/k/v and gate/up fused by rows:
+// 1024→4096, 2048→1024, 1024→6144, 3072→1024), 28 layers' distinct weights in
+// one graph, ms per GEMM.
+struct StepShape {
+  int64_t k, n;
+};
+const StepShape kLayer[] = {{1024, 2048}, {1024, 1024}, {1024, 1024}, {2048, 1024},
+                            {1024, 3072}, {1024, 3072}, {3072, 1024}};
+const StepShape kFused[] = {{1024, 4096}, {2048, 1024}, {1024, 6144}, {3072, 1024}};
+const char* const kFusedName[] = {"qkv", "o", "gate_up", "down"};
+constexpr int kLayers = 28;
+
+// Replays `launch` (all on stream s) as one captured graph; median ms.
+double graph_ms(const std::function<void(cudaStream_t)>& launch) {
   cudaStream_t s;
   die_if(cuda_status(cudaStreamCreate(&s), "stream"));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   die_if(cuda_status(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "capture"));
-  for (int l = 0; l < kLayers; ++l)
-    for (size_t i = 0; i < std::size(layer); ++i)
-      die_if(gemm(x.as<float>(), m, layer[i].k, weights[l * std::size(layer) + i].data(),
-                  WeightDType::kBF16, layer[i].n, y.as<float>(), s));
+  launch(s);
   die_if(cuda_status(cudaStreamEndCapture(s, &graph), "end capture"));
   die_if(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "instantiate"));
-  const double gms = median_ms([&] { cudaGraphLaunch(exec, s); }, 10);
-  report("step_gemms_graph", rows + " (196 GEMMs, 840 MB)", gms,
-         double(bytes) * kLayers / (gms * 1e-3) / 1e9, "GB/s");
+  const double ms = median_ms([&] { cudaGraphLaunch(exec, s); }, 10);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
-  const double hms = median_ms([&] {
-    die_if(gemm(x.as<float>(), m, 1024, head.data(), WeightDType::kBF16, 151936, y.as<float>()));
-  });
-  report("lm_head_gemm", rows + " x 1024 x 151936 (311 MB)", hms,
-         2.0 * 1024 * 151936 / (hms * 1e-3) / 1e9, "GB/s");
+  return ms;
+}
+
+void bench_step_gemms(int64_t m) {
+  static std::vector<DeviceBuffer> weights, fused;  // made once, reused for every m
+  static DeviceBuffer head;
+  int64_t bytes = 0;
+  for (const auto& sh : kLayer) bytes += sh.k * sh.n * 2;
+  if (weights.empty()) {
+    for (int l = 0; l < kLayers; ++l)
+      for (size_t i = 0; i < std::size(kLayer); ++i) {
+        weights.push_back(alloc(size_t{2} * kLayer[i].k * kLayer[i].n));
+        fill_random(weights.back().data(), size_t{1} * kLayer[i].k * kLayer[i].n, true,
+                    100 + l * 8 + i);
+      }
+    for (int l = 0; l < kLayers; ++l)
+      for (size_t i : {size_t{0}, size_t{2}}) {  // fused q/k/v and gate/up (o, down: above)
+        fused.push_back(alloc(size_t{2} * kFused[i].k * kFused[i].n));
+        fill_random(fused.back().data(), size_t{1} * kFused[i].k * kFused[i].n, true,
+                    500 + l * 8 + i);
+      }
+    head = alloc(size_t{2} * 1024 * 151936);
+    fill_random(head.data(), size_t{1} * 1024 * 151936, true, 99);
+  }
+  auto fused_w = [&](int l, size_t i) -> const void* {
+    return i == 0   ? fused[l * 2].data()
+           : i == 2 ? fused[l * 2 + 1].data()
+                    : weights[l * std::size(kLayer) + (i == 1 ? 3 : 6)].data();
+  };
+  auto x = alloc(size_t{4} * m * 3072), y = alloc(size_t{4} * m * 151936);
+  fill_random(x.data(), size_t{1} * m * 3072, false, 5);
+  const std::string rows = std::to_string(m) + " rows";
+  const std::pair<GemmSmallM, const char*> paths[] = {{GemmSmallM::kWarpChunks8, "warps8"},
+                                                      {GemmSmallM::kWarpChunks, "warps"},
+                                                      {GemmSmallM::kCluster, "cluster"},
+                                                      {GemmSmallM::kLargeM, "large"},
+                                                      {GemmSmallM::kAuto, "auto"}};
+  const GemmSmallM saved = gemm_small_m();
+  for (const auto& [path, pname] : paths) {
+    set_gemm_small_m(path);
+    const std::string tag = std::string("[") + pname + "]";
+    auto step = [&](cudaStream_t s) {
+      for (int l = 0; l < kLayers; ++l)
+        for (size_t i = 0; i < std::size(kLayer); ++i)
+          die_if(gemm(x.as<float>(), m, kLayer[i].k, weights[l * std::size(kLayer) + i].data(),
+                      WeightDType::kBF16, kLayer[i].n, y.as<float>(), s));
+    };
+    if (path == GemmSmallM::kAuto) {
+      const double ms = median_ms([&] { step(0); }, 10);
+      report("step_gemms_28_layers" + tag, rows + " (196 GEMMs, 840 MB)", ms,
+             double(bytes) * kLayers / (ms * 1e-3) / 1e9, "GB/s");
+    }
+    // The same 196 launches captured in a CUDA graph and replayed (no host launch
+    // gaps, as a graph-captured decode step runs them).
+    const double gms = graph_ms(step);
+    report("step_gemms_graph" + tag, rows + " (196 GEMMs, 840 MB)", gms,
+           double(bytes) * kLayers / (gms * 1e-3) / 1e9, "GB/s");
+    for (size_t i = 0; i < std::size(kFused); ++i) {
+      const double fms = graph_ms([&](cudaStream_t s) {
+        for (int l = 0; l < kLayers; ++l)
+          die_if(gemm(x.as<float>(), m, kFused[i].k, fused_w(l, i), WeightDType::kBF16, kFused[i].n,
+                      y.as<float>(), s));
+      });
+      report(std::string("gemm_") + kFusedName[i] + tag,
+             rows + " x " + std::to_string(kFused[i].k) + " x " + std::to_string(kFused[i].n) +
+                 " (per GEMM)",
+             fms / kLayers, 2.0 * kFused[i].k * kFused[i].n / (fms * 1e-3 / kLayers) / 1e9, "GB/s");
+    }
+    const double hms = median_ms([&] {
+      die_if(gemm(x.as<float>(), m, 1024, head.data(), WeightDType::kBF16, 151936, y.as<float>()));
+    });
+    report("lm_head_gemm" + tag, rows + " x 1024 x 151936 (311 MB)", hms,
+           2.0 * 1024 * 151936 / (hms * 1e-3) / 1e9, "GB/s");
+  }
+  set_gemm_small_m(saved);
 }
 
 }  // namespace

@@ -177,14 +177,31 @@ TEST_F(CudaOpsTest, GemmRowsIdenticalForBatchSizes1_2_3_8_64) {
   }
 }
 
-// The decode kernel's shapes (a half tile up to 8 rows, bands of 16 rows above, 8
-// or 16 columns a block by N) against the large-M kernel's bits: 80 rows run by the large kernel
-// are the reference, and the first m rows run alone (m ≤ 64: the decode kernel) must give the same
-// bits. K has a tail in every unit the kernels work in (32-wide blocks, 8-wide weight loads, 4-wide
-// x loads), N past a column tile and past the "wide" switch (8192).
-TEST_F(CudaOpsTest, GemmDecodeShapesEqualLargeKernelBits) {
+// Forces one small-M kernel for a scope (gemm_small_m is process-wide).
+class SmallMPath {
+ public:
+  explicit SmallMPath(GemmSmallM p) : saved_(gemm_small_m()) { set_gemm_small_m(p); }
+  ~SmallMPath() { set_gemm_small_m(saved_); }
+
+ private:
+  GemmSmallM saved_;
+};
+
+// Every small-M kernel's shapes against the large-M kernel's bits: 80 rows run by the
+// large kernel are the reference, and the first m rows run alone (m ≤ 64) by each small-M
+// kernel must give the same bits. The warp-per-chunk kernel: a half tile up to 8 rows, bands of
+// 16 rows above, 8 or 16 columns a block by N, 8 warps a block (kWarpChunks8, and kWarpChunks
+// above 8 rows) or 16 / 24 (kWarpChunks up to 8 rows with K of 9–16 / more chunks: K = 1030,
+// 2100, 3072). The cluster kernel: a half tile up to 8 rows, 1–4
+// row tiles above (the 9, 17, 33, 49 switches), 64 columns a cluster, k chunks in rounds of 8
+// CTAs (K = 37: seven idle CTAs; 1030: a second round of one chunk; 2100, 3072: three rounds,
+// with and without the weights loaded a round ahead). Also the large kernel forced for m ≤ 64
+// and the automatic choice. K has a tail in every unit the kernels work in (32-wide blocks,
+// 8-wide weight loads, 4-wide x loads), N past a column tile, a cluster's 64 columns and the
+// warp kernel's "wide" switch (8192).
+TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
   for (const auto& [K, N] :
-       {std::pair<int64_t, int64_t>{200, 136}, {1030, 8200}, {37, 8195}, {3072, 40}}) {
+       {std::pair<int64_t, int64_t>{200, 136}, {1030, 8200}, {37, 8195}, {3072, 40}, {2100, 100}}) {
     SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N));
     auto w = randn(N * K, 31, 0.05f);
     auto W = make_weight(*gpu_, w, N, K, WeightDType::kBF16);
@@ -194,12 +211,41 @@ TEST_F(CudaOpsTest, GemmDecodeShapesEqualLargeKernelBits) {
     auto dy = dev_zeros(big * N * 4);
     gpu_->matmul(dx.as<float>(), big, *W.gpu, dy.as<float>());
     auto ref = host<float>(dy, big * N);
-    for (int64_t m : {1, 2, 5, 16, 17, 33, 48, 49, 64}) {
-      auto dxm = dev(std::vector<float>(x.begin(), x.begin() + m * K));
-      auto dym = dev_zeros(m * N * 4);
-      gpu_->matmul(dxm.as<float>(), m, *W.gpu, dym.as<float>());
-      auto y = host<float>(dym, m * N);
-      EXPECT_TRUE(same_bits(y.data(), ref.data(), m * N * 4)) << "m=" << m;
+    for (GemmSmallM path : {GemmSmallM::kWarpChunks, GemmSmallM::kWarpChunks8, GemmSmallM::kCluster,
+                            GemmSmallM::kLargeM, GemmSmallM::kAuto}) {
+      SmallMPath forced(path);
+      for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 32, 33, 48, 49, 64}) {
+        auto dxm = dev(std::vector<float>(x.begin(), x.begin() + m * K));
+        auto dym = dev_zeros(m * N * 4);
+        gpu_->matmul(dxm.as<float>(), m, *W.gpu, dym.as<float>());
+        auto y = host<float>(dym, m * N);
+        EXPECT_TRUE(same_bits(y.data(), ref.data(), m * N * 4))
+            << "path " << static_cast<int>(path) << " m=" << m;
+      }
+    }
+  }
+}
+
+// The cluster kernel's rows of a 64-row batch (four row tiles) equal each row run alone (a half
+// tile), on the shapes of a decode step (Qwen3-0.6B: q/k/v fused 1024 → 4096, o 2048 → 1024 and
+// down 3072 → 1024, the last two over several rounds of k chunks).
+TEST_F(CudaOpsTest, GemmClusterRowsIdenticalAloneAndBatched) {
+  SmallMPath forced(GemmSmallM::kCluster);
+  for (const auto& [K, N] : {std::pair<int64_t, int64_t>{1024, 4096}, {2048, 1024}, {3072, 1024}}) {
+    SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N));
+    auto w = randn(N * K, 41, 0.05f);
+    auto W = make_weight(*gpu_, w, N, K, WeightDType::kBF16);
+    auto x = randn(64 * K, 42);
+    auto dx = dev(x);
+    auto dy = dev_zeros(64 * N * 4);
+    gpu_->matmul(dx.as<float>(), 64, *W.gpu, dy.as<float>());
+    auto all = host<float>(dy, 64 * N);
+    for (int64_t r : {0, 7, 8, 31, 63}) {
+      auto dxr = dev(std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K));
+      auto dyr = dev_zeros(N * 4);
+      gpu_->matmul(dxr.as<float>(), 1, *W.gpu, dyr.as<float>());
+      auto yr = host<float>(dyr, N);
+      EXPECT_TRUE(same_bits(yr.data(), all.data() + r * N, N * 4)) << "row " << r;
     }
   }
 }

@@ -21,15 +21,21 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/kernels.h"
 
 namespace pagedkv::backend::cuda {
 namespace {
+
+using namespace gemm_detail;
 
 // ---- tensor-core kernels (bf16 weights) ----
 // The k → MMA-slot layout shared by both bf16 kernels. k is taken in blocks of 32
@@ -43,66 +49,7 @@ namespace {
 // the same MMAs on the same register contents for every output element.
 constexpr int kBM = 64, kBN = 64, kBK = 32, kLd = kBK;  // 16-byte fragment reads: no pad
 constexpr int kMmaThreads = 128;                        // 4 warps, 2×2, each 32×32
-// The fixed k chunk of the bf16 kernels (a multiple of kBK and of 16).
-constexpr int kKChunk = 128;
 static_assert(kKChunk % kBK == 0 && kBK == 32, "a chunk is whole 32-wide k blocks");
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void split3(float x, __nv_bfloat16& hi, __nv_bfloat16& mid,
-                                       __nv_bfloat16& lo) {
-  hi = __float2bfloat16_rn(x);
-  const float r1 = x - __bfloat162float(hi);
-  mid = __float2bfloat16_rn(r1);
-  const float r2 = r1 - __bfloat162float(mid);
-  lo = __float2bfloat16_rn(r2);
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo_k, __nv_bfloat16 hi_k) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lo_k)) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(hi_k)) << 16);
-}
-
-// The three bf16 planes (hi, mid, lo) of two consecutive x values, as MMA registers.
-__device__ __forceinline__ void split_pair(float v0, float v1, uint32_t& hi, uint32_t& mid,
-                                           uint32_t& lo) {
-  __nv_bfloat16 h0, m0, l0, h1, m1, l1;
-  split3(v0, h0, m0, l0);
-  split3(v1, h1, m1, l1);
-  hi = pack_bf16(h0, h1);
-  mid = pack_bf16(m0, m1);
-  lo = pack_bf16(l0, l1);
-}
-
-// Eight consecutive bf16 weights of row n from k (zero past N and K).
-__device__ __forceinline__ uint4 load_w8(const __nv_bfloat16* __restrict__ w, int64_t N, int64_t K,
-                                         int64_t n, int64_t k, bool vec) {
-  if (n >= N) return make_uint4(0u, 0u, 0u, 0u);
-  const __nv_bfloat16* src = w + n * K + k;
-  if (vec && k + 7 < K) return __ldg(reinterpret_cast<const uint4*>(src));
-  uint16_t h[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) h[e] = k + e < K ? __bfloat16_as_ushort(src[e]) : uint16_t{0};
-  return make_uint4(h[0] | (uint32_t{h[1]} << 16), h[2] | (uint32_t{h[3]} << 16),
-                    h[4] | (uint32_t{h[5]} << 16), h[6] | (uint32_t{h[7]} << 16));
-}
-
-// Four consecutive x values of row r from k (zero past M and K).
-__device__ __forceinline__ float4 load_x4(const float* __restrict__ x, int64_t M, int64_t K,
-                                          int64_t r, int64_t k, bool vec) {
-  if (r >= M) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  const float* src = x + r * K + k;
-  if (vec && k + 3 < K) return *reinterpret_cast<const float4*>(src);
-  return make_float4(k < K ? src[0] : 0.0f, k + 1 < K ? src[1] : 0.0f, k + 2 < K ? src[2] : 0.0f,
-                     k + 3 < K ? src[3] : 0.0f);
-}
 
 __global__ void __launch_bounds__(kMmaThreads, 3)
     gemm_bf16_mma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
@@ -230,22 +177,25 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
 // each output's owner thread adds them in ascending chunk order onto its running
 // total — the large kernel's fold, r = ((0 + p0) + p1) + …. So a row's bits do
 // not depend on M, on RT/NCG, or on which kernel ran (the tests compare both).
-constexpr int kDecWarps = 8, kDecThreads = kDecWarps * 32;
+constexpr int kDecWarps = 8;  // warps a block by default (NW below)
 constexpr int64_t kSmallMMax = 64;
 
 // Blocks an SM should hold (caps the registers): 3 for a half tile, 2 for one
 // tile, 1 for more (their accumulators and x prefetch need the registers).
 // Weights are 16-byte loads (load_w8), x float4s (load_x4), the k → slot layout
 // above; x runs kDist MMA steps ahead of the MMAs.
-template <int RT, bool kHalf>
-constexpr int kDecMinBlocks = RT == 1 ? (kHalf ? 3 : 2) : 1;
-template <int RT, int NCG, bool kHalf>
-__global__ void __launch_bounds__(kDecThreads, (kDecMinBlocks<RT, kHalf>))
+// NW > 8 warps (up to 8 rows, K past 8 chunks: every chunk in one round) hold one
+// block an SM.
+template <int RT, bool kHalf, int NW>
+constexpr int kDecMinBlocks = NW > 8 ? 1 : (RT == 1 ? (kHalf ? 3 : 2) : 1);
+template <int RT, int NCG, bool kHalf, int NW>
+__global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW>))
     gemm_bf16_decode_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                             const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
   constexpr int kRows = RT * 16, kCols = NCG * 8, kOut = kRows * kCols;
+  constexpr int kDecThreads = NW * 32;
   constexpr int kOutPerThread = (kOut + kDecThreads - 1) / kDecThreads;
-  extern __shared__ float partial[];  // [kDecWarps][kRows][kCols]
+  extern __shared__ float partial[];  // [NW][kRows][kCols]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t n0 = int64_t{blockIdx.x} * kCols;
@@ -260,7 +210,7 @@ __global__ void __launch_bounds__(kDecThreads, (kDecMinBlocks<RT, kHalf>))
 #pragma unroll
   for (int i = 0; i < kOutPerThread; ++i) total[i] = 0.0f;
 
-  for (int round0 = 0; round0 < chunks; round0 += kDecWarps) {
+  for (int round0 = 0; round0 < chunks; round0 += NW) {
     const int c = round0 + warp;
     if (c < chunks) {
       const int64_t kc = int64_t{c} * kKChunk;
@@ -331,7 +281,7 @@ __global__ void __launch_bounds__(kDecThreads, (kDecMinBlocks<RT, kHalf>))
                 acc[rt][cg][e];
     }
     __syncthreads();
-    const int in_round = chunks - round0 < kDecWarps ? chunks - round0 : kDecWarps;
+    const int in_round = chunks - round0 < NW ? chunks - round0 : NW;
 #pragma unroll
     for (int i = 0; i < kOutPerThread; ++i) {
       const int o = tid + i * kDecThreads;
@@ -349,18 +299,18 @@ __global__ void __launch_bounds__(kDecThreads, (kDecMinBlocks<RT, kHalf>))
   }
 }
 
-template <int RT, int NCG, bool kHalf = false>
+template <int RT, int NCG, bool kHalf = false, int NW = kDecWarps>
 Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                      float* y, cudaStream_t stream) {
-  constexpr size_t smem = size_t{kDecWarps} * RT * 16 * NCG * 8 * sizeof(float);
-  auto kernel = gemm_bf16_decode_kernel<RT, NCG, kHalf>;
+  constexpr size_t smem = size_t{NW} * RT * 16 * NCG * 8 * sizeof(float);
+  auto kernel = gemm_bf16_decode_kernel<RT, NCG, kHalf, NW>;
   if constexpr (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   const dim3 blocks(static_cast<unsigned>((n + NCG * 8 - 1) / (NCG * 8)),
                     static_cast<unsigned>((m + RT * 16 - 1) / (RT * 16)));
-  kernel<<<blocks, kDecThreads, smem, stream>>>(x, m, k, w, n, y);
+  kernel<<<blocks, NW * 32, smem, stream>>>(x, m, k, w, n, y);
   return cuda_status(cudaGetLastError(), "gemm_bf16_decode_kernel");
 }
 
@@ -372,9 +322,22 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
 // Measured on the H200 (docs/performance.md): all row tiles of a block from one
 // weight load (RT = 2–4, 16 or 32 columns) ran 1.05–1.15× slower at 32–64 rows
 // than these bands (its registers left one block an SM), so RT stays 1.
+// main_dispatch: always 8 warps a block (the dispatch of main before 2026-12-01's
+// cluster kernel, kept as the A/B baseline: GemmSmallM::kWarpChunks8). Otherwise up
+// to 8 rows with K past 8 chunks take 16 or 24 warps a block, so every chunk of
+// K ≤ 3072 runs in one round (the o and down projections: no round waits for the
+// one before).
 Status gemm_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
-                   float* y, cudaStream_t stream) {
+                   float* y, cudaStream_t stream, bool main_dispatch) {
   const bool wide = n >= 8192;
+  const int64_t chunks = (k + kKChunk - 1) / kKChunk;
+  if (m <= 8 && !main_dispatch && chunks > 8) {
+    if (chunks <= 16)
+      return wide ? launch_decode<1, 2, true, 16>(x, m, k, w, n, y, stream)
+                  : launch_decode<1, 1, true, 16>(x, m, k, w, n, y, stream);
+    return wide ? launch_decode<1, 2, true, 24>(x, m, k, w, n, y, stream)
+                : launch_decode<1, 1, true, 24>(x, m, k, w, n, y, stream);
+  }
   if (m <= 8)
     return wide ? launch_decode<1, 2, true>(x, m, k, w, n, y, stream)
                 : launch_decode<1, 1, true>(x, m, k, w, n, y, stream);
@@ -431,7 +394,37 @@ __global__ void __launch_bounds__(kSimtThreads)
     }
 }
 
+// The kernel for m ≤ 64 rows when none is forced (speed only; docs/performance.md).
+// Measured on the H200 (docs/performance.md, "cluster decode GEMM"): up to 16 rows
+// the warp kernel wins everywhere; above, the cluster kernel wins for K ≤ 1024 (one
+// round of chunks: q/k/v, gate/up) and loses for longer K; for the LM head's width
+// the 64×64-tile kernel wins past 32 rows.
+GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
+  if (m <= 16) return GemmSmallM::kWarpChunks;
+  if (n >= 8192) return m > 32 ? GemmSmallM::kLargeM : GemmSmallM::kWarpChunks;
+  return k <= 1024 ? GemmSmallM::kCluster : GemmSmallM::kWarpChunks;
+}
+
+GemmSmallM small_m_from_env() {
+  const char* e = std::getenv("PAGEDKV_CUDA_GEMM_SMALL_M");
+  if (e == nullptr) return GemmSmallM::kAuto;
+  const std::string v = e;
+  if (v == "warps") return GemmSmallM::kWarpChunks;
+  if (v == "warps8") return GemmSmallM::kWarpChunks8;
+  if (v == "cluster") return GemmSmallM::kCluster;
+  if (v == "large") return GemmSmallM::kLargeM;
+  return GemmSmallM::kAuto;
+}
+
+std::atomic<int>& small_m_path() {
+  static std::atomic<int> path{static_cast<int>(small_m_from_env())};
+  return path;
+}
+
 }  // namespace
+
+void set_gemm_small_m(GemmSmallM path) { small_m_path().store(static_cast<int>(path)); }
+GemmSmallM gemm_small_m() { return static_cast<GemmSmallM>(small_m_path().load()); }
 
 Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, cudaStream_t stream) {
@@ -444,12 +437,17 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     if ((reinterpret_cast<uintptr_t>(x) % 16) != 0 || (reinterpret_cast<uintptr_t>(w) % 16) != 0) {
       return invalid_argument("cuda gemm: x and w must be 16-byte aligned");
     }
-    if (m <= kSmallMMax)
-      return gemm_decode(x, m, k, static_cast<const __nv_bfloat16*>(w), n, y, stream);
+    const auto* wb = static_cast<const __nv_bfloat16*>(w);
+    if (m <= kSmallMMax) {
+      GemmSmallM path = gemm_small_m();
+      if (path == GemmSmallM::kAuto) path = auto_small_m(m, k, n);
+      if (path == GemmSmallM::kCluster) return gemm_cluster(x, m, k, wb, n, y, stream);
+      if (path == GemmSmallM::kWarpChunks || path == GemmSmallM::kWarpChunks8)
+        return gemm_decode(x, m, k, wb, n, y, stream, path == GemmSmallM::kWarpChunks8);
+    }
     dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN),
               static_cast<unsigned>((m + kBM - 1) / kBM));
-    gemm_bf16_mma_kernel<<<grid, kMmaThreads, 0, stream>>>(
-        x, m, k, static_cast<const __nv_bfloat16*>(w), n, y);
+    gemm_bf16_mma_kernel<<<grid, kMmaThreads, 0, stream>>>(x, m, k, wb, n, y);
     return cuda_status(cudaGetLastError(), "gemm_bf16_mma_kernel");
   }
   dim3 grid(static_cast<unsigned>((n + kSBN - 1) / kSBN),

@@ -55,11 +55,29 @@ Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStrea
 // bf16 weights run on tensor cores (mma.sync m16n8k16): x is split exactly-enough
 // into three bf16 terms (hi + mid + lo, 24 mantissa bits) so the product keeps f32
 // accuracy; each output element accumulates k in 16-wide steps in a fixed order.
-// m ≤ 64 runs a small-M kernel (a warp per 8 columns, row tiles of 16) that issues the identical
-// MMA sequence per element. f32/f16 weights use a SIMT kernel (one FMA chain per
+// m ≤ 64 runs a small-M kernel (gemm_small_m() below) that issues the identical MMA sequence per
+// element. f32/f16 weights use a SIMT kernel (one FMA chain per
 // element, k ascending). Either way the result of a row does not depend on m.
 Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, cudaStream_t stream = 0);
+
+// Which bf16 kernel gemm() runs for m ≤ 64 — speed only: every choice gives the same
+// bits (tests/backend/cuda_ops_test.cc compares them). kAuto is the measured choice
+// (docs/performance.md); kWarpChunks is the warp-per-k-chunk decode kernel,
+// kWarpChunks8 the same with main's dispatch before the cluster kernel (8 warps a
+// block whatever K: the A/B baseline), kCluster the cluster kernel
+// (gemm_small_m.cu), kLargeM the 64×64-tile kernel. Process-wide; the first call
+// reads PAGEDKV_CUDA_GEMM_SMALL_M (auto | warps | warps8 | cluster | large);
+// set_gemm_small_m overrides it (tests, the kernel bench's A/B).
+enum class GemmSmallM : uint8_t {
+  kAuto = 0,
+  kWarpChunks = 1,
+  kCluster = 2,
+  kLargeM = 3,
+  kWarpChunks8 = 4
+};
+void set_gemm_small_m(GemmSmallM path);
+GemmSmallM gemm_small_m();
 
 // ---- Attention ------------------------------------------------------------------
 

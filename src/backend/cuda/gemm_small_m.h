@@ -1,0 +1,18 @@
+// The cluster decode GEMM's launcher (gemm_small_m.cu), called by gemm() in gemm.cu
+// for bf16 weights and m ≤ 64: x [m][k] f32 (16-byte aligned), w [n][k] bf16,
+// y [m][n] f32 — the large-M kernel's bits (docs/backend.md, "CUDA").
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "pagedkv/status.h"
+
+namespace pagedkv::backend::cuda {
+
+Status gemm_cluster(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                    float* y, cudaStream_t stream);
+
+}  // namespace pagedkv::backend::cuda
