@@ -1,5 +1,6 @@
-// The backend's matrix product y = x · Wᵀ (kernels.h). Three kernels (bf16 large
-// M, bf16 decode M ≤ 64, SIMT for f32/f16 weights), all batch-invariant: the
+// The backend's matrix product y = x · Wᵀ (kernels.h). Kernels here: bf16 large M,
+// the bf16 warp-per-chunk decode kernel (M ≤ 64), SIMT for f32/f16 weights, and the
+// dispatch (the cluster decode kernel is in gemm_small_m.cu); all batch-invariant: the
 // output tile a row lands in and the rows it shares the tile with change nothing
 // about how that row's elements are computed.
 //
