@@ -1,7 +1,9 @@
 // CUDA kernel microbenchmarks (results: docs/performance.md, "CUDA kernels").
 //
 //   bench_cuda_kernels [csv_path]      (PKV_BENCH_GEMM_ONLY=1: stop after the
-//                                       step GEMMs, for quick A/B builds)
+//                                       step GEMMs, for quick A/B builds;
+//                                       PKV_BENCH_ATTN_ONLY=1: the copy and the
+//                                       attention rows only)
 //
 // Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
 // step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/32/64 rows; launched and graph-
@@ -9,7 +11,9 @@
 // the LM head, paged decode attention (bf16 KV, Qwen3-0.6B head
 // shape: 16 query heads, 8 KV heads, head_dim 128, block 16, block tables randomly
 // permuted) against our contiguous variant of the same kernel (the cost of
-// paging), prefill attention TFLOP/s, and the batch-invariant GEMM's TFLOP/s.
+// paging), prefill attention TFLOP/s, and the batch-invariant GEMM's TFLOP/s. The
+// attention rows run twice in the same run: the engine's kernel (attention.cu) and
+// the warp sub-partition kernel (`*_warp`, attention_warp.cu), an A/B.
 // Each figure is the median of 20 timed runs (10 for the step GEMMs; CUDA events)
 // after 3 warm-ups, on random data. bench/cuda/sdpa_baseline.py times torch SDPA /
 // torch.matmul on the same shapes for the ratios.
@@ -126,8 +130,10 @@ double bench_copy() {
 
 // Decode (or prefill) attention over bf16 KV; returns ms. `paged` chooses block
 // tables (randomly permuted blocks) or the contiguous layout.
+using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
+
 double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, DeviceBuffer& kc,
-                    DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks) {
+                    DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks, AttnFn fn) {
   const int32_t H = 16, KVH = 8, D = 128, bs = 16;
   const int32_t T = seqs * q_per_seq;
   std::vector<int32_t> pos(T), seq(T);
@@ -161,7 +167,7 @@ double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, De
   p.max_blocks_per_seq = max_blocks;
   p.seq_capacity = ctx;
   p.workspace = ws.as<float>();
-  return median_ms([&] { die_if(paged_attention(p)); });
+  return median_ms([&] { die_if(fn(p, 0)); });
 }
 
 void bench_decode(int32_t seqs, int32_t ctx) {
@@ -176,12 +182,17 @@ void bench_decode(int32_t seqs, int32_t ctx) {
   std::iota(tables.begin(), tables.end(), 0);
   std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
   auto dt = *upload_vector(tables);
-  const double flat = attention_ms(seqs, ctx, 1, false, kc, vc, dt, blocks_per_seq);
-  const double paged = attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq);
   const double bytes = 2.0 * elems * 2;  // K and V, bf16
   const std::string shape = std::to_string(seqs) + " rows x " + std::to_string(ctx) + " ctx";
-  report("decode_attn_contiguous", shape, flat, bytes / (flat * 1e-3) / 1e9, "GB/s");
-  report("decode_attn_paged", shape, paged, bytes / (paged * 1e-3) / 1e9, "GB/s", flat / paged);
+  for (bool warp : {false, true}) {
+    const AttnFn fn = warp ? paged_attention_warp : paged_attention;
+    const std::string tag = warp ? "_warp" : "";
+    const double flat = attention_ms(seqs, ctx, 1, false, kc, vc, dt, blocks_per_seq, fn);
+    const double paged = attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq, fn);
+    report("decode_attn_contiguous" + tag, shape, flat, bytes / (flat * 1e-3) / 1e9, "GB/s");
+    report("decode_attn_paged" + tag, shape, paged, bytes / (paged * 1e-3) / 1e9, "GB/s",
+           flat / paged);
+  }
 }
 
 void bench_prefill(int32_t len) {
@@ -194,10 +205,13 @@ void bench_prefill(int32_t len) {
   std::iota(tables.begin(), tables.end(), 0);
   std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
   auto dt = *upload_vector(tables);
-  const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs);
   const double flops = 4.0 * H * D * (double(len) * len / 2);  // causal
-  report("prefill_attn_paged", "1 x " + std::to_string(len) + " causal", ms,
-         flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+  for (bool warp : {false, true}) {
+    const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs,
+                                   warp ? paged_attention_warp : paged_attention);
+    report(warp ? "prefill_attn_paged_warp" : "prefill_attn_paged",
+           "1 x " + std::to_string(len) + " causal", ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+  }
 }
 
 void bench_gemm(int64_t m, int64_t k, int64_t n, WeightDType dt) {
@@ -339,7 +353,9 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, %.0f MiB\n", prop.name, prop.multiProcessorCount,
               prop.totalGlobalMem / 1048576.0);
   bench_copy();
-  for (int64_t m : {1, 8, 32, 64}) bench_step_gemms(m);
+  const bool attn_only = std::getenv("PKV_BENCH_ATTN_ONLY") != nullptr;
+  if (!attn_only)
+    for (int64_t m : {1, 8, 32, 64}) bench_step_gemms(m);
   if (std::getenv("PKV_BENCH_GEMM_ONLY") != nullptr) return 0;
   bench_decode(1, 32768);
   bench_decode(32, 8192);
@@ -347,10 +363,15 @@ int main(int argc, char** argv) {
   bench_decode(256, 8192);
   bench_prefill(4096);
   bench_prefill(16384);
-  for (int64_t m : {1, 16, 64, 512, 4096}) bench_gemm(m, 1024, 3072, WeightDType::kBF16);
-  bench_gemm(4096, 4096, 4096, WeightDType::kBF16);
-  bench_gemm(4096, 4096, 4096, WeightDType::kF32);
-  bench_gemm(1, 1024, 3072, WeightDType::kF32);
+  for (int64_t m : {1, 16, 64, 512, 4096}) {
+    if (attn_only) break;
+    bench_gemm(m, 1024, 3072, WeightDType::kBF16);
+  }
+  if (!attn_only) {
+    bench_gemm(4096, 4096, 4096, WeightDType::kBF16);
+    bench_gemm(4096, 4096, 4096, WeightDType::kF32);
+    bench_gemm(1, 1024, 3072, WeightDType::kF32);
+  }
   if (argc > 1) {
     FILE* f = std::fopen(argv[1], "w");
     if (f != nullptr) {

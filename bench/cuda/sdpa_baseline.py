@@ -5,7 +5,9 @@ Decode: torch SDPA over contiguous bf16 KV [B, 8, L, 128] with 16 query heads
 the causal half. GEMM: torch.matmul in bf16 (x bf16 too: the usual fast path), on
 the kernel bench's shapes and on a decode step's 196 GEMMs plus the LM head.
 Median of 20 CUDA-event timings after 3 warm-ups. Writes CSV to argv[1] if given.
+ATTN_ONLY=1 stops after the attention rows (the attention A/B runs).
 """
+import os
 import sys
 import torch
 import torch.nn.functional as F
@@ -50,7 +52,8 @@ for L in [4096, 16384]:
     v = torch.randn(1, 8, L, 128, device=dev, dtype=torch.bfloat16)
     ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))
     report("sdpa_prefill", f"1 x {L} causal", ms, 4 * 16 * 128 * L * L / 2 / (ms * 1e-3) / 1e12, "TFLOP/s")
-for m, k_, n in [(1, 1024, 3072), (16, 1024, 3072), (64, 1024, 3072), (512, 1024, 3072),
+ATTN_ONLY = os.environ.get("ATTN_ONLY") == "1"
+for m, k_, n in [] if ATTN_ONLY else [(1, 1024, 3072), (16, 1024, 3072), (64, 1024, 3072), (512, 1024, 3072),
                  (4096, 1024, 3072), (4096, 4096, 4096)]:
     x = torch.randn(m, k_, device=dev, dtype=torch.bfloat16)
     w = torch.randn(n, k_, device=dev, dtype=torch.bfloat16)
@@ -60,10 +63,10 @@ for m, k_, n in [(1, 1024, 3072), (16, 1024, 3072), (64, 1024, 3072), (512, 1024
 # Qwen3-0.6B shape, each its own weights, x in bf16 (cuBLAS, not batch-invariant).
 layer = [(1024, 2048), (1024, 1024), (1024, 1024), (2048, 1024), (1024, 3072), (1024, 3072),
          (3072, 1024)]
-ws = [torch.randn(n, k_, device=dev, dtype=torch.bfloat16) for _ in range(28) for k_, n in layer]
-head = torch.randn(151936, 1024, device=dev, dtype=torch.bfloat16)
+ws = [] if ATTN_ONLY else [torch.randn(n, k_, device=dev, dtype=torch.bfloat16) for _ in range(28) for k_, n in layer]
+head = None if ATTN_ONLY else torch.randn(151936, 1024, device=dev, dtype=torch.bfloat16)
 wbytes = sum(w.numel() * 2 for w in ws)
-for m in [1, 8, 32, 64]:
+for m in [] if ATTN_ONLY else [1, 8, 32, 64]:
     xs = {k_: torch.randn(m, k_, device=dev, dtype=torch.bfloat16) for k_ in (1024, 2048, 3072)}
     g = torch.cuda.CUDAGraph()  # replayed: no Python launch overhead in the figure
     s = torch.cuda.Stream()

@@ -131,6 +131,14 @@ size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t
 // num_heads / num_kv_heads ≤ 16 (GQA: one block serves a KV head's query group).
 Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream = 0);
 
+// The same contract with another fixed order (attention_warp.cu: coalesced 16-byte
+// K/V loads, a warp per 32-key sub-partition, per-warp softmax rescaled in the
+// block's fold). Decode == prefill == chunked, batched == alone and paged == flat
+// hold within it; its bits differ from paged_attention's, so a caller must use one
+// of the two for every launch. Not the engine's kernel yet (bench_cuda_kernels'
+// A/B rows; docs/backend.md).
+Status paged_attention_warp(const PagedAttentionParams& p, cudaStream_t stream = 0);
+
 // ---- Step plumbing for a device-resident forward (src/model/cuda/) ------------
 
 // Where a step's K/V rows go: the same addressing as PagedAttentionParams (block

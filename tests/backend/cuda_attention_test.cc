@@ -1,0 +1,286 @@
+// Paged attention on the GPU, both kernels (attention.cu's `paged_attention`, the
+// engine's, and attention_warp.cu's `paged_attention_warp`; each test runs once per
+// kernel): the fixed order's promises beyond cuda_ops_test's shape sweep (which
+// covers paged_attention alone). Every query of a long prompt run as
+// its own decode launch gives the bits of the whole-prompt (prefill) launch, with
+// and without a sliding window that cuts through the 32-key warp sub-partitions;
+// 64 decode rows of different lengths give each row its bits alone, in any row
+// order, paged or contiguous; peaked softmaxes (large scores: the per-warp maxima
+// differ widely, so the warp kernel's e^(m_w − M) rescaling matters) stay within
+// the CPU tolerance (2e-5 · (1 + |cpu|), as in cuda_ops_test). Every test SKIPs
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/kernels.h"
+#include "backend/half.h"
+#include "cuda_test_util.h"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+using testing::CudaTest;
+using testing::dev;
+using testing::dev_zeros;
+using testing::host;
+using testing::randn;
+using testing::same_bits;
+
+constexpr int32_t kBs = 16;
+using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
+
+// Sequences of bf16-valued K/V (host [len][kvh][hd] as f32), a permuted paged pool
+// and a contiguous cache holding the same rows.
+struct Kv {
+  int32_t heads, kv_heads, hd;
+  std::vector<int32_t> lens;
+  std::vector<std::vector<float>> k, v;
+  std::vector<int32_t> tables;  // [seqs][max_blocks]
+  int32_t max_blocks = 0;
+  int64_t cap = 0;
+  DeviceBuffer pool_k, pool_v, flat_k, flat_v, dtables;
+
+  int64_t row() const { return int64_t{kv_heads} * hd; }
+
+  Kv(int32_t h, int32_t kvh, int32_t d, std::vector<int32_t> l, uint32_t seed)
+      : heads(h), kv_heads(kvh), hd(d), lens(std::move(l)) {
+    std::mt19937 g(seed);
+    int32_t blocks = 1;  // block 0: the null block, never referenced
+    for (int32_t len : lens) {
+      max_blocks = std::max(max_blocks, (len + kBs - 1) / kBs);
+      blocks += (len + kBs - 1) / kBs;
+      cap = std::max<int64_t>(cap, len);
+    }
+    std::vector<int32_t> perm(blocks - 1);
+    std::iota(perm.begin(), perm.end(), 1);
+    std::shuffle(perm.begin(), perm.end(), g);
+    tables.assign(lens.size() * max_blocks, 0);
+    std::vector<uint16_t> pk(size_t{1} * blocks * kBs * row()), pv(pk.size());
+    std::vector<uint16_t> fk(lens.size() * cap * row()), fv(fk.size());
+    size_t next = 0;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      auto kk = randn(lens[s] * row(), seed + 10 * s + 1);
+      auto vv = randn(lens[s] * row(), seed + 10 * s + 2);
+      for (auto& x : kk) x = bf16_to_f32(f32_to_bf16(x));
+      for (auto& x : vv) x = bf16_to_f32(f32_to_bf16(x));
+      for (int32_t b = 0; b * kBs < lens[s]; ++b) tables[s * max_blocks + b] = perm[next++];
+      for (int32_t p = 0; p < lens[s]; ++p) {
+        const size_t slot = static_cast<size_t>(tables[s * max_blocks + p / kBs]) * kBs + p % kBs;
+        for (int64_t e = 0; e < row(); ++e) {
+          pk[slot * row() + e] = f32_to_bf16(kk[p * row() + e]);
+          pv[slot * row() + e] = f32_to_bf16(vv[p * row() + e]);
+          fk[(s * cap + p) * row() + e] = pk[slot * row() + e];
+          fv[(s * cap + p) * row() + e] = pv[slot * row() + e];
+        }
+      }
+      k.push_back(std::move(kk));
+      v.push_back(std::move(vv));
+    }
+    pool_k = dev(pk);
+    pool_v = dev(pv);
+    flat_k = dev(fk);
+    flat_v = dev(fv);
+    dtables = dev(tables);
+  }
+
+  // The GPU's attention for queries (seq, pos), bf16 KV.
+  std::vector<float> gpu(const std::vector<float>& q, const std::vector<int32_t>& seq,
+                         const std::vector<int32_t>& pos, int32_t window, bool paged,
+                         AttnFn fn) const {
+    const int32_t T = static_cast<int32_t>(pos.size());
+    auto dq = dev(q), dpos = dev(pos), dseq = dev(seq);
+    auto dout = dev_zeros(q.size() * 4);
+    PagedAttentionParams p;
+    p.q = dq.as<float>();
+    p.out = dout.as<float>();
+    p.num_tokens = T;
+    p.num_heads = heads;
+    p.num_kv_heads = kv_heads;
+    p.head_dim = hd;
+    p.positions = dpos.as<int32_t>();
+    p.token_seq = dseq.as<int32_t>();
+    p.max_position = *std::max_element(pos.begin(), pos.end());
+    p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    p.sliding_window = window;
+    p.kv_type = KvType::kBF16;
+    p.layout = paged ? KvLayout::kBlockTable : KvLayout::kContiguous;
+    p.k_cache = paged ? pool_k.data() : flat_k.data();
+    p.v_cache = paged ? pool_v.data() : flat_v.data();
+    p.block_size = kBs;
+    p.block_tables = dtables.as<int32_t>();
+    p.max_blocks_per_seq = max_blocks;
+    p.seq_capacity = cap;
+    auto ws = dev_zeros(attention_workspace_floats(T, heads, hd, p.max_position) * 4);
+    p.workspace = ws.as<float>();
+    const Status s = fn(p, 0);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return host<float>(dout, q.size());
+  }
+
+  // The CPU backend's attention for queries of sequence s.
+  std::vector<float> cpu(size_t s, const std::vector<float>& q, const std::vector<int32_t>& pos,
+                         int32_t window) const {
+    std::vector<const float*> kt, vt;
+    for (int32_t t = 0; t * kBs < lens[s]; ++t) {
+      kt.push_back(k[s].data() + t * kBs * row());
+      vt.push_back(v[s].data() + t * kBs * row());
+    }
+    std::vector<float> out(q.size());
+    AttentionArgs a;
+    a.q = q.data();
+    a.out = out.data();
+    a.num_tokens = static_cast<int32_t>(pos.size());
+    a.num_heads = heads;
+    a.num_kv_heads = kv_heads;
+    a.head_dim = hd;
+    a.positions = pos.data();
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.tile = kBs;
+    a.k_tiles = kt.data();
+    a.v_tiles = vt.data();
+    a.num_tiles = static_cast<int32_t>(kt.size());
+    a.sliding_window = window;
+    cpu_backend().attention(a);
+    return out;
+  }
+};
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu,
+                  const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size());
+  int bad = 0;
+  for (size_t i = 0; i < gpu.size() && bad < 5; ++i)
+    if (!(std::fabs(gpu[i] - cpu[i]) <= 2e-5f * (1.0f + std::fabs(cpu[i])))) {
+      ADD_FAILURE() << what << " [" << i << "]: gpu " << gpu[i] << " cpu " << cpu[i];
+      ++bad;
+    }
+}
+
+class CudaAttentionOrderTest : public CudaTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  AttnFn fn() const { return GetParam() ? paged_attention_warp : paged_attention; }
+};
+
+TEST_P(CudaAttentionOrderTest, EveryDecodeStepEqualsTheWholePrompt) {
+  // 700 tokens: three 256-key partitions, the last partly filled; windows 0 and 45
+  // (a window start inside a warp's 32 keys); q scaled up by 4 for peaked weights.
+  const Kv kv(16, 8, 128, {700}, 31);
+  const int32_t L = 700;
+  const size_t qrow = size_t{16} * 128;
+  auto q = randn(L * qrow, 32, 4.0f);
+  std::vector<int32_t> pos(L), seq(L, 0);
+  std::iota(pos.begin(), pos.end(), 0);
+  for (int32_t window : {0, 45}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    const auto whole = kv.gpu(q, seq, pos, window, true, fn());
+    expect_close(whole, kv.cpu(0, q, pos, window), "whole prompt vs cpu");
+    EXPECT_TRUE(
+        same_bits(whole.data(), kv.gpu(q, seq, pos, window, false, fn()).data(), whole.size() * 4))
+        << "paged vs contiguous";
+    int mismatches = 0;
+    for (int32_t p = 0; p < L; ++p) {
+      std::vector<float> qp(q.begin() + p * qrow, q.begin() + (p + 1) * qrow);
+      const auto one = kv.gpu(qp, {0}, {p}, window, true, fn());
+      if (!same_bits(one.data(), whole.data() + p * qrow, qrow * 4)) ++mismatches;
+    }
+    EXPECT_EQ(mismatches, 0) << "decode steps whose bits differ from the whole prompt's";
+  }
+}
+
+TEST_P(CudaAttentionOrderTest, SixtyFourDecodeRowsEqualEachRowAlone) {
+  // Lengths from 1 to 1,000 (every partition and sub-partition fill); GQA 4.
+  std::vector<int32_t> lens(64);
+  std::mt19937 g(5);
+  for (auto& l : lens) l = 1 + static_cast<int32_t>(g() % 1000);
+  lens[0] = 1;
+  lens[1] = 256;
+  lens[2] = 257;
+  lens[3] = 32;
+  lens[4] = 33;
+  const Kv kv(16, 4, 64, lens, 77);
+  const size_t qrow = size_t{16} * 64;
+  auto q = randn(64 * qrow, 78, 2.0f);
+  std::vector<int32_t> pos(64), seq(64);
+  for (int32_t s = 0; s < 64; ++s) {
+    pos[s] = lens[s] - 1;
+    seq[s] = s;
+  }
+  const auto batch = kv.gpu(q, seq, pos, 0, true, fn());
+  EXPECT_TRUE(same_bits(batch.data(), kv.gpu(q, seq, pos, 0, false, fn()).data(), batch.size() * 4))
+      << "paged vs contiguous";
+  // Reversed row order.
+  std::vector<float> qr;
+  std::vector<int32_t> pr(pos.rbegin(), pos.rend()), sr(seq.rbegin(), seq.rend());
+  for (int32_t s = 63; s >= 0; --s)
+    qr.insert(qr.end(), q.begin() + s * qrow, q.begin() + (s + 1) * qrow);
+  const auto rev = kv.gpu(qr, sr, pr, 0, true, fn());
+  for (int32_t s = 0; s < 64; ++s) {
+    std::vector<float> qs(q.begin() + s * qrow, q.begin() + (s + 1) * qrow);
+    const auto alone = kv.gpu(qs, {s}, {pos[s]}, 0, true, fn());
+    EXPECT_TRUE(same_bits(alone.data(), batch.data() + s * qrow, qrow * 4)) << "row " << s;
+    EXPECT_TRUE(same_bits(rev.data() + (63 - s) * qrow, batch.data() + s * qrow, qrow * 4))
+        << "row " << s << " reversed";
+    if (s % 8 == 0 || s < 5) expect_close(alone, kv.cpu(s, qs, {pos[s]}, 0), "row vs cpu");
+  }
+}
+
+// Shapes (GQA 1/2/4/8/16, head_dim 16–256, windows 0/30/100; bf16 KV): a 300-token
+// prompt vs the CPU, chunks starting at block and partition boundaries == the whole
+// prompt, paged == contiguous.
+struct Shape {
+  int32_t heads, kv_heads, hd, window;
+};
+class CudaAttentionShapeTest : public CudaTest,
+                               public ::testing::WithParamInterface<std::tuple<Shape, bool>> {};
+
+TEST_P(CudaAttentionShapeTest, ChunkedEqualsWholeAndMatchesCpu) {
+  const auto [c, warp] = GetParam();
+  const AttnFn fn = warp ? paged_attention_warp : paged_attention;
+  const Kv kv(c.heads, c.kv_heads, c.hd, {300}, 17);
+  const int32_t L = 300;
+  const size_t qrow = static_cast<size_t>(c.heads) * c.hd;
+  auto q = randn(L * qrow, 18, 2.0f);
+  std::vector<int32_t> pos(L), seq(L, 0);
+  std::iota(pos.begin(), pos.end(), 0);
+  const auto whole = kv.gpu(q, seq, pos, c.window, true, fn);
+  expect_close(whole, kv.cpu(0, q, pos, c.window), "whole vs cpu");
+  const auto flat = kv.gpu(q, seq, pos, c.window, false, fn);
+  EXPECT_TRUE(same_bits(whole.data(), flat.data(), whole.size() * 4)) << "paged vs contiguous";
+  for (int32_t b : {0, 16, 31, 32, 255, 256, 299}) {
+    for (int32_t e : {b + 1, std::min(L, b + 40), L}) {
+      if (e <= b) continue;
+      std::vector<float> qc(q.begin() + b * qrow, q.begin() + e * qrow);
+      std::vector<int32_t> pc(pos.begin() + b, pos.begin() + e), sc(e - b, 0);
+      const auto out = kv.gpu(qc, sc, pc, c.window, true, fn);
+      EXPECT_TRUE(same_bits(out.data(), whole.data() + b * qrow, out.size() * 4))
+          << "chunk [" << b << ", " << e << ")";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudaAttentionShapeTest,
+    ::testing::Combine(::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0},
+                                         Shape{32, 2, 128, 100}, Shape{4, 4, 256, 0},
+                                         Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      const Shape& c = std::get<0>(info.param);
+      return "h" + std::to_string(c.heads) + "_kv" + std::to_string(c.kv_heads) + "_d" +
+             std::to_string(c.hd) + "_w" + std::to_string(c.window) +
+             (std::get<1>(info.param) ? "_warp" : "_thread_per_key");
+    });
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionOrderTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "warp" : "thread_per_key"; });
+
+}  // namespace
+}  // namespace pagedkv::backend::cuda
