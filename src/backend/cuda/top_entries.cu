@@ -131,15 +131,15 @@ __global__ void __launch_bounds__(kThreads)
     const unsigned ballot = __ballot_sync(0xffffffffu, eq);
     if (lane == 0) warp_cnt[warp] = __popc(ballot);
     __syncthreads();
+    // Between the two barriers warp_cnt and s_eq_base are only read.
     int32_t rank = s_eq_base + __popc(ballot & ((1u << lane) - 1u));
     for (int w = 0; w < warp; ++w) rank += warp_cnt[w];
     if (eq && rank < quota) keys[n_less + rank] = key;
-    __syncthreads();
-    if (tid == 0) {
-      int32_t total = 0;
+    int32_t total = 0;
+    if (tid == 0)
       for (int w = 0; w < kThreads / 32; ++w) total += warp_cnt[w];
-      s_eq_base += total;
-    }
+    __syncthreads();
+    if (tid == 0) s_eq_base += total;  // read again only after the next first barrier
   }
   __syncthreads();
   // Bitonic sort, ascending (unused slots hold ~0: they sort last).
