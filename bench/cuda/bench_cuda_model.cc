@@ -14,9 +14,15 @@
 // them last; f32 KV (PAGEDKV_BENCH_F32=1) runs the full configuration only.
 // Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with
 // PAGEDKV_CUDA_PROFILE=1 it prints where a decode step's time goes instead.
+// bench_cuda_model --seeded-moe: two before/after tables in one run instead —
+// a seeded workload (temperature 0.8, top-k 40, top-p 0.95) with the logits rows
+// copied and sampled on the host (PAGEDKV_CUDA_DEVICE_SAMPLING=0) vs the best
+// entries on the device; and qwen3_moe of the same shape (8 experts, top 2)
+// eager (PAGEDKV_CUDA_GRAPHS=0: one host sync per MoE layer) vs graphs.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,12 +30,15 @@
 #include "bench_engine.h"
 #include "bench_model.h"
 #include "model/cuda/cuda_model.h"
+#include "model/make_model.h"
 #include "pagedkv/engine.h"
 
 using namespace pagedkv;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+bool g_seeded = false;  // --seeded-moe: decode requests sample with a seed
 
 double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
 
@@ -70,7 +79,21 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
     std::vector<int32_t> p = prefix;
     std::mt19937 gi(1000 + i);
     for (int j = 0; j < 16; ++j) p.push_back(static_cast<int32_t>(gi() % V));
-    hs.push_back(bench::submit_fixed(*e, p, steps + 1));
+    if (!g_seeded) {
+      hs.push_back(bench::submit_fixed(*e, p, steps + 1));
+      continue;
+    }
+    engine::GenerateRequest r;
+    r.prompt = p;
+    r.sampling.max_tokens = steps + 1;
+    r.sampling.temperature = 0.8;
+    r.sampling.top_k = 40;
+    r.sampling.top_p = 0.95;
+    r.sampling.seed = 1000u + static_cast<uint64_t>(i);
+    r.ignore_eos = true;
+    auto h = e->submit(std::move(r));
+    if (!h.ok()) std::exit(1);
+    hs.push_back(*h);
   }
   double sec = 0, fwd_ms = 0;
   int64_t tokens = 0, steps_timed = 0;
@@ -126,7 +149,78 @@ struct Config {
 };
 constexpr int kConfigs = 5;
 
+// --seeded-moe: the two before/after tables (see the file comment).
+int seeded_and_moe() {
+  const int ns[] = {1, 8, 64};
+  struct Run {
+    const char* what;
+    std::string dir;
+    bool seeded;
+    const char* knob;
+    const char* before;
+    const char* after;
+  };
+  const std::string dense = bench::random_model_dir("qwen3-0.6b-shape", model::DType::kBF16);
+  const std::string moe = bench::bench_model_cache_dir() + "/qwen3_moe-qwen3-0.6b-shape-bf16-seed1";
+  if (!std::filesystem::exists(moe + "/model.safetensors")) {
+    model::MakeModelOptions o;
+    o.family = "qwen3_moe";
+    o.preset = "qwen3-0.6b-shape";
+    o.dtype = model::DType::kBF16;
+    o.seed = 1;
+    o.out_dir = moe;
+    Status st = model::make_random_model(o);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+      return 1;
+    }
+  }
+  const Run runs[] = {
+      {"seeded (T 0.8, top-k 40, top-p 0.95), qwen3-0.6b-shape: host sampling -> device best "
+       "entries",
+       dense, true, "PAGEDKV_CUDA_DEVICE_SAMPLING", "0", "1"},
+      {"qwen3_moe 0.6b shape (8 experts, top 2), greedy: eager -> graphs", moe, false,
+       "PAGEDKV_CUDA_GRAPHS", "0", "1"}};
+  for (const Run& run : runs) {
+    g_seeded = run.seeded;
+    double tps[2][3] = {};
+    for (int c = 0; c < 2; ++c) {
+      setenv(run.knob, c == 0 ? run.before : run.after, 1);
+      model::LoadOptions lo;
+      lo.kv_dtype = model::KVDType::kBF16;
+      auto loaded = model::cuda::load_cuda_model(run.dir, lo);
+      if (!loaded.ok()) {
+        std::fprintf(stderr, "error: %s\n", loaded.status().to_string().c_str());
+        return 1;
+      }
+      std::shared_ptr<model::Model> m(std::move(*loaded));
+      std::printf("== %s: %s=%s\n", run.what, run.knob, c == 0 ? run.before : run.after);
+      for (size_t i = 0; i < 3; ++i) {
+        tps[c][i] = batched_decode(m, ns[i], 512, ns[i] == 1 ? 48 : 24);
+        std::printf("decode, %2d requests  %9.1f tok/s\n", ns[i], tps[c][i]);
+        std::fflush(stdout);
+      }
+      const model::cuda::CudaModelStats st = model::cuda::cuda_model_stats(*m);
+      std::printf(
+          "  graphs captured %lld, replayed %lld; device greedy rows %lld; seeded rows "
+          "from best entries %lld, whole-row fallbacks %lld\n",
+          static_cast<long long>(st.graph_captures), static_cast<long long>(st.graph_replays),
+          static_cast<long long>(st.device_greedy_rows),
+          static_cast<long long>(st.device_draw_rows),
+          static_cast<long long>(st.device_draw_fallbacks));
+    }
+    unsetenv(run.knob);
+    std::printf("\n%s\n| requests | before tok/s | after tok/s | ratio |\n", run.what);
+    for (size_t i = 0; i < 3; ++i)
+      std::printf("| %d | %.0f | %.0f | %.2fx |\n", ns[i], tps[0][i], tps[1][i],
+                  tps[0][i] > 0 ? tps[1][i] / tps[0][i] : 0.0);
+    std::printf("\n");
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--seeded-moe") return seeded_and_moe();
   const std::string preset = argc > 1 ? argv[1] : "qwen3-0.6b-shape";
   const std::string dir = bench::random_model_dir(preset, model::DType::kBF16);
   if (const char* p = std::getenv("PAGEDKV_CUDA_PROFILE"); p != nullptr && *p == '1')

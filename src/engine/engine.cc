@@ -199,6 +199,7 @@ class Engine::Impl {
   int64_t max_context_ = 0;
   int32_t vocab_size_ = 0;
   bool device_greedy_ = false;  // model_->samples_greedy(): ForwardRow::greedy_only
+  int32_t draw_cap_ = 0;        // model_->draw_entries_cap(): ForwardRow::draw
 
   bool paged_ = true;
   // The model keeps recurrent state (a hybrid, issue #15): every row carries
@@ -243,6 +244,19 @@ class Engine::Impl {
   // Per step: the token each scheduled row samples, and its position (-1: none).
   std::vector<int32_t> step_tokens_;
   std::vector<int64_t> step_token_pos_;
+  // Per step: the seeded draws a device model may finish from a row's best
+  // entries (ForwardRow::draw; sample_token_from_best gives sample_token's token).
+  struct SeededDraw final : model::RowDraw {
+    const SamplingParams* params = nullptr;
+    int64_t position = 0;
+    size_t vocab = 0;
+    int32_t cap = 0;
+    int32_t entries() const override { return draw_entries_needed(*params, cap); }
+    int32_t draw(std::span<const model::DrawEntry> best, bool complete) const override {
+      return sample_token_from_best(best, complete, vocab, *params, position);
+    }
+  };
+  std::vector<SeededDraw> step_draws_;
 
   mutable std::mutex stats_mu_;
   EngineStats snapshot_;   // guarded by stats_mu_
@@ -511,6 +525,7 @@ Status Engine::Impl::init() {
   const model::ModelConfig& mc = model_->config();
   vocab_size_ = mc.vocab_size;
   device_greedy_ = model_->samples_greedy();
+  draw_cap_ = model_->draw_entries_cap();
   max_context_ = mc.max_position_embeddings;
   const model::KVGeometry& mg = model_->kv_geometry();
   // The KV path: a caller's false forces flat; otherwise env > config.json > paged.
@@ -1092,6 +1107,7 @@ StepReport Engine::Impl::step() {
     batch.kv_store = &*store;
   }
   batch.rows.reserve(sched.size());
+  step_draws_.assign(draw_cap_ > 0 ? sched.size() : 0, SeededDraw{});  // rows point into it
   for (const SchedulerOutput::Row& sc : sched) {
     Seq* s = as_seq(sc.req);
     const bool last = s->computed + sc.num_tokens == static_cast<int64_t>(s->tokens.size());
@@ -1115,6 +1131,17 @@ StepReport Engine::Impl::step() {
     // (engine::argmax's rule) and keep the logits row on its device.
     row.greedy_only = device_greedy_ && last && !all && !s->prefill_only() &&
                       s->req.sampling.temperature <= 0 && !s->req.return_logits;
+    // Seeded rows that want no logits: a device model may finish the draw from
+    // the row's best entries (the same token: sample_token_from_best).
+    if (draw_cap_ > 0 && last && !all && !s->prefill_only() && s->req.sampling.temperature > 0 &&
+        !s->req.return_logits) {
+      SeededDraw& d = step_draws_[batch.rows.size() - 1];
+      d.params = &s->req.sampling;
+      d.position = static_cast<int64_t>(s->tokens.size());
+      d.vocab = static_cast<size_t>(vocab_size_);
+      d.cap = draw_cap_;
+      row.draw = &d;
+    }
     if (s->is_decode()) {
       ++rep.decode_rows;
     } else {
@@ -1160,8 +1187,9 @@ StepReport Engine::Impl::step() {
         for (int64_t r = begin; r < end; ++r) {
           const size_t i = static_cast<size_t>(r);
           if (drawn_pos[i] < 0) continue;
-          if (batch.rows[i].greedy_only && i < out.tokens.size() && out.tokens[i] >= 0) {
-            drawn[i] = out.tokens[i];  // picked on the model's device
+          if ((batch.rows[i].greedy_only || batch.rows[i].draw != nullptr) &&
+              i < out.tokens.size() && out.tokens[i] >= 0) {
+            drawn[i] = out.tokens[i];  // picked on (or from the best entries of) the device
             continue;
           }
           drawn[i] =

@@ -157,21 +157,25 @@ void select_top_k(const float* x, size_t n, size_t k, std::vector<uint64_t>* buf
   std::sort(buf->begin(), buf->end());
 }
 
-// All non-NaN entries whose probability can matter (see the file comment),
-// in the sampler's order; truncated to the k best when 0 < k.
-void sorted_candidates(const float* x, size_t n, double inv_t, size_t k,
-                       std::vector<uint64_t>* keys, std::vector<uint64_t>* tmp) {
-  const float m = max_not_nan(x, n);
+// Keep x >= cut: a float two float steps under (top - 40)·T (top = m/T, m the
+// row's largest non-NaN value), below every x with x·(1/T) - top >= -40 once the
+// roundings are counted, so what is dropped has z < -39. Degenerate rows (all
+// -inf, +inf present, 1/T overflowing) keep every non-NaN entry.
+float candidate_cut(float m, double inv_t) {
   const double top = static_cast<double>(m) * inv_t;
-  // Keep x >= cut: a float two float steps under (top - 40)·T, below every x
-  // with x·(1/T) - top >= -40 once the roundings are counted, so what is dropped
-  // has z < -39. Degenerate rows (all -inf, +inf present, 1/T overflowing) keep
-  // every non-NaN entry.
   float cut = -std::numeric_limits<float>::infinity();
   if (std::isfinite(top)) {
     const float c = static_cast<float>((top - 40.0) / inv_t);
     cut = std::nextafter(std::nextafter(c, -INFINITY), -INFINITY);
   }
+  return cut;
+}
+
+// All non-NaN entries whose probability can matter (see the file comment),
+// in the sampler's order; truncated to the k best when 0 < k.
+void sorted_candidates(const float* x, size_t n, double inv_t, size_t k,
+                       std::vector<uint64_t>* keys, std::vector<uint64_t>* tmp) {
+  const float cut = candidate_cut(max_not_nan(x, n), inv_t);
   Histograms hist{};
   keys->resize(n);
   uint64_t* out = keys->data();
@@ -295,6 +299,51 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   return draw_ordered(
       keys.size(), [&](size_t i) { return key_logit(keys[i]); },
       [&](size_t i) { return key_id(keys[i]); }, p, position, &sc.prob);
+}
+
+int32_t sample_token_from_best(std::span<const model::DrawEntry> best, bool complete, size_t vocab,
+                               const SamplingParams& p, int64_t position) {
+  if (vocab == 0) return 0;
+  // Greedy: argmax's rule — the best entry (the first non-NaN one when the best
+  // is -inf: ties order by id); 0 when the row is all NaN.
+  if (p.temperature <= 0) {
+    if (!best.empty()) return best[0].id;
+    return complete ? 0 : -1;
+  }
+  if (best.empty()) return complete ? 0 : -1;  // all NaN: sample_token's 0
+  const size_t k = p.top_k > 0 ? static_cast<size_t>(p.top_k) : 0;
+  size_t use = 0;  // sample_token's candidate list is best[0, use)
+  if (k > 0 && k <= vocab / 8) {
+    // select_top_k: the k best non-NaN entries (all of them when fewer).
+    if (best.size() >= k) {
+      use = k;
+    } else if (complete) {
+      use = best.size();
+    } else {
+      return -1;
+    }
+  } else {
+    // sorted_candidates: the entries >= the cut (a prefix of the order: the cut
+    // depends only on the largest value), then the first k of them when 0 < k.
+    const float cut = candidate_cut(best[0].logit, 1.0 / p.temperature);
+    size_t j = 0;
+    while (j < best.size() && best[j].logit >= cut) ++j;
+    if (j < best.size() || complete) {
+      use = j;  // every candidate is in best
+    } else if (k > 0 && best.size() >= k) {
+      use = best.size();  // at least k candidates, all in best: the first k are kept
+    } else {
+      return -1;
+    }
+    if (k > 0 && use > k) use = k;
+  }
+  return draw_ordered(
+      use, [&](size_t i) { return best[i].logit; }, [&](size_t i) { return best[i].id; }, p,
+      position, &scratch().prob);
+}
+
+int32_t draw_entries_needed(const SamplingParams& p, int32_t cap) {
+  return p.top_k > 0 && p.top_k <= cap ? p.top_k : cap;
 }
 
 int32_t argmax_reference(std::span<const float> logits) {

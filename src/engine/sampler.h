@@ -17,6 +17,7 @@
 #include <span>
 #include <vector>
 
+#include "model/forward_batch.h"
 #include "pagedkv/sampling.h"
 #include "pagedkv/status.h"
 
@@ -32,6 +33,21 @@ double uniform_for(uint64_t seed, int64_t position);
 
 // Samples the token for absolute position `position` of a request.
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params, int64_t position);
+
+// The same draw finished from a row's best entries (the reduced form a device
+// model computes, model::RowDraw): `best` holds the row's best non-NaN entries in
+// the sampler's order (logit descending, ties by ascending id), `complete` when
+// they are all of the row's non-NaN entries, `vocab` the row's length. Returns
+// sample_token's token on the full row, or -1 when that draw needs entries
+// beyond `best` (a candidate list longer than `best`). Exact: the candidate
+// list it hands draw_ordered is sample_token's, entry for entry.
+int32_t sample_token_from_best(std::span<const model::DrawEntry> best, bool complete, size_t vocab,
+                               const SamplingParams& params, int64_t position);
+
+// How many best entries sample_token_from_best can need for `params`, at most
+// `cap`: top_k when 0 < top_k <= cap (always enough), else cap (enough when the
+// row has at most cap candidates above the sampler's probability cut).
+int32_t draw_entries_needed(const SamplingParams& params, int32_t cap);
 
 // The reference pipeline, slow: a comparator sort of every non-NaN entry, and
 // the scalar greedy loop. sample_token's fast paths (sampler.cc) give exactly

@@ -79,6 +79,28 @@ class KVBlockStore {
   virtual std::byte* v_block(int32_t layer, int32_t block) = 0;
 };
 
+// One entry of a logits row: its value and its token id.
+struct DrawEntry {
+  float logit = 0;
+  int32_t id = 0;
+};
+
+// A seeded draw (engine::sample_token, temperature > 0) a device model may finish
+// from a row's best entries instead of copying the whole row to the host
+// (ForwardRow::draw). Implemented by the engine over its sampler.
+class RowDraw {
+ public:
+  virtual ~RowDraw() = default;
+  // How many of the row's best entries the draw may need (1 <= entries() <= the
+  // model's Model::draw_entries_cap()).
+  virtual int32_t entries() const = 0;
+  // The token drawn from `best`: the row's min(entries(), non-NaN count) best
+  // non-NaN entries in the sampler's order (logit descending, -0 as +0, ties by
+  // ascending id); `complete`: they are all of the row's non-NaN entries. -1 when
+  // the draw needs entries beyond them (then the caller needs the logits row).
+  virtual int32_t draw(std::span<const DrawEntry> best, bool complete) const = 0;
+};
+
 // One request's slice of the batch.
 struct ForwardRow {
   int32_t first_token = 0;  // index of the span's first token in ForwardBatch::token_ids
@@ -105,6 +127,14 @@ struct ForwardRow {
   // in ForwardOutput::tokens and need not fill the row's logits; other models
   // ignore the flag and the caller samples from the logits as always.
   bool greedy_only = false;
+
+  // A kLast row whose caller needs only a seeded draw from that logits row (no
+  // logits): a model with Model::draw_entries_cap() > 0 may compute the row's best
+  // draw->entries() entries on its device and call draw->draw() on the host; a
+  // token >= 0 goes to ForwardOutput::tokens and the logits row need not be
+  // filled; -1 (the draw needs more entries) and the model fills the row as usual.
+  // Other models ignore it and the caller samples from the logits as always.
+  const RowDraw* draw = nullptr;
 };
 
 struct ForwardBatch {
@@ -128,8 +158,9 @@ struct ForwardOutput {
   std::vector<int32_t> row_begin;  // per batch row: its first logits row
   std::vector<int32_t> row_count;  // per batch row: how many logits rows
   // Per batch row: the greedy token a device-sampling model picked for a
-  // greedy_only row, or -1 (then the caller samples from the logits). Empty from
-  // models that do not sample (Model::samples_greedy() false).
+  // greedy_only row, or the token of a row's RowDraw, or -1 (then the caller
+  // samples from the logits). Empty from models that do not sample
+  // (Model::samples_greedy() false, Model::draw_entries_cap() 0).
   std::vector<int32_t> tokens;
 
   // Logits row `i` of batch row `row` (i counts within the row's requested rows).

@@ -175,6 +175,11 @@ class Model {
   // greedy tokens itself (on its device) into ForwardOutput::tokens, and the
   // logits rows need not come back to the host. false for every CPU model.
   virtual bool samples_greedy() const { return false; }
+
+  // > 0 when forward() honours ForwardRow::draw: it computes the best entries of
+  // those rows (at most this many) on its device and finishes the draw through
+  // RowDraw::draw. 0 for every CPU model.
+  virtual int32_t draw_entries_cap() const { return 0; }
 };
 
 struct LoadOptions {

@@ -14,6 +14,11 @@
 //     across bucket boundaries; fused q/k/v and gate/up GEMMs (PAGEDKV_CUDA_FUSED)
 //     == separate GEMMs; greedy tokens picked on the device == the host sampler's
 //     over long generations and beside seeded rows (PAGEDKV_CUDA_DEVICE_SAMPLING);
+//     seeded rows finished on the host from their best entries on the device ==
+//     the host sampler on the copied logits (temperature / top-k / top-p / min-p),
+//     and the device's best-entries kernel == a host sort of the sampler's keys;
+//     qwen3_moe's graph steps (device-side expert grouping, padded experts) ==
+//     its eager steps;
 //   - the pool on the device grows in place (VMM): an engine whose pool grows while
 //     it decodes == one whose pool starts at its maximum, and a pool grown between
 //     two decode steps keeps every layer's base address and the same bits;
@@ -29,12 +34,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/top_entries.h"
 #include "engine/kv_cache_factory.h"
 #include "engine/pool_kv_store.h"
 #include "engine_test_util.h"
@@ -473,11 +481,161 @@ TEST_P(CudaGraphTest, FusedProjectionsEqualSeparate) {
   }
 }
 
+// Seeded rows that want no logits: the device returns each row's best entries and
+// the host finishes the draw (engine::sample_token_from_best) — the same tokens
+// as the host sampler on the copied logits, for temperature, top-k, top-p, min-p
+// and their combinations, many seeds and positions, greedy rows beside them; a
+// top_k above the device's entry cap (or none) takes the cut test and, when the
+// candidates do not fit, the whole row.
+TEST_P(CudaGraphTest, DeviceSeededDrawEqualsHostSampler) {
+  SKIP_WITHOUT_GPU();
+  struct Setting {
+    double t;
+    int32_t k;
+    double top_p, min_p;
+  };
+  const Setting settings[] = {{0.8, 40, 0.9, 0.0},    {1.0, 0, 1.0, 0.0},   {0.3, 0, 1.0, 0.1},
+                              {0.05, 0, 0.95, 0.0},   {1.5, 5, 0.5, 0.0},   {0.7, 1, 1.0, 0.0},
+                              {1.2, 2000, 1.0, 0.05}, {0.9, 1024, 0.8, 0.0}};
+  const int32_t V = model_->config().vocab_size;
+  int64_t draws = 0;
+  for (const Setting& st : settings) {
+    auto once = [&](bool with_logits) {
+      auto e = make_engine(model_, true, 512, 8);
+      std::vector<engine::RequestHandlePtr> hs;
+      for (int i = 0; i < 8; ++i) {
+        auto p =
+            random_token_ids(static_cast<size_t>(5 + 41 * i), static_cast<uint32_t>(900 + i), V);
+        GenerateRequest r = engine::testing_util::greedy_with_logits(p, 24 + i);
+        r.return_logits = with_logits;
+        if (i != 3) {  // request 3 stays greedy: greedy and seeded rows share steps
+          r.sampling.temperature = st.t;
+          r.sampling.top_k = st.k;
+          r.sampling.top_p = st.top_p;
+          r.sampling.min_p = st.min_p;
+          r.sampling.seed = 1234567u + static_cast<uint64_t>(i) * 77u;
+        }
+        auto h = e->submit(r);
+        EXPECT_TRUE(h.ok()) << h.status().to_string();
+        if (h.ok()) hs.push_back(*h);
+      }
+      e->run_until_idle();
+      std::vector<std::vector<int32_t>> toks;
+      for (auto& h : hs) {
+        const RequestResult& res = h->wait();
+        EXPECT_NE(res.finish_reason, engine::FinishReason::kError) << res.error.to_string();
+        toks.push_back(res.tokens);
+      }
+      return toks;
+    };
+    const auto host = once(true);
+    const int64_t before = cuda::cuda_model_stats(*model_).device_draw_rows +
+                           cuda::cuda_model_stats(*model_).device_draw_fallbacks;
+    const auto dev = once(false);
+    draws += cuda::cuda_model_stats(*model_).device_draw_rows +
+             cuda::cuda_model_stats(*model_).device_draw_fallbacks - before;
+    ASSERT_EQ(dev.size(), host.size());
+    for (size_t i = 0; i < dev.size(); ++i)
+      EXPECT_EQ(dev[i], host[i]) << "T " << st.t << " k " << st.k << " top_p " << st.top_p
+                                 << " min_p " << st.min_p << " request " << i;
+  }
+  const cuda::CudaModelStats s = cuda::cuda_model_stats(*model_);
+  EXPECT_GT(s.device_draw_rows, 4 * 7 * 20);  // most settings finish from their entries
+  EXPECT_GE(draws, int64_t{8} * 7 * 20);      // every seeded row took the device route
+  std::printf("seeded rows: %lld drawn from their best entries, %lld took the whole row\n",
+              static_cast<long long>(s.device_draw_rows),
+              static_cast<long long>(s.device_draw_fallbacks));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Device, CudaGraphTest,
-    ::testing::Values(ExactCase{"tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32},
-                      ExactCase{"small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16}),
+    ::testing::Values(
+        ExactCase{"tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32},
+        ExactCase{"small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16},
+        ExactCase{"moe_tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32, "qwen3_moe"},
+        ExactCase{"moe_small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16, "qwen3_moe"}),
     [](const auto& info) { return info.param.name; });
+
+// ---- the best entries of a logits row on the device (seeded sampling) ------------
+
+// bc::top_entries against a host sort of the sampler's order keys: rows with
+// ties, ±0, ±inf, NaN runs and all-NaN rows, 512 and 151,936 entries, wants from 1
+// to the cap; every entry's bits and id, and the counts.
+TEST(CudaTopEntriesTest, MatchesTheSamplersOrder) {
+  SKIP_WITHOUT_GPU();
+  namespace bc = backend::cuda;
+  std::mt19937 g(17);
+  for (int64_t V : {512, 151936}) {
+    std::vector<float> rows;
+    const int kRows = 9;
+    for (int r = 0; r < kRows; ++r) {
+      std::normal_distribution<float> d(0.0f, 3.0f);
+      std::vector<float> v(static_cast<size_t>(V));
+      for (float& x : v) x = d(g);
+      if (r == 1)
+        for (float& x : v) x = std::round(x);  // many ties
+      if (r == 2) std::fill(v.begin(), v.end(), -0.0f), v[7] = 0.0f, v[99] = -1.0f;
+      if (r == 3) std::fill(v.begin(), v.end(), std::nanf(""));
+      if (r == 4)
+        for (size_t i = 0; i < v.size(); i += 3) v[i] = std::nanf("");
+      if (r == 5) v[11] = INFINITY, v[12] = -INFINITY, v[300] = INFINITY;
+      if (r == 6) std::fill(v.begin(), v.end(), -INFINITY), v[40] = std::nanf("");
+      if (r == 7)
+        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 5);  // sorted-ish
+      rows.insert(rows.end(), v.begin(), v.end());
+    }
+    const int32_t wants[kRows] = {1, 1024, 50, 10, 1000, 3, 1024, 700, 1024};
+    std::vector<int32_t> jobs;
+    int32_t total = 0;
+    for (int r = 0; r < kRows; ++r) {
+      jobs.insert(jobs.end(), {r, wants[r], total});
+      total += wants[r];
+    }
+    float* d_logits = nullptr;
+    int32_t *d_jobs = nullptr, *d_counts = nullptr;
+    bc::TopEntry* d_out = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_logits), rows.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_jobs), jobs.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_counts), 2 * kRows * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_out),
+                         static_cast<size_t>(total) * sizeof(bc::TopEntry)),
+              cudaSuccess);
+    cudaMemcpy(d_logits, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_jobs, jobs.data(), jobs.size() * 4, cudaMemcpyHostToDevice);
+    ASSERT_TRUE(bc::top_entries(d_logits, V, d_jobs, kRows, d_out, d_counts).ok());
+    std::vector<bc::TopEntry> got(static_cast<size_t>(total));
+    std::vector<int32_t> counts(2 * kRows);
+    ASSERT_EQ(
+        cudaMemcpy(got.data(), d_out, got.size() * sizeof(bc::TopEntry), cudaMemcpyDeviceToHost),
+        cudaSuccess);
+    cudaMemcpy(counts.data(), d_counts, counts.size() * 4, cudaMemcpyDeviceToHost);
+    cudaFree(d_logits);
+    cudaFree(d_jobs);
+    cudaFree(d_counts);
+    cudaFree(d_out);
+    for (int r = 0; r < kRows; ++r) {
+      std::vector<std::pair<float, int32_t>> want;
+      for (int64_t i = 0; i < V; ++i) {
+        const float x = rows[static_cast<size_t>(r * V + i)];
+        if (!std::isnan(x)) want.push_back({x == 0.0f ? 0.0f : x, static_cast<int32_t>(i)});
+      }
+      const int32_t valid = static_cast<int32_t>(want.size());
+      std::sort(want.begin(), want.end(), [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      });
+      const int32_t n = std::min(valid, wants[r]);
+      ASSERT_EQ(counts[2 * r], n) << "V " << V << " row " << r;
+      ASSERT_EQ(counts[2 * r + 1], valid) << "V " << V << " row " << r;
+      for (int32_t j = 0; j < n; ++j) {
+        const bc::TopEntry& e = got[static_cast<size_t>(jobs[3 * r + 2] + j)];
+        ASSERT_EQ(e.id, want[static_cast<size_t>(j)].second)
+            << "V " << V << " row " << r << " #" << j;
+        ASSERT_EQ(std::memcmp(&e.logit, &want[static_cast<size_t>(j)].first, 4), 0)
+            << "V " << V << " row " << r << " #" << j;
+      }
+    }
+  }
+}
 // ---- the pool on the device -------------------------------------------------------
 
 // The device pool grows in place (CudaKVStorage's VMM buffers): an engine whose

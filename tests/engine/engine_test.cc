@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <span>
 #include <thread>
 
 #include "engine_test_util.h"
@@ -607,6 +608,113 @@ TEST(EngineTest, GreedyOnlyRowsTakeTheModelsToken) {
   // The first token follows the prompt's logits (the with-logits request's first row).
   EXPECT_EQ(got[0].tokens[0], (argmax(plain[1].logits[0]) + 1) % V);
   EXPECT_NE(got[0].tokens, plain[0].tokens);
+}
+
+// A model that finishes seeded draws itself (Model::draw_entries_cap, the CUDA
+// model's seam for seeded sampling): for each ForwardRow::draw row it hands the
+// row's best entries (sorted the sampler's way, as the device does) to
+// RowDraw::draw; a token is returned and the logits row poisoned with NaN (the
+// engine must not read it), a -1 leaves the row for the host sampler.
+class SelfDrawingModel final : public model::Model {
+ public:
+  explicit SelfDrawingModel(std::shared_ptr<model::Model> inner) : inner_(std::move(inner)) {}
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  const model::KVGeometry& kv_geometry() const override { return inner_->kv_geometry(); }
+  int32_t draw_entries_cap() const override { return 16; }
+  Status forward(const model::ForwardBatch& b, model::ForwardOutput* out) override {
+    PKV_RETURN_IF_ERROR(inner_->forward(b, out));
+    const int32_t V = out->vocab_size;
+    out->tokens.assign(b.rows.size(), -1);
+    for (size_t r = 0; r < b.rows.size(); ++r) {
+      if (b.rows[r].draw == nullptr) continue;
+      EXPECT_EQ(b.rows[r].logits, model::LogitsRequest::kLast);
+      const std::span<const float> l = out->last_logits(r);
+      std::vector<model::DrawEntry> best;
+      for (int32_t i = 0; i < V; ++i)
+        if (!std::isnan(l[i])) best.push_back({l[i] == 0.0f ? 0.0f : l[i], i});
+      std::sort(best.begin(), best.end(), [](const auto& x, const auto& y) {
+        return x.logit > y.logit || (x.logit == y.logit && x.id < y.id);
+      });
+      const size_t valid = best.size();
+      const int32_t want = b.rows[r].draw->entries();
+      EXPECT_GE(want, 1);
+      EXPECT_LE(want, draw_entries_cap());
+      if (best.size() > static_cast<size_t>(want)) best.resize(static_cast<size_t>(want));
+      const int32_t tok = b.rows[r].draw->draw(best, best.size() == valid);
+      if (tok < 0) {
+        ++fallbacks;
+        continue;
+      }
+      out->tokens[r] = tok;
+      float* row = out->logits.data() + static_cast<size_t>(out->row_begin[r]) * V;
+      std::fill(row, row + V, std::numeric_limits<float>::quiet_NaN());
+      ++drawn;
+    }
+    return ok_status();
+  }
+  int64_t drawn = 0, fallbacks = 0;
+
+ private:
+  std::shared_ptr<model::Model> inner_;
+};
+
+// ForwardRow::draw: set exactly for the last row of a seeded request that wants
+// no logits; the model's token (from the best entries) equals the host sampler's
+// on the whole row, and a draw that needs more entries falls back to the row.
+// Greedy and with-logits requests are untouched, in the same steps.
+TEST(EngineTest, SeededDrawsFinishedFromTheBestEntriesEqualTheHostSampler) {
+  auto fake = std::make_shared<SelfDrawingModel>(shared_model());
+  const int32_t V = fake->config().vocab_size;
+  std::mt19937_64 rng(9);
+  std::vector<GenerateRequest> reqs;
+  const std::vector<std::pair<double, int32_t>> settings = {
+      {0.8, 5}, {1.0, 0}, {0.05, 0}, {1.3, 16}, {0.7, 1}};
+  for (size_t i = 0; i < settings.size(); ++i) {
+    GenerateRequest r;
+    r.prompt = random_tokens(rng, 20 + 7 * i, V);
+    r.sampling.max_tokens = 9;
+    r.sampling.temperature = settings[i].first;
+    r.sampling.top_k = settings[i].second;
+    r.sampling.top_p = i == 3 ? 0.8 : 1.0;
+    r.sampling.min_p = i == 1 ? 0.05 : 0.0;
+    r.sampling.seed = 100 + i;
+    r.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  GenerateRequest with_logits = reqs[0];  // seeded with logits: the host sampler
+  with_logits.return_logits = true;
+  reqs.push_back(with_logits);
+  GenerateRequest greedy = reqs[0];
+  greedy.sampling.temperature = 0;
+  reqs.push_back(greedy);
+  EngineOptions o;
+  o.max_num_batched_tokens = 16;  // chunked prefill: non-last chunks are not flagged
+  auto run = [&](std::shared_ptr<model::Model> m) {
+    auto e = Engine::create(std::move(m), o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    std::vector<RequestResult> out;
+    if (!e.ok()) return out;
+    std::vector<RequestHandlePtr> hs;
+    for (const GenerateRequest& r : reqs) {
+      auto h = (*e)->submit(r);
+      EXPECT_TRUE(h.ok()) << h.status().to_string();
+      if (h.ok()) hs.push_back(*h);
+    }
+    (*e)->run_until_idle();
+    for (auto& h : hs) out.push_back(h->wait());
+    return out;
+  };
+  const std::vector<RequestResult> got = run(fake);
+  const std::vector<RequestResult> plain = run(shared_model());
+  ASSERT_EQ(got.size(), reqs.size());
+  ASSERT_EQ(plain.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_NE(got[i].finish_reason, FinishReason::kError) << got[i].error.to_string();
+    EXPECT_EQ(got[i].tokens, plain[i].tokens) << "request " << i;
+  }
+  EXPECT_EQ(fake->drawn + fake->fallbacks, 5 * 9);  // exactly the 5 seeded no-logits requests
+  EXPECT_GE(fake->drawn, 3 * 9);                    // top_k 5, 16 and 1 always finish
+  EXPECT_GE(fake->fallbacks, 1);                    // T 1.0 without top-k needs the row
 }
 
 }  // namespace

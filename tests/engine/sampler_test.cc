@@ -1,7 +1,8 @@
 // Sampler tests: greedy ties, validation, determinism of the per-position stream,
 // truncation by top-k / top-p / min-p, the empirical distribution, and issue 11's
 // fast paths against the reference pipeline (sample_token_reference, the full
-// comparator sort) over many random rows and every setting.
+// comparator sort) over many random rows and every setting; the reduced draw
+// from a row's best entries (sample_token_from_best) against sample_token.
 #include "engine/sampler.h"
 
 #include <gtest/gtest.h>
@@ -263,6 +264,79 @@ TEST(SamplerFastPathTest, FullVocabularyMatchesTheReference) {
       }
     }
   }
+}
+
+// The best `count` non-NaN entries of v in the sampler's order (logit
+// descending, -0 read as +0, ties by ascending id): what a device model hands
+// sample_token_from_best (model::RowDraw).
+std::vector<model::DrawEntry> best_entries(const std::vector<float>& v, size_t count) {
+  std::vector<model::DrawEntry> e;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isnan(v[i])) e.push_back({v[i] == 0.0f ? 0.0f : v[i], static_cast<int32_t>(i)});
+  std::sort(e.begin(), e.end(), [](const model::DrawEntry& a, const model::DrawEntry& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  });
+  if (e.size() > count) e.resize(count);
+  return e;
+}
+
+// The reduced draw (the device's best entries, finished on the host) gives
+// sample_token's token for every setting, or -1 only where the candidate list is
+// longer than the entries it was given; with 0 < top_k <= the entries it always
+// finishes. Caps 1024 (the CUDA model's) and 8 (fallbacks on most rows).
+TEST(SamplerFromBestTest, SameTokenAsSampleTokenOrAskForTheRow) {
+  std::mt19937 g(99);
+  int finished = 0, asked = 0;
+  for (size_t n : {2ul, 7ul, 64ul, 1000ul, 5000ul}) {
+    for (int kind = 0; kind < 14; ++kind) {
+      const std::vector<float> v = random_row(g, n, kind);
+      for (int32_t cap : {1024, 8}) {
+        for (double t : {0.0, 0.02, 0.3, 1.0, 2.5}) {
+          for (int32_t k :
+               {0, 1, 3, 8, 9, 40, static_cast<int32_t>(n / 8), static_cast<int32_t>(n / 8 + 1),
+                static_cast<int32_t>(n), static_cast<int32_t>(n + 5)}) {
+            for (double top_p : {1.0, 0.9, 0.3}) {
+              for (double min_p : {0.0, 0.05}) {
+                SamplingParams p;
+                p.temperature = t;
+                p.top_k = k;
+                p.top_p = top_p;
+                p.min_p = min_p;
+                p.seed = g();
+                const int32_t want_n = draw_entries_needed(p, cap);
+                ASSERT_EQ(want_n, k > 0 && k <= cap ? k : cap);
+                const std::vector<model::DrawEntry> best =
+                    best_entries(v, static_cast<size_t>(want_n));
+                size_t valid = 0;
+                for (float x : v) valid += std::isnan(x) ? 0 : 1;
+                const bool complete = best.size() == valid;
+                for (int64_t pos = 0; pos < 3; ++pos) {
+                  const int32_t got = sample_token_from_best(best, complete, n, p, pos);
+                  if (got < 0) {
+                    ASSERT_FALSE(k > 0 && k <= cap && t > 0) << "n " << n << " k " << k;
+                    ++asked;
+                    continue;
+                  }
+                  ASSERT_EQ(got, sample_token(v, p, pos))
+                      << "n " << n << " kind " << kind << " cap " << cap << " T " << t << " k " << k
+                      << " top_p " << top_p << " min_p " << min_p << " pos " << pos;
+                  ++finished;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(finished, 20000);
+  EXPECT_GT(asked, 100);  // the fallback is exercised
+  // An all-NaN row: sample_token's 0; a list cut short without a candidate bound: -1.
+  SamplingParams p;
+  p.temperature = 1.0;
+  EXPECT_EQ(sample_token_from_best({}, true, 10, p, 0), 0);
+  const std::vector<float> flat(100, 1.0f);
+  EXPECT_EQ(sample_token_from_best(best_entries(flat, 8), false, flat.size(), p, 0), -1);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,8 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/moe_group.h"
+#include "backend/cuda/top_entries.h"
 #include "backend/cuda/vmm_kv_storage.h"
 #include "model/checkpoint.h"
 #include "model/flat_kv_cache.h"
@@ -119,6 +122,9 @@ struct Layer {
   // PAGEDKV_CUDA_FUSED (on by default): q/k/v and gate/up as one weight each,
   // their rows concatenated at load (attn.q/k/v and mlp.gate/up then null).
   WeightPtr qkv, gate_up;
+  // Fused MoE layers: every expert's [gate; up] rows, expert after expert, as one
+  // weight [E · 2 · moe_inter][H] (the experts' gate/up then null).
+  WeightPtr experts_gate_up;
 };
 
 // One weight whose rows are those of `ws` in order (same dtype and columns), on
@@ -157,6 +163,7 @@ class CudaQwen3Model final : public Model {
   std::shared_ptr<kv::KVStorage> kv_storage() const override { return storage_; }
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
   bool samples_greedy() const override { return device_greedy_; }
+  int32_t draw_entries_cap() const override { return draw_cap_; }
   const CudaModelStats& stats() const { return stats_; }
   ~CudaQwen3Model() override {
     clear_graphs();
@@ -201,6 +208,11 @@ class CudaQwen3Model final : public Model {
     kSampled,
     kQKV,
     kGU,
+    kMoeBegin,
+    kMoeGU,
+    kMoeAct,
+    kDrawJobs,
+    kDrawOut,
     kSlots
   };
   StatusOr<float*> scratch(Slot s, size_t floats);
@@ -221,13 +233,20 @@ class CudaQwen3Model final : public Model {
   Status reserve_flat(const ForwardBatch& batch);
   // y = the sparse MoE of h (T rows): the CPU's moe_block order (layers.h) on the
   // device; the routing ids come to the host once per layer to group the tokens.
-  Status moe_ffn(const Layer& L, const float* h, int64_t T, float* y);
+  // padded (a graph step: no host sync): every expert runs on T rows, the rows
+  // past its count padding (each GEMM row is computed alone, so its real rows
+  // keep their bits).
+  Status moe_ffn(const Layer& L, const float* h, int64_t T, float* y, bool padded);
+  // Sizes the MoE scratch of a T-token step before a capture (no reallocation,
+  // hence no sync, inside it).
+  Status alloc_moe(int64_t T);
 
   // One step's shape and device buffers: T tokens (padded to the bucket on a
   // graph step), P logits rows, the block-table width and the largest position
   // attention sizes its partitions for.
   struct StepArgs {
     bool paged = true;
+    bool graph = false;  // captured: no host sync (MoE runs padded)
     int64_t T = 0, P = 0;
     int32_t maxb = 1, max_pos = 0;
     const int32_t *ids = nullptr, *pos = nullptr, *seq = nullptr, *pick = nullptr, *tab = nullptr;
@@ -253,11 +272,12 @@ class CudaQwen3Model final : public Model {
   EmbeddingWeights io_;
   std::vector<Layer> layers_;
   bc::DeviceBuffer slots_[kSlots];
-  PinnedInts pinned_, moe_pinned_, nan_pinned_, tok_pinned_;
+  PinnedInts pinned_, moe_pinned_, nan_pinned_, tok_pinned_, draw_jobs_pinned_, draw_out_pinned_;
   StepProfile prof_;
   // Decode graphs per bucket; invalid once a scratch buffer or the pool moves.
   bool graphs_on_ = true;
   bool device_greedy_ = true;  // PAGEDKV_CUDA_DEVICE_SAMPLING
+  int32_t draw_cap_ = 0;       // PAGEDKV_CUDA_DEVICE_SAMPLING: kMaxTopEntries
   bool fused_ = false;         // PAGEDKV_CUDA_FUSED
   bool fuse_norms_ = false;    // PAGEDKV_CUDA_FUSED_NORMS
   bool has_moe_ = false;
@@ -395,13 +415,26 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
   m->prof_.on = resolve_knob<bool>("PAGEDKV_CUDA_PROFILE", std::nullopt, false);
   m->graphs_on_ = resolve_knob<bool>("PAGEDKV_CUDA_GRAPHS", std::nullopt, true);
   m->device_greedy_ = resolve_knob<bool>("PAGEDKV_CUDA_DEVICE_SAMPLING", std::nullopt, true);
+  m->draw_cap_ = m->device_greedy_ ? bc::kMaxTopEntries : 0;
   if (resolve_knob<bool>("PAGEDKV_CUDA_FUSED", std::nullopt, true)) {
     for (Layer& L : m->layers_) {
       PKV_ASSIGN_OR_RETURN(L.qkv, concat_rows({L.attn.q.get(), L.attn.k.get(), L.attn.v.get()}));
       L.attn.q.reset();
       L.attn.k.reset();
       L.attn.v.reset();
-      if (L.is_moe) continue;
+      if (L.is_moe) {
+        std::vector<const Weight*> gu;
+        for (const MlpWeights& ew : L.moe.experts) {
+          gu.push_back(ew.gate.get());
+          gu.push_back(ew.up.get());
+        }
+        PKV_ASSIGN_OR_RETURN(L.experts_gate_up, concat_rows(gu));
+        for (MlpWeights& ew : L.moe.experts) {
+          ew.gate.reset();
+          ew.up.reset();
+        }
+        continue;
+      }
       PKV_ASSIGN_OR_RETURN(L.gate_up, concat_rows({L.mlp.gate.get(), L.mlp.up.get()}));
       L.mlp.gate.reset();
       L.mlp.up.reset();
@@ -474,11 +507,31 @@ Status CudaQwen3Model::reserve_flat(const ForwardBatch& batch) {
   return ok_status();
 }
 
-Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float* y) {
+Status CudaQwen3Model::alloc_moe(int64_t T) {
+  for (const Layer& L : layers_) {
+    if (!L.is_moe) continue;
+    const int64_t E = static_cast<int64_t>(L.moe.experts.size()), K = L.moe.top_k;
+    const int64_t H = cfg_.hidden_size, TK = T * K, mi = L.moe.experts[0].down->cols();
+    PKV_RETURN_IF_ERROR(scratch(kRouter, T * E).status());
+    PKV_RETURN_IF_ERROR(scratch(kRouteIds, TK).status());
+    PKV_RETURN_IF_ERROR(scratch(kRouteW, TK).status());
+    PKV_RETURN_IF_ERROR(scratch(kMoeRows, 3 * TK).status());
+    PKV_RETURN_IF_ERROR(scratch(kMoeBegin, E + 1).status());
+    PKV_RETURN_IF_ERROR(scratch(kResults, TK * H).status());
+    PKV_RETURN_IF_ERROR(scratch(kMoeGU, std::max(T * E, TK) * 2 * mi).status());
+    PKV_RETURN_IF_ERROR(scratch(kMoeAct, std::max(T * E, TK) * mi).status());
+    PKV_RETURN_IF_ERROR(scratch(kYout, std::max(T * E, TK) * H).status());
+    PKV_RETURN_IF_ERROR(scratch(kXin, TK * H).status());
+    break;  // every MoE layer has the same shape
+  }
+  return ok_status();
+}
+
+Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float* y, bool padded) {
   const MoeWeights& w = L.moe;
   const int32_t E = static_cast<int32_t>(w.experts.size()), K = w.top_k;
   const int64_t H = cfg_.hidden_size, TK = T * K;
-  const int64_t mi = w.experts[0].gate->rows();
+  const int64_t mi = w.experts[0].down->cols();
   cudaStream_t st = stream();
   PKV_ASSIGN_OR_RETURN(float* logits, scratch(kRouter, T * E));
   PKV_ASSIGN_OR_RETURN(float* ids_f, scratch(kRouteIds, TK));
@@ -487,46 +540,65 @@ Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float*
   PKV_RETURN_IF_ERROR(gemm(h, T, *w.router, logits));
   PKV_RETURN_IF_ERROR(
       bc::topk_route(logits, T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids, wts, st));
-  // Host: the ids, then per expert its tokens (rows of h) and their slots
-  // (token · K + rank), in token order — the CPU's grouping.
-  PKV_ASSIGN_OR_RETURN(int32_t * hbuf, moe_pinned_.get(static_cast<size_t>(3 * TK)));
-  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hbuf, ids, static_cast<size_t>(TK) * sizeof(int32_t),
-                                           cudaMemcpyDeviceToHost, st));
-  PKV_RETURN_IF_ERROR(be_->synchronize());
-  int32_t* rows = hbuf + TK;
-  int32_t* slots = rows + TK;
-  std::vector<int64_t> begin(static_cast<size_t>(E) + 1, 0);
-  int64_t n = 0;
-  for (int32_t e = 0; e < E; ++e) {
-    begin[static_cast<size_t>(e)] = n;
-    for (int64_t s = 0; s < TK; ++s) {
-      if (hbuf[s] != e) continue;
-      rows[n] = static_cast<int32_t>(s / K);
-      slots[n] = static_cast<int32_t>(s);
-      ++n;
-    }
-  }
-  begin[static_cast<size_t>(E)] = n;
-  if (n != TK) return internal_error("cuda moe: the router chose an expert id out of range");
-  PKV_ASSIGN_OR_RETURN(float* lists_f, scratch(kMoeRows, 2 * TK));
+  // The device groups each expert's tokens (rows of h) and slots (token · K +
+  // rank) in token order — the CPU's grouping.
+  PKV_ASSIGN_OR_RETURN(float* lists_f, scratch(kMoeRows, 3 * TK));
+  PKV_ASSIGN_OR_RETURN(float* begin_f, scratch(kMoeBegin, E + 1));
   int32_t* d_rows = reinterpret_cast<int32_t*>(lists_f);
   int32_t* d_slots = d_rows + TK;
-  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      d_rows, rows, static_cast<size_t>(2 * TK) * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  int32_t* d_where = d_slots + TK;
+  int32_t* d_begin = reinterpret_cast<int32_t*>(begin_f);
+  PKV_RETURN_IF_ERROR(bc::moe_group(ids, TK, K, E, d_begin, d_rows, d_slots, d_where, st));
+  PKV_ASSIGN_OR_RETURN(float* results, scratch(kResults, TK * H));
+  const auto elem = [](const Weight& wt) -> size_t {
+    return wt.dtype() == backend::WeightDType::kF32 ? 4 : 2;
+  };
+  if (padded) {
+    // No host sync: one GEMM of every token over every expert's [gate; up], the
+    // SwiGLU of each expert's listed tokens into T padded rows, each expert's down
+    // GEMM over its T rows, then each slot takes its row.
+    const Weight& gu_w = *L.experts_gate_up;
+    PKV_ASSIGN_OR_RETURN(float* gu, scratch(kMoeGU, T * E * 2 * mi));
+    PKV_ASSIGN_OR_RETURN(float* act, scratch(kMoeAct, T * E * mi));
+    PKV_ASSIGN_OR_RETURN(float* yout, scratch(kYout, T * E * H));
+    PKV_RETURN_IF_ERROR(gemm(h, T, gu_w, gu));
+    PKV_RETURN_IF_ERROR(bc::moe_swiglu_padded(gu, d_begin, d_rows, T, E, mi, act, st));
+    for (int32_t e = 0; e < E; ++e)
+      PKV_RETURN_IF_ERROR(
+          gemm(act + e * T * mi, T, *w.experts[static_cast<size_t>(e)].down, yout + e * T * H));
+    PKV_RETURN_IF_ERROR(bc::moe_scale_padded(yout, ids, d_where, wts, TK, T, E, H, results, st));
+    return bc::sum_ranks(results, T, K, H, y, st);
+  }
+  // Eager: the list bounds come to the host (one small copy and sync), and each
+  // chosen expert runs on exactly its rows.
+  PKV_ASSIGN_OR_RETURN(int32_t * hbegin, moe_pinned_.get(static_cast<size_t>(E) + 1));
+  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hbegin, d_begin, (static_cast<size_t>(E) + 1) * 4,
+                                           cudaMemcpyDeviceToHost, st));
+  PKV_RETURN_IF_ERROR(be_->synchronize());
+  if (hbegin[E] != TK)
+    return internal_error("cuda moe: the router chose an expert id out of range");
+  std::vector<int64_t> begin(hbegin, hbegin + E + 1);
   PKV_ASSIGN_OR_RETURN(float* xin, scratch(kXin, TK * H));
   PKV_ASSIGN_OR_RETURN(float* yout, scratch(kYout, TK * H));
-  PKV_ASSIGN_OR_RETURN(float* results, scratch(kResults, TK * H));
-  PKV_ASSIGN_OR_RETURN(float* g, scratch(kG, std::max(T * inter_, TK * mi)));
-  PKV_ASSIGN_OR_RETURN(float* u, scratch(kU, std::max(T * inter_, TK * mi)));
+  PKV_ASSIGN_OR_RETURN(float* gu, scratch(kMoeGU, TK * 2 * mi));
+  PKV_ASSIGN_OR_RETURN(float* act, scratch(kMoeAct, TK * mi));
   for (int32_t e = 0; e < E; ++e) {
     const int64_t b = begin[static_cast<size_t>(e)], M = begin[static_cast<size_t>(e) + 1] - b;
     if (M == 0) continue;  // an expert no token chose is skipped
     const MlpWeights& ew = w.experts[static_cast<size_t>(e)];
     PKV_RETURN_IF_ERROR(bc::gather_rows(h, d_rows + b, M, H, xin, st));
-    PKV_RETURN_IF_ERROR(gemm(xin, M, *ew.gate, g));
-    PKV_RETURN_IF_ERROR(gemm(xin, M, *ew.up, u));
-    PKV_RETURN_IF_ERROR(bc::silu_mul(g, u, M * mi, g, st));
-    PKV_RETURN_IF_ERROR(gemm(g, M, *ew.down, yout));
+    if (L.experts_gate_up) {
+      const Weight& g = *L.experts_gate_up;
+      const void* we =
+          static_cast<const std::byte*>(wdata(g)) + static_cast<size_t>(e) * 2 * mi * H * elem(g);
+      PKV_RETURN_IF_ERROR(bc::gemm(xin, M, H, we, g.dtype(), 2 * mi, gu, st));
+      PKV_RETURN_IF_ERROR(bc::silu_mul_halves(gu, M, mi, act, st));
+    } else {
+      PKV_RETURN_IF_ERROR(gemm(xin, M, *ew.gate, gu));
+      PKV_RETURN_IF_ERROR(gemm(xin, M, *ew.up, gu + M * mi));
+      PKV_RETURN_IF_ERROR(bc::silu_mul(gu, gu + M * mi, M * mi, act, st));
+    }
+    PKV_RETURN_IF_ERROR(gemm(act, M, *ew.down, yout));
     PKV_RETURN_IF_ERROR(bc::scale_to_slots(yout, d_slots + b, wts, M, H, results, st));
   }
   return bc::sum_ranks(results, T, K, H, y, st);
@@ -559,6 +631,7 @@ Status CudaQwen3Model::alloc_step(StepArgs* a, size_t n_meta) {
     PKV_ASSIGN_OR_RETURN(a->qkv, scratch(kQKV, T * (qd + 2 * kd)));
     PKV_ASSIGN_OR_RETURN(a->gu, scratch(kGU, T * 2 * inter_));
   }
+  if (has_moe_) PKV_RETURN_IF_ERROR(alloc_moe(T));
   if (a->P > 0) {
     PKV_ASSIGN_OR_RETURN(a->sel, scratch(kSel, a->P * H));
     PKV_ASSIGN_OR_RETURN(a->logits, scratch(kLogits, a->P * int64_t{cfg_.vocab_size}));
@@ -697,7 +770,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.post_norm, h));
     }
     if (L.is_moe) {
-      PKV_RETURN_IF_ERROR(moe_ffn(L, h, T, y));
+      PKV_RETURN_IF_ERROR(moe_ffn(L, h, T, y, a.graph));
     } else if (L.gate_up) {
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.gate_up, a.gu));
       PKV_RETURN_IF_ERROR(bc::silu_mul_halves(a.gu, T, inter_, g, st));
@@ -748,6 +821,13 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   bool any_greedy = false;
   for (const ForwardRow& row : batch.rows)
     any_greedy |= row.greedy_only && row.logits == LogitsRequest::kLast;
+  // Seeded rows the caller lets us finish from their best entries (ForwardRow::draw).
+  auto is_draw = [&](const ForwardRow& row) {
+    return draw_cap_ > 0 && row.draw != nullptr && !row.greedy_only &&
+           row.logits == LogitsRequest::kLast;
+  };
+  bool any_draw = false;
+  for (const ForwardRow& row : batch.rows) any_draw |= is_draw(row);
 
   // A decode-sized paged step of a dense model replays a CUDA graph captured for
   // its bucket (tokens, block-table width, attention partitions), its tokens
@@ -756,7 +836,10 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   const int32_t parts = max_pos / bc::kAttnPartition + 1;
   const GraphKey key{token_bucket(static_cast<int32_t>(T)), std::max(8, next_pow2(maxb)),
                      next_pow2(parts)};
-  bool use_graph = graphs_on_ && paged && !has_moe_ && !prof_.on && T <= kMaxGraphTokens;
+  // qwen3_moe runs its experts padded in a graph (no host sync): needs the fused
+  // [gate; up] expert weights.
+  bool use_graph =
+      graphs_on_ && paged && (!has_moe_ || fused_) && !prof_.on && T <= kMaxGraphTokens;
   if (use_graph && seen_.insert(key).second) use_graph = false;
 
   // The step's metadata, uploaded once: ids, positions, each token's row, the
@@ -766,6 +849,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   // land in the null block (never read by a real row) and it attends only there.
   StepArgs a;
   a.paged = paged;
+  a.graph = use_graph;
   a.T = use_graph ? key.tokens : T;
   a.P = use_graph ? key.tokens : P;
   a.maxb = use_graph ? key.width : maxb;
@@ -849,6 +933,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PKV_ASSIGN_OR_RETURN(int32_t * h_nan, nan_pinned_.get(1));
   *h_nan = 0;
   int32_t* h_tok = nullptr;
+  int32_t* h_draw = nullptr;  // seeded rows: [n][2] counts, then their entries
   bool all_copied = true;
   if (P > 0) {
     PKV_ASSIGN_OR_RETURN(float* nan_f, scratch(kNanFlag, 1));
@@ -884,7 +969,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
       const int64_t b = out->row_begin[static_cast<size_t>(r)],
                     n = out->row_count[static_cast<size_t>(r)];
       if (n == 0) continue;
-      if (row.greedy_only && row.logits == LogitsRequest::kLast) {
+      if ((row.greedy_only && row.logits == LogitsRequest::kLast) || is_draw(row)) {
         all_copied = false;
         continue;
       }
@@ -893,6 +978,40 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
       run_end = b + n;
     }
     PKV_RETURN_IF_ERROR(flush());
+    if (any_draw) {
+      // Seeded rows: each row's best entries in the sampler's order (as many as
+      // its draw may need), and the counts, back in one copy.
+      int32_t n = 0, total = 0;
+      for (const ForwardRow& row : batch.rows)
+        if (is_draw(row)) {
+          ++n;
+          total += std::clamp(row.draw->entries(), 1, draw_cap_);
+        }
+      PKV_ASSIGN_OR_RETURN(int32_t * jobs, draw_jobs_pinned_.get(3 * static_cast<size_t>(n)));
+      int32_t j = 0, off = 0;
+      for (int32_t r = 0; r < R; ++r) {
+        const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
+        if (!is_draw(row)) continue;
+        const int32_t want = std::clamp(row.draw->entries(), 1, draw_cap_);
+        jobs[3 * j] = out->row_begin[static_cast<size_t>(r)];
+        jobs[3 * j + 1] = want;
+        jobs[3 * j + 2] = off;
+        off += want;
+        ++j;
+      }
+      const size_t out_ints = 2 * static_cast<size_t>(n) + 2 * static_cast<size_t>(total);
+      PKV_ASSIGN_OR_RETURN(float* jobs_f, scratch(kDrawJobs, 3 * static_cast<size_t>(n)));
+      PKV_ASSIGN_OR_RETURN(float* dout_f, scratch(kDrawOut, out_ints));
+      int32_t* d_counts = reinterpret_cast<int32_t*>(dout_f);
+      PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(jobs_f, jobs, 3 * static_cast<size_t>(n) * 4,
+                                               cudaMemcpyHostToDevice, st));
+      PKV_RETURN_IF_ERROR(bc::top_entries(a.logits, V, reinterpret_cast<const int32_t*>(jobs_f), n,
+                                          reinterpret_cast<bc::TopEntry*>(d_counts + 2 * n),
+                                          d_counts, st));
+      PKV_ASSIGN_OR_RETURN(h_draw, draw_out_pinned_.get(out_ints));
+      PKV_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(h_draw, d_counts, out_ints * 4, cudaMemcpyDeviceToHost, st));
+    }
   }
   PKV_RETURN_IF_ERROR(be_->synchronize());
   for (const ForwardRow& row : batch.rows)
@@ -913,10 +1032,45 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
                                           cudaMemcpyDeviceToHost));
     return check_logits(*out);
   };
-  if (!prof_.on) return nan_check();
+  // The seeded draws, finished on the host from each row's best entries; a draw
+  // that needs more (a candidate list longer than its entries) gets the row.
+  auto finish_draws = [&]() -> Status {
+    if (h_draw == nullptr || *h_nan != 0) return ok_status();  // NaN: the check's error
+    int32_t n = 0;
+    for (const ForwardRow& row : batch.rows) n += is_draw(row) ? 1 : 0;
+    static_assert(sizeof(bc::TopEntry) == sizeof(DrawEntry));
+    const auto* entries = reinterpret_cast<const DrawEntry*>(h_draw + 2 * n);
+    int32_t j = 0, off = 0;
+    for (int32_t r = 0; r < R; ++r) {
+      const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
+      if (!is_draw(row)) continue;
+      const int32_t want = std::clamp(row.draw->entries(), 1, draw_cap_);
+      const int32_t got = h_draw[2 * j], valid = h_draw[2 * j + 1];
+      const int32_t tok = row.draw->draw(
+          std::span<const DrawEntry>(entries + off, static_cast<size_t>(got)), got == valid);
+      off += want;
+      ++j;
+      if (tok >= 0) {
+        out->tokens[static_cast<size_t>(r)] = tok;
+        ++stats_.device_draw_rows;
+        continue;
+      }
+      const int64_t b = out->row_begin[static_cast<size_t>(r)];
+      PKV_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->logits.data() + b * V, a.logits + b * V,
+                                          static_cast<size_t>(V) * sizeof(float),
+                                          cudaMemcpyDeviceToHost));
+      ++stats_.device_draw_fallbacks;
+    }
+    return ok_status();
+  };
+  if (!prof_.on) {
+    PKV_RETURN_IF_ERROR(nan_check());
+    return finish_draws();
+  }
   prof_.logits_ms += ms_since(t_step);
   t_step = ProfClock::now();
   Status checked = nan_check();
+  if (checked.ok()) checked = finish_draws();
   prof_.check_ms += ms_since(t_step);
   ++prof_.steps;
   return checked;

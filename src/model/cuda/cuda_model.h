@@ -46,6 +46,10 @@ struct CudaModelStats {
   int64_t graph_captures = 0;
   int64_t graph_replays = 0;
   int64_t device_greedy_rows = 0;
+  // Seeded rows (ForwardRow::draw) finished from their best entries on the
+  // device, and those whose draw needed the whole logits row instead.
+  int64_t device_draw_rows = 0;
+  int64_t device_draw_fallbacks = 0;
 };
 CudaModelStats cuda_model_stats(const Model& m);
 
