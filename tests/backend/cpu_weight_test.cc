@@ -57,6 +57,20 @@ TEST(CpuWeightTest, HugePageCopiesGiveTheViewsBits) {
           << "dtype " << dt << " m " << m;
     }
   }
+  // The copies above are gone with their weights: their bytes are given back.
+  EXPECT_EQ(copy_be.huge_copied_bytes(), 0);
+  {
+    HostTensorView t;
+    t.dtype = WeightDType::kF32;
+    t.rows = N;
+    t.cols = K;
+    t.data = reinterpret_cast<const std::byte*>(wf.data());
+    auto w = copy_be.upload(t);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE(static_cast<const CpuWeight&>(**w).owns_copy());
+    EXPECT_EQ(copy_be.huge_copied_bytes(), N * K * 4);
+  }
+  EXPECT_EQ(copy_be.huge_copied_bytes(), 0);
   // Below the threshold the weight stays a view of the caller's memory.
   HostTensorView small;
   small.dtype = WeightDType::kF32;

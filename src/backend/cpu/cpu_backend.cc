@@ -148,9 +148,10 @@ CpuBackend::CpuBackend(int num_threads, int64_t spin_micros, bool huge_weights)
 
 CpuWeight::~CpuWeight() {
   if (owned_ != nullptr) munmap(owned_, owned_bytes_);
+  if (live_) live_->fetch_sub(counted_);
 }
 
-bool CpuWeight::copy_to_huge_pages(size_t bytes) {
+bool CpuWeight::copy_to_huge_pages(size_t bytes, std::shared_ptr<std::atomic<int64_t>> live) {
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
   // Over-allocate by one huge page and trim, so the copy starts on a 2 MiB boundary.
@@ -167,6 +168,11 @@ bool CpuWeight::copy_to_huge_pages(size_t bytes) {
   owned_ = p;
   owned_bytes_ = size;
   data_ = static_cast<const std::byte*>(p);
+  if (live) {
+    counted_ = static_cast<int64_t>(bytes);
+    live->fetch_add(counted_);
+    live_ = std::move(live);
+  }
   return true;
 }
 
@@ -175,17 +181,18 @@ StatusOr<std::unique_ptr<Weight>> CpuBackend::upload(const HostTensorView& t) {
   auto w = std::make_unique<CpuWeight>(t);
   const size_t bytes =
       static_cast<size_t>(t.rows * t.cols) * (t.dtype == WeightDType::kF32 ? 4 : 2);
-  // The copies' budget: a quarter of the memory available at the first upload. The
-  // caller's bytes (a memory-mapped checkpoint) stay mapped too, so a model too big
-  // for it keeps its remaining weights as views rather than doubling its footprint.
+  // The copies' budget: a quarter of the memory available at the first upload, for
+  // the copies alive at once. The caller's bytes (a memory-mapped checkpoint) stay
+  // mapped too, so a model too big for it keeps its remaining weights as views
+  // rather than doubling its footprint.
   std::lock_guard lock(huge_mu_);
   if (huge_budget_ < 0) {
     const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     huge_budget_ = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 4 : 0;
   }
   if (huge_weights_ && bytes >= kHugeWeightMinBytes &&
-      huge_copied_ + static_cast<int64_t>(bytes) <= huge_budget_ && w->copy_to_huge_pages(bytes))
-    huge_copied_ += static_cast<int64_t>(bytes);
+      huge_live_->load() + static_cast<int64_t>(bytes) <= huge_budget_)
+    w->copy_to_huge_pages(bytes, huge_live_);
   return std::unique_ptr<Weight>(std::move(w));
 }
 

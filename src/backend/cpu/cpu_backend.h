@@ -3,6 +3,7 @@
 // memory-mapped checkpoint), so the caller keeps that memory alive.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,13 +29,16 @@ class CpuWeight : public Weight {
   const void* data() const { return data_; }
   // Copies the bytes into 2 MiB-aligned anonymous memory advised for transparent
   // huge pages; false (and still a view) when that memory cannot be had.
-  bool copy_to_huge_pages(size_t bytes);
+  // `live`, when given, counts the copy's bytes while it lives.
+  bool copy_to_huge_pages(size_t bytes, std::shared_ptr<std::atomic<int64_t>> live = nullptr);
   bool owns_copy() const { return owned_ != nullptr; }
 
  private:
   const std::byte* data_;
   void* owned_ = nullptr;
   size_t owned_bytes_ = 0;
+  int64_t counted_ = 0;
+  std::shared_ptr<std::atomic<int64_t>> live_;
 };
 
 // Weights of at least this many bytes are copied to huge pages at upload (when
@@ -76,6 +80,8 @@ class CpuBackend : public Backend {
   // matmuls' flops) is summed per op kind; profile_report() returns the table and
   // starts over. Off by default (then an op pays one branch).
   void set_profiling(bool on);
+  // Bytes of the huge-page weight copies alive now (tests).
+  int64_t huge_copied_bytes() const { return huge_live_->load(); }
   std::string profile_report();
 
   // Tests: parallel_for ignores the caller's grain and uses this one (0 = off), so
@@ -87,7 +93,8 @@ class CpuBackend : public Backend {
   bool huge_weights_ = false;
   std::mutex huge_mu_;
   int64_t huge_budget_ = -1;  // bytes; set at the first upload
-  int64_t huge_copied_ = 0;
+  // Bytes of the copies alive now (a weight destroyed gives its bytes back).
+  std::shared_ptr<std::atomic<int64_t>> huge_live_ = std::make_shared<std::atomic<int64_t>>(0);
   int64_t forced_grain_ = 0;
 };
 
