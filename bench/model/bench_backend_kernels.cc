@@ -68,6 +68,15 @@ BENCHMARK(BM_Matmul)
     // A weight stream from DRAM (an lm_head slice, 64 MiB of bf16): packed vs direct.
     ->Args({32, 1024, 32768, 1, 2, 1, 0})
     ->Args({32, 1024, 32768, 1, 2, 0, 0})
+    // The prefill GEMMs of `pagedkv bench --preset qwen3-0.6b-shape` (f32 weights):
+    // a user message (64 rows) and a system prompt + message (320 rows), one core.
+    ->Args({64, 1024, 2048, 0, 1, 1, 0})
+    ->Args({64, 3072, 1024, 0, 1, 1, 0})
+    ->Args({320, 1024, 3072, 0, 1, 1, 0})
+    ->Args({320, 3072, 1024, 0, 1, 1, 0})
+    // The same from DRAM (128 MiB of f32 weights, as a 4-layer step streams them).
+    ->Args({64, 1024, 32768, 0, 1, 1, 0})
+    ->Args({64, 1024, 32768, 0, 2, 1, 0})
     ->Unit(benchmark::kMicrosecond);
 
 // The FMA peak of one core on the matmul's ISA path (12 independent chains), from

@@ -2,11 +2,14 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -27,7 +30,21 @@ Backend& cpu_backend() {
     if (threads > 256) threads = 256;
     const uint64_t spin = resolve_knob<uint64_t>("PAGEDKV_CPU_SPIN_US", std::nullopt,
                                                  static_cast<uint64_t>(cpu::kDefaultSpinMicros));
-    return new cpu::CpuBackend(threads, static_cast<int64_t>(std::min<uint64_t>(spin, 100'000)));
+    const bool huge = resolve_knob<bool>("PAGEDKV_CPU_HUGE_WEIGHTS", std::nullopt, true);
+    auto* be =
+        new cpu::CpuBackend(threads, static_cast<int64_t>(std::min<uint64_t>(spin, 100'000)), huge);
+    // PAGEDKV_CPU_PROFILE=1: the op profile (set_profiling) of the whole process,
+    // printed to stderr at exit (`pagedkv bench` with one --concurrency value gives
+    // the per-op time of that run).
+    if (resolve_knob<bool>("PAGEDKV_CPU_PROFILE", std::nullopt, false)) {
+      be->set_profiling(true);
+      std::atexit([] {
+        auto& self = static_cast<cpu::CpuBackend&>(cpu_backend());
+        std::fprintf(stderr, "cpu backend op profile (PAGEDKV_CPU_PROFILE):\n%s",
+                     self.profile_report().c_str());
+      });
+    }
+    return be;
   }();
   return *b;
 }
@@ -126,11 +143,57 @@ std::string CpuBackend::describe() const {
          isa_name();
 }
 
-CpuBackend::CpuBackend(int num_threads, int64_t spin_micros) : pool_(num_threads, spin_micros) {}
+CpuBackend::CpuBackend(int num_threads, int64_t spin_micros, bool huge_weights)
+    : pool_(num_threads, spin_micros), huge_weights_(huge_weights) {}
+
+CpuWeight::~CpuWeight() {
+  if (owned_ != nullptr) munmap(owned_, owned_bytes_);
+  if (live_) live_->fetch_sub(counted_);
+}
+
+bool CpuWeight::copy_to_huge_pages(size_t bytes, std::shared_ptr<std::atomic<int64_t>> live) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
+  // Over-allocate by one huge page and trim, so the copy starts on a 2 MiB boundary.
+  void* raw =
+      mmap(nullptr, size + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return false;
+  const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t a = (r + kHuge - 1) & ~(uintptr_t{kHuge} - 1);
+  if (a > r) munmap(raw, a - r);
+  if (r + kHuge > a) munmap(reinterpret_cast<void*>(a + size), r + kHuge - a);
+  void* p = reinterpret_cast<void*>(a);
+  madvise(p, size, MADV_HUGEPAGE);  // advice only: without THP the copy still works
+  std::memcpy(p, data_, bytes);
+  owned_ = p;
+  owned_bytes_ = size;
+  data_ = static_cast<const std::byte*>(p);
+  if (live) {
+    counted_ = static_cast<int64_t>(bytes);
+    live->fetch_add(counted_);
+    live_ = std::move(live);
+  }
+  return true;
+}
 
 StatusOr<std::unique_ptr<Weight>> CpuBackend::upload(const HostTensorView& t) {
   if (t.data == nullptr && t.rows * t.cols > 0) return invalid_argument("upload: null weight data");
-  return std::unique_ptr<Weight>(new CpuWeight(t));
+  auto w = std::make_unique<CpuWeight>(t);
+  const size_t bytes =
+      static_cast<size_t>(t.rows * t.cols) * (t.dtype == WeightDType::kF32 ? 4 : 2);
+  // The copies' budget: a quarter of the memory available at the first upload, for
+  // the copies alive at once. The caller's bytes (a memory-mapped checkpoint) stay
+  // mapped too, so a model too big for it keeps its remaining weights as views
+  // rather than doubling its footprint.
+  std::lock_guard lock(huge_mu_);
+  if (huge_budget_ < 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    huge_budget_ = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / 4 : 0;
+  }
+  if (huge_weights_ && bytes >= kHugeWeightMinBytes &&
+      huge_live_->load() + static_cast<int64_t>(bytes) <= huge_budget_)
+    w->copy_to_huge_pages(bytes, huge_live_);
+  return std::unique_ptr<Weight>(std::move(w));
 }
 
 void CpuBackend::matmul(const float* x, int64_t m, const Weight& w, float* y) {
