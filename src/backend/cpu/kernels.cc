@@ -373,14 +373,119 @@ struct AttnPlan {
 };
 constexpr int kAttnMaxRows = 16;  // qb × hb
 
+// Scores of one query row against keys kb … ke-1 of a tile whose key j starts at
+// element off + j·stride of kt (dtype KD): the row's dot_kv sums, times scale,
+// into sc[0 … ke-kb); returns their maximum (taken in key order). Eight keys at a
+// time: eight independent accumulator chains, each the exact dot_kv sequence of
+// its key, summed by hsum8x8 (hsum's tree for each), so the bits are dot_kv's;
+// then four, then one.
+template <int HD, int KD>
+PKV_INLINE float row_scores(const float* q, const void* kt, int64_t off, int64_t stride, int32_t kb,
+                            int32_t ke, float scale, float* sc) {
+  constexpr int C = HD / 8;
+  float tmax = -std::numeric_limits<float>::infinity();
+  int32_t j = kb;
+  for (; j + 8 <= ke; j += 8) {
+    const int64_t o0 = off + j * stride;
+    v8f s8[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) s8[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) {
+      const v8f qv = load8(q + 8 * c);
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) s8[i] += qv * load_kv<KD>(kt, o0 + i * stride + 8 * c);
+    }
+    const v8f s = hsum8x8(s8) * splat8(scale);
+    store8(sc + (j - kb), s);
+    for (int i = 0; i < 8; ++i) tmax = std::max(tmax, s[i]);
+  }
+  for (; j + 4 <= ke; j += 4) {
+    const int64_t o0 = off + j * stride;
+    v8f s0 = {0, 0, 0, 0, 0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) {
+      const v8f qv = load8(q + 8 * c);
+      s0 += qv * load_kv<KD>(kt, o0 + 8 * c);
+      s1 += qv * load_kv<KD>(kt, o0 + stride + 8 * c);
+      s2 += qv * load_kv<KD>(kt, o0 + 2 * stride + 8 * c);
+      s3 += qv * load_kv<KD>(kt, o0 + 3 * stride + 8 * c);
+    }
+    const float s[4] = {hsum(s0) * scale, hsum(s1) * scale, hsum(s2) * scale, hsum(s3) * scale};
+    for (int i = 0; i < 4; ++i) {
+      sc[j - kb + i] = s[i];
+      tmax = std::max(tmax, s[i]);
+    }
+  }
+  for (; j < ke; ++j) {
+    const float s = dot_kv<KD>(q, kt, off + j * stride, HD) * scale;
+    sc[j - kb] = s;
+    tmax = std::max(tmax, s);
+  }
+  return tmax;
+}
+
+// accp[d] = accp[d]·alpha + Σ_j p[j-kb]·v_j[d] over keys kb … ke-1 in order (key j
+// of the tile at element off + j·stride of vt, dtype KD): attention_body's value
+// update, element-wise (W = 16: 16 floats per operation, the same per element).
+template <int HD, int KD, int W>
+PKV_INLINE void row_values(float* accp, float alpha, const float* p, const void* vt, int64_t off,
+                           int64_t stride, int32_t kb, int32_t ke) {
+  if constexpr (W == 16 && HD % 16 == 0) {
+    constexpr int C16 = HD / 16;
+    v16f acc[C16];
+    v16f av, pv;
+    for (int i = 0; i < 16; ++i) av[i] = alpha;
+#pragma GCC unroll 16
+    for (int c = 0; c < C16; ++c) {
+      std::memcpy(&acc[c], accp + 16 * c, sizeof(v16f));
+      acc[c] = acc[c] * av;
+    }
+    for (int32_t j = kb; j < ke; ++j) {
+      const float pj = p[j - kb];
+      const int64_t vo = off + j * stride;
+      for (int i = 0; i < 16; ++i) pv[i] = pj;
+#pragma GCC unroll 16
+      for (int c = 0; c < C16; ++c) acc[c] = acc[c] + pv * load_kv16<KD>(vt, vo + 16 * c);
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C16; ++c) std::memcpy(accp + 16 * c, &acc[c], sizeof(v16f));
+  } else {
+    constexpr int C = HD / 8;
+    v8f acc[C];
+    const v8f av = splat8(alpha);
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
+    for (int32_t j = kb; j < ke; ++j) {
+      const float pj = p[j - kb];
+      const int64_t vo = off + j * stride;
+      const v8f pv = splat8(pj);
+#pragma GCC unroll 32
+      for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
+    }
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) store8(accp + 8 * c, acc[c]);
+  }
+}
+
 // The same computation as attention_body for a head_dim known at compile time (a
-// multiple of 8), for all query rows of a task at once: the rows share each K/V
-// tile while it is in L1 (the loop over rows is inside the loop over tiles), and
-// every row performs exactly attention_body's operations in the same order, so
-// neither the task shape nor the head_dim specialization changes a bit. ws holds
-// the rows' accumulators (kAttnMaxRows × HD floats). W = 16 (the AVX-512 build)
-// does the element-wise value updates 16 floats at a time: the same operation on
-// each element, so the same bits as W = 8.
+// multiple of 8), for all query rows of a task at once. Per K/V tile, the rows that
+// read the same tile (all of a task's rows, or in a cross task the rows whose
+// requests share that block) form a group; when the group has two rows or more, the
+// keys its rows need, of this task's KV head, are first copied (widened exactly to
+// f32) into contiguous buffers kp/vp, then (phase 1) every row computes its scores,
+// tile max, rescale factor, e^(s − m) and running sum l from kp, then (phase 2)
+// every row updates its accumulator from vp. The copy makes each K/V row one
+// contiguous stretch read from L1 by every row of the group — in the pool the
+// tile's 16 rows of one KV head lie num_kv_heads·head_dim floats apart (4 KiB for
+// qwen3-0.6B: all in the same few L1 sets, evicted before the next query row
+// reads them) — and widens bf16/f16 once per task, not once per row; the phases
+// keep each buffer's working set small. A row alone reads the tile in place.
+// Every row performs exactly attention_body's operations in the same order (a
+// copied value is the value itself), so neither the task shape, the grouping, the
+// copy nor the head_dim specialization changes a bit. ws holds the rows'
+// accumulators (kAttnMaxRows × HD floats), ps their tile scores (kAttnMaxRows ×
+// ts floats, ts = the tile rounded up to 8), kp and vp tile × HD floats each.
 //
 // nargs == 1: tasks of argv[0] as AttnPlan numbers them. nargs > 1 (decode rows,
 // one token each, of identical shape): task k is head block k of ALL the nargs
@@ -388,25 +493,26 @@ constexpr int kAttnMaxRows = 16;  // qb × hb
 // once per task instead of once per row.
 template <int HD, int KD, int W>
 PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
-                                int64_t b, int64_t e, float* ws, float* scores) {
+                                int64_t b, int64_t e, float* ws, float* ps, float* kp, float* vp) {
   const AttentionArgs& a = argv[0];
   static_assert(HD % 8 == 0);
-  constexpr int C = HD / 8;
   const int32_t group = a.num_heads / a.num_kv_heads;
   const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * HD;
   const int32_t head_blocks = a.num_heads / plan.hb;
+  const int32_t T = a.tile, ts = (a.tile + 7) / 8 * 8;
   for (int64_t task = b; task < e; ++task) {
     const bool cross = nargs > 1;
     const int32_t t0 = cross ? 0 : static_cast<int32_t>(task / head_blocks) * plan.qb;
     const int32_t t1 = cross ? 1 : std::min(a.num_tokens, t0 + plan.qb);
     const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
     const int32_t kvh = h0 / group;
+    const int64_t koff = static_cast<int64_t>(kvh) * HD;
     const int rows = (cross ? nargs : t1 - t0) * plan.hb;
     const float* qr[kAttnMaxRows];
     const AttentionArgs* ar[kAttnMaxRows];
     float* outr[kAttnMaxRows];
     int32_t start[kAttnMaxRows], pos[kAttnMaxRows];
-    float mval[kAttnMaxRows], l[kAttnMaxRows];
+    float mval[kAttnMaxRows], l[kAttnMaxRows], alpha[kAttnMaxRows];
     int32_t tile_lo = std::numeric_limits<int32_t>::max(), tile_hi = -1;
     for (int r = 0; r < rows; ++r) {
       const int32_t t = cross ? 0 : t0 + r / plan.hb, h = h0 + r % plan.hb;
@@ -420,103 +526,75 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
       mval[r] = -std::numeric_limits<float>::infinity();
       l[r] = 0.0f;
       for (int d = 0; d < HD; ++d) ws[r * HD + d] = 0.0f;
-      tile_lo = std::min(tile_lo, start[r] / a.tile);
-      tile_hi = std::max(tile_hi, pos[r] / a.tile);
+      tile_lo = std::min(tile_lo, start[r] / T);
+      tile_hi = std::max(tile_hi, pos[r] / T);
     }
+    auto active = [&](int r, int32_t tile) { return tile >= start[r] / T && tile <= pos[r] / T; };
     for (int32_t tile = tile_lo; tile <= tile_hi; ++tile) {
-      for (int r = 0; r < rows; ++r) {
-        if (tile < start[r] / a.tile || tile > pos[r] / a.tile) continue;
-        const void* kt = ar[r]->k_tiles[tile];
-        const void* vt = ar[r]->v_tiles[tile];
-        const float* q = qr[r];
-        const int32_t j0 = std::max(start[r], tile * a.tile);
-        const int32_t j1 = std::min(pos[r] + 1, (tile + 1) * a.tile);
-        float tmax = -std::numeric_limits<float>::infinity();
-        // Eight keys at a time: eight independent accumulator chains, each the exact
-        // dot_kv sequence of its key, summed by hsum8x8 (hsum's tree for each), so
-        // the bits are dot_kv's; then four, then one.
-        int32_t j = j0;
-        for (; j + 8 <= j1; j += 8) {
-          const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
-          v8f s8[8];
-#pragma GCC unroll 8
-          for (int i = 0; i < 8; ++i) s8[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-#pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) {
-            const v8f qv = load8(q + 8 * c);
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) s8[i] += qv * load_kv<KD>(kt, o0 + i * kv_row + 8 * c);
-          }
-          const v8f sc = hsum8x8(s8) * splat8(a.scale);
-          store8(scores + (j - j0), sc);
-          for (int i = 0; i < 8; ++i) tmax = std::max(tmax, sc[i]);
+      const int32_t base = tile * T;
+      for (int g0 = 0; g0 < rows;) {
+        if (!active(g0, tile)) {
+          ++g0;
+          continue;
         }
-        for (; j + 4 <= j1; j += 4) {
-          const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
-          v8f s0 = {0, 0, 0, 0, 0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
+        // The group: g0 and the following rows reading the same tile (inactive rows
+        // in between are skipped); [k0, k1) the keys any of them needs.
+        const void* kt = ar[g0]->k_tiles[tile];
+        const void* vt = ar[g0]->v_tiles[tile];
+        int g1 = g0, members = 0;
+        int32_t k0 = T, k1 = 0;
+        for (; g1 < rows; ++g1) {
+          if (!active(g1, tile)) continue;
+          if (ar[g1]->k_tiles[tile] != kt || ar[g1]->v_tiles[tile] != vt) break;
+          ++members;
+          k0 = std::min(k0, std::max(start[g1], base) - base);
+          k1 = std::max(k1, std::min(pos[g1] + 1, base + T) - base);
+        }
+        const bool packed = members >= 2;
+        if (packed) {
+          for (int32_t j = k0; j < k1; ++j) {
+            const int64_t o = j * kv_row + koff;
+            if constexpr (KD == 0) {
+              std::memcpy(kp + j * HD, static_cast<const float*>(kt) + o, HD * sizeof(float));
+              std::memcpy(vp + j * HD, static_cast<const float*>(vt) + o, HD * sizeof(float));
+            } else {
 #pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) {
-            const v8f qv = load8(q + 8 * c);
-            s0 += qv * load_kv<KD>(kt, o0 + 8 * c);
-            s1 += qv * load_kv<KD>(kt, o0 + kv_row + 8 * c);
-            s2 += qv * load_kv<KD>(kt, o0 + 2 * kv_row + 8 * c);
-            s3 += qv * load_kv<KD>(kt, o0 + 3 * kv_row + 8 * c);
-          }
-          const float sc[4] = {hsum(s0) * a.scale, hsum(s1) * a.scale, hsum(s2) * a.scale,
-                               hsum(s3) * a.scale};
-          for (int i = 0; i < 4; ++i) {
-            scores[j - j0 + i] = sc[i];
-            tmax = std::max(tmax, sc[i]);
+              for (int c = 0; c < HD / 8; ++c) {
+                store8(kp + j * HD + 8 * c, load_kv<KD>(kt, o + 8 * c));
+                store8(vp + j * HD + 8 * c, load_kv<KD>(vt, o + 8 * c));
+              }
+            }
           }
         }
-        for (; j < j1; ++j) {
-          float sc = dot_kv<KD>(q, kt, (j - tile * a.tile) * kv_row + kvh * HD, HD) * a.scale;
-          scores[j - j0] = sc;
-          tmax = std::max(tmax, sc);
+        // Phase 1: scores, max, rescale, exp, l.
+        for (int r = g0; r < g1; ++r) {
+          if (!active(r, tile)) continue;
+          const int32_t kb = std::max(start[r], base) - base;
+          const int32_t ke = std::min(pos[r] + 1, base + T) - base;
+          float* p = ps + r * ts;
+          const float tmax = packed
+                                 ? row_scores<HD, 0>(qr[r], kp, 0, HD, kb, ke, a.scale, p)
+                                 : row_scores<HD, KD>(qr[r], kt, koff, kv_row, kb, ke, a.scale, p);
+          const float mnew = std::max(mval[r], tmax);
+          alpha[r] = vexp1(mval[r] - mnew);
+          float lr = l[r] * alpha[r];
+          exp_shifted(p, ke - kb, mnew);
+          for (int32_t j = 0; j < ke - kb; ++j) lr = lr + p[j];
+          l[r] = lr;
+          mval[r] = mnew;
         }
-        const float mnew = std::max(mval[r], tmax);
-        const float alpha = vexp1(mval[r] - mnew);
-        float lr = l[r] * alpha;
-        exp_shifted(scores, j1 - j0, mnew);
-        float* accp = ws + r * HD;
-        if constexpr (W == 16 && HD % 16 == 0) {
-          constexpr int C16 = HD / 16;
-          v16f acc[C16];
-          v16f av, pv;
-          for (int i = 0; i < 16; ++i) av[i] = alpha;
-#pragma GCC unroll 16
-          for (int c = 0; c < C16; ++c) {
-            std::memcpy(&acc[c], accp + 16 * c, sizeof(v16f));
-            acc[c] = acc[c] * av;
+        // Phase 2: the value updates.
+        for (int r = g0; r < g1; ++r) {
+          if (!active(r, tile)) continue;
+          const int32_t kb = std::max(start[r], base) - base;
+          const int32_t ke = std::min(pos[r] + 1, base + T) - base;
+          if (packed) {
+            row_values<HD, 0, W>(ws + r * HD, alpha[r], ps + r * ts, vp, 0, HD, kb, ke);
+          } else {
+            row_values<HD, KD, W>(ws + r * HD, alpha[r], ps + r * ts, vt, koff, kv_row, kb, ke);
           }
-          for (int32_t jj = j0; jj < j1; ++jj) {
-            const float pj = scores[jj - j0];
-            lr = lr + pj;
-            const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
-            for (int i = 0; i < 16; ++i) pv[i] = pj;
-#pragma GCC unroll 16
-            for (int c = 0; c < C16; ++c) acc[c] = acc[c] + pv * load_kv16<KD>(vt, vo + 16 * c);
-          }
-#pragma GCC unroll 16
-          for (int c = 0; c < C16; ++c) std::memcpy(accp + 16 * c, &acc[c], sizeof(v16f));
-        } else {
-          v8f acc[C];
-          const v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
-#pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
-          for (int32_t jj = j0; jj < j1; ++jj) {
-            const float pj = scores[jj - j0];
-            lr = lr + pj;
-            const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
-            const v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
-#pragma GCC unroll 32
-            for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
-          }
-#pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) store8(accp + 8 * c, acc[c]);
         }
-        l[r] = lr;
-        mval[r] = mnew;
+        g0 = g1;
       }
     }
     for (int r = 0; r < rows; ++r) {
@@ -525,22 +603,22 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
     }
   }
 }
-
 template <int KD, int W>
 PKV_INLINE void attention_dispatch_kd(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
-                                      int64_t b, int64_t e, float* ws, float* scores) {
+                                      int64_t b, int64_t e, float* ws, float* scores, float* kp,
+                                      float* vp) {
   const AttentionArgs& a = argv[0];
   switch (g_attention_reference ? 0 : a.head_dim) {
     case 16:
-      return attention_fixed<16, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<16, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 32:
-      return attention_fixed<32, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<32, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 64:
-      return attention_fixed<64, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<64, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 128:
-      return attention_fixed<128, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<128, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 256:
-      return attention_fixed<256, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<256, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     default:
       break;
   }
@@ -563,35 +641,35 @@ PKV_INLINE void attention_dispatch_kd(const AttentionArgs* argv, int nargs, cons
 
 template <int W>
 PKV_INLINE void attention_dispatch(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
-                                   int64_t b, int64_t e, float* ws, float* scores) {
+                                   int64_t b, int64_t e, float* ws, float* scores, float* kp,
+                                   float* vp) {
   switch (argv[0].kv_dtype) {
     case WeightDType::kF32:
-      return attention_dispatch_kd<0, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_dispatch_kd<0, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case WeightDType::kBF16:
-      return attention_dispatch_kd<1, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_dispatch_kd<1, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case WeightDType::kF16:
-      return attention_dispatch_kd<2, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_dispatch_kd<2, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
   }
 }
 
 __attribute__((target("avx2"))) void attention_avx2(const AttentionArgs* argv, int nargs,
                                                     const AttnPlan& plan, int64_t b, int64_t e,
-                                                    float* ws, float* scores) {
-  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores);
+                                                    float* ws, float* scores, float* kp,
+                                                    float* vp) {
+  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores, kp, vp);
 }
 // The same code with 32 vector registers (AVX-512VL) and the value updates 16
 // floats at a time: the per-lane arithmetic is unchanged (no FMA:
 // -ffp-contract=off), only fewer accumulators spill and fewer instructions issue.
-__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(const AttentionArgs* argv,
-                                                                       int nargs,
-                                                                       const AttnPlan& plan,
-                                                                       int64_t b, int64_t e,
-                                                                       float* ws, float* scores) {
-  attention_dispatch<16>(argv, nargs, plan, b, e, ws, scores);
+__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(
+    const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b, int64_t e, float* ws,
+    float* scores, float* kp, float* vp) {
+  attention_dispatch<16>(argv, nargs, plan, b, e, ws, scores, kp, vp);
 }
 void attention_generic(const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b,
-                       int64_t e, float* ws, float* scores) {
-  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores);
+                       int64_t e, float* ws, float* scores, float* kp, float* vp) {
+  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores, kp, vp);
 }
 
 __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, int64_t n) {
@@ -903,10 +981,18 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
   const bool avx2 = use_avx2();
   const bool avx512 = avx2 && g_isa_override == Isa::kAuto && cpu_has_avx512();
   auto work = [&](int64_t b, int64_t e) {
-    int32_t max_hd = 0;
-    for (size_t i = 0; i < count; ++i) max_hd = std::max(max_hd, args[i].head_dim);
+    int32_t max_hd = 0, max_ts = 8;
+    for (size_t i = 0; i < count; ++i) {
+      max_hd = std::max(max_hd, args[i].head_dim);
+      max_ts = std::max(max_ts, (args[i].tile + 7) / 8 * 8);
+    }
+    // The rows' accumulators, their tile scores (exp_shifted reads whole
+    // 8-blocks), and the tile's K and V copies (attention_fixed).
     std::vector<float> ws(static_cast<size_t>(max_hd) * kAttnMaxRows);
-    alignas(32) float scores[256] = {};  // exp_shifted reads whole 8-blocks
+    std::vector<float> scores(static_cast<size_t>(max_ts) * kAttnMaxRows);
+    std::vector<float> kv(2 * static_cast<size_t>(max_ts) * max_hd);
+    float* kp = kv.data();
+    float* vp = kp + static_cast<size_t>(max_ts) * max_hd;
     size_t i =
         static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     while (b < e) {
@@ -915,11 +1001,14 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
       const Unit& u = units[i];
       const AttentionArgs* argv = args + u.arg;
       if (avx512) {
-        attention_avx512(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
+        attention_avx512(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(),
+                         scores.data(), kp, vp);
       } else if (avx2) {
-        attention_avx2(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
+        attention_avx2(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(),
+                       scores.data(), kp, vp);
       } else {
-        attention_generic(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
+        attention_generic(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(),
+                          scores.data(), kp, vp);
       }
       b = end;
     }
