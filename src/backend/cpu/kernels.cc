@@ -165,6 +165,18 @@ PKV_INLINE void exp_shifted(float* p, int32_t n, float m) {
   for (int32_t j = 0; j < n; j += 8) store8(p + j, vexp(load8(p + j) - mv));
 }
 
+// p[j] = e^(p[j] - m) for j < n (exp_shifted), and l + p[0] + … + p[n-1] added in
+// index order, from the registers (p has room for n rounded up to 8).
+PKV_INLINE float exp_sum(float* p, int32_t n, float m, float l) {
+  const v8f mv = splat8(m);
+  for (int32_t j = 0; j < n; j += 8) {
+    const v8f e = vexp(load8(p + j) - mv);
+    store8(p + j, e);
+    for (int i = 0; i < 8 && j + i < n; ++i) l = l + e[i];
+  }
+  return l;
+}
+
 template <WeightDType D>
 float widen_at(const void* w, int64_t i) {
   if constexpr (D == WeightDType::kF32) {
@@ -468,6 +480,131 @@ PKV_INLINE void row_values(float* accp, float alpha, const float* p, const void*
   }
 }
 
+// The packed K layout (attention_fixed's kp): key j's chunk c (elements 8c … 8c+7)
+// at kp[((j/2)·HD/8 + c)·16 + (j%2)·8], so keys 2i and 2i+1 of a chunk are one
+// 16-float vector. Scores of rows q[0 … R-1] (R = 1 or 2) for the 8-key blocks
+// [blo, bhi) of the tile, written to sc[r][j] (j = the key in the tile); tmax[r]
+// becomes the maximum of it and row r's scores of keys kb[r] … ke[r]-1, in key order. Each key's
+// lanes are dot_kv's eight chains (lane i: Σ over c of q[8c+i]·k[8c+i], multiply
+// then add, c ascending, from 0), reduced by hsum8x8 (hsum's tree) and scaled: the
+// bits of dot_kv · scale. W = 16 runs two keys per 16-float operation (the same
+// per-lane operations), and two rows share each K load.
+template <int HD, int W, int R>
+PKV_INLINE void packed_scores(const float* const* q, const float* kp, int32_t blo, int32_t bhi,
+                              float scale, float* const* sc, const int32_t* kb, const int32_t* ke,
+                              float* tmax) {
+  constexpr int C = HD / 8;
+  for (int32_t blk = blo; blk < bhi; ++blk) {
+    const float* kblk = kp + static_cast<int64_t>(blk) * 4 * C * 16;
+    v8f s8[R][8];
+    if constexpr (W == 16) {
+      v16f acc[R][4];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < 4; ++p)
+          for (int i = 0; i < 16; ++i) acc[r][p][i] = 0.0f;
+#pragma GCC unroll 32
+      for (int c = 0; c < C; ++c) {
+        v16f qq[R];
+        for (int r = 0; r < R; ++r) {
+          const v8f qv = load8(q[r] + 8 * c);
+          qq[r] = __builtin_shufflevector(qv, qv, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+          v16f kv;
+          std::memcpy(&kv, kblk + (p * C + c) * 16, sizeof(kv));
+          for (int r = 0; r < R; ++r) acc[r][p] += qq[r] * kv;
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < 4; ++p) {
+          s8[r][2 * p] = __builtin_shufflevector(acc[r][p], acc[r][p], 0, 1, 2, 3, 4, 5, 6, 7);
+          s8[r][2 * p + 1] =
+              __builtin_shufflevector(acc[r][p], acc[r][p], 8, 9, 10, 11, 12, 13, 14, 15);
+        }
+    } else {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 8; ++i) s8[r][i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+      for (int c = 0; c < C; ++c) {
+        v8f qv[R];
+        for (int r = 0; r < R; ++r) qv[r] = load8(q[r] + 8 * c);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          const v8f kv = load8(kblk + ((i / 2) * C + c) * 16 + (i % 2) * 8);
+          for (int r = 0; r < R; ++r) s8[r][i] += qv[r] * kv;
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const v8f sv = hsum8x8(s8[r]) * splat8(scale);
+      store8(sc[r] + 8 * blk, sv);
+      for (int i = 0; i < 8; ++i)
+        if (8 * blk + i >= kb[r] && 8 * blk + i < ke[r]) tmax[r] = std::max(tmax[r], sv[i]);
+    }
+  }
+}
+
+// Rows a and b's value updates over their key ranges [ka0, ka1) and [kb0, kb1) of
+// the packed V (vp[j·HD + d]): keys in ascending order for each row; over the keys
+// both rows use, each V vector is loaded once for the two. accs already hold the
+// rescaled accumulators; each element sees acc = acc + p_j·v_j[d] per key.
+template <int HD>
+PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_t ka1, float* accb,
+                               const float* pb, int32_t kb0, int32_t kb1, const float* vp) {
+  constexpr int C16 = HD / 16;
+  // Each row: its keys before the common range alone, the common range [lo, hi)
+  // together, then its keys after it alone.
+  int32_t lo = std::max(ka0, kb0), hi = std::min(ka1, kb1);
+  int32_t pre_a = lo, pre_b = lo, post_a = hi, post_b = hi;
+  if (lo >= hi) {
+    pre_a = post_a = ka1;
+    pre_b = post_b = kb1;
+    lo = hi = 0;
+  }
+  v16f a[C16], b[C16];
+#pragma GCC unroll 16
+  for (int c = 0; c < C16; ++c) {
+    std::memcpy(&a[c], acca + 16 * c, sizeof(v16f));
+    std::memcpy(&b[c], accb + 16 * c, sizeof(v16f));
+  }
+  auto one = [&](v16f* acc, float pj, int32_t j) {
+    v16f pv;
+    for (int i = 0; i < 16; ++i) pv[i] = pj;
+#pragma GCC unroll 16
+    for (int c = 0; c < C16; ++c) {
+      v16f v;
+      std::memcpy(&v, vp + static_cast<int64_t>(j) * HD + 16 * c, sizeof(v));
+      acc[c] = acc[c] + pv * v;
+    }
+  };
+  for (int32_t j = ka0; j < pre_a; ++j) one(a, pa[j], j);
+  for (int32_t j = kb0; j < pre_b; ++j) one(b, pb[j], j);
+  for (int32_t j = lo; j < hi; ++j) {
+    v16f pva, pvb;
+    for (int i = 0; i < 16; ++i) {
+      pva[i] = pa[j];
+      pvb[i] = pb[j];
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C16; ++c) {
+      v16f v;
+      std::memcpy(&v, vp + static_cast<int64_t>(j) * HD + 16 * c, sizeof(v));
+      a[c] = a[c] + pva * v;
+      b[c] = b[c] + pvb * v;
+    }
+  }
+  for (int32_t j = post_a; j < ka1; ++j) one(a, pa[j], j);
+  for (int32_t j = post_b; j < kb1; ++j) one(b, pb[j], j);
+#pragma GCC unroll 16
+  for (int c = 0; c < C16; ++c) {
+    std::memcpy(acca + 16 * c, &a[c], sizeof(v16f));
+    std::memcpy(accb + 16 * c, &b[c], sizeof(v16f));
+  }
+}
+
 // The same computation as attention_body for a head_dim known at compile time (a
 // multiple of 8), for all query rows of a task at once. Per K/V tile, the rows that
 // read the same tile (all of a task's rows, or in a cross task the rows whose
@@ -499,7 +636,8 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
   const int32_t group = a.num_heads / a.num_kv_heads;
   const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * HD;
   const int32_t head_blocks = a.num_heads / plan.hb;
-  const int32_t T = a.tile, ts = (a.tile + 7) / 8 * 8;
+  constexpr int C = HD / 8;
+  const int32_t T = a.tile, pstride = (a.tile + 7) / 8 * 8 + 8;
   for (int64_t task = b; task < e; ++task) {
     const bool cross = nargs > 1;
     const int32_t t0 = cross ? 0 : static_cast<int32_t>(task / head_blocks) * plan.qb;
@@ -550,48 +688,95 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
           k0 = std::min(k0, std::max(start[g1], base) - base);
           k1 = std::max(k1, std::min(pos[g1] + 1, base + T) - base);
         }
-        const bool packed = members >= 2;
+        // Copy when enough rows share the tile to repay it: f32 K/V from 4 rows on
+        // (a decode row's GQA pair of heads reads its f32 tile in place, measured
+        // cheaper), bf16/f16 from 2 (the copy also widens once for all rows).
+        const bool packed = members >= (KD == 0 ? 4 : 2);
         if (packed) {
           for (int32_t j = k0; j < k1; ++j) {
             const int64_t o = j * kv_row + koff;
+            float* kd = kp + static_cast<int64_t>(j / 2) * C * 16 + (j % 2) * 8;
+#pragma GCC unroll 32
+            for (int c = 0; c < C; ++c) store8(kd + c * 16, load_kv<KD>(kt, o + 8 * c));
             if constexpr (KD == 0) {
-              std::memcpy(kp + j * HD, static_cast<const float*>(kt) + o, HD * sizeof(float));
               std::memcpy(vp + j * HD, static_cast<const float*>(vt) + o, HD * sizeof(float));
             } else {
 #pragma GCC unroll 32
-              for (int c = 0; c < HD / 8; ++c) {
-                store8(kp + j * HD + 8 * c, load_kv<KD>(kt, o + 8 * c));
-                store8(vp + j * HD + 8 * c, load_kv<KD>(vt, o + 8 * c));
-              }
+              for (int c = 0; c < C; ++c) store8(vp + j * HD + 8 * c, load_kv<KD>(vt, o + 8 * c));
             }
           }
         }
-        // Phase 1: scores, max, rescale, exp, l.
+        // The group's active rows; row r's keys [kb[r], ke[r]) of the tile, its
+        // scores ps + r·pstride indexed by the key in the tile.
+        int act[kAttnMaxRows], na = 0;
+        int32_t kb[kAttnMaxRows], ke[kAttnMaxRows];
+        float tmaxr[kAttnMaxRows];
         for (int r = g0; r < g1; ++r) {
           if (!active(r, tile)) continue;
-          const int32_t kb = std::max(start[r], base) - base;
-          const int32_t ke = std::min(pos[r] + 1, base + T) - base;
-          float* p = ps + r * ts;
-          const float tmax = packed
-                                 ? row_scores<HD, 0>(qr[r], kp, 0, HD, kb, ke, a.scale, p)
-                                 : row_scores<HD, KD>(qr[r], kt, koff, kv_row, kb, ke, a.scale, p);
-          const float mnew = std::max(mval[r], tmax);
+          act[na++] = r;
+          kb[r] = std::max(start[r], base) - base;
+          ke[r] = std::min(pos[r] + 1, base + T) - base;
+        }
+        // Phase 1: scores (two rows at a time on the 16-float build), then per row
+        // the tile max in key order, the rescale factor, e^(s − m) and l.
+        for (int i = 0; i < na;) {
+          const int r = act[i];
+          float* p = ps + r * pstride;
+          if (!packed) {
+            tmaxr[r] =
+                row_scores<HD, KD>(qr[r], kt, koff, kv_row, kb[r], ke[r], a.scale, p + kb[r]);
+            ++i;
+          } else if (W == 16 && i + 1 < na) {
+            const int r2 = act[i + 1];
+            const float* q2[2] = {qr[r], qr[r2]};
+            float* s2[2] = {p, ps + r2 * pstride};
+            const int32_t kb2[2] = {kb[r], kb[r2]}, ke2[2] = {ke[r], ke[r2]};
+            float t2[2] = {-std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+            packed_scores<HD, W, 2>(q2, kp, std::min(kb[r], kb[r2]) / 8,
+                                    (std::max(ke[r], ke[r2]) + 7) / 8, a.scale, s2, kb2, ke2, t2);
+            tmaxr[r] = t2[0];
+            tmaxr[r2] = t2[1];
+            i += 2;
+          } else {
+            const float* q1[1] = {qr[r]};
+            float* s1[1] = {p};
+            tmaxr[r] = -std::numeric_limits<float>::infinity();
+            packed_scores<HD, W, 1>(q1, kp, kb[r] / 8, (ke[r] + 7) / 8, a.scale, s1, &kb[r], &ke[r],
+                                    &tmaxr[r]);
+            ++i;
+          }
+        }
+        for (int i = 0; i < na; ++i) {
+          const int r = act[i];
+          float* p = ps + r * pstride;
+          const float mnew = std::max(mval[r], tmaxr[r]);
           alpha[r] = vexp1(mval[r] - mnew);
-          float lr = l[r] * alpha[r];
-          exp_shifted(p, ke - kb, mnew);
-          for (int32_t j = 0; j < ke - kb; ++j) lr = lr + p[j];
-          l[r] = lr;
+          l[r] = exp_sum(p + kb[r], ke[r] - kb[r], mnew, l[r] * alpha[r]);
           mval[r] = mnew;
         }
-        // Phase 2: the value updates.
-        for (int r = g0; r < g1; ++r) {
-          if (!active(r, tile)) continue;
-          const int32_t kb = std::max(start[r], base) - base;
-          const int32_t ke = std::min(pos[r] + 1, base + T) - base;
-          if (packed) {
-            row_values<HD, 0, W>(ws + r * HD, alpha[r], ps + r * ts, vp, 0, HD, kb, ke);
+        // Phase 2: the value updates (two rows at a time from the copy on the
+        // 16-float build, head_dim ≤ 128: their accumulators fit in registers).
+        for (int i = 0; i < na;) {
+          const int r = act[i];
+          float* p = ps + r * pstride;
+          if (!packed) {
+            row_values<HD, KD, W>(ws + r * HD, alpha[r], p + kb[r], vt, koff, kv_row, kb[r], ke[r]);
+            ++i;
+          } else if (W == 16 && HD % 16 == 0 && HD <= 128 && i + 1 < na) {
+            const int r2 = act[i + 1];
+            for (int rr : {r, r2}) {
+              const v8f av = splat8(alpha[rr]);
+              float* accp = ws + rr * HD;
+#pragma GCC unroll 32
+              for (int c = 0; c < C; ++c) store8(accp + 8 * c, load8(accp + 8 * c) * av);
+            }
+            packed_values2<HD>(ws + r * HD, p, kb[r], ke[r], ws + r2 * HD, ps + r2 * pstride,
+                               kb[r2], ke[r2], vp);
+            i += 2;
           } else {
-            row_values<HD, KD, W>(ws + r * HD, alpha[r], ps + r * ts, vt, koff, kv_row, kb, ke);
+            row_values<HD, 0, W>(ws + r * HD, alpha[r], p + kb[r], vp, 0, HD, kb[r], ke[r]);
+            ++i;
           }
         }
         g0 = g1;
@@ -984,7 +1169,7 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     int32_t max_hd = 0, max_ts = 8;
     for (size_t i = 0; i < count; ++i) {
       max_hd = std::max(max_hd, args[i].head_dim);
-      max_ts = std::max(max_ts, (args[i].tile + 7) / 8 * 8);
+      max_ts = std::max(max_ts, (args[i].tile + 7) / 8 * 8 + 8);
     }
     // The rows' accumulators, their tile scores (exp_shifted reads whole
     // 8-blocks), and the tile's K and V copies (attention_fixed).
