@@ -608,21 +608,25 @@ PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_
 // The same computation as attention_body for a head_dim known at compile time (a
 // multiple of 8), for all query rows of a task at once. Per K/V tile, the rows that
 // read the same tile (all of a task's rows, or in a cross task the rows whose
-// requests share that block) form a group; when the group has two rows or more, the
-// keys its rows need, of this task's KV head, are first copied (widened exactly to
-// f32) into contiguous buffers kp/vp, then (phase 1) every row computes its scores,
-// tile max, rescale factor, e^(s − m) and running sum l from kp, then (phase 2)
-// every row updates its accumulator from vp. The copy makes each K/V row one
-// contiguous stretch read from L1 by every row of the group — in the pool the
-// tile's 16 rows of one KV head lie num_kv_heads·head_dim floats apart (4 KiB for
-// qwen3-0.6B: all in the same few L1 sets, evicted before the next query row
-// reads them) — and widens bf16/f16 once per task, not once per row; the phases
-// keep each buffer's working set small. A row alone reads the tile in place.
-// Every row performs exactly attention_body's operations in the same order (a
-// copied value is the value itself), so neither the task shape, the grouping, the
-// copy nor the head_dim specialization changes a bit. ws holds the rows'
-// accumulators (kAttnMaxRows × HD floats), ps their tile scores (kAttnMaxRows ×
-// ts floats, ts = the tile rounded up to 8), kp and vp tile × HD floats each.
+// requests share that block) form a group; when the group is large enough (4 rows
+// for f32 K/V, 2 for bf16/f16), the keys its rows need, of this task's KV head, are
+// first copied (widened exactly to f32) into contiguous buffers — K in key pairs
+// (packed_scores), V row by row — then (phase 1) every row computes its scores
+// (two rows per K load on the 16-float build), tile max, rescale factor,
+// e^(s − m) and running sum l, then (phase 2) every row updates its accumulator
+// (two rows per V load on the 16-float build, head_dim ≤ 128). The copy makes each
+// K/V row one contiguous stretch read from L1 by every row of the group — in the
+// pool the tile's rows of one KV head lie num_kv_heads·head_dim floats apart (4 KiB
+// for qwen3-0.6B: all in the same few L1 sets) — and widens bf16/f16 once per task,
+// not once per row. A smaller group reads the tile in place (row_scores,
+// row_values). Every row performs exactly attention_body's operations in the same
+// order (a copied value is the value itself; which rows share a load changes no
+// row's arithmetic), so neither the task shape, the grouping, the copy nor the
+// head_dim specialization changes a bit. ws holds the rows' accumulators
+// (kAttnMaxRows × HD floats), ps their tile scores indexed by the key in the tile
+// (kAttnMaxRows × pstride floats, pstride = the tile rounded up to 8, plus 8),
+// kp and vp pstride × HD floats each (zeroed once: keys of a block of 8 that no
+// row of the group needs hold zeros or stale K values; their scores are discarded).
 //
 // nargs == 1: tasks of argv[0] as AttnPlan numbers them. nargs > 1 (decode rows,
 // one token each, of identical shape): task k is head block k of ALL the nargs
