@@ -1,8 +1,10 @@
 // Google Benchmark of the CPU matmul kernel (GFLOP/s, from CPU time) at decode
 // (M=1, M=32) and prefill (M=64, M=256) shapes, f32 and bf16 weights, on the
-// backend's thread pool, and one core's FMA peak on the same ISA path.
+// backend's thread pool; CPU attention (qwen3-0.6B heads) for prefill/extend chunks
+// and decode rows over paged K/V; and one core's FMA peak on the same ISA path.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 
 namespace {
 
+using pagedkv::backend::AttentionArgs;
 using pagedkv::backend::WeightDType;
 using pagedkv::backend::cpu::ThreadPool;
 
@@ -77,6 +80,96 @@ BENCHMARK(BM_Matmul)
     // The same from DRAM (128 MiB of f32 weights, as a 4-layer step streams them).
     ->Args({64, 1024, 32768, 0, 1, 1, 0})
     ->Args({64, 1024, 32768, 0, 2, 1, 0})
+    ->Unit(benchmark::kMicrosecond);
+
+// Attention with qwen3-0.6B's heads (16 query / 8 KV heads, head_dim 128, 16-token
+// blocks in shuffled order, as a pool hands them out). rows = 0: one request's
+// chunk of Q queries at positions N-Q … N-1 (prefill when Q = N, extend when Q < N).
+// rows > 0: that many decode rows (one query each at position N-1, own blocks).
+// GFLOP/s counts the score and value products, 4·head_dim FLOPs per (query head,
+// key) pair attended.
+void BM_Attention(benchmark::State& st) {
+  const int32_t Q = static_cast<int32_t>(st.range(0)), N = static_cast<int32_t>(st.range(1));
+  const int kvd = static_cast<int>(st.range(2));
+  const int threads = static_cast<int>(st.range(3));
+  const int rows = static_cast<int>(st.range(4));
+  const int32_t NH = 16, KVH = 8, HD = 128, B = 16;
+  const int nargs = rows > 0 ? rows : 1;
+  const int32_t tiles = (N + B - 1) / B;
+  const int64_t tile_elems = static_cast<int64_t>(B) * KVH * HD;
+  std::mt19937 g(7);
+  std::normal_distribution<float> d;
+  std::vector<float> kf(nargs * tiles * tile_elems), vf(kf.size());
+  for (auto& v : kf) v = d(g);
+  for (auto& v : vf) v = d(g);
+  std::vector<uint16_t> kh(kf.size()), vh(vf.size());
+  for (size_t i = 0; i < kf.size(); ++i) {
+    kh[i] = kvd == 1 ? pagedkv::f32_to_bf16(kf[i]) : pagedkv::f32_to_f16(kf[i]);
+    vh[i] = kvd == 1 ? pagedkv::f32_to_bf16(vf[i]) : pagedkv::f32_to_f16(vf[i]);
+  }
+  std::vector<int32_t> order(static_cast<size_t>(nargs) * tiles);
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::shuffle(order.begin(), order.end(), g);
+  const int32_t nq = rows > 0 ? 1 : Q;
+  std::vector<float> q(static_cast<size_t>(nargs) * nq * NH * HD), out(q.size());
+  for (auto& v : q) v = d(g);
+  std::vector<int32_t> pos(static_cast<size_t>(nargs) * nq);
+  std::vector<const float*> kt(order.size()), vt(order.size());
+  std::vector<AttentionArgs> args(nargs);
+  double pairs = 0;
+  for (int r = 0; r < nargs; ++r) {
+    for (int32_t t = 0; t < tiles; ++t) {
+      const int64_t off = order[r * tiles + t] * tile_elems;
+      kt[r * tiles + t] =
+          kvd == 0 ? kf.data() + off : reinterpret_cast<const float*>(kh.data() + off);
+      vt[r * tiles + t] =
+          kvd == 0 ? vf.data() + off : reinterpret_cast<const float*>(vh.data() + off);
+    }
+    for (int32_t i = 0; i < nq; ++i) {
+      pos[r * nq + i] = N - nq + i;
+      pairs += pos[r * nq + i] + 1;
+    }
+    AttentionArgs& a = args[r];
+    a.q = q.data() + static_cast<size_t>(r) * nq * NH * HD;
+    a.out = out.data() + static_cast<size_t>(r) * nq * NH * HD;
+    a.num_tokens = nq;
+    a.num_heads = NH;
+    a.num_kv_heads = KVH;
+    a.head_dim = HD;
+    a.positions = pos.data() + r * nq;
+    a.scale = 0.08838834764831845f;
+    a.tile = B;
+    a.k_tiles = kt.data() + r * tiles;
+    a.v_tiles = vt.data() + r * tiles;
+    a.num_tiles = tiles;
+    a.kv_dtype = kvd == 0 ? WeightDType::kF32 : kvd == 1 ? WeightDType::kBF16 : WeightDType::kF16;
+  }
+  ThreadPool pool(threads);
+  for (auto _ : st) {
+    pagedkv::backend::cpu::attention_batch(args.data(), args.size(), threads > 1 ? &pool : nullptr);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["GFLOPs"] =
+      benchmark::Counter(4.0 * HD * NH * pairs * st.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
+}
+
+BENCHMARK(BM_Attention)
+    ->ArgNames({"Q", "N", "kv", "threads", "rows"})
+    // Prefill / extend chunks (kv: 0 f32, 1 bf16).
+    ->Args({128, 256, 0, 1, 0})
+    ->Args({128, 384, 0, 1, 0})
+    ->Args({512, 512, 0, 1, 0})
+    ->Args({256, 2048, 0, 1, 0})
+    ->Args({128, 384, 1, 1, 0})
+    ->Args({512, 512, 1, 1, 0})
+    ->Args({512, 512, 0, 2, 0})
+    // Decode: 1 and 8 rows.
+    ->Args({1, 384, 0, 1, 1})
+    ->Args({1, 384, 0, 1, 8})
+    ->Args({1, 2048, 0, 1, 8})
+    ->Args({1, 384, 1, 1, 8})
+    ->Args({1, 384, 0, 2, 8})
     ->Unit(benchmark::kMicrosecond);
 
 // The FMA peak of one core on the matmul's ISA path (12 independent chains), from

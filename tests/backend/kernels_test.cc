@@ -606,8 +606,8 @@ struct KvRows {
   std::vector<std::vector<float>> k, v, q;
   std::vector<std::vector<int32_t>> pos;
   KvRows(int32_t hd, const std::vector<std::pair<int32_t, int32_t>>& rows, int32_t nh = 4,
-         int32_t kvh = 2)
-      : NH(nh), KVH(kvh), HD(hd) {
+         int32_t kvh = 2, int32_t block = 16)
+      : NH(nh), KVH(kvh), HD(hd), B(block) {
     uint32_t seed = 100;
     for (auto [ctx, ntok] : rows) {
       int32_t total = ctx + ntok, tiles = (total + B - 1) / B;
@@ -787,6 +787,84 @@ TEST(AttentionBatchTest, SpecializedKernelsEqualTheOneRowReference) {
                     << "head_dim " << hd << " heads " << sh.nh << "/" << sh.kvh << " kv " << kvd
                     << " window " << window << " isa " << static_cast<int>(isa) << " threads "
                     << (pool ? pool->num_threads() : 1) << " row " << r;
+            }
+          }
+          set_isa_for_testing(Isa::kAuto);
+        }
+      }
+    }
+  }
+}
+
+// The tile copy (K in key pairs, V in rows, shared by the rows of a task that read
+// the tile) and the two-rows-at-a-time score and value kernels give exactly the
+// reference's bits for block sizes that are not a multiple of 8 or exceed 16, the
+// qwen3-0.6B head shape (16/8 heads, head_dim 128), rows whose key ranges in a tile
+// differ (causal diagonal, sliding window), f32 and bf16 KV, every ISA and 1–3
+// threads.
+TEST(AttentionBatchTest, TileCopyKernelsEqualTheOneRowReferenceForAnyBlockSize) {
+  ThreadPool p2(2), p3(3);
+  struct Shape {
+    int32_t nh, kvh, hd;
+  };
+  for (int32_t block : {4, 12, 16, 24}) {
+    for (Shape sh : {Shape{16, 8, 128}, Shape{4, 2, 64}, Shape{8, 1, 32}}) {
+      KvRows d(sh.hd, {{0, 45}, {29, 19}, {70, 1}, {3, 1}}, sh.nh, sh.kvh, block);
+      const size_t R = d.k.size();
+      for (int kvd = 0; kvd < 2; ++kvd) {
+        std::vector<std::vector<uint16_t>> kh(R), vh(R);
+        for (size_t r = 0; r < R; ++r) {
+          kh[r] = to_half(d.k[r], true);
+          vh[r] = to_half(d.v[r], true);
+        }
+        for (int32_t window : {0, 7}) {
+          std::vector<std::vector<const float*>> kt(R), vt(R);
+          std::vector<AttentionArgs> args(R);
+          std::vector<std::vector<float>> ref(R), got(R);
+          const int64_t tile_elems = static_cast<int64_t>(block) * d.KVH * d.HD;
+          for (size_t r = 0; r < R; ++r) {
+            const int32_t tiles = static_cast<int32_t>(d.k[r].size() / tile_elems);
+            for (int32_t t = 0; t < tiles; ++t) {
+              if (kvd == 0) {
+                kt[r].push_back(d.k[r].data() + t * tile_elems);
+                vt[r].push_back(d.v[r].data() + t * tile_elems);
+              } else {
+                kt[r].push_back(reinterpret_cast<const float*>(kh[r].data() + t * tile_elems));
+                vt[r].push_back(reinterpret_cast<const float*>(vh[r].data() + t * tile_elems));
+              }
+            }
+            AttentionArgs& a = args[r];
+            a.q = d.q[r].data();
+            a.num_tokens = static_cast<int32_t>(d.pos[r].size());
+            a.num_heads = d.NH;
+            a.num_kv_heads = d.KVH;
+            a.head_dim = d.HD;
+            a.positions = d.pos[r].data();
+            a.scale = 0.0883883476f;
+            a.tile = block;
+            a.k_tiles = kt[r].data();
+            a.v_tiles = vt[r].data();
+            a.num_tiles = tiles;
+            a.sliding_window = window;
+            a.kv_dtype = kvd == 0 ? WeightDType::kF32 : WeightDType::kBF16;
+            ref[r].assign(d.q[r].size(), 0.0f);
+            got[r].assign(d.q[r].size(), -1.0f);
+            a.out = ref[r].data();
+            set_attention_reference_for_testing(true);
+            attention(a, nullptr);
+            set_attention_reference_for_testing(false);
+            a.out = got[r].data();
+          }
+          for (Isa isa : {Isa::kAuto, Isa::kAvx2, Isa::kGeneric}) {
+            set_isa_for_testing(isa);
+            for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &p2, &p3}) {
+              for (size_t r = 0; r < R; ++r) std::fill(got[r].begin(), got[r].end(), -1.0f);
+              attention_batch(args.data(), R, pool);
+              for (size_t r = 0; r < R; ++r)
+                ASSERT_TRUE(same_bits(ref[r].data(), got[r].data(), ref[r].size()))
+                    << "block " << block << " heads " << sh.nh << "/" << sh.kvh << " hd " << sh.hd
+                    << " kv " << kvd << " window " << window << " isa " << static_cast<int>(isa)
+                    << " threads " << (pool ? pool->num_threads() : 1) << " row " << r;
             }
           }
           set_isa_for_testing(Isa::kAuto);

@@ -165,6 +165,18 @@ PKV_INLINE void exp_shifted(float* p, int32_t n, float m) {
   for (int32_t j = 0; j < n; j += 8) store8(p + j, vexp(load8(p + j) - mv));
 }
 
+// p[j] = e^(p[j] - m) for j < n (exp_shifted), and l + p[0] + … + p[n-1] added in
+// index order, from the registers (p has room for n rounded up to 8).
+PKV_INLINE float exp_sum(float* p, int32_t n, float m, float l) {
+  const v8f mv = splat8(m);
+  for (int32_t j = 0; j < n; j += 8) {
+    const v8f e = vexp(load8(p + j) - mv);
+    store8(p + j, e);
+    for (int i = 0; i < 8 && j + i < n; ++i) l = l + e[i];
+  }
+  return l;
+}
+
 template <WeightDType D>
 float widen_at(const void* w, int64_t i) {
   if constexpr (D == WeightDType::kF32) {
@@ -373,14 +385,248 @@ struct AttnPlan {
 };
 constexpr int kAttnMaxRows = 16;  // qb × hb
 
+// Scores of one query row against keys kb … ke-1 of a tile whose key j starts at
+// element off + j·stride of kt (dtype KD): the row's dot_kv sums, times scale,
+// into sc[0 … ke-kb); returns their maximum (taken in key order). Eight keys at a
+// time: eight independent accumulator chains, each the exact dot_kv sequence of
+// its key, summed by hsum8x8 (hsum's tree for each), so the bits are dot_kv's;
+// then four, then one.
+template <int HD, int KD>
+PKV_INLINE float row_scores(const float* q, const void* kt, int64_t off, int64_t stride, int32_t kb,
+                            int32_t ke, float scale, float* sc) {
+  constexpr int C = HD / 8;
+  float tmax = -std::numeric_limits<float>::infinity();
+  int32_t j = kb;
+  for (; j + 8 <= ke; j += 8) {
+    const int64_t o0 = off + j * stride;
+    v8f s8[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) s8[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) {
+      const v8f qv = load8(q + 8 * c);
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) s8[i] += qv * load_kv<KD>(kt, o0 + i * stride + 8 * c);
+    }
+    const v8f s = hsum8x8(s8) * splat8(scale);
+    store8(sc + (j - kb), s);
+    for (int i = 0; i < 8; ++i) tmax = std::max(tmax, s[i]);
+  }
+  for (; j + 4 <= ke; j += 4) {
+    const int64_t o0 = off + j * stride;
+    v8f s0 = {0, 0, 0, 0, 0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) {
+      const v8f qv = load8(q + 8 * c);
+      s0 += qv * load_kv<KD>(kt, o0 + 8 * c);
+      s1 += qv * load_kv<KD>(kt, o0 + stride + 8 * c);
+      s2 += qv * load_kv<KD>(kt, o0 + 2 * stride + 8 * c);
+      s3 += qv * load_kv<KD>(kt, o0 + 3 * stride + 8 * c);
+    }
+    const float s[4] = {hsum(s0) * scale, hsum(s1) * scale, hsum(s2) * scale, hsum(s3) * scale};
+    for (int i = 0; i < 4; ++i) {
+      sc[j - kb + i] = s[i];
+      tmax = std::max(tmax, s[i]);
+    }
+  }
+  for (; j < ke; ++j) {
+    const float s = dot_kv<KD>(q, kt, off + j * stride, HD) * scale;
+    sc[j - kb] = s;
+    tmax = std::max(tmax, s);
+  }
+  return tmax;
+}
+
+// accp[d] = accp[d]·alpha + Σ_j p[j-kb]·v_j[d] over keys kb … ke-1 in order (key j
+// of the tile at element off + j·stride of vt, dtype KD): attention_body's value
+// update, element-wise (W = 16: 16 floats per operation, the same per element).
+template <int HD, int KD, int W>
+PKV_INLINE void row_values(float* accp, float alpha, const float* p, const void* vt, int64_t off,
+                           int64_t stride, int32_t kb, int32_t ke) {
+  if constexpr (W == 16 && HD % 16 == 0) {
+    constexpr int C16 = HD / 16;
+    v16f acc[C16];
+    v16f av, pv;
+    for (int i = 0; i < 16; ++i) av[i] = alpha;
+#pragma GCC unroll 16
+    for (int c = 0; c < C16; ++c) {
+      std::memcpy(&acc[c], accp + 16 * c, sizeof(v16f));
+      acc[c] = acc[c] * av;
+    }
+    for (int32_t j = kb; j < ke; ++j) {
+      const float pj = p[j - kb];
+      const int64_t vo = off + j * stride;
+      for (int i = 0; i < 16; ++i) pv[i] = pj;
+#pragma GCC unroll 16
+      for (int c = 0; c < C16; ++c) acc[c] = acc[c] + pv * load_kv16<KD>(vt, vo + 16 * c);
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C16; ++c) std::memcpy(accp + 16 * c, &acc[c], sizeof(v16f));
+  } else {
+    constexpr int C = HD / 8;
+    v8f acc[C];
+    const v8f av = splat8(alpha);
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
+    for (int32_t j = kb; j < ke; ++j) {
+      const float pj = p[j - kb];
+      const int64_t vo = off + j * stride;
+      const v8f pv = splat8(pj);
+#pragma GCC unroll 32
+      for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
+    }
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) store8(accp + 8 * c, acc[c]);
+  }
+}
+
+// The packed K layout (attention_fixed's kp): key j's chunk c (elements 8c … 8c+7)
+// at kp[((j/2)·HD/8 + c)·16 + (j%2)·8], so keys 2i and 2i+1 of a chunk are one
+// 16-float vector. Scores of rows q[0 … R-1] (R = 1 or 2) for the 8-key blocks
+// [blo, bhi) of the tile, written to sc[r][j] (j = the key in the tile); tmax[r]
+// becomes the maximum of it and row r's scores of keys kb[r] … ke[r]-1, in key order. Each key's
+// lanes are dot_kv's eight chains (lane i: Σ over c of q[8c+i]·k[8c+i], multiply
+// then add, c ascending, from 0), reduced by hsum8x8 (hsum's tree) and scaled: the
+// bits of dot_kv · scale. W = 16 runs two keys per 16-float operation (the same
+// per-lane operations), and two rows share each K load.
+template <int HD, int W, int R>
+PKV_INLINE void packed_scores(const float* const* q, const float* kp, int32_t blo, int32_t bhi,
+                              float scale, float* const* sc, const int32_t* kb, const int32_t* ke,
+                              float* tmax) {
+  constexpr int C = HD / 8;
+  for (int32_t blk = blo; blk < bhi; ++blk) {
+    const float* kblk = kp + static_cast<int64_t>(blk) * 4 * C * 16;
+    v8f s8[R][8];
+    if constexpr (W == 16) {
+      v16f acc[R][4];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < 4; ++p)
+          for (int i = 0; i < 16; ++i) acc[r][p][i] = 0.0f;
+#pragma GCC unroll 32
+      for (int c = 0; c < C; ++c) {
+        v16f qq[R];
+        for (int r = 0; r < R; ++r) {
+          const v8f qv = load8(q[r] + 8 * c);
+          qq[r] = __builtin_shufflevector(qv, qv, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+          v16f kv;
+          std::memcpy(&kv, kblk + (p * C + c) * 16, sizeof(kv));
+          for (int r = 0; r < R; ++r) acc[r][p] += qq[r] * kv;
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < 4; ++p) {
+          s8[r][2 * p] = __builtin_shufflevector(acc[r][p], acc[r][p], 0, 1, 2, 3, 4, 5, 6, 7);
+          s8[r][2 * p + 1] =
+              __builtin_shufflevector(acc[r][p], acc[r][p], 8, 9, 10, 11, 12, 13, 14, 15);
+        }
+    } else {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r)
+        for (int i = 0; i < 8; ++i) s8[r][i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+      for (int c = 0; c < C; ++c) {
+        v8f qv[R];
+        for (int r = 0; r < R; ++r) qv[r] = load8(q[r] + 8 * c);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          const v8f kv = load8(kblk + ((i / 2) * C + c) * 16 + (i % 2) * 8);
+          for (int r = 0; r < R; ++r) s8[r][i] += qv[r] * kv;
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const v8f sv = hsum8x8(s8[r]) * splat8(scale);
+      store8(sc[r] + 8 * blk, sv);
+      for (int i = 0; i < 8; ++i)
+        if (8 * blk + i >= kb[r] && 8 * blk + i < ke[r]) tmax[r] = std::max(tmax[r], sv[i]);
+    }
+  }
+}
+
+// Rows a and b's value updates over their key ranges [ka0, ka1) and [kb0, kb1) of
+// the packed V (vp[j·HD + d]): keys in ascending order for each row; over the keys
+// both rows use, each V vector is loaded once for the two. accs already hold the
+// rescaled accumulators; each element sees acc = acc + p_j·v_j[d] per key.
+template <int HD>
+PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_t ka1, float* accb,
+                               const float* pb, int32_t kb0, int32_t kb1, const float* vp) {
+  constexpr int C16 = HD / 16;
+  // Each row: its keys before the common range alone, the common range [lo, hi)
+  // together, then its keys after it alone.
+  int32_t lo = std::max(ka0, kb0), hi = std::min(ka1, kb1);
+  int32_t pre_a = lo, pre_b = lo, post_a = hi, post_b = hi;
+  if (lo >= hi) {
+    pre_a = post_a = ka1;
+    pre_b = post_b = kb1;
+    lo = hi = 0;
+  }
+  v16f a[C16], b[C16];
+#pragma GCC unroll 16
+  for (int c = 0; c < C16; ++c) {
+    std::memcpy(&a[c], acca + 16 * c, sizeof(v16f));
+    std::memcpy(&b[c], accb + 16 * c, sizeof(v16f));
+  }
+  auto one = [&](v16f* acc, float pj, int32_t j) {
+    v16f pv;
+    for (int i = 0; i < 16; ++i) pv[i] = pj;
+#pragma GCC unroll 16
+    for (int c = 0; c < C16; ++c) {
+      v16f v;
+      std::memcpy(&v, vp + static_cast<int64_t>(j) * HD + 16 * c, sizeof(v));
+      acc[c] = acc[c] + pv * v;
+    }
+  };
+  for (int32_t j = ka0; j < pre_a; ++j) one(a, pa[j], j);
+  for (int32_t j = kb0; j < pre_b; ++j) one(b, pb[j], j);
+  for (int32_t j = lo; j < hi; ++j) {
+    v16f pva, pvb;
+    for (int i = 0; i < 16; ++i) {
+      pva[i] = pa[j];
+      pvb[i] = pb[j];
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < C16; ++c) {
+      v16f v;
+      std::memcpy(&v, vp + static_cast<int64_t>(j) * HD + 16 * c, sizeof(v));
+      a[c] = a[c] + pva * v;
+      b[c] = b[c] + pvb * v;
+    }
+  }
+  for (int32_t j = post_a; j < ka1; ++j) one(a, pa[j], j);
+  for (int32_t j = post_b; j < kb1; ++j) one(b, pb[j], j);
+#pragma GCC unroll 16
+  for (int c = 0; c < C16; ++c) {
+    std::memcpy(acca + 16 * c, &a[c], sizeof(v16f));
+    std::memcpy(accb + 16 * c, &b[c], sizeof(v16f));
+  }
+}
+
 // The same computation as attention_body for a head_dim known at compile time (a
-// multiple of 8), for all query rows of a task at once: the rows share each K/V
-// tile while it is in L1 (the loop over rows is inside the loop over tiles), and
-// every row performs exactly attention_body's operations in the same order, so
-// neither the task shape nor the head_dim specialization changes a bit. ws holds
-// the rows' accumulators (kAttnMaxRows × HD floats). W = 16 (the AVX-512 build)
-// does the element-wise value updates 16 floats at a time: the same operation on
-// each element, so the same bits as W = 8.
+// multiple of 8), for all query rows of a task at once. Per K/V tile, the rows that
+// read the same tile (all of a task's rows, or in a cross task the rows whose
+// requests share that block) form a group; when the group is large enough (4 rows
+// for f32 K/V, 2 for bf16/f16), the keys its rows need, of this task's KV head, are
+// first copied (widened exactly to f32) into contiguous buffers — K in key pairs
+// (packed_scores), V row by row — then (phase 1) every row computes its scores
+// (two rows per K load on the 16-float build), tile max, rescale factor,
+// e^(s − m) and running sum l, then (phase 2) every row updates its accumulator
+// (two rows per V load on the 16-float build, head_dim ≤ 128). The copy makes each
+// K/V row one contiguous stretch read from L1 by every row of the group — in the
+// pool the tile's rows of one KV head lie num_kv_heads·head_dim floats apart (4 KiB
+// for qwen3-0.6B: all in the same few L1 sets) — and widens bf16/f16 once per task,
+// not once per row. A smaller group reads the tile in place (row_scores,
+// row_values). Every row performs exactly attention_body's operations in the same
+// order (a copied value is the value itself; which rows share a load changes no
+// row's arithmetic), so neither the task shape, the grouping, the copy nor the
+// head_dim specialization changes a bit. ws holds the rows' accumulators
+// (kAttnMaxRows × HD floats), ps their tile scores indexed by the key in the tile
+// (kAttnMaxRows × pstride floats, pstride = the tile rounded up to 8, plus 8),
+// kp and vp pstride × HD floats each (zeroed once: keys of a block of 8 that no
+// row of the group needs hold zeros or stale K values; their scores are discarded).
 //
 // nargs == 1: tasks of argv[0] as AttnPlan numbers them. nargs > 1 (decode rows,
 // one token each, of identical shape): task k is head block k of ALL the nargs
@@ -388,25 +634,27 @@ constexpr int kAttnMaxRows = 16;  // qb × hb
 // once per task instead of once per row.
 template <int HD, int KD, int W>
 PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
-                                int64_t b, int64_t e, float* ws, float* scores) {
+                                int64_t b, int64_t e, float* ws, float* ps, float* kp, float* vp) {
   const AttentionArgs& a = argv[0];
   static_assert(HD % 8 == 0);
-  constexpr int C = HD / 8;
   const int32_t group = a.num_heads / a.num_kv_heads;
   const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * HD;
   const int32_t head_blocks = a.num_heads / plan.hb;
+  constexpr int C = HD / 8;
+  const int32_t T = a.tile, pstride = (a.tile + 7) / 8 * 8 + 8;
   for (int64_t task = b; task < e; ++task) {
     const bool cross = nargs > 1;
     const int32_t t0 = cross ? 0 : static_cast<int32_t>(task / head_blocks) * plan.qb;
     const int32_t t1 = cross ? 1 : std::min(a.num_tokens, t0 + plan.qb);
     const int32_t h0 = static_cast<int32_t>(task % head_blocks) * plan.hb;
     const int32_t kvh = h0 / group;
+    const int64_t koff = static_cast<int64_t>(kvh) * HD;
     const int rows = (cross ? nargs : t1 - t0) * plan.hb;
     const float* qr[kAttnMaxRows];
     const AttentionArgs* ar[kAttnMaxRows];
     float* outr[kAttnMaxRows];
     int32_t start[kAttnMaxRows], pos[kAttnMaxRows];
-    float mval[kAttnMaxRows], l[kAttnMaxRows];
+    float mval[kAttnMaxRows], l[kAttnMaxRows], alpha[kAttnMaxRows];
     int32_t tile_lo = std::numeric_limits<int32_t>::max(), tile_hi = -1;
     for (int r = 0; r < rows; ++r) {
       const int32_t t = cross ? 0 : t0 + r / plan.hb, h = h0 + r % plan.hb;
@@ -420,103 +668,122 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
       mval[r] = -std::numeric_limits<float>::infinity();
       l[r] = 0.0f;
       for (int d = 0; d < HD; ++d) ws[r * HD + d] = 0.0f;
-      tile_lo = std::min(tile_lo, start[r] / a.tile);
-      tile_hi = std::max(tile_hi, pos[r] / a.tile);
+      tile_lo = std::min(tile_lo, start[r] / T);
+      tile_hi = std::max(tile_hi, pos[r] / T);
     }
+    auto active = [&](int r, int32_t tile) { return tile >= start[r] / T && tile <= pos[r] / T; };
     for (int32_t tile = tile_lo; tile <= tile_hi; ++tile) {
-      for (int r = 0; r < rows; ++r) {
-        if (tile < start[r] / a.tile || tile > pos[r] / a.tile) continue;
-        const void* kt = ar[r]->k_tiles[tile];
-        const void* vt = ar[r]->v_tiles[tile];
-        const float* q = qr[r];
-        const int32_t j0 = std::max(start[r], tile * a.tile);
-        const int32_t j1 = std::min(pos[r] + 1, (tile + 1) * a.tile);
-        float tmax = -std::numeric_limits<float>::infinity();
-        // Eight keys at a time: eight independent accumulator chains, each the exact
-        // dot_kv sequence of its key, summed by hsum8x8 (hsum's tree for each), so
-        // the bits are dot_kv's; then four, then one.
-        int32_t j = j0;
-        for (; j + 8 <= j1; j += 8) {
-          const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
-          v8f s8[8];
-#pragma GCC unroll 8
-          for (int i = 0; i < 8; ++i) s8[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-#pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) {
-            const v8f qv = load8(q + 8 * c);
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) s8[i] += qv * load_kv<KD>(kt, o0 + i * kv_row + 8 * c);
-          }
-          const v8f sc = hsum8x8(s8) * splat8(a.scale);
-          store8(scores + (j - j0), sc);
-          for (int i = 0; i < 8; ++i) tmax = std::max(tmax, sc[i]);
+      const int32_t base = tile * T;
+      for (int g0 = 0; g0 < rows;) {
+        if (!active(g0, tile)) {
+          ++g0;
+          continue;
         }
-        for (; j + 4 <= j1; j += 4) {
-          const int64_t o0 = (j - tile * a.tile) * kv_row + kvh * HD;
-          v8f s0 = {0, 0, 0, 0, 0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
+        // The group: g0 and the following rows reading the same tile (inactive rows
+        // in between are skipped); [k0, k1) the keys any of them needs.
+        const void* kt = ar[g0]->k_tiles[tile];
+        const void* vt = ar[g0]->v_tiles[tile];
+        int g1 = g0, members = 0;
+        int32_t k0 = T, k1 = 0;
+        for (; g1 < rows; ++g1) {
+          if (!active(g1, tile)) continue;
+          if (ar[g1]->k_tiles[tile] != kt || ar[g1]->v_tiles[tile] != vt) break;
+          ++members;
+          k0 = std::min(k0, std::max(start[g1], base) - base);
+          k1 = std::max(k1, std::min(pos[g1] + 1, base + T) - base);
+        }
+        // Copy when enough rows share the tile to repay it: f32 K/V from 4 rows on
+        // (a decode row's GQA pair of heads reads its f32 tile in place, measured
+        // cheaper), bf16/f16 from 2 (the copy also widens once for all rows).
+        const bool packed = members >= (KD == 0 ? 4 : 2);
+        if (packed) {
+          for (int32_t j = k0; j < k1; ++j) {
+            const int64_t o = j * kv_row + koff;
+            float* kd = kp + static_cast<int64_t>(j / 2) * C * 16 + (j % 2) * 8;
 #pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) {
-            const v8f qv = load8(q + 8 * c);
-            s0 += qv * load_kv<KD>(kt, o0 + 8 * c);
-            s1 += qv * load_kv<KD>(kt, o0 + kv_row + 8 * c);
-            s2 += qv * load_kv<KD>(kt, o0 + 2 * kv_row + 8 * c);
-            s3 += qv * load_kv<KD>(kt, o0 + 3 * kv_row + 8 * c);
-          }
-          const float sc[4] = {hsum(s0) * a.scale, hsum(s1) * a.scale, hsum(s2) * a.scale,
-                               hsum(s3) * a.scale};
-          for (int i = 0; i < 4; ++i) {
-            scores[j - j0 + i] = sc[i];
-            tmax = std::max(tmax, sc[i]);
+            for (int c = 0; c < C; ++c) store8(kd + c * 16, load_kv<KD>(kt, o + 8 * c));
+            if constexpr (KD == 0) {
+              std::memcpy(vp + j * HD, static_cast<const float*>(vt) + o, HD * sizeof(float));
+            } else {
+#pragma GCC unroll 32
+              for (int c = 0; c < C; ++c) store8(vp + j * HD + 8 * c, load_kv<KD>(vt, o + 8 * c));
+            }
           }
         }
-        for (; j < j1; ++j) {
-          float sc = dot_kv<KD>(q, kt, (j - tile * a.tile) * kv_row + kvh * HD, HD) * a.scale;
-          scores[j - j0] = sc;
-          tmax = std::max(tmax, sc);
+        // The group's active rows; row r's keys [kb[r], ke[r]) of the tile, its
+        // scores ps + r·pstride indexed by the key in the tile.
+        int act[kAttnMaxRows], na = 0;
+        int32_t kb[kAttnMaxRows], ke[kAttnMaxRows];
+        float tmaxr[kAttnMaxRows];
+        for (int r = g0; r < g1; ++r) {
+          if (!active(r, tile)) continue;
+          act[na++] = r;
+          kb[r] = std::max(start[r], base) - base;
+          ke[r] = std::min(pos[r] + 1, base + T) - base;
         }
-        const float mnew = std::max(mval[r], tmax);
-        const float alpha = vexp1(mval[r] - mnew);
-        float lr = l[r] * alpha;
-        exp_shifted(scores, j1 - j0, mnew);
-        float* accp = ws + r * HD;
-        if constexpr (W == 16 && HD % 16 == 0) {
-          constexpr int C16 = HD / 16;
-          v16f acc[C16];
-          v16f av, pv;
-          for (int i = 0; i < 16; ++i) av[i] = alpha;
-#pragma GCC unroll 16
-          for (int c = 0; c < C16; ++c) {
-            std::memcpy(&acc[c], accp + 16 * c, sizeof(v16f));
-            acc[c] = acc[c] * av;
+        // Phase 1: scores (two rows at a time on the 16-float build), then per row
+        // the tile max in key order, the rescale factor, e^(s − m) and l.
+        for (int i = 0; i < na;) {
+          const int r = act[i];
+          float* p = ps + r * pstride;
+          if (!packed) {
+            tmaxr[r] =
+                row_scores<HD, KD>(qr[r], kt, koff, kv_row, kb[r], ke[r], a.scale, p + kb[r]);
+            ++i;
+          } else if (W == 16 && i + 1 < na) {
+            const int r2 = act[i + 1];
+            const float* q2[2] = {qr[r], qr[r2]};
+            float* s2[2] = {p, ps + r2 * pstride};
+            const int32_t kb2[2] = {kb[r], kb[r2]}, ke2[2] = {ke[r], ke[r2]};
+            float t2[2] = {-std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity()};
+            packed_scores<HD, W, 2>(q2, kp, std::min(kb[r], kb[r2]) / 8,
+                                    (std::max(ke[r], ke[r2]) + 7) / 8, a.scale, s2, kb2, ke2, t2);
+            tmaxr[r] = t2[0];
+            tmaxr[r2] = t2[1];
+            i += 2;
+          } else {
+            const float* q1[1] = {qr[r]};
+            float* s1[1] = {p};
+            tmaxr[r] = -std::numeric_limits<float>::infinity();
+            packed_scores<HD, W, 1>(q1, kp, kb[r] / 8, (ke[r] + 7) / 8, a.scale, s1, &kb[r], &ke[r],
+                                    &tmaxr[r]);
+            ++i;
           }
-          for (int32_t jj = j0; jj < j1; ++jj) {
-            const float pj = scores[jj - j0];
-            lr = lr + pj;
-            const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
-            for (int i = 0; i < 16; ++i) pv[i] = pj;
-#pragma GCC unroll 16
-            for (int c = 0; c < C16; ++c) acc[c] = acc[c] + pv * load_kv16<KD>(vt, vo + 16 * c);
-          }
-#pragma GCC unroll 16
-          for (int c = 0; c < C16; ++c) std::memcpy(accp + 16 * c, &acc[c], sizeof(v16f));
-        } else {
-          v8f acc[C];
-          const v8f av = {alpha, alpha, alpha, alpha, alpha, alpha, alpha, alpha};
-#pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) acc[c] = load8(accp + 8 * c) * av;
-          for (int32_t jj = j0; jj < j1; ++jj) {
-            const float pj = scores[jj - j0];
-            lr = lr + pj;
-            const int64_t vo = (jj - tile * a.tile) * kv_row + kvh * HD;
-            const v8f pv = {pj, pj, pj, pj, pj, pj, pj, pj};
-#pragma GCC unroll 32
-            for (int c = 0; c < C; ++c) acc[c] = acc[c] + pv * load_kv<KD>(vt, vo + 8 * c);
-          }
-#pragma GCC unroll 32
-          for (int c = 0; c < C; ++c) store8(accp + 8 * c, acc[c]);
         }
-        l[r] = lr;
-        mval[r] = mnew;
+        for (int i = 0; i < na; ++i) {
+          const int r = act[i];
+          float* p = ps + r * pstride;
+          const float mnew = std::max(mval[r], tmaxr[r]);
+          alpha[r] = vexp1(mval[r] - mnew);
+          l[r] = exp_sum(p + kb[r], ke[r] - kb[r], mnew, l[r] * alpha[r]);
+          mval[r] = mnew;
+        }
+        // Phase 2: the value updates (two rows at a time from the copy on the
+        // 16-float build, head_dim ≤ 128: their accumulators fit in registers).
+        for (int i = 0; i < na;) {
+          const int r = act[i];
+          float* p = ps + r * pstride;
+          if (!packed) {
+            row_values<HD, KD, W>(ws + r * HD, alpha[r], p + kb[r], vt, koff, kv_row, kb[r], ke[r]);
+            ++i;
+          } else if (W == 16 && HD % 16 == 0 && HD <= 128 && i + 1 < na) {
+            const int r2 = act[i + 1];
+            for (int rr : {r, r2}) {
+              const v8f av = splat8(alpha[rr]);
+              float* accp = ws + rr * HD;
+#pragma GCC unroll 32
+              for (int c = 0; c < C; ++c) store8(accp + 8 * c, load8(accp + 8 * c) * av);
+            }
+            packed_values2<HD>(ws + r * HD, p, kb[r], ke[r], ws + r2 * HD, ps + r2 * pstride,
+                               kb[r2], ke[r2], vp);
+            i += 2;
+          } else {
+            row_values<HD, 0, W>(ws + r * HD, alpha[r], p + kb[r], vp, 0, HD, kb[r], ke[r]);
+            ++i;
+          }
+        }
+        g0 = g1;
       }
     }
     for (int r = 0; r < rows; ++r) {
@@ -525,22 +792,22 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
     }
   }
 }
-
 template <int KD, int W>
 PKV_INLINE void attention_dispatch_kd(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
-                                      int64_t b, int64_t e, float* ws, float* scores) {
+                                      int64_t b, int64_t e, float* ws, float* scores, float* kp,
+                                      float* vp) {
   const AttentionArgs& a = argv[0];
   switch (g_attention_reference ? 0 : a.head_dim) {
     case 16:
-      return attention_fixed<16, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<16, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 32:
-      return attention_fixed<32, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<32, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 64:
-      return attention_fixed<64, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<64, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 128:
-      return attention_fixed<128, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<128, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 256:
-      return attention_fixed<256, KD, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_fixed<256, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     default:
       break;
   }
@@ -563,35 +830,35 @@ PKV_INLINE void attention_dispatch_kd(const AttentionArgs* argv, int nargs, cons
 
 template <int W>
 PKV_INLINE void attention_dispatch(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
-                                   int64_t b, int64_t e, float* ws, float* scores) {
+                                   int64_t b, int64_t e, float* ws, float* scores, float* kp,
+                                   float* vp) {
   switch (argv[0].kv_dtype) {
     case WeightDType::kF32:
-      return attention_dispatch_kd<0, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_dispatch_kd<0, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case WeightDType::kBF16:
-      return attention_dispatch_kd<1, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_dispatch_kd<1, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case WeightDType::kF16:
-      return attention_dispatch_kd<2, W>(argv, nargs, plan, b, e, ws, scores);
+      return attention_dispatch_kd<2, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
   }
 }
 
 __attribute__((target("avx2"))) void attention_avx2(const AttentionArgs* argv, int nargs,
                                                     const AttnPlan& plan, int64_t b, int64_t e,
-                                                    float* ws, float* scores) {
-  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores);
+                                                    float* ws, float* scores, float* kp,
+                                                    float* vp) {
+  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores, kp, vp);
 }
 // The same code with 32 vector registers (AVX-512VL) and the value updates 16
 // floats at a time: the per-lane arithmetic is unchanged (no FMA:
 // -ffp-contract=off), only fewer accumulators spill and fewer instructions issue.
-__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(const AttentionArgs* argv,
-                                                                       int nargs,
-                                                                       const AttnPlan& plan,
-                                                                       int64_t b, int64_t e,
-                                                                       float* ws, float* scores) {
-  attention_dispatch<16>(argv, nargs, plan, b, e, ws, scores);
+__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(
+    const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b, int64_t e, float* ws,
+    float* scores, float* kp, float* vp) {
+  attention_dispatch<16>(argv, nargs, plan, b, e, ws, scores, kp, vp);
 }
 void attention_generic(const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b,
-                       int64_t e, float* ws, float* scores) {
-  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores);
+                       int64_t e, float* ws, float* scores, float* kp, float* vp) {
+  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores, kp, vp);
 }
 
 __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, int64_t n) {
@@ -903,10 +1170,18 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
   const bool avx2 = use_avx2();
   const bool avx512 = avx2 && g_isa_override == Isa::kAuto && cpu_has_avx512();
   auto work = [&](int64_t b, int64_t e) {
-    int32_t max_hd = 0;
-    for (size_t i = 0; i < count; ++i) max_hd = std::max(max_hd, args[i].head_dim);
+    int32_t max_hd = 0, max_ts = 8;
+    for (size_t i = 0; i < count; ++i) {
+      max_hd = std::max(max_hd, args[i].head_dim);
+      max_ts = std::max(max_ts, (args[i].tile + 7) / 8 * 8 + 8);
+    }
+    // The rows' accumulators, their tile scores (exp_shifted reads whole
+    // 8-blocks), and the tile's K and V copies (attention_fixed).
     std::vector<float> ws(static_cast<size_t>(max_hd) * kAttnMaxRows);
-    alignas(32) float scores[256] = {};  // exp_shifted reads whole 8-blocks
+    std::vector<float> scores(static_cast<size_t>(max_ts) * kAttnMaxRows);
+    std::vector<float> kv(2 * static_cast<size_t>(max_ts) * max_hd);
+    float* kp = kv.data();
+    float* vp = kp + static_cast<size_t>(max_ts) * max_hd;
     size_t i =
         static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
     while (b < e) {
@@ -915,11 +1190,14 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
       const Unit& u = units[i];
       const AttentionArgs* argv = args + u.arg;
       if (avx512) {
-        attention_avx512(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
+        attention_avx512(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(),
+                         scores.data(), kp, vp);
       } else if (avx2) {
-        attention_avx2(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
+        attention_avx2(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(),
+                       scores.data(), kp, vp);
       } else {
-        attention_generic(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(), scores);
+        attention_generic(argv, u.nargs, u.plan, b - first[i], end - first[i], ws.data(),
+                          scores.data(), kp, vp);
       }
       b = end;
     }
