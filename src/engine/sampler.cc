@@ -17,6 +17,9 @@
 //    probabilities, so adding it rounds back to the same double, and the draw can
 //    never stop on it (the running sum does not grow there). Those elements sit at
 //    the tail of the order, so dropping them changes no sum, no cut and no token.
+// sample_token_from_best (a device model's reduced draw, model::RowDraw) rebuilds
+// the same candidate list from a row's best entries: the same cut
+// (candidate_cut) and the same top-k switch, or -1 when the list reaches past them.
 // tests/engine/sampler_test.cc compares every path with the full comparator sort.
 #include "engine/sampler.h"
 

@@ -1,4 +1,5 @@
-// Sampler: turns one logits row into one token, greedy or seeded.
+// Sampler: turns one logits row into one token, greedy or seeded (or finishes a
+// seeded draw from the row's best entries, the same token: sample_token_from_best).
 //
 // Determinism (DESIGN.md): a seeded draw uses a counter-based random number —
 // a hash of (request seed, absolute token position) — never a generator whose

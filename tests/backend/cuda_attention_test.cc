@@ -27,12 +27,7 @@
 namespace pagedkv::backend::cuda {
 namespace {
 
-using testing::CudaTest;
-using testing::dev;
-using testing::dev_zeros;
-using testing::host;
-using testing::randn;
-using testing::same_bits;
+using namespace testing;  // cuda_test_util.h: CudaTest and the device helpers
 
 constexpr int32_t kBs = 16;
 using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);

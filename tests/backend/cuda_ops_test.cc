@@ -31,12 +31,7 @@
 namespace pagedkv::backend::cuda {
 namespace {
 
-using testing::CudaTest;
-using testing::dev;
-using testing::dev_zeros;
-using testing::host;
-using testing::randn;
-using testing::same_bits;
+using namespace testing;  // cuda_test_util.h: CudaTest and the device helpers
 
 void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, float tol,
                   const std::string& what) {

@@ -30,10 +30,7 @@
 namespace pagedkv::backend::cuda {
 namespace {
 
-using testing::CudaTest;
-using testing::dev;
-using testing::dev_zeros;
-using testing::host;
+using namespace testing;  // cuda_test_util.h: CudaTest and the device helpers
 
 constexpr int64_t kHidden = 64, kHeads = 4, kKvHeads = 2, kHeadDim = 16, kInter = 128, kVocab = 512,
                   kLayers = 4;

@@ -529,6 +529,32 @@ TEST(EngineTest, ReportsAdmissionWidth) {
   EXPECT_EQ(e2->max_num_batched_tokens(), 2048);
 }
 
+// Submits every request to a fresh engine on model m, runs it until idle and
+// returns the results in submission order (empty if the engine cannot start).
+std::vector<RequestResult> run_all(std::shared_ptr<model::Model> m, const EngineOptions& o,
+                                   const std::vector<GenerateRequest>& reqs) {
+  auto e = Engine::create(std::move(m), o);
+  EXPECT_TRUE(e.ok()) << e.status().to_string();
+  std::vector<RequestResult> out;
+  if (!e.ok()) return out;
+  std::vector<RequestHandlePtr> hs;
+  for (const GenerateRequest& r : reqs) {
+    auto h = (*e)->submit(r);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    if (h.ok()) hs.push_back(*h);
+  }
+  (*e)->run_until_idle();
+  for (auto& h : hs) out.push_back(h->wait());
+  return out;
+}
+
+// Fills row r's logits with NaN: the fake models below mark the rows whose token
+// they chose, so that a test sees the engine never reads them.
+void poison_logits_row(model::ForwardOutput* out, size_t r) {
+  float* row = out->logits.data() + static_cast<size_t>(out->row_begin[r]) * out->vocab_size;
+  std::fill(row, row + out->vocab_size, std::numeric_limits<float>::quiet_NaN());
+}
+
 // A model that picks greedy tokens itself (Model::samples_greedy, the CUDA
 // model's seam): for greedy_only rows it returns argmax + 1 (mod vocab) — a token
 // the host sampler would not pick — and poisons those logits rows with NaN, so
@@ -547,8 +573,7 @@ class SelfSamplingModel final : public model::Model {
       if (!b.rows[r].greedy_only) continue;
       EXPECT_EQ(b.rows[r].logits, model::LogitsRequest::kLast);
       out->tokens[r] = (argmax(out->last_logits(r)) + 1) % V;
-      float* row = out->logits.data() + static_cast<size_t>(out->row_begin[r]) * V;
-      std::fill(row, row + V, std::numeric_limits<float>::quiet_NaN());
+      poison_logits_row(out, r);
       ++greedy_rows;
     }
     return ok_status();
@@ -579,23 +604,9 @@ TEST(EngineTest, GreedyOnlyRowsTakeTheModelsToken) {
   seeded.sampling.seed = 77;
   EngineOptions o;
   o.max_num_batched_tokens = 16;  // chunked prefill: non-last chunks are not flagged
-  auto run = [&](std::shared_ptr<model::Model> m) {
-    auto e = Engine::create(std::move(m), o);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    std::vector<RequestResult> out;
-    if (!e.ok()) return out;
-    std::vector<RequestHandlePtr> hs;
-    for (const GenerateRequest* r : {&device, &with_logits, &seeded}) {
-      auto h = (*e)->submit(*r);
-      EXPECT_TRUE(h.ok()) << h.status().to_string();
-      if (h.ok()) hs.push_back(*h);
-    }
-    (*e)->run_until_idle();
-    for (auto& h : hs) out.push_back(h->wait());
-    return out;
-  };
-  const std::vector<RequestResult> got = run(fake);
-  const std::vector<RequestResult> plain = run(shared_model());
+  const std::vector<GenerateRequest> reqs = {device, with_logits, seeded};
+  const std::vector<RequestResult> got = run_all(fake, o, reqs);
+  const std::vector<RequestResult> plain = run_all(shared_model(), o, reqs);
   ASSERT_EQ(got.size(), 3u);
   ASSERT_EQ(plain.size(), 3u);
   EXPECT_EQ(fake->greedy_rows, 7);  // only the device request's 7 tokens
@@ -646,8 +657,7 @@ class SelfDrawingModel final : public model::Model {
         continue;
       }
       out->tokens[r] = tok;
-      float* row = out->logits.data() + static_cast<size_t>(out->row_begin[r]) * V;
-      std::fill(row, row + V, std::numeric_limits<float>::quiet_NaN());
+      poison_logits_row(out, r);
       ++drawn;
     }
     return ok_status();
@@ -689,23 +699,8 @@ TEST(EngineTest, SeededDrawsFinishedFromTheBestEntriesEqualTheHostSampler) {
   reqs.push_back(greedy);
   EngineOptions o;
   o.max_num_batched_tokens = 16;  // chunked prefill: non-last chunks are not flagged
-  auto run = [&](std::shared_ptr<model::Model> m) {
-    auto e = Engine::create(std::move(m), o);
-    EXPECT_TRUE(e.ok()) << e.status().to_string();
-    std::vector<RequestResult> out;
-    if (!e.ok()) return out;
-    std::vector<RequestHandlePtr> hs;
-    for (const GenerateRequest& r : reqs) {
-      auto h = (*e)->submit(r);
-      EXPECT_TRUE(h.ok()) << h.status().to_string();
-      if (h.ok()) hs.push_back(*h);
-    }
-    (*e)->run_until_idle();
-    for (auto& h : hs) out.push_back(h->wait());
-    return out;
-  };
-  const std::vector<RequestResult> got = run(fake);
-  const std::vector<RequestResult> plain = run(shared_model());
+  const std::vector<RequestResult> got = run_all(fake, o, reqs);
+  const std::vector<RequestResult> plain = run_all(shared_model(), o, reqs);
   ASSERT_EQ(got.size(), reqs.size());
   ASSERT_EQ(plain.size(), reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {

@@ -135,6 +135,18 @@ TEST(SamplerFastPathTest, SameTokensAsTheComparatorSort) {
 namespace pagedkv::engine {
 namespace {
 
+// The sampling settings the sweeps below iterate over, in one value.
+SamplingParams params(double temperature, int32_t top_k, double top_p, double min_p,
+                      uint64_t seed) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.seed = seed;
+  return p;
+}
+
 // Random rows of several shapes: ties (values on a coarse grid), signed zeros,
 // NaN (single, and a run over half the row), ±inf, constant rows, and a wide
 // spread (so the sampler's dropped tail of negligible probabilities is exercised
@@ -221,12 +233,7 @@ TEST(SamplerFastPathTest, EverySettingMatchesTheFullSortReference) {
           if (k < 0) continue;
           for (double top_p : {1.0, 0.9, 0.3}) {
             for (double min_p : {0.0, 0.05}) {
-              SamplingParams p;
-              p.temperature = t;
-              p.top_k = k;
-              p.top_p = top_p;
-              p.min_p = min_p;
-              p.seed = g();
+              const SamplingParams p = params(t, k, top_p, min_p, g());
               for (int64_t pos = 0; pos < 3; ++pos) {
                 const int32_t want =
                     t == 0 ? argmax_reference(v) : sample_token_reference(v, p, pos);
@@ -253,11 +260,8 @@ TEST(SamplerFastPathTest, FullVocabularyMatchesTheReference) {
     const std::vector<float> v = random_row(g, n, kind);
     for (double t : {0.05, 0.8}) {
       for (int32_t k : {0, 50}) {
-        SamplingParams p;
-        p.temperature = t;
-        p.top_k = k;
-        p.top_p = kind == 1 ? 0.95 : 1.0;
-        p.seed = 77 + static_cast<uint64_t>(kind);
+        const SamplingParams p =
+            params(t, k, kind == 1 ? 0.95 : 1.0, 0.0, 77 + static_cast<uint64_t>(kind));
         for (int64_t pos = 0; pos < 4; ++pos)
           ASSERT_EQ(sample_token(v, p, pos), sample_token_reference(v, p, pos))
               << "kind " << kind << " T " << t << " k " << k << " pos " << pos;
@@ -297,12 +301,7 @@ TEST(SamplerFromBestTest, SameTokenAsSampleTokenOrAskForTheRow) {
                 static_cast<int32_t>(n), static_cast<int32_t>(n + 5)}) {
             for (double top_p : {1.0, 0.9, 0.3}) {
               for (double min_p : {0.0, 0.05}) {
-                SamplingParams p;
-                p.temperature = t;
-                p.top_k = k;
-                p.top_p = top_p;
-                p.min_p = min_p;
-                p.seed = g();
+                const SamplingParams p = params(t, k, top_p, min_p, g());
                 const int32_t want_n = draw_entries_needed(p, cap);
                 ASSERT_EQ(want_n, k > 0 && k <= cap ? k : cap);
                 const std::vector<model::DrawEntry> best =

@@ -23,6 +23,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cuda/attention_check.h"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -304,24 +305,8 @@ size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t
 
 Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream) {
   auto bad = [](const std::string& what) { return invalid_argument("cuda attention: " + what); };
-  if (p.num_tokens < 0) return bad("num_tokens < 0");
+  PKV_RETURN_IF_ERROR(check_paged_attention_params(p, kMaxGroup, "cuda attention"));
   if (p.num_tokens == 0) return ok_status();
-  if (p.num_kv_heads < 1 || p.num_heads < 1 || p.num_heads % p.num_kv_heads != 0)
-    return bad("num_heads " + std::to_string(p.num_heads) + " must be a positive multiple of " +
-               "num_kv_heads " + std::to_string(p.num_kv_heads));
-  if (p.num_heads / p.num_kv_heads > kMaxGroup)
-    return bad("GQA group " + std::to_string(p.num_heads / p.num_kv_heads) + " exceeds 16");
-  if (p.block_size < 1) return bad("block_size must be ≥ 1");
-  if (p.max_position < 0) return bad("max_position < 0");
-  if (p.q == nullptr || p.out == nullptr || p.positions == nullptr || p.workspace == nullptr)
-    return bad("q, out, positions and workspace must be set");
-  if (p.layout == KvLayout::kBlockTable && (p.block_tables == nullptr || p.max_blocks_per_seq < 1))
-    return bad("block layout needs block_tables and max_blocks_per_seq");
-  if (p.layout == KvLayout::kContiguous && p.seq_capacity < 1) return bad("seq_capacity < 1");
-  if (p.layout == KvLayout::kTilePointers && (p.k_tiles == nullptr || p.v_tiles == nullptr))
-    return bad("tile layout needs k_tiles and v_tiles");
-  if (p.layout != KvLayout::kTilePointers && (p.k_cache == nullptr || p.v_cache == nullptr))
-    return bad("k_cache and v_cache must be set");
   switch (p.head_dim) {
     case 16:
       return dispatch_type<16>(p, stream);
