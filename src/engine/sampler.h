@@ -18,7 +18,7 @@
 #include <span>
 #include <vector>
 
-#include "model/forward_batch.h"
+#include "model/row_draw.h"
 #include "pagedkv/sampling.h"
 #include "pagedkv/status.h"
 

@@ -1,0 +1,35 @@
+// A seeded draw a model may finish from a logits row's best entries (DrawEntry,
+// RowDraw): the seam between the engine's sampler, which implements RowDraw, and a
+// device model, which selects the entries where the logits are
+// (ForwardRow::draw, Model::draw_entries_cap; docs/backend.md, "Device-side seeded
+// sampling"). Kept apart from the forward batch so the sampler needs only this.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace pagedkv::model {
+
+// One entry of a logits row: its value and its token id.
+struct DrawEntry {
+  float logit = 0;
+  int32_t id = 0;
+};
+
+// A seeded draw (engine::sample_token, temperature > 0) a device model may finish
+// from a row's best entries instead of copying the whole row to the host
+// (ForwardRow::draw). Implemented by the engine over its sampler.
+class RowDraw {
+ public:
+  virtual ~RowDraw() = default;
+  // How many of the row's best entries the draw may need (1 <= entries() <= the
+  // model's Model::draw_entries_cap()).
+  virtual int32_t entries() const = 0;
+  // The token drawn from `best`: the row's min(entries(), non-NaN count) best
+  // non-NaN entries in the sampler's order (logit descending, -0 as +0, ties by
+  // ascending id); `complete`: they are all of the row's non-NaN entries. -1 when
+  // the draw needs entries beyond them (then the caller needs the logits row).
+  virtual int32_t draw(std::span<const DrawEntry> best, bool complete) const = 0;
+};
+
+}  // namespace pagedkv::model
