@@ -26,6 +26,9 @@ class CpuWeight : public Weight {
     cols_ = t.cols;
   }
   ~CpuWeight() override;
+  // Owns its huge-page copy (unmapped once, in the destructor): not copyable.
+  CpuWeight(const CpuWeight&) = delete;
+  CpuWeight& operator=(const CpuWeight&) = delete;
   const void* data() const { return data_; }
   // Copies the bytes into 2 MiB-aligned anonymous memory advised for transparent
   // huge pages; false (and still a view) when that memory cannot be had.
