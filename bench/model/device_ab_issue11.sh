@@ -6,7 +6,7 @@
 # one call, so both builds see the same machine (figures move a lot between
 # machine starts); then exactness tests and bench_sampler of the B build, and a
 # second round B A while the time budget allows.
-# Usage (device tool, in a copy of the tree, after `source .devslim/setup.sh`):
+# Usage (device tool, in a copy of the tree, after `source .devroot/setup.sh`; scripts/device/make-devroot.sh makes it):
 #   bash bench/model/device_ab_issue11.sh BASE_DIR
 set -u
 cd "$(dirname "$0")/../.."
