@@ -8,9 +8,10 @@
 //     prefill row are timed (they include the scheduler, the logits copy to the
 //     host and greedy sampling);
 // each printed beside llama.cpp's figures on the same GPU (issue 12: 641 / 3,199 /
-// 6,847 / 9,911 tok/s) as a ratio. bf16 KV runs three configurations in one run
-// (eager + host sampling, graphs + host sampling, graphs + device greedy: the
-// PAGEDKV_CUDA_GRAPHS / PAGEDKV_CUDA_DEVICE_SAMPLING knobs) and prints a table of
+// 6,847 / 9,911 tok/s) as a ratio. bf16 KV runs one configuration of the step
+// knobs after another in one run (eager + host sampling, then graphs, device greedy,
+// fused GEMMs, fused norms, programmatic dependent launch: PAGEDKV_CUDA_GRAPHS /
+// _DEVICE_SAMPLING / _FUSED / _FUSED_NORMS, set_programmatic_launch) and prints a table of
 // them last; f32 KV (PAGEDKV_BENCH_F32=1) runs the full configuration only.
 // Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with
 // PAGEDKV_CUDA_PROFILE=1 it prints where a decode step's time goes instead.
@@ -19,6 +20,7 @@
 // copied and sampled on the host (PAGEDKV_CUDA_DEVICE_SAMPLING=0) vs the best
 // entries on the device; and qwen3_moe of the same shape (8 experts, top 2)
 // eager (PAGEDKV_CUDA_GRAPHS=0: one host sync per MoE layer) vs graphs.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/launch.h"
 #include "bench_engine.h"
 #include "bench_model.h"
 #include "model/cuda/cuda_model.h"
@@ -146,8 +149,9 @@ struct Config {
   const char* device_sampling;
   const char* fused;
   const char* fused_norms;
+  bool pdl;  // programmatic dependent launch (backend/cuda/launch.cuh)
 };
-constexpr int kConfigs = 5;
+constexpr int kConfigs = 6;
 
 // --seeded-moe: the two before/after tables (see the file comment).
 int seeded_and_moe() {
@@ -227,23 +231,31 @@ int main(int argc, char** argv) {
     return profile_runs(dir);
   const int ns[] = {1, 8, 32, 64};
   const double llama[] = {641, 3199, 6847, 9911};
-  const Config configs[kConfigs] = {{"eager, host sampling", "0", "0", "0", "0"},
-                                    {"graphs, host sampling", "1", "0", "0", "0"},
-                                    {"graphs + device greedy", "1", "1", "0", "0"},
-                                    {"+ fused GEMMs", "1", "1", "1", "0"},
-                                    {"+ fused norm/RoPE/KV write, add+norm", "1", "1", "1", "1"}};
+  const Config configs[kConfigs] = {
+      {"eager, host sampling", "0", "0", "0", "0", false},
+      {"graphs, host sampling", "1", "0", "0", "0", false},
+      {"graphs + device greedy", "1", "1", "0", "0", false},
+      {"+ fused GEMMs", "1", "1", "1", "0", false},
+      {"+ fused norm/RoPE/KV write, add+norm", "1", "1", "1", "1", false},
+      {"+ programmatic launch (default)", "1", "1", "1", "1", true}};
   double tps[kConfigs][4] = {};
   const char* f32_env = std::getenv("PAGEDKV_BENCH_F32");
   const bool f32 = f32_env != nullptr && *f32_env == '1';
+  // PAGEDKV_BENCH_FIRST_CONFIG=i: skip the configurations before i (a shorter A/B
+  // of the last ones; the ratio is then to configuration i).
+  const char* first_env = std::getenv("PAGEDKV_BENCH_FIRST_CONFIG");
+  const int first = first_env != nullptr ? std::clamp(std::atoi(first_env), 0, kConfigs - 1) : 0;
   for (model::KVDType kv : {model::KVDType::kBF16, model::KVDType::kF32}) {
     const char* kvn = kv == model::KVDType::kBF16 ? "bf16" : "f32";
     for (int c = 0; c < kConfigs; ++c) {
       // f32 KV (PAGEDKV_BENCH_F32=1): only the full configuration.
       if (kv == model::KVDType::kF32 && (c != kConfigs - 1 || !f32)) continue;
+      if (c < first) continue;
       setenv("PAGEDKV_CUDA_GRAPHS", configs[c].graphs, 1);
       setenv("PAGEDKV_CUDA_DEVICE_SAMPLING", configs[c].device_sampling, 1);
       setenv("PAGEDKV_CUDA_FUSED", configs[c].fused, 1);
       setenv("PAGEDKV_CUDA_FUSED_NORMS", configs[c].fused_norms, 1);
+      backend::cuda::set_programmatic_launch(configs[c].pdl);
       model::LoadOptions lo;
       lo.kv_dtype = kv;
       auto t = Clock::now();
@@ -274,13 +286,13 @@ int main(int argc, char** argv) {
                   static_cast<long long>(st.device_greedy_rows));
     }
   }
-  std::printf("\nbf16 KV decode tok/s, same run (ratio = last column / eager)\n| requests |");
-  for (const Config& c : configs) std::printf(" %s |", c.name);
+  std::printf("\nbf16 KV decode tok/s, same run (ratio = last column / the first)\n| requests |");
+  for (int c = first; c < kConfigs; ++c) std::printf(" %s |", configs[c].name);
   std::printf(" ratio | llama.cpp |\n");
   for (size_t i = 0; i < 4; ++i) {
     std::printf("| %d |", ns[i]);
-    for (int c = 0; c < kConfigs; ++c) std::printf(" %.0f |", tps[c][i]);
-    std::printf(" %.2fx | %.0f |\n", tps[0][i] > 0 ? tps[kConfigs - 1][i] / tps[0][i] : 0.0,
+    for (int c = first; c < kConfigs; ++c) std::printf(" %.0f |", tps[c][i]);
+    std::printf(" %.2fx | %.0f |\n", tps[first][i] > 0 ? tps[kConfigs - 1][i] / tps[first][i] : 0.0,
                 llama[i]);
   }
   return 0;

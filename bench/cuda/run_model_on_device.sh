@@ -3,9 +3,12 @@
 # tests, the CLI and bench_cuda_model; run the tests (cuda label), the CLI with
 # --device cuda (logits against transformers' fixture, generate, bench), then the
 # decode table on the qwen3-0.6b-shape checkpoint. Outputs go to $OUT (or ./out).
-#   usage (from the repo root): bash bench/cuda/run_model_on_device.sh
+#   usage (from the repo root, after `source .devroot/setup.sh`: scripts/device/make-devroot.sh
+#   makes it, name .devroot in the call's carry): bash bench/cuda/run_model_on_device.sh
 #   PROFILE_ONLY=1: build bench_cuda_model only and print the per-step phase profile;
-#   WITH_PROFILE=1: print that profile after the full run too.
+#   WITH_PROFILE=1: print that profile after the full run too;
+#   SKIP_BENCH=1: stop before bench_cuda_model (then run it in a second call on the
+#   still-warm machine: the build-dev folder stays).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -60,9 +63,10 @@ PAGEDKV_DEVICE=cuda $P generate --model $FIX --prompt-ids "1 2 3 4 5" --max-toke
 $P generate --device cpu --model $FIX --prompt-ids "1 2 3 4 5" --max-tokens 12 2>&1 | tail -2
 $P generate --device cuda:7 --model $FIX --prompt-ids "1 2 3" --max-tokens 2 2>&1 | tail -2
 PAGEDKV_DEVICE=cuda timeout 120 $P bench --preset tiny --concurrency 1,8 --requests 16 --max-tokens 16 2>&1 | tail -6
+[ "${SKIP_BENCH:-0}" = 1 ] && exit 0
 echo "== bench_cuda_model"
 if [ "${PROFILE_ONLY:-0}" != 1 ]; then
-  timeout 240 ./build-dev/bench/cuda/bench_cuda_model 2>&1 | grep -v "pagedkv info" | tee "$OUT/bench.log"
+  timeout 360 ./build-dev/bench/cuda/bench_cuda_model 2>&1 | grep -v "pagedkv info" | tee "$OUT/bench.log"
 fi
 [ "${WITH_PROFILE:-0}" = 1 ] || exit 0
 echo "== where a decode step goes (PAGEDKV_CUDA_PROFILE=1)"

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/top_entries.h"
 #include "engine/kv_cache_factory.h"
 #include "engine/pool_kv_store.h"
@@ -429,6 +430,39 @@ TEST_P(CudaGraphTest, GraphsOnEqualGraphsOff) {
   EXPECT_GT(st.graph_replays, 20);
   std::printf("graphs: %lld captured, %lld replays\n", static_cast<long long>(st.graph_captures),
               static_cast<long long>(st.graph_replays));
+}
+
+// Programmatic dependent launch (backend/cuda/launch.cuh: a kernel's blocks are
+// launched while the one before finishes, the cluster GEMM's first weights load
+// before its wait) changes when kernels start, never a bit: models run with it off
+// give the default's tokens and logits, graph replays and eager steps alike, 1–64 rows.
+TEST_P(CudaGraphTest, ProgrammaticLaunchOnEqualsOff) {
+  SKIP_WITHOUT_GPU();
+  const bool saved = backend::cuda::programmatic_launch();
+  const int ns[] = {1, 3, 8, 64};
+  std::vector<std::vector<RequestResult>> want[2], got[2];  // [graphs off / on][n]
+  for (bool pdl : {false, true}) {
+    backend::cuda::set_programmatic_launch(pdl);
+    for (const char* graphs : {"0", "1"}) {
+      auto m = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_GRAPHS", graphs);
+      ASSERT_NE(m, nullptr);
+      for (int n : ns) (pdl ? got : want)[graphs[0] - '0'].push_back(run_batch(m, n, true));
+      if (graphs[0] == '1') {
+        EXPECT_GT(cuda::cuda_model_stats(*m).graph_replays, 20);
+      }
+    }
+  }
+  backend::cuda::set_programmatic_launch(saved);
+  for (int g = 0; g < 2; ++g)
+    for (size_t j = 0; j < std::size(ns); ++j) {
+      ASSERT_EQ(got[g][j].size(), want[g][j].size());
+      for (size_t i = 0; i < got[g][j].size(); ++i) {
+        EXPECT_EQ(got[g][j][i].tokens, want[g][j][i].tokens)
+            << "graphs " << g << " n=" << ns[j] << " request " << i;
+        EXPECT_TRUE(same_rows(got[g][j][i].logits, want[g][j][i].logits))
+            << "graphs " << g << " n=" << ns[j] << " request " << i;
+      }
+    }
 }
 
 // Greedy rows that want no logits get their token from the device's argmax: the

@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -96,6 +97,7 @@ __host__ __device__ inline Ws ws_layout(float* base, int32_t T, int32_t H, int32
 template <int D, typename T, KvLayout L>
 __global__ void __launch_bounds__(kThreads)
     attn_partition_kernel(const PagedAttentionParams p, int32_t group, int32_t parts) {
+  enter_kernel();
   // PV phase: lane l < kLanes owns output dims [l·E, l·E+E) (small heads: one each).
   constexpr int E = D >= 32 ? D / 32 : 1;
   constexpr int kLanes = D >= 32 ? 32 : D;
@@ -235,6 +237,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int D>
 __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
+  enter_kernel();
   const int32_t t = blockIdx.x, h = blockIdx.y;
   const int32_t pos = p.positions[t];
   const int32_t np = pos / kP + 1;
@@ -266,12 +269,12 @@ Status launch(const PagedAttentionParams& p, cudaStream_t stream) {
   }
   dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(parts),
             static_cast<unsigned>(p.num_kv_heads));
-  kernel<<<grid, kThreads, smem, stream>>>(p, group, parts);
-  PKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  PKV_RETURN_IF_ERROR(launch_kernel("attn_partition_kernel", kernel, grid, kThreads, smem, stream,
+                                    p, group, parts));
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads));
   const unsigned combine_threads = D < 128 ? D : 128;
-  attn_combine_kernel<D><<<cgrid, combine_threads, 0, stream>>>(p, parts);
-  return cuda_status(cudaGetLastError(), "attn_combine_kernel");
+  return launch_kernel("attn_combine_kernel", attn_combine_kernel<D>, cgrid, combine_threads, 0,
+                       stream, p, parts);
 }
 
 template <int D, typename T>

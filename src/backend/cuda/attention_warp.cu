@@ -45,6 +45,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -125,6 +126,7 @@ __host__ __device__ constexpr size_t part_smem(int D, int group) {
 template <int D, typename T, KvLayout L>
 __global__ void __launch_bounds__(kThreads, 2)
     attn_partition_kernel(const PagedAttentionParams p, int32_t group, int32_t parts) {
+  enter_kernel();
   constexpr int C = 16 / sizeof(T);      // elements per 16-byte chunk
   constexpr int CR = D / C;              // chunks per head row (≥ 2)
   constexpr int LPK = CR < 4 ? CR : 4;   // K: lanes per key
@@ -350,6 +352,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 // o / L. Thread d owns output element d.
 template <int D>
 __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
+  enter_kernel();
   extern __shared__ float e_s[];  // [np]
   __shared__ float red_s[32];
   const int32_t t = blockIdx.x, h = blockIdx.y;
@@ -394,8 +397,8 @@ Status launch(const PagedAttentionParams& p, cudaStream_t stream) {
   }
   const int64_t blocks = static_cast<int64_t>(p.num_tokens) * parts * p.num_kv_heads;
   if (blocks > 0x7fffffff) return invalid_argument("cuda attention: too many blocks");
-  kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p, group, parts);
-  PKV_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  PKV_RETURN_IF_ERROR(launch_kernel("attn_partition_kernel", kernel, static_cast<unsigned>(blocks),
+                                    kThreads, smem, stream, p, group, parts));
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads));
   const unsigned combine_threads = D < 32 ? 32 : D;
   const size_t csmem = sizeof(float) * static_cast<size_t>(parts);
@@ -404,8 +407,8 @@ Status launch(const PagedAttentionParams& p, cudaStream_t stream) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         combine, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(csmem)));
   }
-  combine<<<cgrid, combine_threads, csmem, stream>>>(p, parts);
-  return cuda_status(cudaGetLastError(), "attn_combine_kernel");
+  return launch_kernel("attn_combine_kernel", combine, cgrid, combine_threads, csmem, stream, p,
+                       parts);
 }
 
 template <int D, typename T>

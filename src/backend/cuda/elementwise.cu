@@ -9,13 +9,12 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
 
 constexpr int kRowThreads = 256;
-
-Status launch_status(const char* what) { return cuda_status(cudaGetLastError(), what); }
 
 Status check_positive(const char* op, const char* field, int64_t v) {
   if (v <= 0)
@@ -31,6 +30,7 @@ unsigned grid_1d(int64_t n, int threads) {
 
 __global__ void embedding_kernel(const int32_t* ids, const void* table, WeightDType dt,
                                  int64_t rows, int64_t d, float* y) {
+  enter_kernel();
   const int64_t r = blockIdx.x;
   const int32_t id = ids[r];
   float* out = y + r * d;
@@ -43,6 +43,7 @@ __global__ void embedding_kernel(const int32_t* ids, const void* table, WeightDT
 
 __global__ void rms_norm_kernel(const float* x, int64_t d, const void* w, WeightDType dt, float eps,
                                 bool one_plus, float* y) {
+  enter_kernel();
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
@@ -69,6 +70,7 @@ struct RopeFreqs {
 __global__ void rope_kernel(float* x, int32_t num_heads, int32_t head_dim, int32_t half,
                             int32_t span, const int32_t* positions, const RopeFreqs f,
                             float pos_scale) {
+  enter_kernel();
   const int64_t t = blockIdx.x;
   float pos = static_cast<float>(positions[t]);
   if (pos_scale != 1.0f) pos = pos / pos_scale;
@@ -84,6 +86,7 @@ __global__ void rope_kernel(float* x, int32_t num_heads, int32_t head_dim, int32
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
@@ -92,6 +95,7 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, f
 }
 
 __global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  enter_kernel();
   const float k0 = 0.7978845608028654f;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -102,12 +106,14 @@ __global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, int64_t
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     x[i] = x[i] + y[i];
 }
 
 __global__ void softmax_kernel(float* x, int64_t n) {
+  enter_kernel();
   __shared__ float scratch[32];
   float* v = x + blockIdx.x * n;
   float mx = -INFINITY;
@@ -128,6 +134,7 @@ __global__ void softmax_kernel(float* x, int64_t n) {
 __global__ void topk_route_kernel(const float* logits, int64_t m, int32_t e, int32_t k,
                                   bool softmax_first, bool normalize, int32_t* ids,
                                   float* weights) {
+  enter_kernel();
   extern __shared__ float smem[];
   const int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (r >= m) return;
@@ -171,6 +178,7 @@ __device__ __forceinline__ bool better(float va, int32_t ia, float vb, int32_t i
 }
 
 __global__ void argmax_kernel(const float* logits, int64_t n, int32_t* ids) {
+  enter_kernel();
   __shared__ float sv[32];
   __shared__ int32_t si[32];
   const float* row = logits + blockIdx.x * n;
@@ -217,17 +225,16 @@ Status embedding(const int32_t* ids, int64_t m, const void* table, WeightDType d
                  int64_t d, float* y, cudaStream_t stream) {
   PKV_RETURN_IF_ERROR(check_positive("cuda embedding", "d", d));
   if (m == 0) return ok_status();
-  embedding_kernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(ids, table, dt, rows, d, y);
-  return launch_status("embedding_kernel");
+  return launch_kernel("embedding_kernel", embedding_kernel, static_cast<unsigned>(m), 128, 0,
+                       stream, ids, table, dt, rows, d, y);
 }
 
 Status rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType wdt, float eps,
                 bool one_plus_weight, float* y, cudaStream_t stream) {
   PKV_RETURN_IF_ERROR(check_positive("cuda rms_norm", "d", d));
   if (m == 0) return ok_status();
-  rms_norm_kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, d, w, wdt, eps,
-                                                                        one_plus_weight, y);
-  return launch_status("rms_norm_kernel");
+  return launch_kernel("rms_norm_kernel", rms_norm_kernel, static_cast<unsigned>(m), kRowThreads, 0,
+                       stream, x, d, w, wdt, eps, one_plus_weight, y);
 }
 
 Status rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
@@ -249,35 +256,33 @@ Status rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int3
     f.inv_freq[i] = 1.0f / std::pow(p.theta, exponent);
     if (p.inv_freq_divisor != 1.0f) f.inv_freq[i] = f.inv_freq[i] / p.inv_freq_divisor;
   }
-  rope_kernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(x, num_heads, head_dim, half, span,
-                                                            positions, f, p.position_scale);
-  return launch_status("rope_kernel");
+  return launch_kernel("rope_kernel", rope_kernel, static_cast<unsigned>(m), 128, 0, stream, x,
+                       num_heads, head_dim, half, span, positions, f, p.position_scale);
 }
 
 Status silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
   if (n == 0) return ok_status();
-  silu_mul_kernel<<<grid_1d(n, 256), 256, 0, stream>>>(gate, up, n, out);
-  return launch_status("silu_mul_kernel");
+  return launch_kernel("silu_mul_kernel", silu_mul_kernel, grid_1d(n, 256), 256, 0, stream, gate,
+                       up, n, out);
 }
 
 Status gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out,
                      cudaStream_t stream) {
   if (n == 0) return ok_status();
-  gelu_tanh_mul_kernel<<<grid_1d(n, 256), 256, 0, stream>>>(gate, up, n, out);
-  return launch_status("gelu_tanh_mul_kernel");
+  return launch_kernel("gelu_tanh_mul_kernel", gelu_tanh_mul_kernel, grid_1d(n, 256), 256, 0,
+                       stream, gate, up, n, out);
 }
 
 Status add(float* x, const float* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return ok_status();
-  add_kernel<<<grid_1d(n, 256), 256, 0, stream>>>(x, y, n);
-  return launch_status("add_kernel");
+  return launch_kernel("add_kernel", add_kernel, grid_1d(n, 256), 256, 0, stream, x, y, n);
 }
 
 Status softmax(float* x, int64_t m, int64_t n, cudaStream_t stream) {
   PKV_RETURN_IF_ERROR(check_positive("cuda softmax", "n", n));
   if (m == 0) return ok_status();
-  softmax_kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, n);
-  return launch_status("softmax_kernel");
+  return launch_kernel("softmax_kernel", softmax_kernel, static_cast<unsigned>(m), kRowThreads, 0,
+                       stream, x, n);
 }
 
 Status topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k,
@@ -294,17 +299,16 @@ Status topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k
   if (m == 0) return ok_status();
   const int threads = num_experts > 256 ? 8 : 32;
   const size_t smem = static_cast<size_t>(threads) * num_experts * sizeof(float);
-  topk_route_kernel<<<grid_1d(m, threads), threads, smem, stream>>>(
-      logits, m, num_experts, k, softmax_first, normalize, ids, weights);
-  return launch_status("topk_route_kernel");
+  return launch_kernel("topk_route_kernel", topk_route_kernel, grid_1d(m, threads), threads, smem,
+                       stream, logits, m, num_experts, k, softmax_first, normalize, ids, weights);
 }
 
 Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStream_t stream) {
   PKV_RETURN_IF_ERROR(check_positive("cuda argmax", "n", n));
   if (n > INT32_MAX) return invalid_argument("cuda argmax: n exceeds int32");
   if (m == 0) return ok_status();
-  argmax_kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(logits, n, ids);
-  return launch_status("argmax_kernel");
+  return launch_kernel("argmax_kernel", argmax_kernel, static_cast<unsigned>(m), kRowThreads, 0,
+                       stream, logits, n, ids);
 }
 
 }  // namespace pagedkv::backend::cuda

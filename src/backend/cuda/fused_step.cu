@@ -20,12 +20,14 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_slot.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
 
 __global__ void split_qkv_kernel(const float* x, int64_t qd, int64_t kd, float* q, float* k,
                                  float* v) {
+  enter_kernel();
   const int64_t t = blockIdx.x, w = qd + 2 * kd;
   const float* src = x + t * w;
   for (int64_t i = threadIdx.x; i < w; i += blockDim.x) {
@@ -41,6 +43,7 @@ __global__ void split_qkv_kernel(const float* x, int64_t qd, int64_t kd, float* 
 }
 
 __global__ void silu_mul_halves_kernel(const float* gu, int64_t inter, float* out) {
+  enter_kernel();
   const int64_t t = blockIdx.x;
   const float* gate = gu + t * 2 * inter;
   const float* up = gate + inter;
@@ -60,6 +63,7 @@ struct RopeFreqs {
 // rms_norm_kernel after add_kernel, one row per block.
 __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const void* w,
                                     WeightDType dt, float eps, float* out) {
+  enter_kernel();
   __shared__ float scratch[32];
   float* xr = x + blockIdx.x * d;
   const float* yr = y + blockIdx.x * d;
@@ -80,6 +84,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
 template <typename T>
 __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_t half,
                                 int32_t span, float pos_scale) {
+  enter_kernel();
   __shared__ float scratch[32];
   __shared__ float hv[kMaxHeadDim];
   const int32_t t = blockIdx.x, head = blockIdx.y;
@@ -127,9 +132,8 @@ Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* 
                     float eps, float* out, cudaStream_t stream) {
   if (m < 0 || d <= 0) return invalid_argument("cuda add_rms_norm: need m ≥ 0, d > 0");
   if (m == 0) return ok_status();
-  add_rms_norm_kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, y, d, w, wdt, eps,
-                                                                            out);
-  return cuda_status(cudaGetLastError(), "add_rms_norm_kernel");
+  return launch_kernel("add_rms_norm_kernel", add_rms_norm_kernel, static_cast<unsigned>(m),
+                       kRowThreads, 0, stream, x, y, d, w, wdt, eps, out);
 }
 
 Status qkv_norm_rope_write(const QkvPrepParams& p, const RopeParams& rope, cudaStream_t stream) {
@@ -162,13 +166,10 @@ Status qkv_norm_rope_write(const QkvPrepParams& p, const RopeParams& rope, cudaS
   }
   const dim3 grid(static_cast<unsigned>(p.num_tokens),
                   static_cast<unsigned>(p.num_heads + 2 * kv.num_kv_heads));
-  if (kv.kv_type == KvType::kF32) {
-    qkv_prep_kernel<float><<<grid, kRowThreads, 0, stream>>>(p, f, half, span, rope.position_scale);
-  } else {
-    qkv_prep_kernel<__nv_bfloat16>
-        <<<grid, kRowThreads, 0, stream>>>(p, f, half, span, rope.position_scale);
-  }
-  return cuda_status(cudaGetLastError(), "qkv_prep_kernel");
+  return launch_kernel(
+      "qkv_prep_kernel",
+      kv.kv_type == KvType::kF32 ? qkv_prep_kernel<float> : qkv_prep_kernel<__nv_bfloat16>, grid,
+      kRowThreads, 0, stream, p, f, half, span, rope.position_scale);
 }
 
 Status split_qkv(const float* x, int64_t m, int64_t qd, int64_t kd, float* q, float* k, float* v,
@@ -176,15 +177,15 @@ Status split_qkv(const float* x, int64_t m, int64_t qd, int64_t kd, float* q, fl
   if (m < 0 || qd <= 0 || kd <= 0)
     return invalid_argument("cuda split_qkv: need m ≥ 0, qd > 0, kd > 0");
   if (m == 0) return ok_status();
-  split_qkv_kernel<<<static_cast<unsigned>(m), 256, 0, stream>>>(x, qd, kd, q, k, v);
-  return cuda_status(cudaGetLastError(), "split_qkv_kernel");
+  return launch_kernel("split_qkv_kernel", split_qkv_kernel, static_cast<unsigned>(m), 256, 0,
+                       stream, x, qd, kd, q, k, v);
 }
 
 Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cudaStream_t stream) {
   if (m < 0 || inter <= 0) return invalid_argument("cuda silu_mul_halves: need m ≥ 0, inter > 0");
   if (m == 0) return ok_status();
-  silu_mul_halves_kernel<<<static_cast<unsigned>(m), 256, 0, stream>>>(gu, inter, out);
-  return cuda_status(cudaGetLastError(), "silu_mul_halves_kernel");
+  return launch_kernel("silu_mul_halves_kernel", silu_mul_halves_kernel, static_cast<unsigned>(m),
+                       256, 0, stream, gu, inter, out);
 }
 
 }  // namespace pagedkv::backend::cuda

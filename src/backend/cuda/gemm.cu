@@ -32,6 +32,7 @@
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -55,6 +56,7 @@ static_assert(kKChunk % kBK == 0 && kBK == 32, "a chunk is whole 32-wide k block
 __global__ void __launch_bounds__(kMmaThreads, 3)
     gemm_bf16_mma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                          const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
+  enter_kernel();
   __shared__ __align__(16) __nv_bfloat16 xs[3][kBM][kLd];
   __shared__ __align__(16) __nv_bfloat16 ws[kBN][kLd];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -193,6 +195,7 @@ template <int RT, int NCG, bool kHalf, int NW>
 __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW>))
     gemm_bf16_decode_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                             const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
+  enter_kernel();
   constexpr int kRows = RT * 16, kCols = NCG * 8, kOut = kRows * kCols;
   constexpr int kDecThreads = NW * 32;
   constexpr int kOutPerThread = (kOut + kDecThreads - 1) / kDecThreads;
@@ -311,8 +314,8 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
   }
   const dim3 blocks(static_cast<unsigned>((n + NCG * 8 - 1) / (NCG * 8)),
                     static_cast<unsigned>((m + RT * 16 - 1) / (RT * 16)));
-  kernel<<<blocks, NW * 32, smem, stream>>>(x, m, k, w, n, y);
-  return cuda_status(cudaGetLastError(), "gemm_bf16_decode_kernel");
+  return launch_kernel("gemm_bf16_decode_kernel", kernel, blocks, NW * 32, smem, stream, x, m, k, w,
+                       n, y);
 }
 
 // Rows and column groups per block for M ≤ 64 rows (speed only: the bits are the
@@ -352,6 +355,7 @@ constexpr int kSBM = 64, kSBN = 64, kSBK = 16, kSimtThreads = 256;  // 4×4 outp
 __global__ void __launch_bounds__(kSimtThreads)
     gemm_simt_kernel(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
                      WeightDType wdt, int64_t N, float* __restrict__ y) {
+  enter_kernel();
   __shared__ float xs[kSBK][kSBM + 4];
   __shared__ float ws[kSBK][kSBN + 4];
   const int tid = threadIdx.x;
@@ -448,13 +452,13 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     }
     dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN),
               static_cast<unsigned>((m + kBM - 1) / kBM));
-    gemm_bf16_mma_kernel<<<grid, kMmaThreads, 0, stream>>>(x, m, k, wb, n, y);
-    return cuda_status(cudaGetLastError(), "gemm_bf16_mma_kernel");
+    return launch_kernel("gemm_bf16_mma_kernel", gemm_bf16_mma_kernel, grid, kMmaThreads, 0, stream,
+                         x, m, k, wb, n, y);
   }
   dim3 grid(static_cast<unsigned>((n + kSBN - 1) / kSBN),
             static_cast<unsigned>((m + kSBM - 1) / kSBM));
-  gemm_simt_kernel<<<grid, kSimtThreads, 0, stream>>>(x, m, k, w, wdt, n, y);
-  return cuda_status(cudaGetLastError(), "gemm_simt_kernel");
+  return launch_kernel("gemm_simt_kernel", gemm_simt_kernel, grid, kSimtThreads, 0, stream, x, m, k,
+                       w, wdt, n, y);
 }
 
 }  // namespace pagedkv::backend::cuda

@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_small_m.h"
+#include "backend/cuda/launch.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -90,6 +91,7 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kClThreads, 2)
                                                : make_uint4(0u, 0u, 0u, 0u);
   };
   load_w(wv, z);
+  enter_kernel();  // the weights above depend on no earlier kernel (launch.cuh); x and y do
 
   for (int round0 = 0; round0 < chunks; round0 += kCl) {
     const int c = round0 + z;
@@ -204,8 +206,8 @@ Status launch_cluster(const float* x, int64_t m, int64_t k, const __nv_bfloat16*
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
   }
   const dim3 grid(static_cast<unsigned>((n + kClCols - 1) / kClCols), 1, kCl);
-  kernel<<<grid, kClThreads, S::kSmem, stream>>>(x, m, k, w, n, y);
-  return cuda_status(cudaGetLastError(), "gemm_bf16_cluster_kernel");
+  return launch_kernel("gemm_bf16_cluster_kernel", kernel, grid, kClThreads, S::kSmem, stream, x, m,
+                       k, w, n, y);
 }
 
 }  // namespace

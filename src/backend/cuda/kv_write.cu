@@ -13,12 +13,14 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_slot.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
 
 template <typename T>
 __global__ void write_kv_kernel(const KvWriteParams p) {
+  enter_kernel();
   const int32_t t = blockIdx.x;
   const int64_t row = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
   const int64_t slot = kv_slot(p, t);
@@ -33,6 +35,7 @@ __global__ void write_kv_kernel(const KvWriteParams p) {
 }
 
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t d, float* y) {
+  enter_kernel();
   const float* src = x + static_cast<int64_t>(rows[blockIdx.x]) * d;
   float* dst = y + static_cast<int64_t>(blockIdx.x) * d;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i];
@@ -40,6 +43,7 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t 
 
 __global__ void scale_to_slots_kernel(const float* y, const int32_t* slots, const float* weights,
                                       int64_t d, float* results) {
+  enter_kernel();
   const int32_t slot = slots[blockIdx.x];
   const float w = weights[slot];
   const float* src = y + static_cast<int64_t>(blockIdx.x) * d;
@@ -48,6 +52,7 @@ __global__ void scale_to_slots_kernel(const float* y, const int32_t* slots, cons
 }
 
 __global__ void sum_ranks_kernel(const float* results, int32_t k, int64_t d, float* out) {
+  enter_kernel();
   const float* r = results + static_cast<int64_t>(blockIdx.x) * k * d;
   float* o = out + static_cast<int64_t>(blockIdx.x) * d;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
@@ -58,6 +63,7 @@ __global__ void sum_ranks_kernel(const float* results, int32_t k, int64_t d, flo
 }
 
 __global__ void flag_nan_kernel(const float* x, int64_t n, int32_t* flag) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x)
     if (isnan(x[i])) *flag = 1;  // every writer writes the same value
@@ -69,17 +75,16 @@ Status flag_nan(const float* x, int64_t n, int32_t* flag, cudaStream_t stream) {
   if (n < 0) return invalid_argument("cuda flag_nan: n < 0");
   if (n == 0) return ok_status();
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
-  flag_nan_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, n, flag);
-  return cuda_status(cudaGetLastError(), "flag_nan_kernel");
+  return launch_kernel("flag_nan_kernel", flag_nan_kernel, static_cast<unsigned>(blocks), 256, 0,
+                       stream, x, n, flag);
 }
 
 Status scale_to_slots(const float* y, const int32_t* slots, const float* weights, int64_t m,
                       int64_t d, float* results, cudaStream_t stream) {
   if (m < 0 || d < 1) return invalid_argument("cuda scale_to_slots: need m ≥ 0 and d ≥ 1");
   if (m == 0) return ok_status();
-  scale_to_slots_kernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(y, slots, weights, d,
-                                                                      results);
-  return cuda_status(cudaGetLastError(), "scale_to_slots_kernel");
+  return launch_kernel("scale_to_slots_kernel", scale_to_slots_kernel, static_cast<unsigned>(m),
+                       128, 0, stream, y, slots, weights, d, results);
 }
 
 Status sum_ranks(const float* results, int64_t t, int32_t top_k, int64_t d, float* out,
@@ -87,8 +92,8 @@ Status sum_ranks(const float* results, int64_t t, int32_t top_k, int64_t d, floa
   if (t < 0 || top_k < 1 || d < 1)
     return invalid_argument("cuda sum_ranks: need t ≥ 0, top_k ≥ 1 and d ≥ 1");
   if (t == 0) return ok_status();
-  sum_ranks_kernel<<<static_cast<unsigned>(t), 128, 0, stream>>>(results, top_k, d, out);
-  return cuda_status(cudaGetLastError(), "sum_ranks_kernel");
+  return launch_kernel("sum_ranks_kernel", sum_ranks_kernel, static_cast<unsigned>(t), 128, 0,
+                       stream, results, top_k, d, out);
 }
 
 Status write_kv(const KvWriteParams& p, cudaStream_t stream) {
@@ -105,20 +110,18 @@ Status write_kv(const KvWriteParams& p, cudaStream_t stream) {
   if (p.layout == KvLayout::kContiguous && p.seq_capacity < 1) return bad("seq_capacity < 1");
   if (p.layout == KvLayout::kTilePointers) return bad("tile pointers are read-only");
   const unsigned threads = 128;
-  if (p.kv_type == KvType::kF32) {
-    write_kv_kernel<float><<<static_cast<unsigned>(p.num_tokens), threads, 0, stream>>>(p);
-  } else {
-    write_kv_kernel<__nv_bfloat16><<<static_cast<unsigned>(p.num_tokens), threads, 0, stream>>>(p);
-  }
-  return cuda_status(cudaGetLastError(), "write_kv_kernel");
+  return launch_kernel(
+      "write_kv_kernel",
+      p.kv_type == KvType::kF32 ? write_kv_kernel<float> : write_kv_kernel<__nv_bfloat16>,
+      static_cast<unsigned>(p.num_tokens), threads, 0, stream, p);
 }
 
 Status gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y,
                    cudaStream_t stream) {
   if (m < 0 || d < 1) return invalid_argument("cuda gather_rows: need m ≥ 0 and d ≥ 1");
   if (m == 0) return ok_status();
-  gather_rows_kernel<<<static_cast<unsigned>(m), 128, 0, stream>>>(x, rows, d, y);
-  return cuda_status(cudaGetLastError(), "gather_rows_kernel");
+  return launch_kernel("gather_rows_kernel", gather_rows_kernel, static_cast<unsigned>(m), 128, 0,
+                       stream, x, rows, d, y);
 }
 
 }  // namespace pagedkv::backend::cuda

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_group.h"
 
 namespace pagedkv::backend::cuda {
@@ -15,6 +16,7 @@ constexpr int kMaxExperts = 1024;
 __global__ void __launch_bounds__(kGroupThreads)
     moe_group_kernel(const int32_t* ids, int64_t tk, int32_t top_k, int32_t num_experts,
                      int32_t* begin, int32_t* rows, int32_t* slots, int32_t* where) {
+  enter_kernel();
   __shared__ int32_t cnt[kMaxExperts];
   const int tid = threadIdx.x, lane = tid & 31;
   for (int e = tid; e < num_experts; e += kGroupThreads) cnt[e] = 0;
@@ -64,6 +66,7 @@ __global__ void __launch_bounds__(kGroupThreads)
 __global__ void moe_swiglu_padded_kernel(const float* gu, const int32_t* begin, const int32_t* rows,
                                          int64_t t, int32_t num_experts, int64_t inter,
                                          float* act) {
+  enter_kernel();
   const int64_t i = blockIdx.x;
   const int32_t e = blockIdx.y;
   float* dst = act + (static_cast<int64_t>(e) * t + i) * inter;
@@ -83,6 +86,7 @@ __global__ void moe_swiglu_padded_kernel(const float* gu, const int32_t* begin, 
 __global__ void moe_scale_padded_kernel(const float* y, const int32_t* ids, const int32_t* where,
                                         const float* weights, int64_t t, int32_t num_experts,
                                         int64_t d, float* results) {
+  enter_kernel();
   const int64_t s = blockIdx.x;
   const int32_t e = ids[s];
   if (e < 0 || e >= num_experts) return;
@@ -101,9 +105,8 @@ Status moe_group(const int32_t* ids, int64_t tk, int32_t top_k, int32_t num_expe
                             std::to_string(num_experts));
   if (top_k < 1 || tk < 0 || tk % top_k != 0 || tk > 0x7fffffff)
     return invalid_argument("cuda moe_group: need top_k >= 1 and 0 <= tk (a multiple of top_k)");
-  moe_group_kernel<<<1, kGroupThreads, 0, stream>>>(ids, tk, top_k, num_experts, begin, rows, slots,
-                                                    where);
-  return cuda_status(cudaGetLastError(), "moe_group_kernel");
+  return launch_kernel("moe_group_kernel", moe_group_kernel, 1, kGroupThreads, 0, stream, ids, tk,
+                       top_k, num_experts, begin, rows, slots, where);
 }
 
 Status moe_swiglu_padded(const float* gu, const int32_t* begin, const int32_t* rows, int64_t t,
@@ -111,9 +114,9 @@ Status moe_swiglu_padded(const float* gu, const int32_t* begin, const int32_t* r
   if (t < 0 || t > 0x7fffffff || num_experts < 1 || num_experts > 65535 || inter < 1)
     return invalid_argument("cuda moe_swiglu_padded: bad shape");
   if (t == 0) return ok_status();
-  moe_swiglu_padded_kernel<<<dim3(static_cast<unsigned>(t), static_cast<unsigned>(num_experts)),
-                             256, 0, stream>>>(gu, begin, rows, t, num_experts, inter, act);
-  return cuda_status(cudaGetLastError(), "moe_swiglu_padded_kernel");
+  return launch_kernel("moe_swiglu_padded_kernel", moe_swiglu_padded_kernel,
+                       dim3(static_cast<unsigned>(t), static_cast<unsigned>(num_experts)), 256, 0,
+                       stream, gu, begin, rows, t, num_experts, inter, act);
 }
 
 Status moe_scale_padded(const float* y, const int32_t* ids, const int32_t* where,
@@ -122,9 +125,9 @@ Status moe_scale_padded(const float* y, const int32_t* ids, const int32_t* where
   if (tk < 0 || tk > 0x7fffffff || t < 0 || num_experts < 1 || d < 1)
     return invalid_argument("cuda moe_scale_padded: bad shape");
   if (tk == 0) return ok_status();
-  moe_scale_padded_kernel<<<static_cast<unsigned>(tk), 128, 0, stream>>>(y, ids, where, weights, t,
-                                                                         num_experts, d, results);
-  return cuda_status(cudaGetLastError(), "moe_scale_padded_kernel");
+  return launch_kernel("moe_scale_padded_kernel", moe_scale_padded_kernel,
+                       static_cast<unsigned>(tk), 128, 0, stream, y, ids, where, weights, t,
+                       num_experts, d, results);
 }
 
 }  // namespace pagedkv::backend::cuda

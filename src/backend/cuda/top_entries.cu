@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/top_entries.h"
 
 namespace pagedkv::backend::cuda {
@@ -39,6 +40,7 @@ __device__ __forceinline__ float key_logit(uint32_t hi) {
 __global__ void __launch_bounds__(kThreads)
     top_entries_kernel(const float* logits, int64_t vocab, const int32_t* jobs, TopEntry* out,
                        int32_t* counts) {
+  enter_kernel();
   __shared__ uint32_t hist[256];
   __shared__ unsigned long long keys[kThreads];
   __shared__ int32_t warp_cnt[kThreads / 32];
@@ -176,9 +178,8 @@ Status top_entries(const float* logits, int64_t vocab, const int32_t* jobs, int3
                             std::to_string(vocab));
   if (n < 0) return invalid_argument("cuda top_entries: n must be >= 0");
   if (n == 0) return ok_status();
-  top_entries_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(logits, vocab, jobs, out,
-                                                                        counts);
-  return cuda_status(cudaGetLastError(), "top_entries_kernel");
+  return launch_kernel("top_entries_kernel", top_entries_kernel, static_cast<unsigned>(n), kThreads,
+                       0, stream, logits, vocab, jobs, out, counts);
 }
 
 }  // namespace pagedkv::backend::cuda

@@ -1,0 +1,74 @@
+// Kernel launches with programmatic dependent launch (PDL; Hopper and later).
+//
+// A decode step is a chain of a few hundred short kernels on one stream. Without
+// PDL each kernel starts only after the one before has finished and its launch
+// has gone through the front end, a few µs per boundary at 1–8 rows. With PDL
+// (cudaLaunchAttributeProgrammaticStreamSerialization) the next kernel's blocks
+// are launched while the previous kernel is still running, and they stop at
+// `wait_for_prior_kernels()` (griddepcontrol.wait) until it has completed and its
+// writes are visible. Work that reads nothing the earlier kernels write (the cluster
+// GEMM's first weight loads) may run before that wait, overlapping the previous
+// kernel's tail.
+//
+// The rule every kernel started by launch_kernel() follows: no global memory that an
+// earlier kernel of the stream writes or reads is touched before
+// wait_for_prior_kernels() — reads (RAW) and writes (WAR, WAW) alike. Then
+// allow_next_kernel_launch() lets the following kernel's blocks be scheduled;
+// called after the wait, it never lets two kernels past the one before run
+// together, and the wait's guarantee is transitive (a kernel completes only after
+// its own wait returned). So the arithmetic, and every bit, is the same with PDL on
+// or off; only when the launches happen changes. Off (set_programmatic_launch,
+// PAGEDKV_CUDA_PDL=0) the launches are plain stream-ordered ones and the two device
+// calls do nothing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/launch.h"
+
+namespace pagedkv::backend::cuda {
+
+// Waits until the kernels this one depends on (programmatically) have completed and
+// their memory is visible; a no-op without such a dependency or before sm_90.
+__device__ __forceinline__ void wait_for_prior_kernels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel of the stream be launched once every block of this one has
+// called it (or exited). Call it only after wait_for_prior_kernels().
+__device__ __forceinline__ void allow_next_kernel_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The prologue of a kernel with nothing to do before the wait.
+__device__ __forceinline__ void enter_kernel() {
+  wait_for_prior_kernels();
+  allow_next_kernel_launch();
+}
+
+// Launches `kernel` on `stream` (with PDL when programmatic_launch()); a failure
+// names the kernel.
+template <typename... Params, typename... Args>
+Status launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                     size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = programmatic_launch() ? 1 : 0;
+  return cuda_status(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), name);
+}
+
+}  // namespace pagedkv::backend::cuda
