@@ -195,8 +195,8 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
     // unused ones too; past this, want == end - begin <= data size holds.
     const uint64_t esize = dtype_size(t.dtype);
     if (numel > std::numeric_limits<uint64_t>::max() / esize) {
-      return bad(path, where + ": shape " + t.shape_string() + " x " + ds +
-                           " needs more than 2^64 bytes");
+      return bad(
+          path, where + ": shape " + t.shape_string() + " x " + ds + " needs more than 2^64 bytes");
     }
     uint64_t want = numel * esize;
     if (want != en - b) {
