@@ -12,7 +12,9 @@
 // knobs after another in one run (eager + host sampling, then graphs, device greedy,
 // fused GEMMs, fused norms, programmatic dependent launch: PAGEDKV_CUDA_GRAPHS /
 // _DEVICE_SAMPLING / _FUSED / _FUSED_NORMS, set_programmatic_launch) and prints a table of
-// them last; f32 KV (PAGEDKV_BENCH_F32=1) runs the full configuration only.
+// them last; f32 KV (PAGEDKV_BENCH_F32=1) runs the full configuration only;
+// PAGEDKV_BENCH_FIRST_CONFIG=i starts at configuration i (0 eager … 5 programmatic
+// launch), e.g. 4 for a short PDL off / on A/B.
 // Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with
 // PAGEDKV_CUDA_PROFILE=1 it prints where a decode step's time goes instead.
 // bench_cuda_model --seeded-moe: two before/after tables in one run instead —
