@@ -12,8 +12,9 @@
 // shape: 16 query heads, 8 KV heads, head_dim 128, block 16, block tables randomly
 // permuted) against our contiguous variant of the same kernel (the cost of
 // paging), prefill attention TFLOP/s, and the batch-invariant GEMM's TFLOP/s. The
-// attention rows run twice in the same run: the engine's kernel (attention.cu) and
-// the warp sub-partition kernel (`*_warp`, attention_warp.cu), an A/B.
+// attention rows run three times in the same run: the thread-per-key kernel
+// (attention.cu), the warp sub-partition kernel (`*_warp`, attention_warp.cu) and
+// the tensor-core kernel (`*_mma`, attention_mma.cu), an A/B/C.
 // Each figure is the median of 20 timed runs (10 for the step GEMMs; CUDA events)
 // after 3 warm-ups, on random data. bench/cuda/sdpa_baseline.py times torch SDPA /
 // torch.matmul on the same shapes for the ratios.
@@ -131,6 +132,8 @@ double bench_copy() {
 // Decode (or prefill) attention over bf16 KV; returns ms. `paged` chooses block
 // tables (randomly permuted blocks) or the contiguous layout.
 using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
+const std::pair<AttnFn, const char*> kAttnKernels[] = {
+    {paged_attention, ""}, {paged_attention_warp, "_warp"}, {paged_attention_mma, "_mma"}};
 
 double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, DeviceBuffer& kc,
                     DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks, AttnFn fn) {
@@ -167,6 +170,7 @@ double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, De
   p.max_blocks_per_seq = max_blocks;
   p.seq_capacity = ctx;
   p.workspace = ws.as<float>();
+  p.max_query_len = q_per_seq;
   return median_ms([&] { die_if(fn(p, 0)); });
 }
 
@@ -184,9 +188,8 @@ void bench_decode(int32_t seqs, int32_t ctx) {
   auto dt = *upload_vector(tables);
   const double bytes = 2.0 * elems * 2;  // K and V, bf16
   const std::string shape = std::to_string(seqs) + " rows x " + std::to_string(ctx) + " ctx";
-  for (bool warp : {false, true}) {
-    const AttnFn fn = warp ? paged_attention_warp : paged_attention;
-    const std::string tag = warp ? "_warp" : "";
+  for (const auto& [fn, suffix] : kAttnKernels) {
+    const std::string tag = suffix;
     const double flat = attention_ms(seqs, ctx, 1, false, kc, vc, dt, blocks_per_seq, fn);
     const double paged = attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq, fn);
     report("decode_attn_contiguous" + tag, shape, flat, bytes / (flat * 1e-3) / 1e9, "GB/s");
@@ -206,11 +209,10 @@ void bench_prefill(int32_t len) {
   std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
   auto dt = *upload_vector(tables);
   const double flops = 4.0 * H * D * (double(len) * len / 2);  // causal
-  for (bool warp : {false, true}) {
-    const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs,
-                                   warp ? paged_attention_warp : paged_attention);
-    report(warp ? "prefill_attn_paged_warp" : "prefill_attn_paged",
-           "1 x " + std::to_string(len) + " causal", ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+  for (const auto& [fn, suffix] : kAttnKernels) {
+    const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs, fn);
+    report(std::string("prefill_attn_paged") + suffix, "1 x " + std::to_string(len) + " causal", ms,
+           flops / (ms * 1e-3) / 1e12, "TFLOP/s");
   }
 }
 

@@ -180,6 +180,13 @@ class Model {
   // those rows (at most this many) on its device and finishes the draw through
   // RowDraw::draw. 0 for every CPU model.
   virtual int32_t draw_entries_cap() const { return 0; }
+
+  // Names the arithmetic behind the K/V this model writes when it is more than its
+  // weights and device say (a device model's attention kernel: each has its own
+  // fixed order, so the K/V of later layers differ between kernels). The cold
+  // tier's fingerprint includes it, so objects written under one kernel are never
+  // read under another. Empty for every CPU model.
+  virtual std::string kv_numerics() const { return {}; }
 };
 
 struct LoadOptions {

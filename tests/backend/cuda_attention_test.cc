@@ -1,14 +1,13 @@
-// Paged attention on the GPU, both kernels (attention.cu's `paged_attention`, the
-// engine's, and attention_warp.cu's `paged_attention_warp`; each test runs once per
-// kernel): the fixed order's promises beyond cuda_ops_test's shape sweep (which
-// covers paged_attention alone). Every query of a long prompt run as
-// its own decode launch gives the bits of the whole-prompt (prefill) launch, with
-// and without a sliding window that cuts through the 32-key warp sub-partitions;
-// 64 decode rows of different lengths give each row its bits alone, in any row
-// order, paged or contiguous; peaked softmaxes (large scores: the per-warp maxima
-// differ widely, so the warp kernel's e^(m_w − M) rescaling matters) stay within
-// the CPU tolerance (2e-5 · (1 + |cpu|), as in cuda_ops_test). Every test SKIPs
-// without a GPU.
+// Paged attention on the GPU, all three kernels (attention.cu's `paged_attention`,
+// attention_warp.cu's `paged_attention_warp` and attention_mma.cu's tensor-core
+// `paged_attention_mma`; each test runs once per kernel): the fixed order's promises beyond
+// cuda_ops_test's shape sweep (which covers paged_attention alone). Every query of a long prompt
+// run as its own decode launch gives the bits of the whole-prompt (prefill) launch, with and
+// without a sliding window that cuts through the 32-key warp sub-partitions; 64 decode rows of
+// different lengths give each row its bits alone, in any row order, paged or contiguous; peaked
+// softmaxes (large scores: the per-warp maxima differ widely, so the warp kernel's e^(m_w − M)
+// rescaling matters) stay within the CPU tolerance (2e-5 · (1 + |cpu|), as in cuda_ops_test). Every
+// test SKIPs without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +30,21 @@ using namespace testing;  // cuda_test_util.h: CudaTest and the device helpers
 
 constexpr int32_t kBs = 16;
 using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
+
+enum class Kernel { kThreadPerKey, kWarp, kMma };
+AttnFn kernel_fn(Kernel k) {
+  switch (k) {
+    case Kernel::kWarp:
+      return paged_attention_warp;
+    case Kernel::kMma:
+      return paged_attention_mma;
+    default:
+      return paged_attention;
+  }
+}
+std::string kernel_name(Kernel k) {
+  return k == Kernel::kWarp ? "warp" : k == Kernel::kMma ? "mma" : "thread_per_key";
+}
 
 // Sequences of bf16-valued K/V (host [len][kvh][hd] as f32), a permuted paged pool
 // and a contiguous cache holding the same rows.
@@ -88,8 +102,8 @@ struct Kv {
 
   // The GPU's attention for queries (seq, pos), bf16 KV.
   std::vector<float> gpu(const std::vector<float>& q, const std::vector<int32_t>& seq,
-                         const std::vector<int32_t>& pos, int32_t window, bool paged,
-                         AttnFn fn) const {
+                         const std::vector<int32_t>& pos, int32_t window, bool paged, AttnFn fn,
+                         int32_t max_query_len = 0) const {
     const int32_t T = static_cast<int32_t>(pos.size());
     auto dq = dev(q), dpos = dev(pos), dseq = dev(seq);
     auto dout = dev_zeros(q.size() * 4);
@@ -115,6 +129,7 @@ struct Kv {
     p.seq_capacity = cap;
     auto ws = dev_zeros(attention_workspace_floats(T, heads, hd, p.max_position) * 4);
     p.workspace = ws.as<float>();
+    p.max_query_len = max_query_len;
     const Status s = fn(p, 0);
     EXPECT_TRUE(s.ok()) << s.to_string();
     return host<float>(dout, q.size());
@@ -159,9 +174,9 @@ void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu,
     }
 }
 
-class CudaAttentionOrderTest : public CudaTest, public ::testing::WithParamInterface<bool> {
+class CudaAttentionOrderTest : public CudaTest, public ::testing::WithParamInterface<Kernel> {
  protected:
-  AttnFn fn() const { return GetParam() ? paged_attention_warp : paged_attention; }
+  AttnFn fn() const { return kernel_fn(GetParam()); }
 };
 
 TEST_P(CudaAttentionOrderTest, EveryDecodeStepEqualsTheWholePrompt) {
@@ -227,6 +242,51 @@ TEST_P(CudaAttentionOrderTest, SixtyFourDecodeRowsEqualEachRowAlone) {
   }
 }
 
+TEST_P(CudaAttentionOrderTest, DecodeRowsInPrefillBlocksAndInterleavedPromptsKeepTheirBits) {
+  // The mma kernel's prefill blocks take runs of one sequence's tokens; decode rows
+  // launched with a prefill hint (a run per row) and two prompts whose tokens
+  // alternate in the launch (runs of one token) must give each query its bits alone.
+  std::vector<int32_t> lens = {300, 300, 1, 17, 256, 257, 513, 40};
+  const Kv kv(16, 8, 128, lens, 91);
+  const size_t qrow = size_t{16} * 128;
+  std::vector<int32_t> pos, seq;
+  for (int32_t s = 0; s < 8; ++s) {
+    pos.push_back(lens[s] - 1);
+    seq.push_back(s);
+  }
+  auto q = randn(pos.size() * qrow, 92, 2.0f);
+  const auto decode = kv.gpu(q, seq, pos, 0, true, fn(), 1);
+  const auto as_prefill = kv.gpu(q, seq, pos, 0, true, fn(), 64);
+  EXPECT_TRUE(same_bits(decode.data(), as_prefill.data(), decode.size() * 4))
+      << "decode rows launched as decode vs as prefill tiles";
+  // Prompts 0 and 1 (300 tokens each) interleaved token by token.
+  std::vector<int32_t> ipos, iseq;
+  for (int32_t p = 0; p < 300; ++p)
+    for (int32_t s = 0; s < 2; ++s) {
+      ipos.push_back(p);
+      iseq.push_back(s);
+    }
+  auto iq = randn(ipos.size() * qrow, 93, 2.0f);
+  const auto inter = kv.gpu(iq, iseq, ipos, 30, true, fn());
+  for (int32_t s = 0; s < 2; ++s) {
+    std::vector<float> qs;
+    std::vector<int32_t> ps, ss;
+    for (int32_t p = 0; p < 300; ++p) {
+      const size_t t = 2 * p + s;
+      qs.insert(qs.end(), iq.begin() + t * qrow, iq.begin() + (t + 1) * qrow);
+      ps.push_back(p);
+      ss.push_back(s);
+    }
+    const auto alone = kv.gpu(qs, ss, ps, 30, true, fn());
+    int mismatches = 0;
+    for (int32_t p = 0; p < 300; ++p)
+      if (!same_bits(alone.data() + p * qrow, inter.data() + (2 * p + s) * qrow, qrow * 4))
+        ++mismatches;
+    EXPECT_EQ(mismatches, 0) << "prompt " << s << ": interleaved tokens whose bits differ";
+    expect_close(alone, kv.cpu(s, qs, ps, 30), "prompt vs cpu");
+  }
+}
+
 // Shapes (GQA 1/2/4/8/16, head_dim 16–256, windows 0/30/100; bf16 KV): a 300-token
 // prompt vs the CPU, chunks starting at block and partition boundaries == the whole
 // prompt, paged == contiguous.
@@ -234,11 +294,11 @@ struct Shape {
   int32_t heads, kv_heads, hd, window;
 };
 class CudaAttentionShapeTest : public CudaTest,
-                               public ::testing::WithParamInterface<std::tuple<Shape, bool>> {};
+                               public ::testing::WithParamInterface<std::tuple<Shape, Kernel>> {};
 
 TEST_P(CudaAttentionShapeTest, ChunkedEqualsWholeAndMatchesCpu) {
-  const auto [c, warp] = GetParam();
-  const AttnFn fn = warp ? paged_attention_warp : paged_attention;
+  const auto [c, kernel] = GetParam();
+  const AttnFn fn = kernel_fn(kernel);
   const Kv kv(c.heads, c.kv_heads, c.hd, {300}, 17);
   const int32_t L = 300;
   const size_t qrow = static_cast<size_t>(c.heads) * c.hd;
@@ -261,21 +321,69 @@ TEST_P(CudaAttentionShapeTest, ChunkedEqualsWholeAndMatchesCpu) {
   }
 }
 
+std::string shape_name(const Shape& c) {
+  return "h" + std::to_string(c.heads) + "_kv" + std::to_string(c.kv_heads) + "_d" +
+         std::to_string(c.hd) + "_w" + std::to_string(c.window);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttentionShapeTest,
     ::testing::Combine(::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0},
                                          Shape{32, 2, 128, 100}, Shape{4, 4, 256, 0},
                                          Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
-                       ::testing::Bool()),
+                       ::testing::Values(Kernel::kThreadPerKey, Kernel::kWarp)),
     [](const auto& info) {
-      const Shape& c = std::get<0>(info.param);
-      return "h" + std::to_string(c.heads) + "_kv" + std::to_string(c.kv_heads) + "_d" +
-             std::to_string(c.hd) + "_w" + std::to_string(c.window) +
-             (std::get<1>(info.param) ? "_warp" : "_thread_per_key");
+      return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
     });
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionOrderTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "warp" : "thread_per_key"; });
+// The tensor-core kernel's shapes: head_dim 16 … 128, groups 1, 2, 4, 8, 16.
+INSTANTIATE_TEST_SUITE_P(
+    MmaShapes, CudaAttentionShapeTest,
+    ::testing::Combine(::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0},
+                                         Shape{32, 2, 128, 100}, Shape{8, 8, 64, 30},
+                                         Shape{16, 4, 128, 45}, Shape{16, 16, 128, 0},
+                                         Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
+                       ::testing::Values(Kernel::kMma)),
+    [](const auto& info) {
+      return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
+    });
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionOrderTest,
+                         ::testing::Values(Kernel::kThreadPerKey, Kernel::kWarp, Kernel::kMma),
+                         [](const auto& info) { return kernel_name(info.param); });
+
+class CudaAttentionMmaTest : public CudaTest {};
+
+TEST_F(CudaAttentionMmaTest, RefusesWhatItDoesNotSupportByName) {
+  EXPECT_TRUE(paged_attention_mma_supports(128, 16, 8, KvType::kBF16));
+  EXPECT_FALSE(paged_attention_mma_supports(128, 16, 8, KvType::kF32));
+  EXPECT_FALSE(paged_attention_mma_supports(256, 16, 8, KvType::kBF16));
+  EXPECT_TRUE(paged_attention_mma_supports(32, 8, 4, KvType::kBF16));
+  EXPECT_FALSE(paged_attention_mma_supports(128, 12, 4, KvType::kBF16));  // group 3
+  const Kv kv(12, 4, 128, {20}, 5);
+  std::vector<int32_t> pos = {19}, seq = {0};
+  PagedAttentionParams p;
+  p.num_tokens = 1;
+  p.num_heads = 12;
+  p.num_kv_heads = 4;
+  p.head_dim = 128;
+  auto dq = dev(randn(12 * 128, 6)), dout = dev_zeros(12 * 128 * 4), dpos = dev(pos);
+  p.q = dq.as<float>();
+  p.out = dout.as<float>();
+  p.positions = dpos.as<int32_t>();
+  p.max_position = 19;
+  p.kv_type = KvType::kBF16;
+  p.layout = KvLayout::kBlockTable;
+  p.k_cache = kv.pool_k.data();
+  p.v_cache = kv.pool_v.data();
+  p.block_tables = kv.dtables.as<int32_t>();
+  p.max_blocks_per_seq = kv.max_blocks;
+  auto ws = dev_zeros(attention_workspace_floats(1, 12, 128, 19) * 4);
+  p.workspace = ws.as<float>();
+  const Status s = paged_attention_mma(p, 0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.to_string().find("query heads per KV head"), std::string::npos) << s.to_string();
+}
 
 }  // namespace
 }  // namespace pagedkv::backend::cuda

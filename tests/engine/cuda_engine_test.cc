@@ -515,6 +515,40 @@ TEST_P(CudaGraphTest, FusedProjectionsEqualSeparate) {
   }
 }
 
+// The tensor-core attention kernel (backend/cuda/attention_mma.cu) serves every
+// bf16-KV model whose head_dim and group it supports (every preset here), so the
+// exactness tests above run on it there; PAGEDKV_CUDA_ATTENTION=simt keeps the
+// thread-per-key kernel, and an unknown value is refused by name. The cold tier's
+// fingerprint names the kernel (Model::kv_numerics). Both kernels compute the same
+// attention (tests/backend/cuda_attention_test.cc: each within 2e-5 of the CPU;
+// the HF fixture test above runs bf16 KV on the tensor-core kernel): here their
+// first greedy tokens agree. Their logits are not compared: with bf16 KV a last-bit
+// difference in a layer's output can round a K/V element the other way, which the
+// later layers carry (about 1e-3 of these random models' tiny logits).
+TEST_P(CudaGraphTest, AttentionKernelChoiceAndAgreement) {
+  SKIP_WITHOUT_GPU();
+  const bool mma = GetParam().kv == KVDType::kBF16;  // every preset's head_dim is supported
+  EXPECT_EQ(model_->kv_numerics(), mma ? "attention mma" : "attention simt");
+  auto simt = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_ATTENTION", "simt");
+  ASSERT_NE(simt, nullptr);
+  EXPECT_EQ(simt->kv_numerics(), "attention simt");
+  auto a = run_batch(simt, 3, /*with_logits=*/false);
+  auto b = run_batch(model_, 3, /*with_logits=*/false);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_FALSE(a[i].tokens.empty());
+    ASSERT_FALSE(b[i].tokens.empty());
+    EXPECT_EQ(a[i].tokens.front(), b[i].tokens.front()) << "request " << i;
+  }
+  setenv("PAGEDKV_CUDA_ATTENTION", "flash", 1);
+  LoadOptions o;
+  o.kv_dtype = GetParam().kv;
+  auto bad = cuda::load_cuda_model(dir_, o);
+  unsetenv("PAGEDKV_CUDA_ATTENTION");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().to_string().find("PAGEDKV_CUDA_ATTENTION=flash"), std::string::npos);
+}
+
 // Seeded rows that want no logits: the device returns each row's best entries and
 // the host finishes the draw (engine::sample_token_from_best) — the same tokens
 // as the host sampler on the copied logits, for temperature, top-k, top-p, min-p

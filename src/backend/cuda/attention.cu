@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "backend/cuda/attention_check.h"
+#include "backend/cuda/attention_partitions.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -82,18 +83,6 @@ __device__ __forceinline__ const T* kv_row(const PagedAttentionParams& p, const 
   }
 }
 
-// Workspace: acc [T][H][parts][D], then m [T][H][parts], then l [T][H][parts].
-struct Ws {
-  float* acc;
-  float* m;
-  float* l;
-};
-__host__ __device__ inline Ws ws_layout(float* base, int32_t T, int32_t H, int32_t D,
-                                        int32_t parts) {
-  const int64_t n = static_cast<int64_t>(T) * H * parts;
-  return Ws{base, base + n * D, base + n * D + n};
-}
-
 template <int D, typename T, KvLayout L>
 __global__ void __launch_bounds__(kThreads)
     attn_partition_kernel(const PagedAttentionParams p, int32_t group, int32_t parts) {
@@ -120,7 +109,7 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t kb = max(k_begin, start);
   const int32_t n = k_end - kb;  // keys in this partition (≤ 0: all before the window)
   const int64_t row_elems = static_cast<int64_t>(p.num_kv_heads) * D;
-  Ws ws = ws_layout(p.workspace, p.num_tokens, p.num_heads, D, parts);
+  PartitionWorkspace ws = partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
   const int32_t h0 = kvh * group;
 
   if (n <= 0) {
@@ -241,7 +230,7 @@ __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts)
   const int32_t t = blockIdx.x, h = blockIdx.y;
   const int32_t pos = p.positions[t];
   const int32_t np = pos / kP + 1;
-  Ws ws = ws_layout(p.workspace, p.num_tokens, p.num_heads, D, parts);
+  PartitionWorkspace ws = partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
   const int64_t base = (static_cast<int64_t>(t) * p.num_heads + h) * parts;
   float M = -INFINITY;
   for (int32_t i = 0; i < np; ++i) M = fmaxf(M, ws.m[base + i]);
@@ -258,7 +247,7 @@ __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts)
 template <int D, typename T, KvLayout L>
 Status launch(const PagedAttentionParams& p, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
-  const int32_t parts = p.max_position / kP + 1;
+  const int32_t parts = attention_partitions(p.max_position);
   const size_t smem =
       sizeof(float) * (static_cast<size_t>(group) * D + group * kP) + 2 * kP * sizeof(const void*) +
       sizeof(float) * kWarps * 4 * D;  // q, scores, row pointers, PV partials (see the kernel)
@@ -271,10 +260,7 @@ Status launch(const PagedAttentionParams& p, cudaStream_t stream) {
             static_cast<unsigned>(p.num_kv_heads));
   PKV_RETURN_IF_ERROR(launch_kernel("attn_partition_kernel", kernel, grid, kThreads, smem, stream,
                                     p, group, parts));
-  dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads));
-  const unsigned combine_threads = D < 128 ? D : 128;
-  return launch_kernel("attn_combine_kernel", attn_combine_kernel<D>, cgrid, combine_threads, 0,
-                       stream, p, parts);
+  return combine_partitions(p, parts, stream);
 }
 
 template <int D, typename T>
@@ -299,6 +285,30 @@ Status dispatch_type(const PagedAttentionParams& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+Status combine_partitions(const PagedAttentionParams& p, int32_t parts, cudaStream_t stream) {
+  dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads));
+  const unsigned threads = p.head_dim < 128 ? static_cast<unsigned>(p.head_dim) : 128u;
+  switch (p.head_dim) {
+    case 16:
+      return launch_kernel("attn_combine_kernel", attn_combine_kernel<16>, grid, threads, 0, stream,
+                           p, parts);
+    case 32:
+      return launch_kernel("attn_combine_kernel", attn_combine_kernel<32>, grid, threads, 0, stream,
+                           p, parts);
+    case 64:
+      return launch_kernel("attn_combine_kernel", attn_combine_kernel<64>, grid, threads, 0, stream,
+                           p, parts);
+    case 128:
+      return launch_kernel("attn_combine_kernel", attn_combine_kernel<128>, grid, threads, 0,
+                           stream, p, parts);
+    case 256:
+      return launch_kernel("attn_combine_kernel", attn_combine_kernel<256>, grid, threads, 0,
+                           stream, p, parts);
+    default:
+      return invalid_argument("cuda attention combine: head_dim " + std::to_string(p.head_dim));
+  }
+}
 
 size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
                                   int32_t max_position) {

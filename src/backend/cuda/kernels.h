@@ -120,6 +120,9 @@ struct PagedAttentionParams {
   const void* const* k_tiles = nullptr;  // kTilePointers (device array)
   const void* const* v_tiles = nullptr;
   float* workspace = nullptr;  // attention_workspace_floats(...) floats (device)
+  // The most tokens of one sequence in this launch (1: a decode batch; 0: unknown).
+  // A launch-shape hint only: no kernel's bits depend on it.
+  int32_t max_query_len = 0;
 };
 
 // Floats of workspace paged_attention needs.
@@ -138,6 +141,16 @@ Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream = 0);
 // of the two for every launch. Not the engine's kernel yet (bench_cuda_kernels'
 // A/B rows; docs/backend.md).
 Status paged_attention_warp(const PagedAttentionParams& p, cudaStream_t stream = 0);
+
+// The same contract on tensor cores (attention_mma.cu: q and the softmax weights
+// split into bf16 planes, mma.sync, 64-key online-softmax chunks inside the 256-key
+// partitions, attention.cu's combine). Decode == prefill == chunked, batched ==
+// alone and paged == flat hold within it; its bits differ from the other two
+// kernels'. Needs paged_attention_mma_supports(): bf16 KV, head_dim 16–128, 1, 2,
+// 4, 8 or 16 query heads per KV head, block-table or contiguous layout.
+Status paged_attention_mma(const PagedAttentionParams& p, cudaStream_t stream = 0);
+bool paged_attention_mma_supports(int32_t head_dim, int32_t num_heads, int32_t num_kv_heads,
+                                  KvType kv_type);
 
 // ---- Step plumbing for a device-resident forward (src/model/cuda/) ------------
 

@@ -164,6 +164,9 @@ class CudaQwen3Model final : public Model {
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
   bool samples_greedy() const override { return device_greedy_; }
   int32_t draw_entries_cap() const override { return draw_cap_; }
+  std::string kv_numerics() const override {
+    return mma_attention_ ? "attention mma" : "attention simt";
+  }
   const CudaModelStats& stats() const { return stats_; }
   ~CudaQwen3Model() override {
     clear_graphs();
@@ -222,6 +225,10 @@ class CudaQwen3Model final : public Model {
   Status rms_norm(const float* x, int64_t m, const Weight& w, float* y) {
     return bc::rms_norm(x, m, w.cols(), wdata(w), w.dtype(), eps_, false, y, stream());
   }
+  // The model's one attention kernel (mma_attention_).
+  Status attention(const bc::PagedAttentionParams& p, cudaStream_t st) const {
+    return mma_attention_ ? bc::paged_attention_mma(p, st) : bc::paged_attention(p, st);
+  }
   cudaStream_t stream() const { return be_->stream(); }
   bc::KvType kv_type() const {
     return geom_.dtype == KVDType::kF32 ? bc::KvType::kF32 : bc::KvType::kBF16;
@@ -249,6 +256,7 @@ class CudaQwen3Model final : public Model {
     bool graph = false;  // captured: no host sync (MoE runs padded)
     int64_t T = 0, P = 0;
     int32_t maxb = 1, max_pos = 0;
+    int32_t max_query_len = 0;  // the most tokens of one row (attention's launch shape)
     const int32_t *ids = nullptr, *pos = nullptr, *seq = nullptr, *pick = nullptr, *tab = nullptr;
     float *x = nullptr, *h = nullptr, *y = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
     float *attn = nullptr, *g = nullptr, *u = nullptr, *ws = nullptr, *sel = nullptr;
@@ -276,10 +284,11 @@ class CudaQwen3Model final : public Model {
   StepProfile prof_;
   // Decode graphs per bucket; invalid once a scratch buffer or the pool moves.
   bool graphs_on_ = true;
-  bool device_greedy_ = true;  // PAGEDKV_CUDA_DEVICE_SAMPLING
-  int32_t draw_cap_ = 0;       // PAGEDKV_CUDA_DEVICE_SAMPLING: kMaxTopEntries
-  bool fused_ = false;         // PAGEDKV_CUDA_FUSED
-  bool fuse_norms_ = false;    // PAGEDKV_CUDA_FUSED_NORMS
+  bool device_greedy_ = true;   // PAGEDKV_CUDA_DEVICE_SAMPLING
+  int32_t draw_cap_ = 0;        // PAGEDKV_CUDA_DEVICE_SAMPLING: kMaxTopEntries
+  bool fused_ = false;          // PAGEDKV_CUDA_FUSED
+  bool fuse_norms_ = false;     // PAGEDKV_CUDA_FUSED_NORMS
+  bool mma_attention_ = false;  // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
   bool has_moe_ = false;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> seen_;
@@ -442,6 +451,16 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
     m->fused_ = true;
   }
   m->fuse_norms_ = resolve_knob<bool>("PAGEDKV_CUDA_FUSED_NORMS", std::nullopt, true);
+  // One attention kernel for every launch of this model: each has its own fixed
+  // order, so mixing them would make a query's bits depend on how it was launched.
+  const std::string attention =
+      resolve_knob<std::string>("PAGEDKV_CUDA_ATTENTION", std::nullopt, std::string("mma"));
+  if (attention != "mma" && attention != "simt")
+    return invalid_argument("PAGEDKV_CUDA_ATTENTION=" + attention + ": use mma or simt");
+  m->mma_attention_ =
+      attention == "mma" &&
+      bc::paged_attention_mma_supports(static_cast<int32_t>(mc.head_dim), static_cast<int32_t>(NH),
+                                       static_cast<int32_t>(KVH), m->kv_type());
   for (const Layer& L : m->layers_) m->has_moe_ |= L.is_moe;
   return std::unique_ptr<Model>(std::move(m));
 }
@@ -729,7 +748,8 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       p.v_cache = w.v_cache;
       p.block_tables = a.tab;
       p.max_blocks_per_seq = a.maxb;
-      PKV_RETURN_IF_ERROR(bc::paged_attention(p, st));
+      p.max_query_len = a.max_query_len;
+      PKV_RETURN_IF_ERROR(attention(p, st));
     } else {
       // Flat: each row over its own contiguous device cache (only the addressing
       // differs from the paged launch above).
@@ -758,7 +778,8 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
         p.k_cache = w.k_cache;
         p.v_cache = w.v_cache;
         p.seq_capacity = dev->capacity;
-        PKV_RETURN_IF_ERROR(bc::paged_attention(p, st));
+        p.max_query_len = row.num_tokens;
+        PKV_RETURN_IF_ERROR(attention(p, st));
       }
     }
     PKV_RETURN_IF_ERROR(gemm(attn, T, *L.attn.o, y));
@@ -854,6 +875,8 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   a.P = use_graph ? key.tokens : P;
   a.maxb = use_graph ? key.width : maxb;
   a.max_pos = use_graph ? key.parts * bc::kAttnPartition - 1 : max_pos;
+  for (const ForwardRow& row : batch.rows)
+    a.max_query_len = std::max(a.max_query_len, row.num_tokens);
   const int64_t Tm = a.T, Pm = a.P;
   const size_t n_meta =
       static_cast<size_t>(3 * Tm + Pm) + (paged ? static_cast<size_t>(Tm) * a.maxb : 0);

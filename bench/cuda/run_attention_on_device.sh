@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One call on the GPU machine for the attention kernels (issue 12): build the CUDA
+# tests, the kernel and model benchmarks and the CLI; run every cuda test; then the
+# attention rows of bench_cuda_kernels (thread-per-key, warp and tensor-core kernels,
+# and the tensor-core kernel's launch shapes), bench_cuda_model's default
+# configuration with PAGEDKV_CUDA_ATTENTION=simt and =mma, and the 8K cold / cached
+# time to first token with each kernel (bf16 KV, one seed).
+#   usage (repo root, after `source .devroot/setup.sh`; scripts/device/make-devroot.sh
+#   makes .devroot, name it in the call's carry): bash bench/cuda/run_attention_on_device.sh
+#   SKIP_TESTS=1 skips the tests.
+set -uo pipefail
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DPAGEDKV_BUILD_BENCH=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+T0=$(date +%s)
+cmake --build build-dev -j"$(nproc)" --target engine_cuda_tests backend_cuda_tests bench_cuda_kernels \
+  bench_cuda_model pagedkv >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -60; exit 1; }
+echo "build $(( $(date +%s) - T0 )) s"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  for t in backend/backend_cuda_tests engine/engine_cuda_tests; do
+    echo "== $t"
+    ./build-dev/tests/$t 2>&1 | tee "$OUT/$(basename $t).log" | grep -E "FAILED|Failure|PASSED|graphs:" | head -40
+  done
+fi
+echo "== bench_cuda_kernels (attention rows)"
+PKV_BENCH_ATTN_ONLY=1 timeout 240 ./build-dev/bench/cuda/bench_cuda_kernels "$OUT/kernels.csv" 2>&1 | grep -E "attn|hbm"
+for kernel in simt mma; do
+  echo "== bench_cuda_model, PAGEDKV_CUDA_ATTENTION=$kernel"
+  PAGEDKV_CUDA_ATTENTION=$kernel PAGEDKV_BENCH_FIRST_CONFIG=5 timeout 120 ./build-dev/bench/cuda/bench_cuda_model 2>&1 | grep -v "pagedkv info" | tail -12
+done
+P=./build-dev/src/cli/pagedkv
+$P make-model --preset qwen3-0.6b-shape --dtype bf16 --out /tmp/m06 >/dev/null 2>&1 || { echo make-model failed; exit 1; }
+PROMPTS=$(python3 - <<'PY'
+import random
+r = random.Random(1)
+ids = lambda n: " ".join(str(r.randint(1, 9999)) for _ in range(n))
+w, X, s1, s2 = ids(16), ids(8192), ids(64), ids(64)
+print(";".join([w, X + " " + s1, X + " " + s2]))
+PY
+)
+for kernel in simt mma; do
+  echo "== TTFT, $kernel: warm-up; X+s1 (cold, 8,256 tokens); X+s2 (8,192 cached)"
+  PAGEDKV_CUDA_ATTENTION=$kernel $P generate --device cuda --model /tmp/m06 --prompt-ids "$PROMPTS" \
+    --max-tokens 1 --stats 2>&1 | grep -E "^\[stats\]|rror" |
+    sed -E 's/.*(prompt [0-9]+):.*prompt_tokens=([0-9]+) cached_tokens=([0-9]+).*ttft_ms=([0-9.]+).*/\1 tokens=\2 cached=\3 ttft_ms=\4/'
+done
