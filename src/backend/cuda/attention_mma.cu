@@ -129,6 +129,163 @@ __device__ __forceinline__ void cp_async_wait_upto(int left) {
   }
 }
 
+constexpr int kKeyTiles = kChunk / 8;  // 8-key column tiles of a chunk's scores
+
+// The q planes (hi, mid, lo: split3) of `rows` shared rows, [3][rows][D + kPad]: row r
+// is warp r / 16's row r % 16, token slot (r % 16) / group of that warp's
+// tokens_per_warp from t0, head h0 + r % group; rows without a token are zero.
+template <int D>
+__device__ __forceinline__ void stage_q_planes(const PagedAttentionParams& p, __nv_bfloat16* qs,
+                                               int rows, int32_t t0, int32_t tokens_per_warp,
+                                               int32_t t_end, int32_t group, int32_t h0, int tid,
+                                               int threads) {
+  constexpr int RS = D + kPad;
+  for (int idx = tid; idx < rows * (D / 4); idx += threads) {
+    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
+    const int w = r / 16, rr = r % 16, slot = rr / group;
+    const int32_t t = t0 + w * tokens_per_warp + slot;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (slot < tokens_per_warp && t < t_end)
+      v = *reinterpret_cast<const float4*>(
+          p.q + (static_cast<int64_t>(t) * p.num_heads + h0 + rr % group) * D + d);
+    const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      __nv_bfloat16 hi, mid, lo;
+      split3(vs[e], hi, mid, lo);
+      qs[(0 * rows + r) * RS + d + e] = hi;
+      qs[(1 * rows + r) * RS + d + e] = mid;
+      qs[(2 * rows + r) * RS + d + e] = lo;
+    }
+  }
+}
+
+// Element offset of KV head kvh's K (or V) row of (seq, key).
+template <int D, KvLayout L>
+__device__ __forceinline__ int64_t key_offset(const PagedAttentionParams& p, int32_t seq,
+                                              int32_t key, int32_t kvh) {
+  const int64_t row_elems = static_cast<int64_t>(p.num_kv_heads) * D;
+  int64_t off;
+  if constexpr (L == KvLayout::kBlockTable) {
+    const int32_t blk =
+        p.block_tables[static_cast<int64_t>(seq) * p.max_blocks_per_seq + key / p.block_size];
+    off = (static_cast<int64_t>(blk) * p.block_size + key % p.block_size) * row_elems;
+  } else {
+    off = (seq * p.seq_capacity + key) * row_elems;
+  }
+  return off + static_cast<int64_t>(kvh) * D;
+}
+
+// S = q·Kᵀ of one chunk for the 16 rows from qrow0 of the q planes (q_rows rows a
+// plane): d ascending 16 at a time, hi, mid, lo; each key tile from zero.
+template <int D>
+__device__ __forceinline__ void chunk_scores(const __nv_bfloat16* qs, int q_rows, int qrow0,
+                                             const __nv_bfloat16* ks, int lane,
+                                             float (&s)[kKeyTiles][4]) {
+  constexpr int RS = D + kPad;
+#pragma unroll
+  for (int nt = 0; nt < kKeyTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+  for (int kstep = 0; kstep < D / 16; ++kstep) {
+    uint32_t a[3][4];
+#pragma unroll
+    for (int pl = 0; pl < 3; ++pl)
+      ldmatrix_x4(a[pl], qs + (pl * q_rows + qrow0 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS +
+                             kstep * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < kKeyTiles / 2; ++np) {
+      uint32_t b[4];
+      ldmatrix_x4(b, ks + (np * 16 + (lane & 7) + (lane >> 4) * 8) * RS + kstep * 16 +
+                         ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int pl = 0; pl < 3; ++pl) {
+        mma_bf16(s[2 * np], a[pl], b[0], b[1]);
+        mma_bf16(s[2 * np + 1], a[pl], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// s·scale, −∞ for keys outside [start, pos] of the thread's rows (g, g + 8) or rows
+// not live; mx = each row's max over the chunk (quad-reduced).
+__device__ __forceinline__ void mask_and_max(float (&s)[kKeyTiles][4], int32_t key0, int q4,
+                                             const bool (&live)[2], const int32_t (&start)[2],
+                                             const int32_t (&pos)[2], float scale, float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < kKeyTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e >> 1;
+      const int32_t key = key0 + nt * 8 + 2 * q4 + (e & 1);
+      const bool valid = live[i] && key >= start[i] && key <= pos[i];
+      s[nt][e] = valid ? s[nt][e] * scale : -INFINITY;
+      mx[i] = fmaxf(mx[i], s[nt][e]);
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+  }
+}
+
+// The online-softmax step from the running max m (before the chunk) and the chunk's
+// max: base (0 while nothing was seen), α = e^(m − base); m becomes the new max.
+__device__ __forceinline__ void softmax_step(float (&m)[2], const float (&mx)[2], float (&base)[2],
+                                             float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float m_new = fmaxf(m[i], mx[i]);
+    base[i] = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[i] = expf(m[i] - base[i]);
+    m[i] = m_new;
+  }
+}
+
+// p = e^(s − base) in place; rs = each row's sum (the thread's values in key-tile
+// order, then xor 1, xor 2).
+__device__ __forceinline__ void weights_and_sums(float (&s)[kKeyTiles][4], const float (&base)[2],
+                                                 float (&rs)[2]) {
+  rs[0] = rs[1] = 0.0f;
+#pragma unroll
+  for (int nt = 0; nt < kKeyTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e >> 1;
+      s[nt][e] = expf(s[nt][e] - base[i]);
+      rs[i] = rs[i] + s[nt][e];
+    }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    rs[i] = rs[i] + __shfl_xor_sync(0xffffffffu, rs[i], 1);
+    rs[i] = rs[i] + __shfl_xor_sync(0xffffffffu, rs[i], 2);
+  }
+}
+
+// The hi / lo planes of key step kk's weights (16 keys) as MMA A registers.
+__device__ __forceinline__ void weight_planes(const float (&s)[kKeyTiles][4], int kk,
+                                              uint32_t (&ahi)[4], uint32_t (&alo)[4]) {
+  split2_pair(s[2 * kk][0], s[2 * kk][1], ahi[0], alo[0]);
+  split2_pair(s[2 * kk][2], s[2 * kk][3], ahi[1], alo[1]);
+  split2_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], ahi[2], alo[2]);
+  split2_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], ahi[3], alo[3]);
+}
+
+// Output tiles 2·np and 2·np + 1 += P·V over key step kk (hi, then lo).
+template <int D>
+__device__ __forceinline__ void pv_step(float (&acc0)[4], float (&acc1)[4],
+                                        const uint32_t (&ahi)[4], const uint32_t (&alo)[4],
+                                        const __nv_bfloat16* vsm, int kk, int np, int lane) {
+  constexpr int RS = D + kPad;
+  uint32_t b[4];
+  ldmatrix_x4_trans(
+      b, vsm + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS + np * 16 + (lane >> 4) * 8);
+  mma_bf16(acc0, ahi, b[0], b[1]);
+  mma_bf16(acc0, alo, b[0], b[1]);
+  mma_bf16(acc1, ahi, b[2], b[3]);
+  mma_bf16(acc1, alo, b[2], b[3]);
+}
+
 // grid (tiles, partitions, KV heads); a tile is W·tokens_per_warp consecutive tokens.
 // STAGES 1: one K and one V buffer, the next chunk's K loading during this chunk's
 // softmax and P·V, its V during the next S (little shared memory: many blocks an
@@ -158,32 +315,12 @@ __global__ void __launch_bounds__(W * 32)
   const int32_t part = blockIdx.y, kvh = blockIdx.z;
   const int32_t p_begin = part * kP;
   const int32_t h0 = kvh * group;
-  const int64_t row_elems = static_cast<int64_t>(p.num_kv_heads) * D;
 
   // Does any token of the tile reach this partition?
   const bool reaches = tid < t_end - t0 && p.positions[t0 + tid] >= p_begin;
   if (!__syncthreads_or(reaches)) return;
 
-  // The q planes of the block's rows (row r of warp w: token slot r / group, head
-  // h0 + r % group; rows without a token are zero).
-  for (int idx = tid; idx < W * 16 * (D / 4); idx += W * 32) {
-    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
-    const int w = r / 16, rr = r % 16, slot = rr / group;
-    const int32_t t = t0 + w * tokens_per_warp + slot;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (slot < tokens_per_warp && t < t_end)
-      v = *reinterpret_cast<const float4*>(
-          p.q + (static_cast<int64_t>(t) * p.num_heads + h0 + rr % group) * D + d);
-    const float vs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      __nv_bfloat16 hi, mid, lo;
-      split3(vs[e], hi, mid, lo);
-      qs[(0 * W * 16 + r) * RS + d + e] = hi;
-      qs[(1 * W * 16 + r) * RS + d + e] = mid;
-      qs[(2 * W * 16 + r) * RS + d + e] = lo;
-    }
-  }
+  stage_q_planes<D>(p, qs, W * 16, t0, tokens_per_warp, t_end, group, h0, tid, W * 32);
 
   // This thread's two rows (g and g + 8 of its warp's 16).
   const int g = lane >> 2, q4 = lane & 3;
@@ -236,17 +373,7 @@ __global__ void __launch_bounds__(W * 32)
       if (c > c_last) return;
       for (int j = tid; j < kChunk; j += W * 32) {
         const int32_t key = p_begin + c * kChunk + j;
-        int64_t off = -1;
-        if (key >= kb && key < ke) {
-          if constexpr (L == KvLayout::kBlockTable) {
-            const int32_t blk = p.block_tables[static_cast<int64_t>(seq) * p.max_blocks_per_seq +
-                                               key / p.block_size];
-            off = (static_cast<int64_t>(blk) * p.block_size + key % p.block_size) * row_elems;
-          } else {
-            off = (seq * p.seq_capacity + key) * row_elems;
-          }
-          off += static_cast<int64_t>(kvh) * D;
-        }
+        const int64_t off = key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
         key_off[(kAllChunks ? c : (c & 1)) * kChunk + j] = off;
       }
     };
@@ -293,31 +420,8 @@ __global__ void __launch_bounds__(W * 32)
       }
       __syncthreads();
 
-      // S = q·Kᵀ for the chunk's key tiles (8 keys each).
-      constexpr int kKeyTiles = kChunk / 8;
       float s[kKeyTiles][4];
-#pragma unroll
-      for (int nt = 0; nt < kKeyTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-      for (int kstep = 0; kstep < D / 16; ++kstep) {
-        uint32_t a[3][4];
-#pragma unroll
-        for (int pl = 0; pl < 3; ++pl)
-          ldmatrix_x4(a[pl],
-                      qs + (pl * W * 16 + warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS +
-                          kstep * 16 + (lane >> 4) * 8);
-#pragma unroll
-        for (int np = 0; np < kKeyTiles / 2; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, ks + (np * 16 + (lane & 7) + (lane >> 4) * 8) * RS + kstep * 16 +
-                             ((lane >> 3) & 1) * 8);
-#pragma unroll
-          for (int pl = 0; pl < 3; ++pl) {
-            mma_bf16(s[2 * np], a[pl], b[0], b[1]);
-            mma_bf16(s[2 * np + 1], a[pl], b[2], b[3]);
-          }
-        }
-      }
+      chunk_scores<D>(qs, W * 16, warp * 16, ks, lane, s);
       if constexpr (!kAllChunks) {
         __syncthreads();  // every warp is done with K(c): load K(c+1) into it
         if (c < c_last) {
@@ -330,42 +434,13 @@ __global__ void __launch_bounds__(W * 32)
         __syncthreads();
       }
 
-      // Scale, mask, the online softmax step.
-      float mx[2] = {-INFINITY, -INFINITY};
+      // Scale, mask, the online softmax step, acc += P·V.
+      float mx[2], base[2], alpha[2], rs[2];
+      mask_and_max(s, p_begin + c * kChunk, q4, in_run, row_start, row_pos, p.scale, mx);
+      softmax_step(m, mx, base, alpha);
+      weights_and_sums(s, base, rs);
 #pragma unroll
-      for (int nt = 0; nt < kKeyTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = e >> 1;
-          const int32_t key = p_begin + c * kChunk + nt * 8 + 2 * q4 + (e & 1);
-          const bool valid = in_run[i] && key >= row_start[i] && key <= row_pos[i];
-          s[nt][e] = valid ? s[nt][e] * p.scale : -INFINITY;
-          mx[i] = fmaxf(mx[i], s[nt][e]);
-        }
-      float alpha[2], base[2], rs[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        const float m_new = fmaxf(m[i], mx[i]);
-        base[i] = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[i] = expf(m[i] - base[i]);
-        m[i] = m_new;
-      }
-#pragma unroll
-      for (int nt = 0; nt < kKeyTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = e >> 1;
-          s[nt][e] = expf(s[nt][e] - base[i]);
-          rs[i] = rs[i] + s[nt][e];
-        }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        rs[i] = rs[i] + __shfl_xor_sync(0xffffffffu, rs[i], 1);
-        rs[i] = rs[i] + __shfl_xor_sync(0xffffffffu, rs[i], 2);
-        l[i] = __fmaf_rn(l[i], alpha[i], rs[i]);
-      }
+      for (int i = 0; i < 2; ++i) l[i] = __fmaf_rn(l[i], alpha[i], rs[i]);
 #pragma unroll
       for (int nt = 0; nt < kDimTiles; ++nt) {
         acc[nt][0] *= alpha[0];
@@ -373,25 +448,13 @@ __global__ void __launch_bounds__(W * 32)
         acc[nt][2] *= alpha[1];
         acc[nt][3] *= alpha[1];
       }
-
-      // acc += P·V, 16 keys a step.
 #pragma unroll
       for (int kk = 0; kk < kChunk / 16; ++kk) {
         uint32_t ahi[4], alo[4];
-        split2_pair(s[2 * kk][0], s[2 * kk][1], ahi[0], alo[0]);
-        split2_pair(s[2 * kk][2], s[2 * kk][3], ahi[1], alo[1]);
-        split2_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], ahi[2], alo[2]);
-        split2_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], ahi[3], alo[3]);
+        weight_planes(s, kk, ahi, alo);
 #pragma unroll
-        for (int np = 0; np < D / 16; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vsm + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS + np * 16 +
-                                   (lane >> 4) * 8);
-          mma_bf16(acc[2 * np], ahi, b[0], b[1]);
-          mma_bf16(acc[2 * np], alo, b[0], b[1]);
-          mma_bf16(acc[2 * np + 1], ahi, b[2], b[3]);
-          mma_bf16(acc[2 * np + 1], alo, b[2], b[3]);
-        }
+        for (int np = 0; np < D / 16; ++np)
+          pv_step<D>(acc[2 * np], acc[2 * np + 1], ahi, alo, vsm, kk, np, lane);
       }
       if constexpr (!kAllChunks) {
         fill_offsets(c + 2);  // into key_off[c & 1], whose loads were all issued
@@ -424,6 +487,159 @@ __global__ void __launch_bounds__(W * 32)
   }
 }
 
+// Decode blocks for launches that fit in one wave (head_dim 64 or 128): one token,
+// one partition, a warp a chunk. Warp c loads chunk c and computes its scores and
+// their row maxima; once every chunk's max is known, each chunk's base is the
+// prefix max (the running max of the sequential loop), so warp c also computes its
+// α, weights and row sums; then warp w carries the accumulator of output dims
+// [16w, 16w + 16) through the chunks in order (acc·α_c, then P_c·V_c), and a thread
+// a row the l chain. Each row runs attn_mma_kernel's operations with the same
+// operands in the same order, so its bits are that kernel's; only the latency of
+// the chunk loop is spread over eight warps.
+template <int D>
+constexpr size_t wide_smem_bytes() {
+  return sizeof(__nv_bfloat16) * (D + kPad) * (3 * 16 + kChunks * 2 * kChunk) +
+         sizeof(uint32_t) * kChunks * (kChunk / 16) * 2 * 4 * 32 + sizeof(float) * 3 * kChunks * 16;
+}
+
+template <int D, KvLayout L>
+__global__ void __launch_bounds__(kChunks * 32)
+    attn_mma_decode_wide_kernel(const PagedAttentionParams p, int32_t group, int32_t parts) {
+  enter_kernel();
+  static_assert(D == 64 || D == 128, "a warp per pair of output tiles");
+  constexpr int RS = D + kPad, kPieces = D / 8, kSteps = kChunk / 16;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [3][16][RS]
+  __nv_bfloat16* kvs = qs + 3 * 16 * RS;                           // [chunk][K, V][kChunk][RS]
+  uint32_t* planes = reinterpret_cast<uint32_t*>(kvs + kChunks * 2 * kChunk * RS);
+  // planes [chunk][kk][hi, lo][reg][lane]; then per chunk and row: max, α, row sum
+  float* cmax = reinterpret_cast<float*>(planes + kChunks * kSteps * 2 * 4 * 32);
+  float* calpha = cmax + kChunks * 16;
+  float* crs = calpha + kChunks * 16;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t t = blockIdx.x, part = blockIdx.y, kvh = blockIdx.z;
+  const int32_t p_begin = part * kP, h0 = kvh * group;
+  const int32_t pos = p.positions[t];
+  if (pos < p_begin) return;
+  const int32_t seq = p.token_seq != nullptr ? p.token_seq[t] : 0;
+  const int32_t start =
+      (p.sliding_window > 0 && pos - p.sliding_window + 1 > 0) ? pos - p.sliding_window + 1 : 0;
+  const int32_t kb = max(p_begin, start), ke = min(p_begin + kP, pos + 1);
+  const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
+  const int c_last = kb < ke ? (ke - 1 - p_begin) / kChunk : -1;
+  const int c = warp;
+  const bool mine = c >= c_first && c <= c_last;
+  const __nv_bfloat16* ks = kvs + c * 2 * kChunk * RS;
+
+  if (mine) {  // chunk c's K and V: lane j finds key j's row, the warp loads whole rows
+    const int32_t key = p_begin + c * kChunk + lane;
+    const int64_t off = key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
+#pragma unroll
+    for (int which = 0; which < 2; ++which) {
+      const __nv_bfloat16* base =
+          static_cast<const __nv_bfloat16*>(which == 0 ? p.k_cache : p.v_cache);
+      __nv_bfloat16* dst = kvs + (c * 2 + which) * kChunk * RS;
+#pragma unroll 4
+      for (int i = 0; i < kChunk * kPieces / 32; ++i) {
+        const int idx = i * 32 + lane, j = idx / kPieces, e = idx % kPieces;
+        const int64_t o = __shfl_sync(0xffffffffu, off, j);
+        cp_async16(dst + j * RS + e * 8, o >= 0 ? base + o + e * 8 : base, o >= 0);
+      }
+    }
+    cp_async_commit();
+  }
+  stage_q_planes<D>(p, qs, 16, t, 1, t + 1, group, h0, tid, kChunks * 32);
+  if (mine) cp_async_wait<0>();
+  __syncthreads();  // the q planes and every chunk's K/V
+
+  const int g = lane >> 2, q4 = lane & 3;
+  const bool live[2] = {g < group, g + 8 < group};
+  const int32_t row_start[2] = {start, start}, row_pos[2] = {pos, pos};
+  float s[kKeyTiles][4], mx[2];
+  if (mine) {
+    chunk_scores<D>(qs, 16, 0, ks, lane, s);
+    mask_and_max(s, p_begin + c * kChunk, q4, live, row_start, row_pos, p.scale, mx);
+    if (q4 == 0) {
+      cmax[c * 16 + g] = mx[0];
+      cmax[c * 16 + g + 8] = mx[1];
+    }
+  }
+  __syncthreads();
+  if (mine) {
+    float m[2] = {-INFINITY, -INFINITY}, base[2], alpha[2], rs[2];
+    for (int cc = c_first; cc < c; ++cc) {
+      m[0] = fmaxf(m[0], cmax[cc * 16 + g]);
+      m[1] = fmaxf(m[1], cmax[cc * 16 + g + 8]);
+    }
+    softmax_step(m, mx, base, alpha);
+    weights_and_sums(s, base, rs);
+    if (q4 == 0) {
+      calpha[c * 16 + g] = alpha[0];
+      calpha[c * 16 + g + 8] = alpha[1];
+      crs[c * 16 + g] = rs[0];
+      crs[c * 16 + g + 8] = rs[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      uint32_t ahi[4], alo[4];
+      weight_planes(s, kk, ahi, alo);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        planes[(((c * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane] = ahi[r];
+        planes[(((c * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane] = alo[r];
+      }
+    }
+  }
+  __syncthreads();
+
+  const PartitionWorkspace ws =
+      partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
+  auto slot_of = [&](int row) {
+    return (static_cast<int64_t>(t) * p.num_heads + h0 + row) * parts + part;
+  };
+  if (warp < D / 16) {  // output tiles 2·warp and 2·warp + 1
+    float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int cc = c_first; cc <= c_last; ++cc) {
+      const float a0 = calpha[cc * 16 + g], a1 = calpha[cc * 16 + g + 8];
+      acc0[0] *= a0;
+      acc0[1] *= a0;
+      acc0[2] *= a1;
+      acc0[3] *= a1;
+      acc1[0] *= a0;
+      acc1[1] *= a0;
+      acc1[2] *= a1;
+      acc1[3] *= a1;
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        uint32_t ahi[4], alo[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          ahi[r] = planes[(((cc * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane];
+          alo[r] = planes[(((cc * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane];
+        }
+        pv_step<D>(acc0, acc1, ahi, alo, kvs + (cc * 2 + 1) * kChunk * RS, kk, warp, lane);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (!live[i]) continue;
+      float* o = ws.acc + slot_of(g + 8 * i) * D + warp * 16 + 2 * q4;
+      *reinterpret_cast<float2*>(o) = make_float2(acc0[2 * i], acc0[2 * i + 1]);
+      *reinterpret_cast<float2*>(o + 8) = make_float2(acc1[2 * i], acc1[2 * i + 1]);
+    }
+  }
+  if (tid < group) {  // the l chain and the final max of row tid
+    float l = 0.0f, m = -INFINITY;
+    for (int cc = c_first; cc <= c_last; ++cc) {
+      l = __fmaf_rn(l, calpha[cc * 16 + tid], crs[cc * 16 + tid]);
+      m = fmaxf(m, cmax[cc * 16 + tid]);
+    }
+    ws.m[slot_of(tid)] = m;
+    ws.l[slot_of(tid)] = l;
+  }
+}
+
 template <int D, int W, int STAGES, KvLayout L>
 Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
@@ -442,6 +658,21 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, cudaStream
   return combine_partitions(p, parts, stream);
 }
 
+template <int D, KvLayout L>
+Status launch_wide(const PagedAttentionParams& p, cudaStream_t stream) {
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const int32_t parts = attention_partitions(p.max_position);
+  const size_t smem = wide_smem_bytes<D>();
+  auto kernel = attn_mma_decode_wide_kernel<D, L>;
+  PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(smem)));
+  dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(parts),
+            static_cast<unsigned>(p.num_kv_heads));
+  PKV_RETURN_IF_ERROR(launch_kernel("attn_mma_decode_wide_kernel", kernel, grid, kChunks * 32, smem,
+                                    stream, p, group, parts));
+  return combine_partitions(p, parts, stream);
+}
+
 // SMs of the current device (cached per device).
 int sm_count() {
   static int counts[64] = {};
@@ -455,9 +686,10 @@ int sm_count() {
   return counts[dev];
 }
 
-// The launch shape; no bit depends on it. Decode (one token a row): a warp a
-// block, its partition's chunks all loading at once when the blocks fit in one
-// wave, else one K/V buffer (more blocks an SM). Prefill: four warps of
+// The launch shape; no bit depends on it. Decode (one token a row): when the blocks
+// fit in one wave, the wide kernel (a warp a chunk; head_dim 16 and 32: a warp
+// a block with every chunk loading at once), else a warp a block with one K/V
+// buffer (more blocks an SM). Prefill: four warps of
 // 16 / group tokens a block, one K/V buffer (measured best of 2, 4 and 8 warps with
 // one or two buffers: docs/performance.md).
 template <int D, KvLayout L>
@@ -467,8 +699,9 @@ Status dispatch_shape(const PagedAttentionParams& p, cudaStream_t stream) {
   if (decode) {
     const int64_t blocks =
         static_cast<int64_t>(p.num_tokens) * attention_partitions(p.max_position) * p.num_kv_heads;
-    return blocks <= sm_count() ? launch<D, 1, kChunks, L>(p, 1, stream)
-                                : launch<D, 1, 1, L>(p, 1, stream);
+    if (blocks > sm_count()) return launch<D, 1, 1, L>(p, 1, stream);
+    if constexpr (D == 64 || D == 128) return launch_wide<D, L>(p, stream);
+    return launch<D, 1, kChunks, L>(p, 1, stream);
   }
   return launch<D, 4, 1, L>(p, 16 / (p.num_heads / p.num_kv_heads), stream);
 }
