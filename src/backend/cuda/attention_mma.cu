@@ -35,7 +35,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/attention_check.h"
@@ -673,23 +675,35 @@ Status launch_wide(const PagedAttentionParams& p, cudaStream_t stream) {
   return combine_partitions(p, parts, stream);
 }
 
-// SMs of the current device (cached per device).
+// SMs of the current device (cached per device; 132 when it cannot be read).
 int sm_count() {
-  static int counts[64] = {};
+  static std::atomic<int> counts[64];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  if (counts[dev] == 0) {
-    int n = 0;
-    counts[dev] =
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess ? n : 132;
+  int n = counts[dev].load(std::memory_order_relaxed);
+  if (n == 0) {
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+      n = 132;
+    counts[dev].store(n, std::memory_order_relaxed);
   }
-  return counts[dev];
+  return n;
+}
+
+// Waves of blocks up to which decode launches use the wide kernel
+// (PAGEDKV_CUDA_ATTN_WIDE_WAVES, default 1; read once). Speed only.
+int64_t wide_decode_waves() {
+  static const int64_t waves = [] {
+    const char* e = std::getenv("PAGEDKV_CUDA_ATTN_WIDE_WAVES");
+    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 1;
+    return v >= 0 ? static_cast<int64_t>(v) : int64_t{1};
+  }();
+  return waves;
 }
 
 // The launch shape; no bit depends on it. Decode (one token a row): when the blocks
-// fit in one wave, the wide kernel (a warp a chunk; head_dim 16 and 32: a warp
-// a block with every chunk loading at once), else a warp a block with one K/V
-// buffer (more blocks an SM). Prefill: four warps of
+// fit in wide_decode_waves() waves, the wide kernel (a warp a chunk; head_dim 16 and
+// 32: in one wave, a warp a block with every chunk loading at once), else a warp a
+// block with one K/V buffer (more blocks an SM). Prefill: four warps of
 // 16 / group tokens a block, one K/V buffer (measured best of 2, 4 and 8 warps with
 // one or two buffers: docs/performance.md).
 template <int D, KvLayout L>
@@ -699,9 +713,12 @@ Status dispatch_shape(const PagedAttentionParams& p, cudaStream_t stream) {
   if (decode) {
     const int64_t blocks =
         static_cast<int64_t>(p.num_tokens) * attention_partitions(p.max_position) * p.num_kv_heads;
-    if (blocks > sm_count()) return launch<D, 1, 1, L>(p, 1, stream);
-    if constexpr (D == 64 || D == 128) return launch_wide<D, L>(p, stream);
-    return launch<D, 1, kChunks, L>(p, 1, stream);
+    if constexpr (D == 64 || D == 128) {
+      if (blocks <= wide_decode_waves() * sm_count()) return launch_wide<D, L>(p, stream);
+    } else {
+      if (blocks <= sm_count()) return launch<D, 1, kChunks, L>(p, 1, stream);
+    }
+    return launch<D, 1, 1, L>(p, 1, stream);
   }
   return launch<D, 4, 1, L>(p, 16 / (p.num_heads / p.num_kv_heads), stream);
 }
