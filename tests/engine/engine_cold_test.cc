@@ -2,8 +2,9 @@
 // finishes and restored by a later engine (a restart) before prefill, with
 // identical tokens and logits; the capture continuation makes every full block
 // restorable after ONE turn even when the step thread's budget covers only a
-// few; and a salted request never reads or writes default-domain objects (keys
-// belong to the request).
+// few; a salted request never reads or writes default-domain objects (keys
+// belong to the request); and a model whose K/V come from other arithmetic
+// (Model::kv_numerics, a device model's attention kernel) never reads another's.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -159,6 +160,57 @@ TEST_F(EngineColdTest, ASaltedRequestNeverReadsOrWritesDefaultDomainObjects) {
   RequestResult d = run(*e, p);
   EXPECT_EQ(d.usage.cached_prompt_tokens_cold, 96);
   EXPECT_EQ(e->stats().cold.hits, 6u);
+}
+
+// The model, naming the arithmetic of its K/V as a device model does
+// (Model::kv_numerics: the CUDA model's attention kernel).
+class NumericsTaggedModel : public model::Model {
+ public:
+  NumericsTaggedModel(std::shared_ptr<model::Model> inner, std::string tag)
+      : inner_(std::move(inner)), tag_(std::move(tag)) {}
+  const model::ModelConfig& config() const override { return inner_->config(); }
+  const model::KVGeometry& kv_geometry() const override { return inner_->kv_geometry(); }
+  Status forward(const model::ForwardBatch& batch, model::ForwardOutput* out) override {
+    return inner_->forward(batch, out);
+  }
+  std::string kv_numerics() const override { return tag_; }
+
+ private:
+  std::shared_ptr<model::Model> inner_;
+  std::string tag_;
+};
+
+TEST_F(EngineColdTest, ObjectsWrittenUnderOtherKvNumericsAreNeverRead) {
+  const auto p = prompt(100, 4);  // 6 full blocks restorable
+  auto tagged = [&](const std::string& tag) {
+    EngineOptions o;
+    o.persist_paged_cache = true;
+    o.cold_cache_dir = dir_ + "/cold";
+    o.metrics_dir = dir_ + "/metrics";
+    auto e = Engine::create(std::make_shared<NumericsTaggedModel>(model_, tag), o);
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return std::move(*e);
+  };
+  {
+    auto e = tagged("attention mma");
+    run(*e, p);
+    e->flush_cold_tier();
+    EXPECT_GT(e->stats().cold.enqueued, 0u);
+  }
+  {
+    auto e = tagged("attention simt");  // the same weights, other arithmetic
+    RequestResult r = run(*e, p);
+    EXPECT_EQ(r.usage.cached_prompt_tokens, 0);
+    EXPECT_EQ(e->stats().cold.hits, 0u);
+  }
+  {
+    auto e = engine();  // no tag (every CPU model): not the tagged objects either
+    RequestResult r = run(*e, p);
+    EXPECT_EQ(r.usage.cached_prompt_tokens_cold, 0);
+  }
+  auto e = tagged("attention mma");
+  RequestResult r = run(*e, p);
+  EXPECT_EQ(r.usage.cached_prompt_tokens_cold, 96);
 }
 
 TEST_F(EngineColdTest, PersistWithTheFlatPathIsRefused) {
