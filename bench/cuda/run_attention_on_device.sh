@@ -7,7 +7,9 @@
 # time to first token with each kernel (bf16 KV, one seed).
 #   usage (repo root, after `source .devroot/setup.sh`; scripts/device/make-devroot.sh
 #   makes .devroot, name it in the call's carry): bash bench/cuda/run_attention_on_device.sh
-#   SKIP_TESTS=1 skips the tests.
+#   SKIP_TESTS=1 skips the tests; WIDE_WAVES="2 4 8" adds bench_cuda_model runs with
+#   PAGEDKV_CUDA_ATTN_WIDE_WAVES set to each (the wide decode kernel on launches of
+#   that many waves: a launch-shape A/B, the same bits).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
@@ -29,6 +31,10 @@ PKV_BENCH_ATTN_ONLY=1 timeout 240 ./build-dev/bench/cuda/bench_cuda_kernels "$OU
 for kernel in simt mma; do
   echo "== bench_cuda_model, PAGEDKV_CUDA_ATTENTION=$kernel"
   PAGEDKV_CUDA_ATTENTION=$kernel PAGEDKV_BENCH_FIRST_CONFIG=5 timeout 120 ./build-dev/bench/cuda/bench_cuda_model 2>&1 | grep -v "pagedkv info" | tail -12
+done
+for waves in ${WIDE_WAVES:-}; do
+  echo "== bench_cuda_model, PAGEDKV_CUDA_ATTN_WIDE_WAVES=$waves"
+  PAGEDKV_CUDA_ATTN_WIDE_WAVES=$waves PAGEDKV_BENCH_FIRST_CONFIG=5 timeout 120 ./build-dev/bench/cuda/bench_cuda_model 2>&1 | grep -v "pagedkv info" | tail -6
 done
 P=./build-dev/src/cli/pagedkv
 $P make-model --preset qwen3-0.6b-shape --dtype bf16 --out /tmp/m06 >/dev/null 2>&1 || { echo make-model failed; exit 1; }
