@@ -95,9 +95,17 @@ __device__ __forceinline__ void split2_pair(float v0, float v1, uint32_t& hi, ui
 
 constexpr int kChunks = kP / kChunk;  // chunks a partition
 
+// Shared q rows a warp stages: its tokens_per_warp · group rows holding a query, then
+// (when that is under 16) one zero row that the MMA rows past them read. Decode
+// blocks (one token: `group` rows) so hold a 16-row tile in group + 1 shared rows,
+// which leaves room for more blocks an SM; the A operand's values are the same.
+__host__ __device__ constexpr int q_rows_per_warp(int tokens_per_warp, int group) {
+  return tokens_per_warp * group >= 16 ? 16 : tokens_per_warp * group + 1;
+}
+
 template <int D>
-constexpr size_t smem_bytes(int warps, int stages) {
-  return sizeof(__nv_bfloat16) * (D + kPad) * (3 * 16 * warps + stages * 2 * kChunk) +
+constexpr size_t smem_bytes(int warps, int q_rows, int stages) {
+  return sizeof(__nv_bfloat16) * (D + kPad) * (3 * q_rows * warps + stages * 2 * kChunk) +
          sizeof(int64_t) * (stages == 1 ? 2 : stages) * kChunk;
 }
 
@@ -133,18 +141,20 @@ __device__ __forceinline__ void cp_async_wait_upto(int left) {
 
 constexpr int kKeyTiles = kChunk / 8;  // 8-key column tiles of a chunk's scores
 
-// The q planes (hi, mid, lo: split3) of `rows` shared rows, [3][rows][D + kPad]: row r
-// is warp r / 16's row r % 16, token slot (r % 16) / group of that warp's
-// tokens_per_warp from t0, head h0 + r % group; rows without a token are zero.
+// The q planes (hi, mid, lo: split3) of `warps` · `rpw` shared rows,
+// [3][warps · rpw][D + kPad] (rpw = q_rows_per_warp): row r is warp r / rpw's row
+// rr = r % rpw, token slot rr / group of that warp's tokens_per_warp from t0, head
+// h0 + rr % group; rows without a token are zero.
 template <int D>
 __device__ __forceinline__ void stage_q_planes(const PagedAttentionParams& p, __nv_bfloat16* qs,
-                                               int rows, int32_t t0, int32_t tokens_per_warp,
-                                               int32_t t_end, int32_t group, int32_t h0, int tid,
-                                               int threads) {
+                                               int warps, int rpw, int32_t t0,
+                                               int32_t tokens_per_warp, int32_t t_end,
+                                               int32_t group, int32_t h0, int tid, int threads) {
   constexpr int RS = D + kPad;
+  const int rows = warps * rpw;
   for (int idx = tid; idx < rows * (D / 4); idx += threads) {
     const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
-    const int w = r / 16, rr = r % 16, slot = rr / group;
+    const int w = r / rpw, rr = r % rpw, slot = rr / group;
     const int32_t t = t0 + w * tokens_per_warp + slot;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (slot < tokens_per_warp && t < t_end)
@@ -178,13 +188,16 @@ __device__ __forceinline__ int64_t key_offset(const PagedAttentionParams& p, int
   return off + static_cast<int64_t>(kvh) * D;
 }
 
-// S = q·Kᵀ of one chunk for the 16 rows from qrow0 of the q planes (q_rows rows a
-// plane): d ascending 16 at a time, hi, mid, lo; each key tile from zero.
+// S = q·Kᵀ of one chunk for a warp's 16 MMA rows, staged from shared row qrow0 of
+// the q planes (q_rows rows a plane) with rpw rows (q_rows_per_warp): MMA row rr
+// reads shared row min(rr, rpw − 1), the zero row past the live ones when rpw < 16.
+// d ascending 16 at a time, hi, mid, lo; each key tile from zero.
 template <int D>
 __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* qs, int q_rows, int qrow0,
-                                             const __nv_bfloat16* ks, int lane,
+                                             int rpw, const __nv_bfloat16* ks, int lane,
                                              float (&s)[kKeyTiles][4]) {
   constexpr int RS = D + kPad;
+  const int a_row = qrow0 + min((lane & 7) + ((lane >> 3) & 1) * 8, rpw - 1);
 #pragma unroll
   for (int nt = 0; nt < kKeyTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
@@ -192,8 +205,7 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* qs, int q_rows
     uint32_t a[3][4];
 #pragma unroll
     for (int pl = 0; pl < 3; ++pl)
-      ldmatrix_x4(a[pl], qs + (pl * q_rows + qrow0 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS +
-                             kstep * 16 + (lane >> 4) * 8);
+      ldmatrix_x4(a[pl], qs + (pl * q_rows + a_row) * RS + kstep * 16 + (lane >> 4) * 8);
 #pragma unroll
     for (int np = 0; np < kKeyTiles / 2; ++np) {
       uint32_t b[4];
@@ -302,9 +314,10 @@ __global__ void __launch_bounds__(W * 32)
   constexpr int RS = D + kPad;      // shared row stride, elements
   constexpr int kPieces = D / 8;    // 16-byte pieces a K/V row
   constexpr int kDimTiles = D / 8;  // 8-wide output column tiles
+  const int rpw = q_rows_per_warp(tokens_per_warp, group);
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [3][W·16][RS]
-  __nv_bfloat16* kvs = qs + 3 * W * 16 * RS;                       // [stage][K, V][kChunk][RS]
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [3][W·rpw][RS]
+  __nv_bfloat16* kvs = qs + 3 * W * rpw * RS;                      // [stage][K, V][kChunk][RS]
   static_assert(STAGES == 1 || STAGES == kChunks, "one buffer, or one a chunk");
   constexpr bool kAllChunks = STAGES == kChunks;
   // [2][kChunk] (by chunk parity) or [kChunks][kChunk]
@@ -322,7 +335,7 @@ __global__ void __launch_bounds__(W * 32)
   const bool reaches = tid < t_end - t0 && p.positions[t0 + tid] >= p_begin;
   if (!__syncthreads_or(reaches)) return;
 
-  stage_q_planes<D>(p, qs, W * 16, t0, tokens_per_warp, t_end, group, h0, tid, W * 32);
+  stage_q_planes<D>(p, qs, W, rpw, t0, tokens_per_warp, t_end, group, h0, tid, W * 32);
 
   // This thread's two rows (g and g + 8 of its warp's 16).
   const int g = lane >> 2, q4 = lane & 3;
@@ -369,15 +382,18 @@ __global__ void __launch_bounds__(W * 32)
 
     const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
     const int c_last = kb < ke ? (ke - 1 - p_begin) / kChunk : -1;
-    // Element offsets of a chunk's K/V rows (−1: outside [kb, ke), zero-filled),
-    // computed a chunk or two ahead into key_off[c & 1] (or all at once, key_off[c]).
-    auto fill_offsets = [&](int c) {
-      if (c > c_last) return;
-      for (int j = tid; j < kChunk; j += W * 32) {
-        const int32_t key = p_begin + c * kChunk + j;
-        const int64_t off = key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
-        key_off[(kAllChunks ? c : (c & 1)) * kChunk + j] = off;
-      }
+    // Element offset of key tid of chunk c's K/V rows (−1: outside [kb, ke), zero-
+    // filled; threads past kChunk have none). A block-table read: one buffer
+    // issues it a chunk ahead of the store (fill_offsets), so its latency overlaps
+    // a chunk's work.
+    static_assert(kChunk <= 32, "a thread a key");
+    auto offset_of = [&](int c) -> int64_t {
+      const int32_t key = p_begin + c * kChunk + tid;
+      return tid < kChunk && key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
+    };
+    // Chunk c's offsets into key_off[c & 1] (or, every chunk at once, key_off[c]).
+    auto fill_offsets = [&](int c, int64_t off) {
+      if (c <= c_last && tid < kChunk) key_off[(kAllChunks ? c : (c & 1)) * kChunk + tid] = off;
     };
     // Whole rows a warp instruction: lane → (key 2i + lane / 16, piece lane % 16) for
     // head_dim 128 (four keys an instruction for 64).
@@ -394,7 +410,7 @@ __global__ void __launch_bounds__(W * 32)
     auto v_buf = [&](int c) { return k_buf(c) + kChunk * RS; };
 
     if constexpr (kAllChunks) {
-      for (int c = c_first; c <= c_last; ++c) fill_offsets(c);
+      for (int c = c_first; c <= c_last; ++c) fill_offsets(c, offset_of(c));
       __syncthreads();
       for (int c = c_first; c <= c_last; ++c) {  // a group a chunk: K and V
         load(0, k_buf(c), c);
@@ -402,8 +418,8 @@ __global__ void __launch_bounds__(W * 32)
         cp_async_commit();
       }
     } else {
-      fill_offsets(c_first);
-      fill_offsets(c_first + 1);
+      fill_offsets(c_first, offset_of(c_first));
+      fill_offsets(c_first + 1, offset_of(c_first + 1));
       __syncthreads();
       if (c_first <= c_last) {
         load(0, k_buf(c_first), c_first);
@@ -413,6 +429,7 @@ __global__ void __launch_bounds__(W * 32)
       }
     }
     for (int c = c_first; c <= c_last; ++c) {
+      const int64_t ahead = kAllChunks ? -1 : offset_of(c + 2);  // stored after P·V
       const __nv_bfloat16* ks = k_buf(c);
       const __nv_bfloat16* vsm = v_buf(c);
       if constexpr (kAllChunks) {
@@ -423,7 +440,7 @@ __global__ void __launch_bounds__(W * 32)
       __syncthreads();
 
       float s[kKeyTiles][4];
-      chunk_scores<D>(qs, W * 16, warp * 16, ks, lane, s);
+      chunk_scores<D>(qs, W * rpw, warp * rpw, rpw, ks, lane, s);
       if constexpr (!kAllChunks) {
         __syncthreads();  // every warp is done with K(c): load K(c+1) into it
         if (c < c_last) {
@@ -459,8 +476,8 @@ __global__ void __launch_bounds__(W * 32)
           pv_step<D>(acc[2 * np], acc[2 * np + 1], ahi, alo, vsm, kk, np, lane);
       }
       if constexpr (!kAllChunks) {
-        fill_offsets(c + 2);  // into key_off[c & 1], whose loads were all issued
-        __syncthreads();      // the buffers of chunk c are reloaded next
+        fill_offsets(c + 2, ahead);  // into key_off[c & 1], whose loads were all issued
+        __syncthreads();             // the buffers of chunk c are reloaded next
         if (c < c_last) {
           load(1, v_buf(c + 1), c + 1);
           cp_async_commit();
@@ -551,7 +568,7 @@ __global__ void __launch_bounds__(kChunks * 32)
     }
     cp_async_commit();
   }
-  stage_q_planes<D>(p, qs, 16, t, 1, t + 1, group, h0, tid, kChunks * 32);
+  stage_q_planes<D>(p, qs, 1, 16, t, 1, t + 1, group, h0, tid, kChunks * 32);
   if (mine) cp_async_wait<0>();
   __syncthreads();  // the q planes and every chunk's K/V
 
@@ -560,7 +577,7 @@ __global__ void __launch_bounds__(kChunks * 32)
   const int32_t row_start[2] = {start, start}, row_pos[2] = {pos, pos};
   float s[kKeyTiles][4], mx[2];
   if (mine) {
-    chunk_scores<D>(qs, 16, 0, ks, lane, s);
+    chunk_scores<D>(qs, 16, 0, 16, ks, lane, s);
     mask_and_max(s, p_begin + c * kChunk, q4, live, row_start, row_pos, p.scale, mx);
     if (q4 == 0) {
       cmax[c * 16 + g] = mx[0];
@@ -646,7 +663,7 @@ template <int D, int W, int STAGES, KvLayout L>
 Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const int32_t parts = attention_partitions(p.max_position);
-  const size_t smem = smem_bytes<D>(W, STAGES);
+  const size_t smem = smem_bytes<D>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
   auto kernel = attn_mma_kernel<D, W, STAGES, L>;
   if (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
@@ -690,12 +707,16 @@ int sm_count() {
 }
 
 // Waves of blocks up to which decode launches use the wide kernel
-// (PAGEDKV_CUDA_ATTN_WIDE_WAVES, default 1; read once). Speed only.
+// (PAGEDKV_CUDA_ATTN_WIDE_WAVES, default 2; read once). Speed only. Measured on the
+// H200 (docs/performance.md): 2 waves make 8 requests of ~550 tokens 1.3× faster
+// end to end than 1; at 32–64 requests (≥ 6 waves) neither 2, 4 nor 8 changed
+// anything, and 8 waves make one 32K-token row 0.6× as fast (the one-warp blocks'
+// more blocks an SM win there).
 int64_t wide_decode_waves() {
   static const int64_t waves = [] {
     const char* e = std::getenv("PAGEDKV_CUDA_ATTN_WIDE_WAVES");
-    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 1;
-    return v >= 0 ? static_cast<int64_t>(v) : int64_t{1};
+    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 2;
+    return v >= 0 ? static_cast<int64_t>(v) : int64_t{2};
   }();
   return waves;
 }
