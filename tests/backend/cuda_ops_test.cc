@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -389,6 +390,49 @@ TEST_F(CudaOpsTest, TopkRouteMatchesCpu) {
   }
 }
 
+// The fused gate/up activation (a block a 256-wide piece of a row) is silu_mul's
+// expression element for element: the same bits, for a width that is no multiple of
+// the piece.
+TEST_F(CudaOpsTest, SiluMulHalvesEqualsSiluMulBitForBit) {
+  const int64_t m = 3, inter = 3000;
+  auto g = randn(m * inter, 71, 3.0f), u = randn(m * inter, 72);
+  std::vector<float> gu(m * 2 * inter);
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t i = 0; i < inter; ++i) {
+      gu[t * 2 * inter + i] = g[t * inter + i];
+      gu[t * 2 * inter + inter + i] = u[t * inter + i];
+    }
+  auto dg = dev(g), du = dev(u), dgu = dev(gu);
+  auto want = dev_zeros(m * inter * 4), got = dev_zeros(m * inter * 4);
+  gpu_->silu_mul(dg.as<float>(), du.as<float>(), m * inter, want.as<float>());
+  ASSERT_TRUE(silu_mul_halves(dgu.as<float>(), m, inter, got.as<float>()).ok());
+  const auto a = host<float>(want, m * inter), b = host<float>(got, m * inter);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
+// The residual add fused into the next RMSNorm is add's and rms_norm's operations:
+// the same bits for rows kept in registers (d ≤ 2048) and longer rows.
+TEST_F(CudaOpsTest, AddRmsNormEqualsAddThenRmsNormBitForBit) {
+  const int64_t m = 3;
+  for (const int64_t d : {64, 1000, 1024, 2048, 3000}) {
+    auto x = randn(m * d, 81), y = randn(m * d, 82), w = randn(d, 83);
+    auto dw = dev(w);
+    auto dx1 = dev(x), dy1 = dev(y), dx2 = dev(x), dy2 = dev(y);
+    auto want = dev_zeros(m * d * 4), got = dev_zeros(m * d * 4);
+    ASSERT_TRUE(add(dx1.as<float>(), dy1.as<float>(), m * d).ok());
+    ASSERT_TRUE(rms_norm(dx1.as<float>(), m, d, dw.data(), WeightDType::kF32, 1e-6f, false,
+                         want.as<float>())
+                    .ok());
+    ASSERT_TRUE(add_rms_norm(dx2.as<float>(), dy2.as<float>(), m, d, dw.data(), WeightDType::kF32,
+                             1e-6f, got.as<float>())
+                    .ok());
+    const auto a = host<float>(want, m * d), b = host<float>(got, m * d);
+    const auto xa = host<float>(dx1, m * d), xb = host<float>(dx2, m * d);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "d " << d;
+    EXPECT_EQ(0, std::memcmp(xa.data(), xb.data(), xa.size() * sizeof(float))) << "d " << d;
+  }
+}
+
 TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
   const int64_t n = 151936, m = 5;
   auto x = randn(m * n, 91);
@@ -414,6 +458,19 @@ TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
   EXPECT_EQ(host<int32_t>(di, m), want);
   EXPECT_EQ(want[1], 7);
   EXPECT_EQ(want[2], 0);
+  // Rows narrower than the kernel's slices and threads; the best at the last index;
+  // an equal value in a later slice loses to the first.
+  for (const int64_t w : {1, 3, 9, 1000, 8193}) {
+    std::vector<float> y(2 * w, -1.0f);
+    y[w - 1] = 2.0f;  // row 0: the last element
+    y[w] = 3.0f;      // row 1: first and last tie → the first
+    y[2 * w - 1] = 3.0f;
+    auto dy = dev(y);
+    auto dj = dev_zeros(2 * 4);
+    gpu_->argmax(dy.as<float>(), 2, w, dj.as<int32_t>());
+    EXPECT_EQ(host<int32_t>(dj, 2), (std::vector<int32_t>{static_cast<int32_t>(w - 1), 0}))
+        << "width " << w;
+  }
 }
 
 // ---- attention -------------------------------------------------------------------

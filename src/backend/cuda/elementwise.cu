@@ -1,6 +1,7 @@
 // Row-wise and elementwise CUDA kernels: embedding, RMSNorm, RoPE, SwiGLU/GeGLU,
 // residual add, softmax, top-k MoE routing and greedy argmax (see kernels.h for
 // the exactness contract; reductions are the fixed trees of device_common.cuh).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -177,17 +178,34 @@ __device__ __forceinline__ bool better(float va, int32_t ia, float vb, int32_t i
   return va > vb || (va == vb && ia < ib);
 }
 
-__global__ void argmax_kernel(const float* logits, int64_t n, int32_t* ids) {
+// Greedy argmax of row blockIdx.x: a cluster of kArgmaxSlices blocks a row, block
+// z taking the z-th contiguous slice with kArgmaxThreads threads; each block's best
+// (value, index) goes to its shared memory and block 0 folds the slices over the
+// cluster's shared memory. `better` is a total order (larger value, then lower
+// index; NaN never wins), so any grouping of the row gives the serial scan's
+// answer: the split only spreads the 600 KiB of a 151,936-wide row over eight SMs
+// (one 256-thread block took ~250 µs a step on the H200; docs/performance.md).
+constexpr int kArgmaxSlices = 8;
+constexpr int kArgmaxThreads = 1024;
+
+__global__ void __cluster_dims__(1, kArgmaxSlices, 1) __launch_bounds__(kArgmaxThreads)
+    argmax_kernel(const float* logits, int64_t n, int32_t* ids) {
   enter_kernel();
-  __shared__ float sv[32];
-  __shared__ int32_t si[32];
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __shared__ float sv[kArgmaxThreads / 32];
+  __shared__ int32_t si[kArgmaxThreads / 32];
+  __shared__ float block_v;
+  __shared__ int32_t block_i;
   const float* row = logits + blockIdx.x * n;
+  const int64_t slice = (n + kArgmaxSlices - 1) / kArgmaxSlices;
+  const int64_t lo = blockIdx.y * slice, hi = lo + slice < n ? lo + slice : n;
   float bv = 0.0f;
   int32_t bi = -1;
-  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) {
+#pragma unroll 4
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kArgmaxThreads) {
     const float v = row[i];
-    if (isnan(v)) continue;
-    if (better(v, static_cast<int32_t>(i), bv, bi)) {
+    if (!isnan(v) && better(v, static_cast<int32_t>(i), bv, bi)) {
       bv = v;
       bi = static_cast<int32_t>(i);
     }
@@ -208,15 +226,29 @@ __global__ void argmax_kernel(const float* logits, int64_t n, int32_t* ids) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    float v = sv[0];
-    int32_t idx = si[0];
-    for (int w = 1; w < kRowThreads / 32; ++w)
-      if (better(sv[w], si[w], v, idx)) {
-        v = sv[w];
-        idx = si[w];
+    for (int w = 1; w < kArgmaxThreads / 32; ++w)
+      if (better(sv[w], si[w], sv[0], si[0])) {
+        sv[0] = sv[w];
+        si[0] = si[w];
       }
+    block_v = sv[0];
+    block_i = si[0];
+  }
+  cluster.sync();  // every slice's best is in its block's shared memory
+  if (cluster.block_rank() == 0 && threadIdx.x == 0) {
+    float v = block_v;
+    int32_t idx = block_i;
+    for (unsigned z = 1; z < kArgmaxSlices; ++z) {
+      const float ov = *cluster.map_shared_rank(&block_v, z);
+      const int32_t oi = *cluster.map_shared_rank(&block_i, z);
+      if (better(ov, oi, v, idx)) {
+        v = ov;
+        idx = oi;
+      }
+    }
     ids[blockIdx.x] = idx < 0 ? 0 : idx;
   }
+  cluster.sync();  // no block leaves while block 0 reads its shared memory
 }
 
 }  // namespace
@@ -307,8 +339,9 @@ Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStrea
   PKV_RETURN_IF_ERROR(check_positive("cuda argmax", "n", n));
   if (n > INT32_MAX) return invalid_argument("cuda argmax: n exceeds int32");
   if (m == 0) return ok_status();
-  return launch_kernel("argmax_kernel", argmax_kernel, static_cast<unsigned>(m), kRowThreads, 0,
-                       stream, logits, n, ids);
+  return launch_kernel("argmax_kernel", argmax_kernel,
+                       dim3(static_cast<unsigned>(m), kArgmaxSlices), kArgmaxThreads, 0, stream,
+                       logits, n, ids);
 }
 
 }  // namespace pagedkv::backend::cuda
