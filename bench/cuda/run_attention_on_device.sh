@@ -7,7 +7,9 @@
 # time to first token with each kernel (bf16 KV, one seed).
 #   usage (repo root, after `source .devroot/setup.sh`; scripts/device/make-devroot.sh
 #   makes .devroot, name it in the call's carry): bash bench/cuda/run_attention_on_device.sh
-#   SKIP_TESTS=1 skips the tests; WIDE_WAVES="2 4 8" adds bench_cuda_model runs with
+#   The attention tests run a second time with the two-round wide decode kernel
+#   forced (PAGEDKV_CUDA_ATTN_WIDE2_WAVES). SKIP_TESTS=1 skips the tests;
+#   WIDE_WAVES="2 4 8" adds bench_cuda_model runs with
 #   PAGEDKV_CUDA_ATTN_WIDE_WAVES set to each (the wide decode kernel on launches of
 #   that many waves: a launch-shape A/B, the same bits).
 set -uo pipefail
@@ -25,6 +27,10 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     echo "== $t"
     ./build-dev/tests/$t 2>&1 | tee "$OUT/$(basename $t).log" | grep -E "FAILED|Failure|PASSED|graphs:" | head -40
   done
+  echo "== attention tests, every head_dim 64/128 decode launch in the two-round wide kernel"
+  PAGEDKV_CUDA_ATTN_WIDE_WAVES=0 PAGEDKV_CUDA_ATTN_WIDE2_WAVES=100000 \
+    ./build-dev/tests/backend/backend_cuda_tests --gtest_filter='*Attention*' 2>&1 |
+    grep -E "FAILED|Failure|PASSED" | head -20
 fi
 echo "== bench_cuda_kernels (attention rows)"
 PKV_BENCH_ATTN_ONLY=1 timeout 240 ./build-dev/bench/cuda/bench_cuda_kernels "$OUT/kernels.csv" 2>&1 | grep -E "attn|hbm"

@@ -506,33 +506,38 @@ __global__ void __launch_bounds__(W * 32)
   }
 }
 
-// Decode blocks for launches that fit in one wave (head_dim 64 or 128): one token,
-// one partition, a warp a chunk. Warp c loads chunk c and computes its scores and
-// their row maxima; once every chunk's max is known, each chunk's base is the
-// prefix max (the running max of the sequential loop), so warp c also computes its
-// α, weights and row sums; then warp w carries the accumulator of output dims
-// [16w, 16w + 16) through the chunks in order (acc·α_c, then P_c·V_c), and a thread
-// a row the l chain. Each row runs attn_mma_kernel's operations with the same
-// operands in the same order, so its bits are that kernel's; only the latency of
-// the chunk loop is spread over eight warps.
-template <int D>
+// Decode blocks of eight warps (head_dim 64 or 128): one token, one partition, the
+// chunks in kRounds rounds of kBuf = kChunks / kRounds (one round holds all eight
+// chunks' K/V: one block an SM; two rounds hold four at a time: two blocks an SM).
+// In a round, warp b < kBuf loads chunk c = round·kBuf + b and computes its scores
+// and their row maxima; once those are known (earlier rounds' stay in shared
+// memory), each chunk's base is the prefix max (the running max of the sequential
+// loop), so warp b also computes its α, weights and row sums; then warp w carries
+// the accumulator of output dims [16w, 16w + 16) through the round's chunks in
+// order (acc·α_c, then P_c·V_c), and after the last round a thread a row runs the
+// l chain. Each row runs attn_mma_kernel's operations with the same operands in the
+// same order, so its bits are that kernel's; only the latency of the chunk loop is
+// spread over the warps.
+template <int D, int kRounds>
 constexpr size_t wide_smem_bytes() {
-  return sizeof(__nv_bfloat16) * (D + kPad) * (3 * 16 + kChunks * 2 * kChunk) +
-         sizeof(uint32_t) * kChunks * (kChunk / 16) * 2 * 4 * 32 + sizeof(float) * 3 * kChunks * 16;
+  constexpr int kBuf = kChunks / kRounds;
+  return sizeof(__nv_bfloat16) * (D + kPad) * (3 * 16 + kBuf * 2 * kChunk) +
+         sizeof(uint32_t) * kBuf * (kChunk / 16) * 2 * 4 * 32 + sizeof(float) * 3 * kChunks * 16;
 }
 
-template <int D, KvLayout L>
+template <int D, int kRounds, KvLayout L>
 __global__ void __launch_bounds__(kChunks * 32)
     attn_mma_decode_wide_kernel(const PagedAttentionParams p, int32_t group, int32_t parts) {
   enter_kernel();
   static_assert(D == 64 || D == 128, "a warp per pair of output tiles");
-  constexpr int RS = D + kPad, kPieces = D / 8, kSteps = kChunk / 16;
+  static_assert(kChunks % kRounds == 0, "whole rounds");
+  constexpr int RS = D + kPad, kPieces = D / 8, kSteps = kChunk / 16, kBuf = kChunks / kRounds;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [3][16][RS]
-  __nv_bfloat16* kvs = qs + 3 * 16 * RS;                           // [chunk][K, V][kChunk][RS]
-  uint32_t* planes = reinterpret_cast<uint32_t*>(kvs + kChunks * 2 * kChunk * RS);
-  // planes [chunk][kk][hi, lo][reg][lane]; then per chunk and row: max, α, row sum
-  float* cmax = reinterpret_cast<float*>(planes + kChunks * kSteps * 2 * 4 * 32);
+  __nv_bfloat16* kvs = qs + 3 * 16 * RS;                           // [buffer][K, V][kChunk][RS]
+  uint32_t* planes = reinterpret_cast<uint32_t*>(kvs + kBuf * 2 * kChunk * RS);
+  // planes [buffer][kk][hi, lo][reg][lane]; then per chunk and row: max, α, row sum
+  float* cmax = reinterpret_cast<float*>(planes + kBuf * kSteps * 2 * 4 * 32);
   float* calpha = cmax + kChunks * 16;
   float* crs = calpha + kChunks * 16;
 
@@ -547,18 +552,25 @@ __global__ void __launch_bounds__(kChunks * 32)
   const int32_t kb = max(p_begin, start), ke = min(p_begin + kP, pos + 1);
   const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
   const int c_last = kb < ke ? (ke - 1 - p_begin) / kChunk : -1;
-  const int c = warp;
-  const bool mine = c >= c_first && c <= c_last;
-  const __nv_bfloat16* ks = kvs + c * 2 * kChunk * RS;
+  // Does this warp score a chunk in `round` (warp b: chunk round·kBuf + b)?
+  auto mine_in = [&](int round) {
+    const int c = round * kBuf + warp;
+    return warp < kBuf && c >= c_first && c <= c_last;
+  };
+  const __nv_bfloat16* ks = kvs + warp * 2 * kChunk * RS;
 
-  if (mine) {  // chunk c's K and V: lane j finds key j's row, the warp loads whole rows
+  // The round's chunk of this warp, K and V: lane j finds key j's row, the warp
+  // loads whole rows.
+  auto load_round = [&](int round) {
+    if (!mine_in(round)) return;
+    const int c = round * kBuf + warp;
     const int32_t key = p_begin + c * kChunk + lane;
     const int64_t off = key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
 #pragma unroll
     for (int which = 0; which < 2; ++which) {
       const __nv_bfloat16* base =
           static_cast<const __nv_bfloat16*>(which == 0 ? p.k_cache : p.v_cache);
-      __nv_bfloat16* dst = kvs + (c * 2 + which) * kChunk * RS;
+      __nv_bfloat16* dst = kvs + (warp * 2 + which) * kChunk * RS;
 #pragma unroll 4
       for (int i = 0; i < kChunk * kPieces / 32; ++i) {
         const int idx = i * 32 + lane, j = idx / kPieces, e = idx % kPieces;
@@ -567,79 +579,92 @@ __global__ void __launch_bounds__(kChunks * 32)
       }
     }
     cp_async_commit();
-  }
+  };
+  load_round(0);
   stage_q_planes<D>(p, qs, 1, 16, t, 1, t + 1, group, h0, tid, kChunks * 32);
-  if (mine) cp_async_wait<0>();
-  __syncthreads();  // the q planes and every chunk's K/V
 
   const int g = lane >> 2, q4 = lane & 3;
   const bool live[2] = {g < group, g + 8 < group};
   const int32_t row_start[2] = {start, start}, row_pos[2] = {pos, pos};
-  float s[kKeyTiles][4], mx[2];
-  if (mine) {
-    chunk_scores<D>(qs, 16, 0, 16, ks, lane, s);
-    mask_and_max(s, p_begin + c * kChunk, q4, live, row_start, row_pos, p.scale, mx);
-    if (q4 == 0) {
-      cmax[c * 16 + g] = mx[0];
-      cmax[c * 16 + g + 8] = mx[1];
-    }
-  }
-  __syncthreads();
-  if (mine) {
-    float m[2] = {-INFINITY, -INFINITY}, base[2], alpha[2], rs[2];
-    for (int cc = c_first; cc < c; ++cc) {
-      m[0] = fmaxf(m[0], cmax[cc * 16 + g]);
-      m[1] = fmaxf(m[1], cmax[cc * 16 + g + 8]);
-    }
-    softmax_step(m, mx, base, alpha);
-    weights_and_sums(s, base, rs);
-    if (q4 == 0) {
-      calpha[c * 16 + g] = alpha[0];
-      calpha[c * 16 + g + 8] = alpha[1];
-      crs[c * 16 + g] = rs[0];
-      crs[c * 16 + g + 8] = rs[1];
-    }
-#pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) {
-      uint32_t ahi[4], alo[4];
-      weight_planes(s, kk, ahi, alo);
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        planes[(((c * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane] = ahi[r];
-        planes[(((c * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane] = alo[r];
+  float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int round = 0; round < kRounds; ++round) {
+    const int c = round * kBuf + warp;
+    const bool mine = mine_in(round);
+    if (mine) cp_async_wait<0>();
+    __syncthreads();  // the q planes and this round's K/V
+    float s[kKeyTiles][4], mx[2];
+    if (mine) {
+      chunk_scores<D>(qs, 16, 0, 16, ks, lane, s);
+      mask_and_max(s, p_begin + c * kChunk, q4, live, row_start, row_pos, p.scale, mx);
+      if (q4 == 0) {
+        cmax[c * 16 + g] = mx[0];
+        cmax[c * 16 + g + 8] = mx[1];
       }
     }
+    __syncthreads();
+    if (mine) {
+      float m[2] = {-INFINITY, -INFINITY}, base[2], alpha[2], rs[2];
+      for (int cc = c_first; cc < c; ++cc) {
+        m[0] = fmaxf(m[0], cmax[cc * 16 + g]);
+        m[1] = fmaxf(m[1], cmax[cc * 16 + g + 8]);
+      }
+      softmax_step(m, mx, base, alpha);
+      weights_and_sums(s, base, rs);
+      if (q4 == 0) {
+        calpha[c * 16 + g] = alpha[0];
+        calpha[c * 16 + g + 8] = alpha[1];
+        crs[c * 16 + g] = rs[0];
+        crs[c * 16 + g + 8] = rs[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {
+        uint32_t ahi[4], alo[4];
+        weight_planes(s, kk, ahi, alo);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          planes[(((warp * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane] = ahi[r];
+          planes[(((warp * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane] = alo[r];
+        }
+      }
+    }
+    __syncthreads();
+    if (warp < D / 16) {  // output tiles 2·warp and 2·warp + 1, this round's chunks
+      const int cc_end = min(c_last, (round + 1) * kBuf - 1);
+      for (int cc = max(c_first, round * kBuf); cc <= cc_end; ++cc) {
+        const int b = cc - round * kBuf;
+        const float a0 = calpha[cc * 16 + g], a1 = calpha[cc * 16 + g + 8];
+        acc0[0] *= a0;
+        acc0[1] *= a0;
+        acc0[2] *= a1;
+        acc0[3] *= a1;
+        acc1[0] *= a0;
+        acc1[1] *= a0;
+        acc1[2] *= a1;
+        acc1[3] *= a1;
+#pragma unroll
+        for (int kk = 0; kk < kSteps; ++kk) {
+          uint32_t ahi[4], alo[4];
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            ahi[r] = planes[(((b * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane];
+            alo[r] = planes[(((b * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane];
+          }
+          pv_step<D>(acc0, acc1, ahi, alo, kvs + (b * 2 + 1) * kChunk * RS, kk, warp, lane);
+        }
+      }
+    }
+    if (round + 1 < kRounds) {
+      __syncthreads();  // every warp is done with this round's buffers and planes
+      load_round(round + 1);
+    }
   }
-  __syncthreads();
 
   const PartitionWorkspace ws =
       partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
   auto slot_of = [&](int row) {
     return (static_cast<int64_t>(t) * p.num_heads + h0 + row) * parts + part;
   };
-  if (warp < D / 16) {  // output tiles 2·warp and 2·warp + 1
-    float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int cc = c_first; cc <= c_last; ++cc) {
-      const float a0 = calpha[cc * 16 + g], a1 = calpha[cc * 16 + g + 8];
-      acc0[0] *= a0;
-      acc0[1] *= a0;
-      acc0[2] *= a1;
-      acc0[3] *= a1;
-      acc1[0] *= a0;
-      acc1[1] *= a0;
-      acc1[2] *= a1;
-      acc1[3] *= a1;
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        uint32_t ahi[4], alo[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          ahi[r] = planes[(((cc * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane];
-          alo[r] = planes[(((cc * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane];
-        }
-        pv_step<D>(acc0, acc1, ahi, alo, kvs + (cc * 2 + 1) * kChunk * RS, kk, warp, lane);
-      }
-    }
+  if (warp < D / 16) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (!live[i]) continue;
@@ -677,12 +702,12 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, cudaStream
   return combine_partitions(p, parts, stream);
 }
 
-template <int D, KvLayout L>
+template <int D, int kRounds, KvLayout L>
 Status launch_wide(const PagedAttentionParams& p, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const int32_t parts = attention_partitions(p.max_position);
-  const size_t smem = wide_smem_bytes<D>();
-  auto kernel = attn_mma_decode_wide_kernel<D, L>;
+  const size_t smem = wide_smem_bytes<D, kRounds>();
+  auto kernel = attn_mma_decode_wide_kernel<D, kRounds, L>;
   PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(smem)));
   dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(parts),
@@ -712,19 +737,35 @@ int sm_count() {
 // end to end than 1; at 32–64 requests (≥ 6 waves) neither 2, 4 nor 8 changed
 // anything, and 8 waves make one 32K-token row 0.6× as fast (the one-warp blocks'
 // more blocks an SM win there).
+// A non-negative integer knob read once (`fallback` when unset or negative).
+int64_t waves_knob(const char* name, long fallback) {
+  const char* e = std::getenv(name);
+  const long v = e != nullptr ? std::strtol(e, nullptr, 10) : fallback;
+  return v >= 0 ? static_cast<int64_t>(v) : int64_t{fallback};
+}
+
 int64_t wide_decode_waves() {
-  static const int64_t waves = [] {
-    const char* e = std::getenv("PAGEDKV_CUDA_ATTN_WIDE_WAVES");
-    const long v = e != nullptr ? std::strtol(e, nullptr, 10) : 2;
-    return v >= 0 ? static_cast<int64_t>(v) : int64_t{2};
-  }();
+  static const int64_t waves = waves_knob("PAGEDKV_CUDA_ATTN_WIDE_WAVES", 2);
+  return waves;
+}
+
+// Waves (of two blocks an SM) up to which the other decode launches use the wide
+// kernel in two rounds of four chunks (PAGEDKV_CUDA_ATTN_WIDE2_WAVES, default 0:
+// never; read once). Speed only. Measured on the H200 (docs/performance.md): 4
+// waves made 32 requests sharing a 512-token prefix (L2-resident KV) 1.09× faster
+// end to end, but a launch streaming its KV from HBM (one 32K-token row, 1,024
+// blocks) 0.67× as fast as the one-warp blocks; the launch cannot tell the two
+// apart, so it stays off until a rule that can is measured.
+int64_t wide2_decode_waves() {
+  static const int64_t waves = waves_knob("PAGEDKV_CUDA_ATTN_WIDE2_WAVES", 0);
   return waves;
 }
 
 // The launch shape; no bit depends on it. Decode (one token a row): when the blocks
 // fit in wide_decode_waves() waves, the wide kernel (a warp a chunk; head_dim 16 and
-// 32: in one wave, a warp a block with every chunk loading at once), else a warp a
-// block with one K/V buffer (more blocks an SM). Prefill: four warps of
+// 32: in one wave, a warp a block with every chunk loading at once), then, when they
+// fit in wide2_decode_waves() waves of two blocks an SM, the wide kernel in two
+// rounds, else a warp a block with one K/V buffer (more blocks an SM). Prefill: four warps of
 // 16 / group tokens a block, one K/V buffer (measured best of 2, 4 and 8 warps with
 // one or two buffers: docs/performance.md).
 template <int D, KvLayout L>
@@ -735,7 +776,8 @@ Status dispatch_shape(const PagedAttentionParams& p, cudaStream_t stream) {
     const int64_t blocks =
         static_cast<int64_t>(p.num_tokens) * attention_partitions(p.max_position) * p.num_kv_heads;
     if constexpr (D == 64 || D == 128) {
-      if (blocks <= wide_decode_waves() * sm_count()) return launch_wide<D, L>(p, stream);
+      if (blocks <= wide_decode_waves() * sm_count()) return launch_wide<D, 1, L>(p, stream);
+      if (blocks <= wide2_decode_waves() * 2 * sm_count()) return launch_wide<D, 2, L>(p, stream);
     } else {
       if (blocks <= sm_count()) return launch<D, 1, kChunks, L>(p, 1, stream);
     }
