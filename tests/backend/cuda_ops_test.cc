@@ -197,7 +197,12 @@ class SmallMPath {
 // warp kernel's "wide" switch (8192).
 TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
   for (const auto& [K, N] :
-       {std::pair<int64_t, int64_t>{200, 136}, {1030, 8200}, {37, 8195}, {3072, 40}, {2100, 100}}) {
+       {std::pair<int64_t, int64_t>{200, 136},
+        {1030, 8200},
+        {37, 8195},
+        {3072, 40},
+        {2100, 100},
+        {1024, 6150}}) {  // the last: 16-column decode blocks below the LM head's width
     SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N));
     auto w = randn(N * K, 31, 0.05f);
     auto W = make_weight(*gpu_, w, N, K, WeightDType::kBF16);

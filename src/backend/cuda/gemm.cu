@@ -321,8 +321,9 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
 // Rows and column groups per block for M ≤ 64 rows (speed only: the bits are the
 // same for every choice). Rows go in bands of 16 (grid.y), one row tile a block;
 // up to 8 rows use a half tile (rows 8–15 are known zeros: fewer registers, three
-// blocks an SM). 8 columns a block (the most blocks to stream the weights), 16
-// for wide outputs (N ≥ 8192, the LM head: more bytes in flight a warp).
+// blocks an SM). 8 columns a block for outputs narrower than decode_wide_min_n()
+// (4096: the o and down projections' 128 blocks), 16 for wider ones (q/k/v,
+// gate/up, the LM head: more bytes in flight a warp, fewer waves).
 // Measured on the H200 (docs/performance.md): all row tiles of a block from one
 // weight load (RT = 2–4, 16 or 32 columns) ran 1.05–1.15× slower at 32–64 rows
 // than these bands (its registers left one block an SM), so RT stays 1.
@@ -331,9 +332,26 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
 // to 8 rows with K past 8 chunks take 16 or 24 warps a block, so every chunk of
 // K ≤ 3072 runs in one round (the o and down projections: no round waits for the
 // one before).
+// Output width from which decode blocks own 16 columns instead of 8
+// (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, default 4096; read once). Launch shape only: the
+// same bits (the kernel comment above; the tests pass with it at 1). Measured on
+// the H200 (docs/performance.md): 16 columns for the fused q/k/v (N 4096) and
+// gate/up (N 6144) projections, 1,024 wide, are 1.05× / 1.16× faster at one row
+// (7.6 → 7.2 µs, 9.0 → 7.8 µs: half the blocks, one wave instead of 1.3–1.9), and
+// 1.43× / 1.5× at 32 / 64 rows, where they also beat the cluster kernel
+// (auto_small_m); the 1,024-wide o and down projections keep 8 (128 blocks).
+int64_t decode_wide_min_n() {
+  static const int64_t min_n = [] {
+    const char* e = std::getenv("PAGEDKV_CUDA_GEMM_WIDE_MIN_N");
+    const long long v = e != nullptr ? std::strtoll(e, nullptr, 10) : 4096;
+    return v > 0 ? static_cast<int64_t>(v) : int64_t{4096};
+  }();
+  return min_n;
+}
+
 Status gemm_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                    float* y, cudaStream_t stream, bool main_dispatch) {
-  const bool wide = n >= 8192;
+  const bool wide = n >= decode_wide_min_n();
   const int64_t chunks = (k + kKChunk - 1) / kKChunk;
   if (m <= 8 && !main_dispatch && chunks > 8) {
     if (chunks <= 16)
@@ -401,12 +419,16 @@ __global__ void __launch_bounds__(kSimtThreads)
 
 // The kernel for m ≤ 64 rows when none is forced (speed only; docs/performance.md).
 // Measured on the H200 (docs/performance.md, "cluster decode GEMM"): up to 16 rows
-// the warp kernel wins everywhere; above, the cluster kernel wins for K ≤ 1024 (one
-// round of chunks: q/k/v, gate/up) and loses for longer K; for the LM head's width
-// the 64×64-tile kernel wins past 32 rows.
+// the warp kernel wins everywhere; above, the cluster kernel wins over the warp
+// kernel's 8-column blocks for K ≤ 1024 (one round of chunks: q/k/v, gate/up) and
+// loses for longer K, but not over its 16-column blocks (outputs ≥ 4096 wide);
+// for the LM head's width the 64×64-tile kernel wins past 32 rows.
 GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
   if (m <= 16) return GemmSmallM::kWarpChunks;
   if (n >= 8192) return m > 32 ? GemmSmallM::kLargeM : GemmSmallM::kWarpChunks;
+  // 16 columns a block (decode_wide_min_n): 1.10–1.15× the cluster kernel at 32–64
+  // rows for the fused q/k/v and gate/up projections (H200, 2026-12-02).
+  if (n >= decode_wide_min_n()) return GemmSmallM::kWarpChunks;
   return k <= 1024 ? GemmSmallM::kCluster : GemmSmallM::kWarpChunks;
 }
 
