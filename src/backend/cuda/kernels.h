@@ -208,7 +208,9 @@ Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out,
                        cudaStream_t stream = 0);
 
 // x += y, then out = rms_norm(x) · w (x, y, out [m][d]): add's and rms_norm's
-// operations element for element, in one launch.
+// operations element for element, in one launch. w is read before the wait for the
+// previous kernel (programmatic launch): it must not be written by a kernel of
+// the stream (model weights are uploaded before any step).
 Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* w, WeightDType wdt,
                     float eps, float* out, cudaStream_t stream = 0);
 
