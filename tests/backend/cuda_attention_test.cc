@@ -31,19 +31,45 @@ using namespace testing;  // cuda_test_util.h: CudaTest and the device helpers
 constexpr int32_t kBs = 16;
 using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
 
-enum class Kernel { kThreadPerKey, kWarp, kMma };
+// The kernels, and the tensor-core kernel with every decode launch forced into one
+// of its launch shapes (one-warp blocks, the eight-warp kernel in one or two
+// rounds), which must give the bits of its prefill launches.
+enum class Kernel { kThreadPerKey, kWarp, kMma, kMmaOneWarp, kMmaWide, kMmaWideTwoRounds };
+template <MmaDecodeShape S>
+Status mma_forced(const PagedAttentionParams& p, cudaStream_t stream) {
+  return paged_attention_mma_with_decode_shape(p, S, stream);
+}
 AttnFn kernel_fn(Kernel k) {
   switch (k) {
     case Kernel::kWarp:
       return paged_attention_warp;
     case Kernel::kMma:
       return paged_attention_mma;
+    case Kernel::kMmaOneWarp:
+      return mma_forced<MmaDecodeShape::kOneWarp>;
+    case Kernel::kMmaWide:
+      return mma_forced<MmaDecodeShape::kWide>;
+    case Kernel::kMmaWideTwoRounds:
+      return mma_forced<MmaDecodeShape::kWideTwoRounds>;
     default:
       return paged_attention;
   }
 }
 std::string kernel_name(Kernel k) {
-  return k == Kernel::kWarp ? "warp" : k == Kernel::kMma ? "mma" : "thread_per_key";
+  switch (k) {
+    case Kernel::kWarp:
+      return "warp";
+    case Kernel::kMma:
+      return "mma";
+    case Kernel::kMmaOneWarp:
+      return "mma_decode_one_warp";
+    case Kernel::kMmaWide:
+      return "mma_decode_wide";
+    case Kernel::kMmaWideTwoRounds:
+      return "mma_decode_wide_two_rounds";
+    default:
+      return "thread_per_key";
+  }
 }
 
 // Sequences of bf16-valued K/V (host [len][kvh][hd] as f32), a permuted paged pool
@@ -349,7 +375,9 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionOrderTest,
-                         ::testing::Values(Kernel::kThreadPerKey, Kernel::kWarp, Kernel::kMma),
+                         ::testing::Values(Kernel::kThreadPerKey, Kernel::kWarp, Kernel::kMma,
+                                           Kernel::kMmaOneWarp, Kernel::kMmaWide,
+                                           Kernel::kMmaWideTwoRounds),
                          [](const auto& info) { return kernel_name(info.param); });
 
 class CudaAttentionMmaTest : public CudaTest {};

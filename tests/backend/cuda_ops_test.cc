@@ -194,7 +194,8 @@ class SmallMPath {
 // with and without the weights loaded a round ahead). Also the large kernel forced for m ≤ 64
 // and the automatic choice. K has a tail in every unit the kernels work in (32-wide blocks,
 // 8-wide weight loads, 4-wide x loads), N past a column tile, a cluster's 64 columns and the
-// warp kernel's "wide" switch (8192).
+// warp kernel's 16-column switch (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096 by default: N = 6150,
+// 8195 and 8200 take 16 columns, with a partial last block).
 TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
   for (const auto& [K, N] :
        {std::pair<int64_t, int64_t>{200, 136},

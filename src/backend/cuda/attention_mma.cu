@@ -768,18 +768,26 @@ int64_t wide2_decode_waves() {
 // rounds, else a warp a block with one K/V buffer (more blocks an SM). Prefill: four warps of
 // 16 / group tokens a block, one K/V buffer (measured best of 2, 4 and 8 warps with
 // one or two buffers: docs/performance.md).
+// `force` (tests) overrides the decode choice.
 template <int D, KvLayout L>
-Status dispatch_shape(const PagedAttentionParams& p, cudaStream_t stream) {
+Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaStream_t stream) {
   const bool decode =
       p.max_query_len > 0 ? p.max_query_len <= kDecodeMaxQueryLen : p.num_tokens <= 64;
   if (decode) {
     const int64_t blocks =
         static_cast<int64_t>(p.num_tokens) * attention_partitions(p.max_position) * p.num_kv_heads;
+    const bool automatic = force == MmaDecodeShape::kAuto;
     if constexpr (D == 64 || D == 128) {
-      if (blocks <= wide_decode_waves() * sm_count()) return launch_wide<D, 1, L>(p, stream);
-      if (blocks <= wide2_decode_waves() * 2 * sm_count()) return launch_wide<D, 2, L>(p, stream);
+      if (force == MmaDecodeShape::kWide ||
+          (automatic && blocks <= wide_decode_waves() * sm_count()))
+        return launch_wide<D, 1, L>(p, stream);
+      if (force == MmaDecodeShape::kWideTwoRounds ||
+          (automatic && blocks <= wide2_decode_waves() * 2 * sm_count()))
+        return launch_wide<D, 2, L>(p, stream);
     } else {
-      if (blocks <= sm_count()) return launch<D, 1, kChunks, L>(p, 1, stream);
+      if (force == MmaDecodeShape::kWide || force == MmaDecodeShape::kWideTwoRounds ||
+          (automatic && blocks <= sm_count()))
+        return launch<D, 1, kChunks, L>(p, 1, stream);
     }
     return launch<D, 1, 1, L>(p, 1, stream);
   }
@@ -787,12 +795,12 @@ Status dispatch_shape(const PagedAttentionParams& p, cudaStream_t stream) {
 }
 
 template <int D>
-Status dispatch_layout(const PagedAttentionParams& p, cudaStream_t stream) {
+Status dispatch_layout(const PagedAttentionParams& p, MmaDecodeShape force, cudaStream_t stream) {
   switch (p.layout) {
     case KvLayout::kBlockTable:
-      return dispatch_shape<D, KvLayout::kBlockTable>(p, stream);
+      return dispatch_shape<D, KvLayout::kBlockTable>(p, force, stream);
     case KvLayout::kContiguous:
-      return dispatch_shape<D, KvLayout::kContiguous>(p, stream);
+      return dispatch_shape<D, KvLayout::kContiguous>(p, force, stream);
     default:
       return invalid_argument("cuda attention (tensor cores): tile pointers need f32 KV");
   }
@@ -811,6 +819,11 @@ bool paged_attention_mma_supports(int32_t head_dim, int32_t num_heads, int32_t n
 }
 
 Status paged_attention_mma(const PagedAttentionParams& p, cudaStream_t stream) {
+  return paged_attention_mma_with_decode_shape(p, MmaDecodeShape::kAuto, stream);
+}
+
+Status paged_attention_mma_with_decode_shape(const PagedAttentionParams& p, MmaDecodeShape shape,
+                                             cudaStream_t stream) {
   PKV_RETURN_IF_ERROR(check_paged_attention_params(p, 16, "cuda attention (tensor cores)"));
   if (!paged_attention_mma_supports(p.head_dim, p.num_heads, p.num_kv_heads, p.kv_type)) {
     return invalid_argument(
@@ -824,13 +837,13 @@ Status paged_attention_mma(const PagedAttentionParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return ok_status();
   switch (p.head_dim) {
     case 16:
-      return dispatch_layout<16>(p, stream);
+      return dispatch_layout<16>(p, shape, stream);
     case 32:
-      return dispatch_layout<32>(p, stream);
+      return dispatch_layout<32>(p, shape, stream);
     case 64:
-      return dispatch_layout<64>(p, stream);
+      return dispatch_layout<64>(p, shape, stream);
     default:
-      return dispatch_layout<128>(p, stream);
+      return dispatch_layout<128>(p, shape, stream);
   }
 }
 

@@ -328,7 +328,9 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
 // weight load (RT = 2–4, 16 or 32 columns) ran 1.05–1.15× slower at 32–64 rows
 // than these bands (its registers left one block an SM), so RT stays 1.
 // main_dispatch: always 8 warps a block (the dispatch of main before 2026-12-01's
-// cluster kernel, kept as the A/B baseline: GemmSmallM::kWarpChunks8). Otherwise up
+// cluster kernel, kept as the A/B baseline: GemmSmallM::kWarpChunks8; its column
+// blocks follow decode_wide_min_n() like the rest, so set
+// PAGEDKV_CUDA_GEMM_WIDE_MIN_N=8192 too for that old dispatch). Otherwise up
 // to 8 rows with K past 8 chunks take 16 or 24 warps a block, so every chunk of
 // K ≤ 3072 runs in one round (the o and down projections: no round waits for the
 // one before).

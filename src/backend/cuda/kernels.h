@@ -143,12 +143,20 @@ Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream = 0);
 Status paged_attention_warp(const PagedAttentionParams& p, cudaStream_t stream = 0);
 
 // The same contract on tensor cores (attention_mma.cu: q and the softmax weights
-// split into bf16 planes, mma.sync, 64-key online-softmax chunks inside the 256-key
+// split into bf16 planes, mma.sync, 32-key online-softmax chunks inside the 256-key
 // partitions, attention.cu's combine). Decode == prefill == chunked, batched ==
 // alone and paged == flat hold within it; its bits differ from the other two
 // kernels'. Needs paged_attention_mma_supports(): bf16 KV, head_dim 16–128, 1, 2,
 // 4, 8 or 16 query heads per KV head, block-table or contiguous layout.
 Status paged_attention_mma(const PagedAttentionParams& p, cudaStream_t stream = 0);
+// paged_attention_mma with its decode launches (one token a row) forced into one
+// launch shape, whatever their size: for tests (every shape gives the same bits).
+// kWide and kWideTwoRounds are the eight-warp kernel (head_dim 64 and 128; 16 and
+// 32 take the one-warp blocks with every chunk loading at once), kOneWarp the
+// one-warp blocks with one K/V buffer; kAuto is paged_attention_mma's choice.
+enum class MmaDecodeShape { kAuto, kOneWarp, kWide, kWideTwoRounds };
+Status paged_attention_mma_with_decode_shape(const PagedAttentionParams& p, MmaDecodeShape shape,
+                                             cudaStream_t stream = 0);
 bool paged_attention_mma_supports(int32_t head_dim, int32_t num_heads, int32_t num_kv_heads,
                                   KvType kv_type);
 
