@@ -37,7 +37,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "backend/cuda/attention_check.h"
@@ -46,6 +46,7 @@
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "util/knobs.h"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -737,11 +738,11 @@ int sm_count() {
 // end to end than 1; at 32–64 requests (≥ 6 waves) neither 2, 4 nor 8 changed
 // anything, and 8 waves make one 32K-token row 0.6× as fast (the one-warp blocks'
 // more blocks an SM win there).
-// A non-negative integer knob read once (`fallback` when unset or negative).
-int64_t waves_knob(const char* name, long fallback) {
-  const char* e = std::getenv(name);
-  const long v = e != nullptr ? std::strtol(e, nullptr, 10) : fallback;
-  return v >= 0 ? static_cast<int64_t>(v) : int64_t{fallback};
+// A non-negative integer knob (`fallback` when unset, negative, or not an integer:
+// util/knobs.h's parser, which warns about the last).
+int64_t waves_knob(const char* name, int64_t fallback) {
+  const std::optional<int64_t> v = env_i64(name);
+  return v && *v >= 0 ? *v : fallback;
 }
 
 int64_t wide_decode_waves() {

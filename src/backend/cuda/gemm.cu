@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
@@ -33,6 +34,7 @@
 #include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "util/knobs.h"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -344,9 +346,8 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
 // (auto_small_m); the 1,024-wide o and down projections keep 8 (128 blocks).
 int64_t decode_wide_min_n() {
   static const int64_t min_n = [] {
-    const char* e = std::getenv("PAGEDKV_CUDA_GEMM_WIDE_MIN_N");
-    const long long v = e != nullptr ? std::strtoll(e, nullptr, 10) : 4096;
-    return v > 0 ? static_cast<int64_t>(v) : int64_t{4096};
+    const std::optional<int64_t> v = env_i64("PAGEDKV_CUDA_GEMM_WIDE_MIN_N");  // util/knobs.h
+    return v && *v > 0 ? *v : int64_t{4096};
   }();
   return min_n;
 }
