@@ -196,8 +196,8 @@ constexpr int kDecMinBlocks = NW > 8 ? 1 : (RT == 1 ? (kHalf ? 3 : 2) : 1);
 template <int RT, int NCG, bool kHalf, int NW>
 __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW>))
     gemm_bf16_decode_kernel(const float* __restrict__ x, int64_t M, int64_t K,
-                            const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
-  enter_kernel();
+                            const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
+                            bool early_weights) {
   constexpr int kRows = RT * 16, kCols = NCG * 8, kOut = kRows * kCols;
   constexpr int kDecThreads = NW * 32;
   constexpr int kOutPerThread = (kOut + kDecThreads - 1) / kDecThreads;
@@ -216,6 +216,26 @@ __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW>))
 #pragma unroll
   for (int i = 0; i < kOutPerThread; ++i) total[i] = 0.0f;
 
+  // A chunk's weights up front: independent 16-byte loads in flight together (zeros
+  // past K and for a warp without a chunk). The first round's are issued before the
+  // programmatic-launch wait: no kernel writes the weights (launch.cuh), so their
+  // DRAM latency overlaps the previous kernel's tail — for up to 8 rows and K ≤ 8–24
+  // chunks (q/k/v, o, gate/up, down) that is every weight the block reads.
+  uint4 wv[kKChunk / 32][NCG];
+  auto load_chunk_weights = [&](int c) {
+    const int64_t kc = int64_t{c} * kKChunk;
+#pragma unroll
+    for (int jb = 0; jb < kKChunk / 32; ++jb)
+#pragma unroll
+      for (int cg = 0; cg < NCG; ++cg)
+        wv[jb][cg] = c < chunks && kc + 32 * jb < K
+                         ? load_w8(w, N, K, n0 + cg * 8 + g, kc + 32 * jb + 8 * t, w_vec)
+                         : make_uint4(0u, 0u, 0u, 0u);
+  };
+  if (!early_weights) enter_kernel();  // the A/B baseline (decode_early_weights())
+  load_chunk_weights(warp);
+  if (early_weights) enter_kernel();  // x and y: after the wait
+
   for (int round0 = 0; round0 < chunks; round0 += NW) {
     const int c = round0 + warp;
     if (c < chunks) {
@@ -227,15 +247,7 @@ __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW>))
         for (int cg = 0; cg < NCG; ++cg)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[rt][cg][e] = 0.0f;
-      // The chunk's weights up front: independent 16-byte loads in flight together.
-      uint4 wv[kKChunk / 32][NCG];
-#pragma unroll
-      for (int jb = 0; jb < kKChunk / 32; ++jb)
-#pragma unroll
-        for (int cg = 0; cg < NCG; ++cg)
-          wv[jb][cg] = kc + 32 * jb < K
-                           ? load_w8(w, N, K, n0 + cg * 8 + g, kc + 32 * jb + 8 * t, w_vec)
-                           : make_uint4(0u, 0u, 0u, 0u);
+      if (round0 > 0) load_chunk_weights(c);
       // x for the chunk's 8 MMA steps (step st: 32-block st / 2, half q = st % 2)
       // runs kDist steps ahead of the MMAs, so the MMA chain never waits on one
       // load at a time. Loads past M or K return zeros without touching memory.
@@ -305,6 +317,14 @@ __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW>))
   }
 }
 
+// Whether the decode kernel issues its first round's weight loads before the
+// programmatic-launch wait (PAGEDKV_CUDA_GEMM_EARLY_WEIGHTS, default on; read once).
+// When they happen only: the same bits.
+bool decode_early_weights() {
+  static const bool early = env_bool("PAGEDKV_CUDA_GEMM_EARLY_WEIGHTS").value_or(true);
+  return early;
+}
+
 template <int RT, int NCG, bool kHalf = false, int NW = kDecWarps>
 Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                      float* y, cudaStream_t stream) {
@@ -317,7 +337,7 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
   const dim3 blocks(static_cast<unsigned>((n + NCG * 8 - 1) / (NCG * 8)),
                     static_cast<unsigned>((m + RT * 16 - 1) / (RT * 16)));
   return launch_kernel("gemm_bf16_decode_kernel", kernel, blocks, NW * 32, smem, stream, x, m, k, w,
-                       n, y);
+                       n, y, decode_early_weights());
 }
 
 // Rows and column groups per block for M ≤ 64 rows (speed only: the bits are the

@@ -6,9 +6,9 @@
 // (cudaLaunchAttributeProgrammaticStreamSerialization) the next kernel's blocks
 // are launched while the previous kernel is still running, and they stop at
 // `wait_for_prior_kernels()` (griddepcontrol.wait) until it has completed and its
-// writes are visible. Work that reads nothing the earlier kernels write (the cluster
-// GEMM's first weight loads) may run before that wait, overlapping the previous
-// kernel's tail.
+// writes are visible. Work that reads nothing the earlier kernels write (the decode
+// GEMMs' first weight loads, add_rms_norm's weights) may run before that wait,
+// overlapping the previous kernel's tail.
 //
 // The rule every kernel started by launch_kernel() follows: no global memory that an
 // earlier kernel of the stream writes or reads is touched before
