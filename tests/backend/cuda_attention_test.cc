@@ -34,37 +34,10 @@ using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
 // The kernels, and the tensor-core kernel with every decode launch forced into one
 // of its launch shapes (one-warp blocks, the eight-warp kernel in one or two
 // rounds), which must give the bits of its prefill launches.
-// The "folded" variants give the decode launches fold counters, so a token's last
-// block folds its partitions instead of the combine launch (the same bits), and
-// check that every counter is zero again afterwards.
-enum class Kernel {
-  kThreadPerKey,
-  kWarp,
-  kMma,
-  kMmaOneWarp,
-  kMmaWide,
-  kMmaWideTwoRounds,
-  kMmaFolded,
-  kMmaOneWarpFolded,
-  kMmaWideFolded,
-  kMmaWideTwoRoundsFolded
-};
+enum class Kernel { kThreadPerKey, kWarp, kMma, kMmaOneWarp, kMmaWide, kMmaWideTwoRounds };
 template <MmaDecodeShape S>
 Status mma_forced(const PagedAttentionParams& p, cudaStream_t stream) {
   return paged_attention_mma_with_decode_shape(p, S, stream);
-}
-template <MmaDecodeShape S>
-Status mma_folded(const PagedAttentionParams& p, cudaStream_t stream) {
-  const size_t n = attention_fold_counters(p.num_tokens, p.num_kv_heads);
-  DeviceBuffer counters = dev(std::vector<int32_t>(n, 0));
-  PagedAttentionParams folded = p;
-  folded.fold_counters = counters.as<int32_t>();
-  PKV_RETURN_IF_ERROR(paged_attention_mma_with_decode_shape(folded, S, stream));
-  const std::vector<int32_t> after = host<int32_t>(counters, n);
-  const auto left = std::count_if(after.begin(), after.end(), [](int32_t c) { return c != 0; });
-  if (left != 0)
-    return internal_error(std::to_string(left) + " fold counters are not zero after the launch");
-  return ok_status();
 }
 AttnFn kernel_fn(Kernel k) {
   switch (k) {
@@ -78,14 +51,6 @@ AttnFn kernel_fn(Kernel k) {
       return mma_forced<MmaDecodeShape::kWide>;
     case Kernel::kMmaWideTwoRounds:
       return mma_forced<MmaDecodeShape::kWideTwoRounds>;
-    case Kernel::kMmaFolded:
-      return mma_folded<MmaDecodeShape::kAuto>;
-    case Kernel::kMmaOneWarpFolded:
-      return mma_folded<MmaDecodeShape::kOneWarp>;
-    case Kernel::kMmaWideFolded:
-      return mma_folded<MmaDecodeShape::kWide>;
-    case Kernel::kMmaWideTwoRoundsFolded:
-      return mma_folded<MmaDecodeShape::kWideTwoRounds>;
     default:
       return paged_attention;
   }
@@ -102,14 +67,6 @@ std::string kernel_name(Kernel k) {
       return "mma_decode_wide";
     case Kernel::kMmaWideTwoRounds:
       return "mma_decode_wide_two_rounds";
-    case Kernel::kMmaFolded:
-      return "mma_folded";
-    case Kernel::kMmaOneWarpFolded:
-      return "mma_decode_one_warp_folded";
-    case Kernel::kMmaWideFolded:
-      return "mma_decode_wide_folded";
-    case Kernel::kMmaWideTwoRoundsFolded:
-      return "mma_decode_wide_two_rounds_folded";
     default:
       return "thread_per_key";
   }
@@ -412,7 +369,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{32, 2, 128, 100}, Shape{8, 8, 64, 30},
                                          Shape{16, 4, 128, 45}, Shape{16, 16, 128, 0},
                                          Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
-                       ::testing::Values(Kernel::kMma, Kernel::kMmaFolded)),
+                       ::testing::Values(Kernel::kMma)),
     [](const auto& info) {
       return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
     });
@@ -420,9 +377,7 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionOrderTest,
                          ::testing::Values(Kernel::kThreadPerKey, Kernel::kWarp, Kernel::kMma,
                                            Kernel::kMmaOneWarp, Kernel::kMmaWide,
-                                           Kernel::kMmaWideTwoRounds, Kernel::kMmaFolded,
-                                           Kernel::kMmaOneWarpFolded, Kernel::kMmaWideFolded,
-                                           Kernel::kMmaWideTwoRoundsFolded),
+                                           Kernel::kMmaWideTwoRounds),
                          [](const auto& info) { return kernel_name(info.param); });
 
 class CudaAttentionMmaTest : public CudaTest {};

@@ -228,11 +228,20 @@ template <int D>
 __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
   enter_kernel();
   const int32_t t = blockIdx.x, h = blockIdx.y;
-  const int32_t np = p.positions[t] / kP + 1;
-  const PartitionWorkspace ws =
-      partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
-  const int64_t head = static_cast<int64_t>(t) * p.num_heads + h;
-  combine_partitions_of_head<D>(ws, head * parts, np, p.out + head * D, threadIdx.x, blockDim.x);
+  const int32_t pos = p.positions[t];
+  const int32_t np = pos / kP + 1;
+  PartitionWorkspace ws = partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
+  const int64_t base = (static_cast<int64_t>(t) * p.num_heads + h) * parts;
+  float M = -INFINITY;
+  for (int32_t i = 0; i < np; ++i) M = fmaxf(M, ws.m[base + i]);
+  float L = 0.0f;
+  for (int32_t i = 0; i < np; ++i) L = L + ws.l[base + i] * expf(ws.m[base + i] - M);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int32_t i = 0; i < np; ++i)
+      o = __fmaf_rn(ws.acc[(base + i) * D + d], expf(ws.m[base + i] - M), o);
+    p.out[(static_cast<int64_t>(t) * p.num_heads + h) * D + d] = o / L;
+  }
 }
 
 template <int D, typename T, KvLayout L>
@@ -299,10 +308,6 @@ Status combine_partitions(const PagedAttentionParams& p, int32_t parts, cudaStre
     default:
       return invalid_argument("cuda attention combine: head_dim " + std::to_string(p.head_dim));
   }
-}
-
-size_t attention_fold_counters(int32_t num_tokens, int32_t num_kv_heads) {
-  return static_cast<size_t>(num_tokens) * num_kv_heads;
 }
 
 size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,

@@ -8,9 +8,7 @@
 //  - Keys are cut into the partitions of attention.cu (kAttnPartition = 256
 //    positions anchored at 0) and each partition into eight 32-key chunks anchored
 //    at its start. A partition's (m, l, acc) go to the shared workspace and
-//    attention.cu's combine folds the partitions in ascending order (decode
-//    launches given fold counters run that fold in a token's last block instead:
-//    attention_partitions.cuh).
+//    attention.cu's combine folds the partitions in ascending order.
 //  - Per chunk: S = q·Kᵀ with q (f32) split into bf16 hi, mid and lo planes (the
 //    GEMM's split3; bf16 K is exact), 16 dims a step in ascending order, three MMAs a
 //    step in the order hi, mid, lo, each 8-key column tile from zero; s = S·scale;
@@ -507,8 +505,6 @@ __global__ void __launch_bounds__(W * 32)
     __syncthreads();  // key_off and the buffers are refilled by the next run
     run_begin = run_end;
   }
-  if (tile_tokens == 1 && p.fold_counters != nullptr)  // a decode block: fold in the last
-    fold_partitions_if_last<D>(p, parts, t0, kvh, group, p.positions[t0] / kP + 1);
 }
 
 // Decode blocks of eight warps (head_dim 64 or 128): one token, one partition, the
@@ -687,7 +683,6 @@ __global__ void __launch_bounds__(kChunks * 32)
     ws.m[slot_of(tid)] = m;
     ws.l[slot_of(tid)] = l;
   }
-  if (p.fold_counters != nullptr) fold_partitions_if_last<D>(p, parts, t, kvh, group, pos / kP + 1);
 }
 
 template <int D, int W, int STAGES, KvLayout L>
@@ -705,7 +700,6 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, cudaStream
             static_cast<unsigned>(p.num_kv_heads));
   PKV_RETURN_IF_ERROR(launch_kernel("attn_mma_kernel", kernel, grid, W * 32, smem, stream, p, group,
                                     tokens_per_warp, parts));
-  if (tile == 1 && p.fold_counters != nullptr) return ok_status();  // folded in the kernel
   return combine_partitions(p, parts, stream);
 }
 
@@ -721,7 +715,6 @@ Status launch_wide(const PagedAttentionParams& p, cudaStream_t stream) {
             static_cast<unsigned>(p.num_kv_heads));
   PKV_RETURN_IF_ERROR(launch_kernel("attn_mma_decode_wide_kernel", kernel, grid, kChunks * 32, smem,
                                     stream, p, group, parts));
-  if (p.fold_counters != nullptr) return ok_status();  // folded in the kernel
   return combine_partitions(p, parts, stream);
 }
 

@@ -120,12 +120,6 @@ struct PagedAttentionParams {
   const void* const* k_tiles = nullptr;  // kTilePointers (device array)
   const void* const* v_tiles = nullptr;
   float* workspace = nullptr;  // attention_workspace_floats(...) floats (device)
-  // Optional (device, attention_fold_counters(...) int32, all zero): paged_attention_mma's
-  // decode launches (one token a block) then fold a token's partitions in the last of
-  // its blocks to finish instead of a separate combine launch — the same operations
-  // in the same order, so the same bits — and leave every counter zero again. Null:
-  // the combine is its own launch. Launches that share counters must not overlap.
-  int32_t* fold_counters = nullptr;
   // The most tokens of one sequence in this launch (1: a decode batch; 0: unknown).
   // A launch-shape hint only: no kernel's bits depend on it.
   int32_t max_query_len = 0;
@@ -134,8 +128,6 @@ struct PagedAttentionParams {
 // Floats of workspace paged_attention needs.
 size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
                                   int32_t max_position);
-// int32 counters PagedAttentionParams::fold_counters needs (one a token and KV head).
-size_t attention_fold_counters(int32_t num_tokens, int32_t num_kv_heads);
 
 // Causal attention of each query token over keys max(0, p - window + 1) .. p of its
 // sequence (the CPU's AttentionArgs contract, any layout). head_dim ∈ {16, 32, 64, 128, 256},

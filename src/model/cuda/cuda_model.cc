@@ -216,12 +216,9 @@ class CudaQwen3Model final : public Model {
     kMoeAct,
     kDrawJobs,
     kDrawOut,
-    kFoldCounters,
     kSlots
   };
-  // zeroed: a (re)allocated buffer is set to zero (the attention fold counters, which
-  // every launch leaves zero again).
-  StatusOr<float*> scratch(Slot s, size_t floats, bool zeroed = false);
+  StatusOr<float*> scratch(Slot s, size_t floats);
   Status gemm(const float* x, int64_t m, const Weight& w, float* y) {
     return bc::gemm(x, m, w.cols(), wdata(w), w.dtype(), w.rows(), y, stream());
   }
@@ -263,7 +260,6 @@ class CudaQwen3Model final : public Model {
     const int32_t *ids = nullptr, *pos = nullptr, *seq = nullptr, *pick = nullptr, *tab = nullptr;
     float *x = nullptr, *h = nullptr, *y = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
     float *attn = nullptr, *g = nullptr, *u = nullptr, *ws = nullptr, *sel = nullptr;
-    int32_t* fold = nullptr;  // attention's fold counters (PagedAttentionParams)
     float* logits = nullptr;
     float *qkv = nullptr, *gu = nullptr;  // fused projections' outputs
   };
@@ -292,7 +288,6 @@ class CudaQwen3Model final : public Model {
   int32_t draw_cap_ = 0;        // PAGEDKV_CUDA_DEVICE_SAMPLING: kMaxTopEntries
   bool fused_ = false;          // PAGEDKV_CUDA_FUSED
   bool fuse_norms_ = false;     // PAGEDKV_CUDA_FUSED_NORMS
-  bool fold_attention_ = true;  // PAGEDKV_CUDA_ATTN_FOLD: decode attention folds in-kernel
   bool mma_attention_ = false;  // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
   bool has_moe_ = false;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
@@ -302,7 +297,7 @@ class CudaQwen3Model final : public Model {
   CudaModelStats stats_;
 };
 
-StatusOr<float*> CudaQwen3Model::scratch(Slot s, size_t floats, bool zeroed) {
+StatusOr<float*> CudaQwen3Model::scratch(Slot s, size_t floats) {
   bc::DeviceBuffer& b = slots_[s];
   const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
   if (b.size() < bytes) {
@@ -310,7 +305,6 @@ StatusOr<float*> CudaQwen3Model::scratch(Slot s, size_t floats, bool zeroed) {
     b.reset();
     ++scratch_gen_;  // graphs captured with the old address are stale
     PKV_ASSIGN_OR_RETURN(b, bc::DeviceBuffer::allocate(bytes + bytes / 4));
-    if (zeroed) PKV_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(b.as<float>(), 0, b.size(), stream()));
   }
   return b.as<float>();
 }
@@ -457,7 +451,6 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
     m->fused_ = true;
   }
   m->fuse_norms_ = resolve_knob<bool>("PAGEDKV_CUDA_FUSED_NORMS", std::nullopt, true);
-  m->fold_attention_ = resolve_knob<bool>("PAGEDKV_CUDA_ATTN_FOLD", std::nullopt, true);
   // One attention kernel for every launch of this model: each has its own fixed
   // order, so mixing them would make a query's bits depend on how it was launched.
   const std::string attention =
@@ -653,12 +646,6 @@ Status CudaQwen3Model::alloc_step(StepArgs* a, size_t n_meta) {
   PKV_ASSIGN_OR_RETURN(a->ws, scratch(kWs, bc::attention_workspace_floats(
                                                static_cast<int32_t>(T), cfg_.num_attention_heads,
                                                cfg_.head_dim, a->max_pos)));
-  static_assert(sizeof(int32_t) == sizeof(float), "the counters live in a float slot");
-  PKV_ASSIGN_OR_RETURN(float* fold, scratch(kFoldCounters,
-                                            bc::attention_fold_counters(static_cast<int32_t>(T),
-                                                                        cfg_.num_key_value_heads),
-                                            /*zeroed=*/true));
-  a->fold = reinterpret_cast<int32_t*>(fold);
   if (fused_) {
     PKV_ASSIGN_OR_RETURN(a->qkv, scratch(kQKV, T * (qd + 2 * kd)));
     PKV_ASSIGN_OR_RETURN(a->gu, scratch(kGU, T * 2 * inter_));
@@ -738,7 +725,6 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
     p.kv_type = kv_type();
     p.block_size = bs;
     p.workspace = a.ws;
-    p.fold_counters = fold_attention_ ? a.fold : nullptr;
     if (a.paged) {
       w.k = k;
       w.v = v;
