@@ -42,6 +42,7 @@
 
 #include "backend/cuda/attention_check.h"
 #include "backend/cuda/attention_partitions.cuh"
+#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -59,19 +60,6 @@ constexpr int kP = kAttnPartition;
 constexpr int kChunk = 32;             // keys a softmax step
 constexpr int kPad = 8;                // bf16 elements of padding a shared row (bank spread)
 constexpr int kDecodeMaxQueryLen = 1;  // launches with no longer run use decode blocks
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));
