@@ -295,11 +295,10 @@ void bench_step_gemms(int64_t m) {
   auto x = alloc(size_t{4} * m * 3072), y = alloc(size_t{4} * m * 151936);
   fill_random(x.data(), size_t{1} * m * 3072, false, 5);
   const std::string rows = std::to_string(m) + " rows";
-  const std::pair<GemmSmallM, const char*> paths[] = {{GemmSmallM::kWarpChunks8, "warps8"},
-                                                      {GemmSmallM::kWarpChunks, "warps"},
-                                                      {GemmSmallM::kCluster, "cluster"},
-                                                      {GemmSmallM::kLargeM, "large"},
-                                                      {GemmSmallM::kAuto, "auto"}};
+  const std::pair<GemmSmallM, const char*> paths[] = {
+      {GemmSmallM::kWarpChunks8, "warps8"}, {GemmSmallM::kWarpChunks, "warps"},
+      {GemmSmallM::kCluster, "cluster"},    {GemmSmallM::kClusterTile, "tiles"},
+      {GemmSmallM::kLargeM, "large"},       {GemmSmallM::kAuto, "auto"}};
   const GemmSmallM saved = gemm_small_m();
   for (const auto& [path, pname] : paths) {
     set_gemm_small_m(path);

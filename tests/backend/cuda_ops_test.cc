@@ -191,7 +191,9 @@ class SmallMPath {
 // 2100, 3072). The cluster kernel: a half tile up to 8 rows, 1–4
 // row tiles above (the 9, 17, 33, 49 switches), 64 columns a cluster, k chunks in rounds of 8
 // CTAs (K = 37: seven idle CTAs; 1030: a second round of one chunk; 2100, 3072: three rounds,
-// with and without the weights loaded a round ahead). Also the large kernel forced for m ≤ 64
+// with and without the weights loaded a round ahead). The cluster tile kernel (K a multiple of 8:
+// 200, 3072 and 1024; the others fall back to the warp kernel): a 64 × 128 tile a cluster, the
+// same chunk rounds, N = 136, 40 and 6150 past a tile. Also the large kernel forced for m ≤ 64
 // and the automatic choice. K has a tail in every unit the kernels work in (32-wide blocks,
 // 8-wide weight loads, 4-wide x loads), N past a column tile, a cluster's 64 columns and the
 // warp kernel's 16-column switch (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096 by default: N = 6150,
@@ -214,7 +216,7 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
     gpu_->matmul(dx.as<float>(), big, *W.gpu, dy.as<float>());
     auto ref = host<float>(dy, big * N);
     for (GemmSmallM path : {GemmSmallM::kWarpChunks, GemmSmallM::kWarpChunks8, GemmSmallM::kCluster,
-                            GemmSmallM::kLargeM, GemmSmallM::kAuto}) {
+                            GemmSmallM::kClusterTile, GemmSmallM::kLargeM, GemmSmallM::kAuto}) {
       SmallMPath forced(path);
       for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 32, 33, 48, 49, 64}) {
         auto dxm = dev(std::vector<float>(x.begin(), x.begin() + m * K));

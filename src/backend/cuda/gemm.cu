@@ -440,15 +440,33 @@ __global__ void __launch_bounds__(kSimtThreads)
     }
 }
 
+// Rows from which auto_small_m() runs the layer projections (outputs narrower than
+// 8192) in the cluster tile kernel (PAGEDKV_CUDA_GEMM_TILES_MIN_M, default 49; read
+// once; 65 never). Speed only: the same bits. Measured on the H200
+// (docs/performance.md): its time hardly depends on the rows (it always computes a
+// 64-row tile; q/k/v 18 µs, gate/up 23, o 15, down 22), while the warp kernel's grows
+// with its 16-row bands — 4 bands (49–64 rows: q/k/v 20 µs, gate/up 28, o 18, down
+// 26) lose to it, 2 bands (32 rows: 11, 15, 10, 14) win, 3 lie between.
+int64_t cluster_tile_min_m() {
+  static const int64_t min_m = [] {
+    const std::optional<int64_t> v = env_i64("PAGEDKV_CUDA_GEMM_TILES_MIN_M");  // util/knobs.h
+    return v && *v > 0 ? *v : int64_t{49};
+  }();
+  return min_m;
+}
+
 // The kernel for m ≤ 64 rows when none is forced (speed only; docs/performance.md).
 // Measured on the H200 (docs/performance.md, "cluster decode GEMM"): up to 16 rows
 // the warp kernel wins everywhere; above, the cluster kernel wins over the warp
 // kernel's 8-column blocks for K ≤ 1024 (one round of chunks: q/k/v, gate/up) and
 // loses for longer K, but not over its 16-column blocks (outputs ≥ 4096 wide);
-// for the LM head's width the 64×64-tile kernel wins past 32 rows.
+// for the LM head's width the 64×64-tile kernel wins past 32 rows. From
+// cluster_tile_min_m() rows (49) the layer projections take the cluster tile kernel.
 GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
   if (m <= 16) return GemmSmallM::kWarpChunks;
   if (n >= 8192) return m > 32 ? GemmSmallM::kLargeM : GemmSmallM::kWarpChunks;
+  if (m >= cluster_tile_min_m() && gemm_cluster_tile_supports(m, k))
+    return GemmSmallM::kClusterTile;
   // 16 columns a block (decode_wide_min_n): 1.10–1.15× the cluster kernel at 32–64
   // rows for the fused q/k/v and gate/up projections (H200, 2026-12-02).
   if (n >= decode_wide_min_n()) return GemmSmallM::kWarpChunks;
@@ -462,6 +480,7 @@ GemmSmallM small_m_from_env() {
   if (v == "warps") return GemmSmallM::kWarpChunks;
   if (v == "warps8") return GemmSmallM::kWarpChunks8;
   if (v == "cluster") return GemmSmallM::kCluster;
+  if (v == "tiles") return GemmSmallM::kClusterTile;
   if (v == "large") return GemmSmallM::kLargeM;
   return GemmSmallM::kAuto;
 }
@@ -492,6 +511,9 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
       GemmSmallM path = gemm_small_m();
       if (path == GemmSmallM::kAuto) path = auto_small_m(m, k, n);
       if (path == GemmSmallM::kCluster) return gemm_cluster(x, m, k, wb, n, y, stream);
+      if (path == GemmSmallM::kClusterTile && gemm_cluster_tile_supports(m, k))
+        return gemm_cluster_tile(x, m, k, wb, n, y, stream);
+      if (path == GemmSmallM::kClusterTile) path = GemmSmallM::kWarpChunks;
       if (path == GemmSmallM::kWarpChunks || path == GemmSmallM::kWarpChunks8)
         return gemm_decode(x, m, k, wb, n, y, stream, path == GemmSmallM::kWarpChunks8);
     }

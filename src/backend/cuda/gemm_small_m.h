@@ -1,5 +1,5 @@
-// The cluster decode GEMM's launcher (gemm_small_m.cu), called by gemm() in gemm.cu
-// for bf16 weights and m ≤ 64: x [m][k] f32 (16-byte aligned), w [n][k] bf16,
+// The cluster decode GEMMs' launchers (gemm_small_m.cu, gemm_cluster_tile.cu), called
+// by gemm() in gemm.cu for bf16 weights and m ≤ 64: x [m][k] f32 (16-byte aligned), w [n][k] bf16,
 // y [m][n] f32 — the large-M kernel's bits (docs/backend.md, "CUDA").
 #pragma once
 
@@ -14,5 +14,11 @@ namespace pagedkv::backend::cuda {
 
 Status gemm_cluster(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                     float* y, cudaStream_t stream);
+
+// The cluster tile kernel (gemm_cluster_tile.cu): a cluster a 64-row × 128-column
+// tile, k chunks over its 8 CTAs. Needs m ≤ 64 and k a multiple of 8.
+bool gemm_cluster_tile_supports(int64_t m, int64_t k);
+Status gemm_cluster_tile(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                         float* y, cudaStream_t stream);
 
 }  // namespace pagedkv::backend::cuda

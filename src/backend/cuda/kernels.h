@@ -66,15 +66,18 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
 // (docs/performance.md); kWarpChunks is the warp-per-k-chunk decode kernel,
 // kWarpChunks8 the same with main's dispatch before the cluster kernel (8 warps a
 // block whatever K: the A/B baseline), kCluster the cluster kernel
-// (gemm_small_m.cu), kLargeM the 64×64-tile kernel. Process-wide; the first call
-// reads PAGEDKV_CUDA_GEMM_SMALL_M (auto | warps | warps8 | cluster | large);
+// (gemm_small_m.cu), kClusterTile the cluster tile kernel (gemm_cluster_tile.cu: a
+// 64 × 128 tile a cluster; the warp kernel where it does not apply), kLargeM the
+// 64×64-tile kernel. Process-wide; the first call reads PAGEDKV_CUDA_GEMM_SMALL_M
+// (auto | warps | warps8 | cluster | tiles | large);
 // set_gemm_small_m overrides it (tests, the kernel bench's A/B).
 enum class GemmSmallM : uint8_t {
   kAuto = 0,
   kWarpChunks = 1,
   kCluster = 2,
   kLargeM = 3,
-  kWarpChunks8 = 4
+  kWarpChunks8 = 4,
+  kClusterTile = 5
 };
 void set_gemm_small_m(GemmSmallM path);
 GemmSmallM gemm_small_m();
