@@ -114,9 +114,8 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
 #pragma unroll 1
       for (int s = 0; s < kKChunk / kStage; ++s) {
         if (kc + s * kStage >= K) break;  // no 32-block at or past K (uniform)
-                                          // The stage's x (kRows × 32 k) into its three planes.
 #pragma unroll
-        for (int it = 0; it < kRows * (kStage / 4) / kThreads; ++it) {
+        for (int it = 0; it < kRows * (kStage / 4) / kThreads; ++it) {  // x into its planes
           const int idx = tid + it * kThreads;
           const int r = idx / (kStage / 4), c4 = (idx % (kStage / 4)) * 4;
           const float4 v = *reinterpret_cast<const float4*>(xraw + r * kKChunk + s * kStage + c4);
