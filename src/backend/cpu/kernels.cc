@@ -575,11 +575,21 @@ PKV_INLINE void packed_scores(const float* const* q, const float* kp, int32_t bl
         }
       }
     }
+    // Each row's maximum over its keys of the block, in key order. The loops are
+    // unrolled so tm[r] stays in a register: with a run-time r (GCC left R = 2
+    // rolled), every key's max went through the stack, a store and a reload a key
+    // (~10% of attention's samples on the 2-vCPU Xeon, small preset at 8 clients).
+    v8f sv[R];
+#pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
-      const v8f sv = hsum8x8(s8[r]) * splat8(scale);
-      store8(sc[r] + 8 * blk, sv);
-      for (int i = 0; i < 8; ++i)
-        if (8 * blk + i >= klo[r] && 8 * blk + i < khi[r]) tm[r] = std::max(tm[r], sv[i]);
+      sv[r] = hsum8x8(s8[r]) * splat8(scale);
+      store8(sc[r] + 8 * blk, sv[r]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r)
+        if (8 * blk + i >= klo[r] && 8 * blk + i < khi[r]) tm[r] = std::max(tm[r], sv[r][i]);
     }
   }
   for (int r = 0; r < R; ++r) tmax[r] = tm[r];
