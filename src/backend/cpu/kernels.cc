@@ -204,6 +204,44 @@ PKV_INLINE void exp_sum2(float* pa, int32_t na, float ma, float& la, float* pb, 
   lb = sb;
 }
 
+// exp_sum of four rows in one loop, as exp_sum2: each row's operations and their
+// order are exp_sum's, and the four dependent chains of additions interleave (with
+// two, the chains' add latency still cost as much as a row's scores or values).
+PKV_INLINE void exp_sum4(float* const* p, const int32_t* n, const float* m, float* l) {
+  float* pr[4];
+  int32_t nr[4];
+  v8f mv[4];
+  float sr[4];
+  int32_t nmax = 0;
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    pr[r] = p[r];
+    nr[r] = n[r];
+    mv[r] = splat8(m[r]);
+    sr[r] = l[r];
+    nmax = std::max(nmax, nr[r]);
+  }
+  for (int32_t j = 0; j < nmax; j += 8) {
+    v8f e[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      e[r] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+      if (j < nr[r]) {
+        e[r] = vexp(load8(pr[r] + j) - mv[r]);
+        store8(pr[r] + j, e[r]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r)
+        if (j + i < nr[r]) sr[r] = sr[r] + e[r][i];
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) l[r] = sr[r];
+}
+
 template <WeightDType D>
 float widen_at(const void* w, int64_t i) {
   if constexpr (D == WeightDType::kF32) {
@@ -930,15 +968,33 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
           l[r] = l[r] * alpha[r];
           mval[r] = mnew;
         }
-        for (int i = 0; i < na; i += 2) {  // l += e^(s − m) over the tile, two rows a loop
+        for (int i = 0; i < na;) {  // l += e^(s − m) over the tile, four rows a loop
           const int r = act[i];
           float* p = ps + r * pstride;
+          if (i + 3 < na) {
+            float* p4[4];
+            int32_t n4[4];
+            float m4[4], l4[4];
+            for (int u = 0; u < 4; ++u) {
+              const int ru = act[i + u];
+              p4[u] = ps + ru * pstride + kb[ru];
+              n4[u] = ke[ru] - kb[ru];
+              m4[u] = mval[ru];
+              l4[u] = l[ru];
+            }
+            exp_sum4(p4, n4, m4, l4);
+            for (int u = 0; u < 4; ++u) l[act[i + u]] = l4[u];
+            i += 4;
+            continue;
+          }
           if (i + 1 < na) {
             const int r2 = act[i + 1];
             exp_sum2(p + kb[r], ke[r] - kb[r], mval[r], l[r], ps + r2 * pstride + kb[r2],
                      ke[r2] - kb[r2], mval[r2], l[r2]);
+            i += 2;
           } else {
             l[r] = exp_sum(p + kb[r], ke[r] - kb[r], mval[r], l[r]);
+            ++i;
           }
         }
         // Phase 2: the value updates (two rows at a time from the copy on the
