@@ -822,7 +822,10 @@ PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_
 // pool the tile's rows of one KV head lie num_kv_heads·head_dim floats apart (4 KiB
 // for qwen3-0.6B: all in the same few L1 sets) — and widens bf16/f16 once per task,
 // not once per row. A smaller group reads the tile in place (row_scores,
-// row_values). Every row performs exactly attention_body's operations in the same
+// row_values; on the 16-float build, two rows over the same keys, i.e. a decode
+// row's GQA pair, go together: row_scores2, row_values2). The rows' exponentials
+// and sums l run four rows a loop (exp_sum4), then two (exp_sum2).
+// Every row performs exactly attention_body's operations in the same
 // order (a copied value is the value itself; which rows share a load changes no
 // row's arithmetic), so neither the task shape, the grouping, the copy nor the
 // head_dim specialization changes a bit. ws holds the rows' accumulators
