@@ -1,7 +1,8 @@
 // Google Benchmark of the CPU matmul kernel (GFLOP/s, from CPU time) at decode
 // (M=1, M=32) and prefill (M=64, M=256) shapes, f32 and bf16 weights, on the
-// backend's thread pool; CPU attention (qwen3-0.6B heads) for prefill/extend chunks
-// and decode rows over paged K/V; and one core's FMA peak on the same ISA path.
+// backend's thread pool; CPU attention (qwen3-0.6B's and the small preset's heads)
+// for prefill/extend chunks and decode rows over paged K/V; and one core's FMA peak on the same ISA
+// path.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -82,18 +83,20 @@ BENCHMARK(BM_Matmul)
     ->Args({64, 1024, 32768, 0, 2, 1, 0})
     ->Unit(benchmark::kMicrosecond);
 
-// Attention with qwen3-0.6B's heads (16 query / 8 KV heads, head_dim 128, 16-token
-// blocks in shuffled order, as a pool hands them out). rows = 0: one request's
-// chunk of Q queries at positions N-Q … N-1 (prefill when Q = N, extend when Q < N).
-// rows > 0: that many decode rows (one query each at position N-1, own blocks).
-// GFLOP/s counts the score and value products, 4·head_dim FLOPs per (query head,
-// key) pair attended.
-void BM_Attention(benchmark::State& st) {
+// Attention over paged K/V, 16-token blocks in shuffled order (as a pool hands them
+// out), heads NH query / KVH KV of head_dim HD. rows = 0: one request's chunk of Q
+// queries at positions N-Q … N-1 (prefill when Q = N, extend when Q < N). rows > 0:
+// that many decode rows (one query each at position N-1), with their own blocks
+// except the first `shared` blocks, which all rows share (a common prefix, as the
+// chat workload's system prompt). GFLOP/s counts the score and value products,
+// 4·head_dim FLOPs per (query head, key) pair attended.
+void attention_bench(benchmark::State& st, int32_t NH, int32_t KVH, int32_t HD, bool has_shared) {
   const int32_t Q = static_cast<int32_t>(st.range(0)), N = static_cast<int32_t>(st.range(1));
   const int kvd = static_cast<int>(st.range(2));
   const int threads = static_cast<int>(st.range(3));
   const int rows = static_cast<int>(st.range(4));
-  const int32_t NH = 16, KVH = 8, HD = 128, B = 16;
+  const int32_t shared = has_shared ? static_cast<int32_t>(st.range(5)) : 0;
+  const int32_t B = 16;
   const int nargs = rows > 0 ? rows : 1;
   const int32_t tiles = (N + B - 1) / B;
   const int64_t tile_elems = static_cast<int64_t>(B) * KVH * HD;
@@ -119,7 +122,7 @@ void BM_Attention(benchmark::State& st) {
   double pairs = 0;
   for (int r = 0; r < nargs; ++r) {
     for (int32_t t = 0; t < tiles; ++t) {
-      const int64_t off = order[r * tiles + t] * tile_elems;
+      const int64_t off = order[(t < shared ? 0 : r) * tiles + t] * tile_elems;
       kt[r * tiles + t] =
           kvd == 0 ? kf.data() + off : reinterpret_cast<const float*>(kh.data() + off);
       vt[r * tiles + t] =
@@ -153,6 +156,21 @@ void BM_Attention(benchmark::State& st) {
       benchmark::Counter(4.0 * HD * NH * pairs * st.iterations(), benchmark::Counter::kIsRate,
                          benchmark::Counter::kIs1000);
 }
+
+// qwen3-0.6B's heads: 16 query / 8 KV heads, head_dim 128.
+void BM_Attention(benchmark::State& st) { attention_bench(st, 16, 8, 128, false); }
+// The `small` preset's heads (issue 11's 2-core batching goal): 8 query / 4 KV
+// heads, head_dim 32; decode rows over ~320 keys, alone or sharing a 256-token prefix.
+void BM_AttentionSmall(benchmark::State& st) { attention_bench(st, 8, 4, 32, true); }
+
+BENCHMARK(BM_AttentionSmall)
+    ->ArgNames({"Q", "N", "kv", "threads", "rows", "shared"})
+    ->Args({96, 320, 0, 1, 0, 0})
+    ->Args({1, 320, 0, 1, 1, 0})
+    ->Args({1, 320, 0, 1, 8, 0})
+    ->Args({1, 320, 0, 1, 8, 16})
+    ->Args({1, 320, 1, 1, 8, 16})
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_Attention)
     ->ArgNames({"Q", "N", "kv", "threads", "rows"})

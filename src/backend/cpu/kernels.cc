@@ -204,6 +204,44 @@ PKV_INLINE void exp_sum2(float* pa, int32_t na, float ma, float& la, float* pb, 
   lb = sb;
 }
 
+// exp_sum of four rows in one loop, as exp_sum2: each row's operations and their
+// order are exp_sum's, and the four dependent chains of additions interleave (with
+// two, the chains' add latency still cost as much as a row's scores or values).
+PKV_INLINE void exp_sum4(float* const* p, const int32_t* n, const float* m, float* l) {
+  float* pr[4];
+  int32_t nr[4];
+  v8f mv[4];
+  float sr[4];
+  int32_t nmax = 0;
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+    pr[r] = p[r];
+    nr[r] = n[r];
+    mv[r] = splat8(m[r]);
+    sr[r] = l[r];
+    nmax = std::max(nmax, nr[r]);
+  }
+  for (int32_t j = 0; j < nmax; j += 8) {
+    v8f e[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      e[r] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+      if (j < nr[r]) {
+        e[r] = vexp(load8(pr[r] + j) - mv[r]);
+        store8(pr[r] + j, e[r]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r)
+        if (j + i < nr[r]) sr[r] = sr[r] + e[r][i];
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) l[r] = sr[r];
+}
+
 template <WeightDType D>
 float widen_at(const void* w, int64_t i) {
   if constexpr (D == WeightDType::kF32) {
@@ -507,6 +545,123 @@ PKV_INLINE void row_values(float* accp, float alpha, const float* p, const void*
   }
 }
 
+// row_scores of two query rows over the same keys kb … ke-1 of one tile (a decode
+// row's GQA pair of heads, reading its tile in place): each K load serves both
+// rows, and their independent chains (the dot products' and the running maxima's)
+// interleave. Each row's operations and their order are row_scores's (8 keys at
+// a time through hsum8x8, then 4 through hsum, then dot_kv), so the bits are.
+// Used on the 16-float build only (two rows × eight keys of 8-float accumulators
+// need its 32 vector registers).
+template <int HD, int KD>
+PKV_INLINE void row_scores2(const float* q0, const float* q1, const void* kt, int64_t off,
+                            int64_t stride, int32_t kb, int32_t ke, float scale, float* sc0,
+                            float* sc1, float& tmax0, float& tmax1) {
+  constexpr int C = HD / 8;
+  float m0 = -std::numeric_limits<float>::infinity(), m1 = m0;
+  const v8f sv = splat8(scale);
+  int32_t j = kb;
+  for (; j + 8 <= ke; j += 8) {
+    const int64_t o0 = off + j * stride;
+    v8f a8[8], b8[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) a8[i] = b8[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) {
+      const v8f qa = load8(q0 + 8 * c), qb = load8(q1 + 8 * c);
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const v8f kv = load_kv<KD>(kt, o0 + i * stride + 8 * c);
+        a8[i] += qa * kv;
+        b8[i] += qb * kv;
+      }
+    }
+    const v8f sa = hsum8x8(a8) * sv, sb = hsum8x8(b8) * sv;
+    store8(sc0 + (j - kb), sa);
+    store8(sc1 + (j - kb), sb);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      m0 = std::max(m0, sa[i]);
+      m1 = std::max(m1, sb[i]);
+    }
+  }
+  for (; j + 4 <= ke; j += 4) {
+    const int64_t o0 = off + j * stride;
+    v8f a4[4], b4[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) a4[i] = b4[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+    for (int c = 0; c < C; ++c) {
+      const v8f qa = load8(q0 + 8 * c), qb = load8(q1 + 8 * c);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        const v8f kv = load_kv<KD>(kt, o0 + i * stride + 8 * c);
+        a4[i] += qa * kv;
+        b4[i] += qb * kv;
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const float sa = hsum(a4[i]) * scale, sb = hsum(b4[i]) * scale;
+      sc0[j - kb + i] = sa;
+      sc1[j - kb + i] = sb;
+      m0 = std::max(m0, sa);
+      m1 = std::max(m1, sb);
+    }
+  }
+  for (; j < ke; ++j) {
+    const float sa = dot_kv<KD>(q0, kt, off + j * stride, HD) * scale;
+    const float sb = dot_kv<KD>(q1, kt, off + j * stride, HD) * scale;
+    sc0[j - kb] = sa;
+    sc1[j - kb] = sb;
+    m0 = std::max(m0, sa);
+    m1 = std::max(m1, sb);
+  }
+  tmax0 = m0;
+  tmax1 = m1;
+}
+
+// row_values (W = 16) of two rows over the same keys kb … ke-1 of one tile read in
+// place: each V load serves both rows, whose accumulator chains interleave (one
+// row alone waits an add's latency a key). Each element sees row_values's
+// operations in its order: acc·alpha, then acc + p_j·v_j per key, j ascending.
+template <int HD, int KD>
+PKV_INLINE void row_values2(float* acc0, float alpha0, const float* p0, float* acc1, float alpha1,
+                            const float* p1, const void* vt, int64_t off, int64_t stride,
+                            int32_t kb, int32_t ke) {
+  constexpr int C16 = HD / 16;
+  v16f a[C16], b[C16], av0, av1;
+  for (int i = 0; i < 16; ++i) {
+    av0[i] = alpha0;
+    av1[i] = alpha1;
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < C16; ++c) {
+    std::memcpy(&a[c], acc0 + 16 * c, sizeof(v16f));
+    std::memcpy(&b[c], acc1 + 16 * c, sizeof(v16f));
+    a[c] = a[c] * av0;
+    b[c] = b[c] * av1;
+  }
+  for (int32_t j = kb; j < ke; ++j) {
+    v16f pa, pb;
+    for (int i = 0; i < 16; ++i) {
+      pa[i] = p0[j - kb];
+      pb[i] = p1[j - kb];
+    }
+    const int64_t vo = off + j * stride;
+#pragma GCC unroll 16
+    for (int c = 0; c < C16; ++c) {
+      const v16f v = load_kv16<KD>(vt, vo + 16 * c);
+      a[c] = a[c] + pa * v;
+      b[c] = b[c] + pb * v;
+    }
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < C16; ++c) {
+    std::memcpy(acc0 + 16 * c, &a[c], sizeof(v16f));
+    std::memcpy(acc1 + 16 * c, &b[c], sizeof(v16f));
+  }
+}
+
 // The packed K layout (attention_fixed's kp): key j's chunk c (elements 8c … 8c+7)
 // at kp[((j/2)·HD/8 + c)·16 + (j%2)·8], so keys 2i and 2i+1 of a chunk are one
 // 16-float vector. Scores of rows q[0 … R-1] (R = 1 or 2) for the 8-key blocks
@@ -575,11 +730,21 @@ PKV_INLINE void packed_scores(const float* const* q, const float* kp, int32_t bl
         }
       }
     }
+    // Each row's maximum over its keys of the block, in key order. The loops are
+    // unrolled so tm[r] stays in a register: with a run-time r (GCC left R = 2
+    // rolled), every key's max went through the stack, a store and a reload a key
+    // (~10% of attention's samples on the 2-vCPU Xeon, small preset at 8 clients).
+    v8f sv[R];
+#pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
-      const v8f sv = hsum8x8(s8[r]) * splat8(scale);
-      store8(sc[r] + 8 * blk, sv);
-      for (int i = 0; i < 8; ++i)
-        if (8 * blk + i >= klo[r] && 8 * blk + i < khi[r]) tm[r] = std::max(tm[r], sv[i]);
+      sv[r] = hsum8x8(s8[r]) * splat8(scale);
+      store8(sc[r] + 8 * blk, sv[r]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+#pragma GCC unroll 2
+      for (int r = 0; r < R; ++r)
+        if (8 * blk + i >= klo[r] && 8 * blk + i < khi[r]) tm[r] = std::max(tm[r], sv[r][i]);
     }
   }
   for (int r = 0; r < R; ++r) tmax[r] = tm[r];
@@ -657,7 +822,10 @@ PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_
 // pool the tile's rows of one KV head lie num_kv_heads·head_dim floats apart (4 KiB
 // for qwen3-0.6B: all in the same few L1 sets) — and widens bf16/f16 once per task,
 // not once per row. A smaller group reads the tile in place (row_scores,
-// row_values). Every row performs exactly attention_body's operations in the same
+// row_values; on the 16-float build, two rows over the same keys, i.e. a decode
+// row's GQA pair, go together: row_scores2, row_values2). The rows' exponentials
+// and sums l run four rows a loop (exp_sum4), then two (exp_sum2).
+// Every row performs exactly attention_body's operations in the same
 // order (a copied value is the value itself; which rows share a load changes no
 // row's arithmetic), so neither the task shape, the grouping, the copy nor the
 // head_dim specialization changes a bit. ws holds the rows' accumulators
@@ -764,7 +932,14 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
         for (int i = 0; i < na;) {
           const int r = act[i];
           float* p = ps + r * pstride;
-          if (!packed) {
+          if (!packed && W == 16 && i + 1 < na && kb[act[i + 1]] == kb[r] &&
+              ke[act[i + 1]] == ke[r]) {
+            // Two rows over the same keys (a decode row's GQA pair): one K load each.
+            const int r2 = act[i + 1];
+            row_scores2<HD, KD>(qr[r], qr[r2], kt, koff, kv_row, kb[r], ke[r], a.scale, p + kb[r],
+                                ps + r2 * pstride + kb[r], tmaxr[r], tmaxr[r2]);
+            i += 2;
+          } else if (!packed) {
             tmaxr[r] =
                 row_scores<HD, KD>(qr[r], kt, koff, kv_row, kb[r], ke[r], a.scale, p + kb[r]);
             ++i;
@@ -796,15 +971,33 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
           l[r] = l[r] * alpha[r];
           mval[r] = mnew;
         }
-        for (int i = 0; i < na; i += 2) {  // l += e^(s − m) over the tile, two rows a loop
+        for (int i = 0; i < na;) {  // l += e^(s − m) over the tile, four rows a loop
           const int r = act[i];
           float* p = ps + r * pstride;
+          if (i + 3 < na) {
+            float* p4[4];
+            int32_t n4[4];
+            float m4[4], l4[4];
+            for (int u = 0; u < 4; ++u) {
+              const int ru = act[i + u];
+              p4[u] = ps + ru * pstride + kb[ru];
+              n4[u] = ke[ru] - kb[ru];
+              m4[u] = mval[ru];
+              l4[u] = l[ru];
+            }
+            exp_sum4(p4, n4, m4, l4);
+            for (int u = 0; u < 4; ++u) l[act[i + u]] = l4[u];
+            i += 4;
+            continue;
+          }
           if (i + 1 < na) {
             const int r2 = act[i + 1];
             exp_sum2(p + kb[r], ke[r] - kb[r], mval[r], l[r], ps + r2 * pstride + kb[r2],
                      ke[r2] - kb[r2], mval[r2], l[r2]);
+            i += 2;
           } else {
             l[r] = exp_sum(p + kb[r], ke[r] - kb[r], mval[r], l[r]);
+            ++i;
           }
         }
         // Phase 2: the value updates (two rows at a time from the copy on the
@@ -812,7 +1005,13 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
         for (int i = 0; i < na;) {
           const int r = act[i];
           float* p = ps + r * pstride;
-          if (!packed) {
+          if (!packed && W == 16 && HD % 16 == 0 && HD <= 128 && i + 1 < na &&
+              kb[act[i + 1]] == kb[r] && ke[act[i + 1]] == ke[r]) {
+            const int r2 = act[i + 1];
+            row_values2<HD, KD>(ws + r * HD, alpha[r], p + kb[r], ws + r2 * HD, alpha[r2],
+                                ps + r2 * pstride + kb[r], vt, koff, kv_row, kb[r], ke[r]);
+            i += 2;
+          } else if (!packed) {
             row_values<HD, KD, W>(ws + r * HD, alpha[r], p + kb[r], vt, koff, kv_row, kb[r], ke[r]);
             ++i;
           } else if (W == 16 && HD % 16 == 0 && HD <= 128 && i + 1 < na) {
