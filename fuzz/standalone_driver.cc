@@ -281,6 +281,9 @@ int main(int argc, char** argv) {
     rlimit rl{static_cast<rlim_t>(rss_limit_mb) << 20, static_cast<rlim_t>(rss_limit_mb) << 20};
     ::setrlimit(RLIMIT_AS, &rl);
   }
+#else
+  (void)rss_limit_mb;  // accepted and ignored: the sanitizers reserve more address space
+                       // than any address-space limit of that size would allow
 #endif
   if (LLVMFuzzerInitialize != nullptr) LLVMFuzzerInitialize(&argc, &argv);
   install_handlers();
