@@ -364,11 +364,15 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
 // (7.6 → 7.2 µs, 9.0 → 7.8 µs: half the blocks, one wave instead of 1.3–1.9), and
 // 1.43× / 1.5× at 32 / 64 rows, where they also beat the cluster kernel
 // (auto_small_m); the 1,024-wide o and down projections keep 8 (128 blocks).
+// A positive integer knob (`fallback` when unset, not positive, or not an integer:
+// util/knobs.h's parser, which warns about the last).
+int64_t positive_knob(const char* name, int64_t fallback) {
+  const std::optional<int64_t> v = env_i64(name);
+  return v && *v > 0 ? *v : fallback;
+}
+
 int64_t decode_wide_min_n() {
-  static const int64_t min_n = [] {
-    const std::optional<int64_t> v = env_i64("PAGEDKV_CUDA_GEMM_WIDE_MIN_N");  // util/knobs.h
-    return v && *v > 0 ? *v : int64_t{4096};
-  }();
+  static const int64_t min_n = positive_knob("PAGEDKV_CUDA_GEMM_WIDE_MIN_N", 4096);
   return min_n;
 }
 
@@ -448,10 +452,7 @@ __global__ void __launch_bounds__(kSimtThreads)
 // with its 16-row bands — 4 bands (49–64 rows: q/k/v 20 µs, gate/up 28, o 18, down
 // 26) lose to it, 2 bands (32 rows: 11, 15, 10, 14) win, 3 lie between.
 int64_t cluster_tile_min_m() {
-  static const int64_t min_m = [] {
-    const std::optional<int64_t> v = env_i64("PAGEDKV_CUDA_GEMM_TILES_MIN_M");  // util/knobs.h
-    return v && *v > 0 ? *v : int64_t{49};
-  }();
+  static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_TILES_MIN_M", 49);
   return min_m;
 }
 
