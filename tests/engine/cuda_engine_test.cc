@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/top_entries.h"
 #include "engine/kv_cache_factory.h"
@@ -528,10 +529,13 @@ TEST_P(CudaGraphTest, FusedProjectionsEqualSeparate) {
 TEST_P(CudaGraphTest, AttentionKernelChoiceAndAgreement) {
   SKIP_WITHOUT_GPU();
   const bool mma = GetParam().kv == KVDType::kBF16;  // every preset's head_dim is supported
-  EXPECT_EQ(model_->kv_numerics(), mma ? "attention mma" : "attention simt");
+  // PAGEDKV_CUDA_GEMM_PLANES other than 3 is named too.
+  const int planes = backend::cuda::gemm_planes();
+  const std::string gemm = planes == 3 ? "" : ", gemm planes " + std::to_string(planes);
+  EXPECT_EQ(model_->kv_numerics(), (mma ? "attention mma" : "attention simt") + gemm);
   auto simt = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_ATTENTION", "simt");
   ASSERT_NE(simt, nullptr);
-  EXPECT_EQ(simt->kv_numerics(), "attention simt");
+  EXPECT_EQ(simt->kv_numerics(), "attention simt" + gemm);
   auto a = run_batch(simt, 3, /*with_logits=*/false);
   auto b = run_batch(model_, 3, /*with_logits=*/false);
   ASSERT_EQ(a.size(), b.size());

@@ -57,7 +57,8 @@ static_assert(kKChunk % kBK == 0 && kBK == 32, "a chunk is whole 32-wide k block
 
 __global__ void __launch_bounds__(kMmaThreads, 3)
     gemm_bf16_mma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
-                         const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
+                         const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
+                         int planes) {
   enter_kernel();
   __shared__ __align__(16) __nv_bfloat16 xs[3][kBM][kLd];
   __shared__ __align__(16) __nv_bfloat16 ws[kBN][kLd];
@@ -144,6 +145,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     for (int q = 0; q < 2; ++q) {
 #pragma unroll
       for (int s = 2; s >= 0; --s) {  // lo, mid, hi
+        if (s >= planes) continue;    // gemm_planes() (uniform)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const uint32_t af[4] = {q ? a[s][i][0].z : a[s][i][0].x, q ? a[s][i][1].z : a[s][i][1].x,
@@ -197,7 +199,7 @@ template <int RT, int NCG, bool kHalf, int NW>
 __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW>))
     gemm_bf16_decode_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                             const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
-                            bool early_weights) {
+                            bool early_weights, int planes) {
   constexpr int kRows = RT * 16, kCols = NCG * 8, kOut = kRows * kCols;
   constexpr int kDecThreads = NW * 32;
   constexpr int kOutPerThread = (kOut + kDecThreads - 1) / kDecThreads;
@@ -284,8 +286,9 @@ __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW>))
           for (int s = 2; s >= 0; --s)  // lo, mid, hi
 #pragma unroll
             for (int cg = 0; cg < NCG; ++cg)
-              mma_bf16(acc[rt][cg], a[s], q ? wv[jb][cg].z : wv[jb][cg].x,
-                       q ? wv[jb][cg].w : wv[jb][cg].y);
+              if (s < planes)
+                mma_bf16(acc[rt][cg], a[s], q ? wv[jb][cg].z : wv[jb][cg].x,
+                         q ? wv[jb][cg].w : wv[jb][cg].y);
         }
       }
       float* mine = partial + warp * kOut;
@@ -337,7 +340,7 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
   const dim3 blocks(static_cast<unsigned>((n + NCG * 8 - 1) / (NCG * 8)),
                     static_cast<unsigned>((m + RT * 16 - 1) / (RT * 16)));
   return launch_kernel("gemm_bf16_decode_kernel", kernel, blocks, NW * 32, smem, stream, x, m, k, w,
-                       n, y, decode_early_weights());
+                       n, y, decode_early_weights(), gemm_planes());
 }
 
 // Rows and column groups per block for M ≤ 64 rows (speed only: the bits are the
@@ -493,6 +496,14 @@ std::atomic<int>& small_m_path() {
 
 }  // namespace
 
+int gemm_planes() {
+  static const int planes = [] {
+    const int64_t v = env_i64("PAGEDKV_CUDA_GEMM_PLANES").value_or(3);
+    return v == 1 || v == 2 ? static_cast<int>(v) : 3;
+  }();
+  return planes;
+}
+
 void set_gemm_small_m(GemmSmallM path) { small_m_path().store(static_cast<int>(path)); }
 GemmSmallM gemm_small_m() { return static_cast<GemmSmallM>(small_m_path().load()); }
 
@@ -521,7 +532,7 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN),
               static_cast<unsigned>((m + kBM - 1) / kBM));
     return launch_kernel("gemm_bf16_mma_kernel", gemm_bf16_mma_kernel, grid, kMmaThreads, 0, stream,
-                         x, m, k, wb, n, y);
+                         x, m, k, wb, n, y, gemm_planes());
   }
   dim3 grid(static_cast<unsigned>((n + kSBN - 1) / kSBN),
             static_cast<unsigned>((m + kSBM - 1) / kSBM));

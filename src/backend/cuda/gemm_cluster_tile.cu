@@ -29,6 +29,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_small_m.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 
 namespace pagedkv::backend::cuda {
@@ -55,7 +56,7 @@ static_assert(kOut * 4 <= kXRawBytes, "the partial fits where the chunk's x was"
 __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
     gemm_bf16_cluster_tile_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                                   const __nv_bfloat16* __restrict__ w, int64_t N,
-                                  float* __restrict__ y) {
+                                  float* __restrict__ y, int planes) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* xraw = reinterpret_cast<float*>(smem);  // [kRows][kKChunk]
   float* partial = xraw;                         // [kRows][kCols], once the MMAs are done
@@ -150,6 +151,7 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
           for (int pl = 2; pl >= 0; --pl)  // lo, mid, hi
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
+              if (pl >= planes) continue;  // gemm_planes() (uniform)
               const uint32_t af[4] = {
                   q ? a[pl][i][0].z : a[pl][i][0].x, q ? a[pl][i][1].z : a[pl][i][1].x,
                   q ? a[pl][i][0].w : a[pl][i][0].y, q ? a[pl][i][1].w : a[pl][i][1].y};
@@ -209,7 +211,7 @@ Status gemm_cluster_tile(const float* x, int64_t m, int64_t k, const __nv_bfloat
       gemm_bf16_cluster_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols), 1, kCl);
   return launch_kernel("gemm_bf16_cluster_tile_kernel", gemm_bf16_cluster_tile_kernel, grid,
-                       kThreads, kSmem, stream, x, m, k, w, n, y);
+                       kThreads, kSmem, stream, x, m, k, w, n, y, gemm_planes());
 }
 
 }  // namespace pagedkv::backend::cuda

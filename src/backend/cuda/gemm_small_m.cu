@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_small_m.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 
 namespace pagedkv::backend::cuda {
@@ -58,8 +59,8 @@ struct ClusterShape {
 template <int RT, bool kHalf>
 __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kClThreads, 2)
     gemm_bf16_cluster_kernel(const float* __restrict__ x, int64_t M, int64_t K,
-                             const __nv_bfloat16* __restrict__ w, int64_t N,
-                             float* __restrict__ y) {
+                             const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
+                             int planes) {
   using S = ClusterShape<RT, kHalf>;
   static_assert(S::kSlice * kCl == S::kOut, "the fold slices tile the outputs");
   extern __shared__ __align__(16) unsigned char smem[];
@@ -154,6 +155,7 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kClThreads, 2)
           for (int q = 0; q < 2; ++q)
 #pragma unroll
             for (int s = 2; s >= 0; --s) {  // lo, mid, hi
+              if (s >= planes) continue;    // gemm_planes() (uniform)
               const uint32_t af[4] = {q ? a[s][0].z : a[s][0].x, q ? a[s][1].z : a[s][1].x,
                                       q ? a[s][0].w : a[s][0].y, q ? a[s][1].w : a[s][1].y};
               mma_bf16(acc[rt], af, q ? wv[jb].z : wv[jb].x, q ? wv[jb].w : wv[jb].y);
@@ -207,7 +209,7 @@ Status launch_cluster(const float* x, int64_t m, int64_t k, const __nv_bfloat16*
   }
   const dim3 grid(static_cast<unsigned>((n + kClCols - 1) / kClCols), 1, kCl);
   return launch_kernel("gemm_bf16_cluster_kernel", kernel, grid, kClThreads, S::kSmem, stream, x, m,
-                       k, w, n, y);
+                       k, w, n, y, gemm_planes());
 }
 
 }  // namespace

@@ -61,6 +61,15 @@ Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStrea
 Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, cudaStream_t stream = 0);
 
+// How many of x's three bf16 planes (hi, mid, lo) every bf16 GEMM kernel multiplies
+// (PAGEDKV_CUDA_GEMM_PLANES = 1, 2 or 3, default 3; read once). 3 keeps x to f32
+// accuracy (the default, checked against the HF fixtures); 1 (hi only: x rounded to
+// bf16, as most engines compute) and 2 do a third and two thirds of the MMAs. Every
+// kernel takes the same count, so a row's bits still do not depend on the rows
+// beside it or the kernel; but they differ between counts, so the model names the
+// count in its kv_numerics() (the cold tier's fingerprint).
+int gemm_planes();
+
 // Which bf16 kernel gemm() runs for m ≤ 64 — speed only: every choice gives the same
 // bits (tests/backend/cuda_ops_test.cc compares them). kAuto is the measured choice
 // (docs/performance.md); kWarpChunks is the warp-per-k-chunk decode kernel,

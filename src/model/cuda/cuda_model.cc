@@ -165,7 +165,9 @@ class CudaQwen3Model final : public Model {
   bool samples_greedy() const override { return device_greedy_; }
   int32_t draw_entries_cap() const override { return draw_cap_; }
   std::string kv_numerics() const override {
-    return mma_attention_ ? "attention mma" : "attention simt";
+    std::string n = mma_attention_ ? "attention mma" : "attention simt";
+    if (bc::gemm_planes() != 3) n += ", gemm planes " + std::to_string(bc::gemm_planes());
+    return n;
   }
   const CudaModelStats& stats() const { return stats_; }
   ~CudaQwen3Model() override {
