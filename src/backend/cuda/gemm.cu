@@ -193,10 +193,12 @@ constexpr int64_t kSmallMMax = 64;
 // above; x runs kDist MMA steps ahead of the MMAs.
 // NW > 8 warps (up to 8 rows, K past 8 chunks: every chunk in one round) hold one
 // block an SM.
-template <int RT, bool kHalf, int NW>
-constexpr int kDecMinBlocks = NW > 8 ? 1 : (RT == 1 ? (kHalf ? 3 : 2) : 1);
+// 32 columns (NCG = 4: decode_wide_cols()) cap the registers at two blocks an SM
+// (128: one GEMM block and the next GEMM's can be resident together).
+template <int RT, bool kHalf, int NW, int NCG>
+constexpr int kDecMinBlocks = NW > 8 ? 1 : (NCG > 2 ? 2 : (RT == 1 ? (kHalf ? 3 : 2) : 1));
 template <int RT, int NCG, bool kHalf, int NW>
-__global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW>))
+__global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW, NCG>))
     gemm_bf16_decode_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                             const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
                             bool early_weights, int planes) {
@@ -374,6 +376,19 @@ int64_t positive_knob(const char* name, int64_t fallback) {
   return v && *v > 0 ? *v : fallback;
 }
 
+// Columns a block for those wide outputs at up to 8 rows and K ≤ 1024
+// (PAGEDKV_CUDA_GEMM_WIDE_COLS: 32, the default, or 16; read once). 32 columns: half
+// as many blocks (q/k/v's 128, gate/up's 192), each with twice the weight loads in
+// flight, at most two an SM (128 registers), so a GEMM's blocks and the next
+// GEMM's can be resident together and the next one's early weight loads overlap
+// this one. Measured on the H200 (docs/performance.md): q/k/v 5.0 → 4.1 µs and
+// gate/up 6.7 → 5.5 µs at one row, 1.03–1.04× end to end at 1 and 8 requests.
+// Launch shape only: the same bits.
+int decode_wide_cols() {
+  static const int cols = positive_knob("PAGEDKV_CUDA_GEMM_WIDE_COLS", 32) == 16 ? 16 : 32;
+  return cols;
+}
+
 int64_t decode_wide_min_n() {
   static const int64_t min_n = positive_knob("PAGEDKV_CUDA_GEMM_WIDE_MIN_N", 4096);
   return min_n;
@@ -383,6 +398,8 @@ Status gemm_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w,
                    float* y, cudaStream_t stream, bool main_dispatch) {
   const bool wide = n >= decode_wide_min_n();
   const int64_t chunks = (k + kKChunk - 1) / kKChunk;
+  if (m <= 8 && wide && chunks <= 8 && decode_wide_cols() == 32)
+    return launch_decode<1, 4, true>(x, m, k, w, n, y, stream);
   if (m <= 8 && !main_dispatch && chunks > 8) {
     if (chunks <= 16)
       return wide ? launch_decode<1, 2, true, 16>(x, m, k, w, n, y, stream)
