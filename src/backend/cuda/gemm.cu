@@ -350,7 +350,8 @@ Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* 
 // up to 8 rows use a half tile (rows 8–15 are known zeros: fewer registers, three
 // blocks an SM). 8 columns a block for outputs narrower than decode_wide_min_n()
 // (4096: the o and down projections' 128 blocks), 16 for wider ones (q/k/v,
-// gate/up, the LM head: more bytes in flight a warp, fewer waves).
+// gate/up, the LM head: more bytes in flight a warp, fewer waves; 32 at up to 8
+// rows and K ≤ 1024: decode_wide_cols()).
 // Measured on the H200 (docs/performance.md): all row tiles of a block from one
 // weight load (RT = 2–4, 16 or 32 columns) ran 1.05–1.15× slower at 32–64 rows
 // than these bands (its registers left one block an SM), so RT stays 1.
