@@ -370,8 +370,7 @@ PKV_AI void packed_tile(const float* x, int64_t ldx, const float* wp, int64_t st
     for (int i = 0; i < MT; i += 2) {
       const __m512 r = reduce_rows8(acc[i], acc[i + 1 < MT ? i + 1 : i]);
       _mm256_mask_storeu_ps(y + i * ldy, mask, _mm512_castps512_ps256(r));
-      if (i + 1 < MT)
-        _mm256_mask_storeu_ps(y + (i + 1) * ldy, mask, _mm512_extractf32x8_ps(r, 1));
+      if (i + 1 < MT) _mm256_mask_storeu_ps(y + (i + 1) * ldy, mask, _mm512_extractf32x8_ps(r, 1));
     }
     return;
   }
