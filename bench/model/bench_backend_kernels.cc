@@ -81,6 +81,14 @@ BENCHMARK(BM_Matmul)
     // The same from DRAM (128 MiB of f32 weights, as a 4-layer step streams them).
     ->Args({64, 1024, 32768, 0, 1, 1, 0})
     ->Args({64, 1024, 32768, 0, 2, 1, 0})
+    // Issue 11's prefill shapes with bf16 weights (a 512-token prompt through
+    // qwen3-0.6B's projections: QKV, gate+up, O, down), two threads and one.
+    ->Args({512, 1024, 3072, 1, 2, 1, 0})
+    ->Args({512, 1024, 4096, 1, 2, 1, 0})
+    ->Args({512, 2048, 1024, 1, 2, 1, 0})
+    ->Args({512, 3072, 1024, 1, 2, 1, 0})
+    ->Args({512, 1024, 3072, 1, 1, 1, 0})
+    ->Args({512, 3072, 1024, 1, 1, 1, 0})
     ->Unit(benchmark::kMicrosecond);
 
 // Attention over paged K/V, 16-token blocks in shuffled order (as a pool hands them

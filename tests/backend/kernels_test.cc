@@ -399,7 +399,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulPathsTest,
                                            Dims{200, 1048, 301}, Dims{17, 520, 33},
                                            // the 32-row decode step: full and partial
                                            // column groups, a short last K block
-                                           Dims{32, 1032, 70}, Dims{48, 520, 9}),
+                                           Dims{32, 1032, 70}, Dims{48, 520, 9},
+                                           // a last row tile of 3 and of 1 row (the
+                                           // two-row reduction pairs a row with itself)
+                                           Dims{21, 264, 45}, Dims{19, 72, 30}),
                          [](const auto& info) {
                            const Dims& d = info.param;
                            return "M" + std::to_string(d.m) + "_K" + std::to_string(d.k) + "_N" +

@@ -1207,15 +1207,23 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     if (simd == nullptr) return generic(args, b, e);
     simd(args, b, e, m >= kPackMinRows && g_matmul_packing ? matmul_scratch() : nullptr);
   };
-  // The output columns are split into one fixed contiguous range per thread (in
-  // groups of 16 columns); every column is computed over all m rows by one thread,
-  // so each weight tile is streamed from memory once per call for the whole batch.
-  // Hand work to the pool only when it outweighs a hand-off: ~a million
-  // multiply-adds (tens of µs on one core). On an idle machine a hand-off to a
-  // spinning worker costs ~1 µs, but on a loaded one a worker may not be running,
-  // and a region below this size is cheaper done alone (qwen3-0.6B's smallest
-  // decode projection, 1024×1024, still splits).
-  if (pool != nullptr && pool->num_threads() > 1 && m * n * k >= (int64_t{1} << 20)) {
+  // Every column is computed over all m rows by one thread, so each weight tile is
+  // streamed from memory once per call for the whole batch. Hand work to the pool
+  // only when it outweighs a hand-off: ~a million multiply-adds (tens of µs on one
+  // core). On an idle machine a hand-off to a spinning worker costs ~1 µs, but on a
+  // loaded one a worker may not be running, and a region below this size is cheaper
+  // done alone (qwen3-0.6B's smallest decode projection, 1024×1024, still splits).
+  const bool split = pool != nullptr && pool->num_threads() > 1 && m * n * k >= (int64_t{1} << 20);
+  if (split && simd != nullptr && m >= kPackMinRows && g_matmul_packing) {
+    // The packed (prefill) nest: column chunks of 64–128 (about four per thread),
+    // handed out first come, first served, so a thread that starts late or runs
+    // slower (a shared host) does less of the call instead of the others waiting
+    // for it. Which thread computes a column never changes its bits.
+    const int64_t per = n / (4 * int64_t{pool->num_threads()}) / 16 * 16;
+    const int64_t grain = std::clamp<int64_t>(per, 64, kMatmulPanelCols);
+    pool->parallel_dynamic(n, grain, [&](int64_t b, int64_t e) { cols(a, b, e); });
+  } else if (split) {
+    // One fixed contiguous range per thread (in groups of 16 columns).
     pool->parallel_for(n, 16, [&](int64_t b, int64_t e) { cols(a, b, e); });
   } else {
     cols(a, 0, n);

@@ -160,6 +160,31 @@ PKV_AI void reduce_out(typename T::V acc, float* y, int ncols) {
   }
 }
 
+#if PKV_MM_ZMM
+// Step 1 of reduce_out for two vectors at once: a = columns (c, c+1), b = (c+2,
+// c+3) → per 128-bit block one column's l_i + l_{i+4}, i = 0..3 (columns c … c+3).
+PKV_AI __m512 tree_step1(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+}
+// reduce_out's tree for one row's 8 columns (acc[0..3], two columns each) and
+// another row's (b[0..3]) in 7 shuffles + 7 additions + 1 permute, every output
+// the same additions of the same operands in the same order as reduce_out:
+// step 1 p_i = l_i + l_{i+4}; step 2 q0 = p0 + p2, q1 = p1 + p3; step 3 q0 + q1.
+// Returns row a's columns 0..7 in the low half and row b's in the high half.
+PKV_AI __m512 reduce_rows8(const __m512 (&a)[4], const __m512 (&b)[4]) {
+  // s: blocks = columns 0..3, t: columns 4..7 (p0..p3 each).
+  const __m512 sa = tree_step1(a[0], a[1]), ta = tree_step1(a[2], a[3]);
+  const __m512 sb = tree_step1(b[0], b[1]), tb = tree_step1(b[2], b[3]);
+  // Block j: [q0, q1] of column j, then of column j + 4.
+  const __m512 ua = _mm512_add_ps(_mm512_shuffle_ps(sa, ta, 0x44), _mm512_shuffle_ps(sa, ta, 0xEE));
+  const __m512 ub = _mm512_add_ps(_mm512_shuffle_ps(sb, tb, 0x44), _mm512_shuffle_ps(sb, tb, 0xEE));
+  // Block j: row a column j, row a column j + 4, row b column j, row b column j + 4.
+  const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(ua, ub, 0x88), _mm512_shuffle_ps(ua, ub, 0xDD));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_ps(order, z);
+}
+#endif
+
 // acc[i][v] += x row i's 8 values at xoff (broadcast) × wv[v], for every i, v.
 template <class T, int MT, int NV>
 PKV_AI void fma_rows(typename T::V (&acc)[MT][NV], const typename T::V (&wv)[NV], const float* x,
@@ -338,6 +363,18 @@ PKV_AI void packed_tile(const float* x, int64_t ldx, const float* wp, int64_t st
       for (int v = 0; v < NV; ++v) T::store(lb + (i * NV + v) * F, acc[i][v]);
     return;
   }
+#if PKV_MM_ZMM
+  if constexpr (F == 16 && NV == 4) {  // two rows' 8 columns per reduce_rows8
+    const __mmask8 mask = ncols >= 8 ? __mmask8{0xFF} : static_cast<__mmask8>((1u << ncols) - 1);
+#pragma GCC unroll 16
+    for (int i = 0; i < MT; i += 2) {
+      const __m512 r = reduce_rows8(acc[i], acc[i + 1 < MT ? i + 1 : i]);
+      _mm256_mask_storeu_ps(y + i * ldy, mask, _mm512_castps512_ps256(r));
+      if (i + 1 < MT) _mm256_mask_storeu_ps(y + (i + 1) * ldy, mask, _mm512_extractf32x8_ps(r, 1));
+    }
+    return;
+  }
+#endif
 #pragma GCC unroll 16
   for (int i = 0; i < MT; ++i)
 #pragma GCC unroll 16
