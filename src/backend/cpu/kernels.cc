@@ -545,6 +545,26 @@ PKV_INLINE void row_values(float* accp, float alpha, const float* p, const void*
   }
 }
 
+// Two query rows' dot products with the N keys at o0, o0 + stride, …: per key and
+// row one 8-float accumulator from zero, the head's 8-float groups added in order
+// (row_scores's blocks), each K load serving both rows.
+template <int N, int HD, int KD>
+PKV_INLINE void dot_keys2(const float* q0, const float* q1, const void* kt, int64_t o0,
+                          int64_t stride, v8f (&a)[N], v8f (&b)[N]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) a[i] = b[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+  for (int c = 0; c < HD / 8; ++c) {
+    const v8f qa = load8(q0 + 8 * c), qb = load8(q1 + 8 * c);
+#pragma GCC unroll 8
+    for (int i = 0; i < N; ++i) {
+      const v8f kv = load_kv<KD>(kt, o0 + i * stride + 8 * c);
+      a[i] += qa * kv;
+      b[i] += qb * kv;
+    }
+  }
+}
+
 // row_scores of two query rows over the same keys kb … ke-1 of one tile (a decode
 // row's GQA pair of heads, reading its tile in place): each K load serves both
 // rows, and their independent chains (the dot products' and the running maxima's)
@@ -556,25 +576,12 @@ template <int HD, int KD>
 PKV_INLINE void row_scores2(const float* q0, const float* q1, const void* kt, int64_t off,
                             int64_t stride, int32_t kb, int32_t ke, float scale, float* sc0,
                             float* sc1, float& tmax0, float& tmax1) {
-  constexpr int C = HD / 8;
   float m0 = -std::numeric_limits<float>::infinity(), m1 = m0;
   const v8f sv = splat8(scale);
   int32_t j = kb;
   for (; j + 8 <= ke; j += 8) {
-    const int64_t o0 = off + j * stride;
     v8f a8[8], b8[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) a8[i] = b8[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-#pragma GCC unroll 32
-    for (int c = 0; c < C; ++c) {
-      const v8f qa = load8(q0 + 8 * c), qb = load8(q1 + 8 * c);
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) {
-        const v8f kv = load_kv<KD>(kt, o0 + i * stride + 8 * c);
-        a8[i] += qa * kv;
-        b8[i] += qb * kv;
-      }
-    }
+    dot_keys2<8, HD, KD>(q0, q1, kt, off + j * stride, stride, a8, b8);
     const v8f sa = hsum8x8(a8) * sv, sb = hsum8x8(b8) * sv;
     store8(sc0 + (j - kb), sa);
     store8(sc1 + (j - kb), sb);
@@ -585,20 +592,8 @@ PKV_INLINE void row_scores2(const float* q0, const float* q1, const void* kt, in
     }
   }
   for (; j + 4 <= ke; j += 4) {
-    const int64_t o0 = off + j * stride;
     v8f a4[4], b4[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) a4[i] = b4[i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-#pragma GCC unroll 32
-    for (int c = 0; c < C; ++c) {
-      const v8f qa = load8(q0 + 8 * c), qb = load8(q1 + 8 * c);
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i) {
-        const v8f kv = load_kv<KD>(kt, o0 + i * stride + 8 * c);
-        a4[i] += qa * kv;
-        b4[i] += qb * kv;
-      }
-    }
+    dot_keys2<4, HD, KD>(q0, q1, kt, off + j * stride, stride, a4, b4);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) {
       const float sa = hsum(a4[i]) * scale, sb = hsum(b4[i]) * scale;
