@@ -14,7 +14,9 @@
 // _DEVICE_SAMPLING / _FUSED / _FUSED_NORMS, set_programmatic_launch) and prints a table of
 // them last; f32 KV (PAGEDKV_BENCH_F32=1) runs the full configuration only;
 // PAGEDKV_BENCH_FIRST_CONFIG=i starts at configuration i (0 eager … 5 programmatic
-// launch), e.g. 4 for a short PDL off / on A/B.
+// launch), e.g. 4 for a short PDL off / on A/B; PAGEDKV_BENCH_REQUESTS=64 (a
+// comma list of 1, 8, 32, 64) runs only those request counts (e.g. a profiler
+// run of the 64-row step: bench/cuda/profile_decode_on_device.sh).
 // Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with
 // PAGEDKV_CUDA_PROFILE=1 it prints where a decode step's time goes instead.
 // bench_cuda_model --seeded-moe: two before/after tables in one run instead —
@@ -44,6 +46,14 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 bool g_seeded = false;  // --seeded-moe: decode requests sample with a seed
+
+// PAGEDKV_BENCH_REQUESTS (a comma list): whether to run n concurrent requests.
+bool requested(int n) {
+  const char* env = std::getenv("PAGEDKV_BENCH_REQUESTS");
+  if (env == nullptr || *env == '\0') return true;
+  const std::string list = std::string(",") + env + ",";
+  return list.find("," + std::to_string(n) + ",") != std::string::npos;
+}
 
 double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
 
@@ -272,13 +282,14 @@ int main(int argc, char** argv) {
       std::printf("prefill, 512-token prompt (one step)   %9.1f tok/s\n", prefill(m, 512));
       double one = 0;
       for (size_t i = 0; i < 4; ++i) {
+        if (!requested(ns[i])) continue;
         const double r = batched_decode(m, ns[i], 512, ns[i] == 1 ? 64 : 32);
         if (i == 0) one = r;
         if (kv == model::KVDType::kBF16) tps[c][i] = r;
         std::printf(
             "decode, %2d request%s  %9.1f tok/s   llama.cpp %6.0f  ratio %.2fx   (x%.2f of 1 "
             "request)\n",
-            ns[i], ns[i] == 1 ? " " : "s", r, llama[i], r / llama[i], r / one);
+            ns[i], ns[i] == 1 ? " " : "s", r, llama[i], r / llama[i], one > 0 ? r / one : 0.0);
         std::fflush(stdout);
       }
       const model::cuda::CudaModelStats st = model::cuda::cuda_model_stats(*m);

@@ -11,18 +11,30 @@
 #   run's last kernel (the sampler's) ends each step, and the last STEPS steps are
 #   summed (the prefill and the first decode step, which captures the graph, are
 #   left out).
+#   ROWS=n (8, 32 or 64): a step of n concurrent decode rows instead, through
+#   bench_cuda_model's own workload (a shared 512-token prefix + 16 tokens each;
+#   PAGEDKV_BENCH_REQUESTS=n, the default configuration only).
+#   BUILD=build-dev names the build folder.
 set -uo pipefail
 PROMPT=${PROMPT:-512}
 STEPS=${STEPS:-3}
-P=./build-dev/src/cli/pagedkv
+ROWS=${ROWS:-1}
+BUILD=${BUILD:-build-dev}
+P=./$BUILD/src/cli/pagedkv
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "ncu not found"; exit 1; }
-[ -d /tmp/m06 ] || $P make-model --preset qwen3-0.6b-shape --dtype bf16 --out /tmp/m06 >/dev/null
-IDS=$(python3 -c "import random; r=random.Random(3); print(' '.join(str(r.randint(1, 9999)) for _ in range($PROMPT)))")
-CSV=${OUT:-/tmp}/ncu_decode.csv
-"$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
-  $P generate --device cuda --model /tmp/m06 --prompt-ids "$IDS" --max-tokens $((STEPS + 2)) \
-  2>/dev/null >"$CSV"
+CSV=${OUT:-/tmp}/ncu_decode_rows$ROWS.csv
+if [ "$ROWS" = 1 ]; then
+  [ -d /tmp/m06 ] || $P make-model --preset qwen3-0.6b-shape --dtype bf16 --out /tmp/m06 >/dev/null
+  IDS=$(python3 -c "import random; r=random.Random(3); print(' '.join(str(r.randint(1, 9999)) for _ in range($PROMPT)))")
+  "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+    $P generate --device cuda --model /tmp/m06 --prompt-ids "$IDS" --max-tokens $((STEPS + 2)) \
+    2>/dev/null >"$CSV"
+else
+  PAGEDKV_BENCH_FIRST_CONFIG=5 PAGEDKV_BENCH_REQUESTS=$ROWS \
+    "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+    ./$BUILD/bench/cuda/bench_cuda_model 2>/dev/null >"$CSV"
+fi
 python3 - "$CSV" "$STEPS" <<'PY'
 import csv, sys, collections
 path, steps = sys.argv[1], int(sys.argv[2])
