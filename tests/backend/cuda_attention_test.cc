@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -33,8 +34,16 @@ using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
 
 // The kernels, and the tensor-core kernel with every decode launch forced into one
 // of its launch shapes (one-warp blocks, the eight-warp kernel in one or two
-// rounds), which must give the bits of its prefill launches.
-enum class Kernel { kThreadPerKey, kWarp, kMma, kMmaOneWarp, kMmaWide, kMmaWideTwoRounds };
+// rounds, packed one-warp blocks), which must give the bits of its prefill launches.
+enum class Kernel {
+  kThreadPerKey,
+  kWarp,
+  kMma,
+  kMmaOneWarp,
+  kMmaWide,
+  kMmaWideTwoRounds,
+  kMmaPacked
+};
 template <MmaDecodeShape S>
 Status mma_forced(const PagedAttentionParams& p, cudaStream_t stream) {
   return paged_attention_mma_with_decode_shape(p, S, stream);
@@ -51,6 +60,8 @@ AttnFn kernel_fn(Kernel k) {
       return mma_forced<MmaDecodeShape::kWide>;
     case Kernel::kMmaWideTwoRounds:
       return mma_forced<MmaDecodeShape::kWideTwoRounds>;
+    case Kernel::kMmaPacked:
+      return mma_forced<MmaDecodeShape::kPacked>;
     default:
       return paged_attention;
   }
@@ -67,6 +78,8 @@ std::string kernel_name(Kernel k) {
       return "mma_decode_wide";
     case Kernel::kMmaWideTwoRounds:
       return "mma_decode_wide_two_rounds";
+    case Kernel::kMmaPacked:
+      return "mma_decode_packed";
     default:
       return "thread_per_key";
   }
@@ -85,7 +98,12 @@ struct Kv {
 
   int64_t row() const { return int64_t{kv_heads} * hd; }
 
-  Kv(int32_t h, int32_t kvh, int32_t d, std::vector<int32_t> l, uint32_t seed)
+  // share_group (optional, one entry a sequence): sequences of one group ≥ 0 share
+  // the blocks, and so the K/V rows, of the group's first sequence for their first
+  // `shared` tokens (a cached prefix; that sequence must be at least as long);
+  // −1: none.
+  Kv(int32_t h, int32_t kvh, int32_t d, std::vector<int32_t> l, uint32_t seed,
+     std::vector<int32_t> share_group = {}, int32_t shared = 0)
       : heads(h), kv_heads(kvh), hd(d), lens(std::move(l)) {
     std::mt19937 g(seed);
     int32_t blocks = 1;  // block 0: the null block, never referenced
@@ -101,12 +119,27 @@ struct Kv {
     std::vector<uint16_t> pk(size_t{1} * blocks * kBs * row()), pv(pk.size());
     std::vector<uint16_t> fk(lens.size() * cap * row()), fv(fk.size());
     size_t next = 0;
+    std::vector<int> owner(lens.size(), -1);  // the sequence whose prefix s shares
+    for (size_t s = 0; s < share_group.size() && s < lens.size(); ++s)
+      for (size_t o = 0; o < s && share_group[s] >= 0; ++o)
+        if (share_group[o] == share_group[s]) {
+          owner[s] = static_cast<int>(o);
+          break;
+        }
     for (size_t s = 0; s < lens.size(); ++s) {
       auto kk = randn(lens[s] * row(), seed + 10 * s + 1);
       auto vv = randn(lens[s] * row(), seed + 10 * s + 2);
       for (auto& x : kk) x = bf16_to_f32(f32_to_bf16(x));
       for (auto& x : vv) x = bf16_to_f32(f32_to_bf16(x));
-      for (int32_t b = 0; b * kBs < lens[s]; ++b) tables[s * max_blocks + b] = perm[next++];
+      const int32_t own_from = owner[s] >= 0 ? std::min(lens[s], shared) : 0;
+      if (owner[s] >= 0) {
+        const int o = owner[s];
+        std::copy(k[o].begin(), k[o].begin() + own_from * row(), kk.begin());
+        std::copy(v[o].begin(), v[o].begin() + own_from * row(), vv.begin());
+      }
+      for (int32_t b = 0; b * kBs < lens[s]; ++b)
+        tables[s * max_blocks + b] =
+            b * kBs < own_from ? tables[owner[s] * max_blocks + b] : perm[next++];
       for (int32_t p = 0; p < lens[s]; ++p) {
         const size_t slot = static_cast<size_t>(tables[s * max_blocks + p / kBs]) * kBs + p % kBs;
         for (int64_t e = 0; e < row(); ++e) {
@@ -156,6 +189,7 @@ struct Kv {
     auto ws = dev_zeros(attention_workspace_floats(T, heads, hd, p.max_position) * 4);
     p.workspace = ws.as<float>();
     p.max_query_len = max_query_len;
+    p.shared_blocks = true;  // a launch-shape hint: the packed decode blocks where they apply
     const Status s = fn(p, 0);
     EXPECT_TRUE(s.ok()) << s.to_string();
     return host<float>(dout, q.size());
@@ -200,6 +234,37 @@ void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu,
     }
 }
 
+// Decode rows (row s: sequence s at its last position, q scaled by 2) each give
+// their bits alone, in reversed row order and from the contiguous cache; the rows
+// `vs_cpu` picks are also within the CPU tolerance.
+void expect_decode_rows_keep_their_bits(const Kv& kv, AttnFn fn, uint32_t q_seed,
+                                        const std::function<bool(int32_t)>& vs_cpu) {
+  const int32_t n = static_cast<int32_t>(kv.lens.size());
+  const size_t qrow = static_cast<size_t>(kv.heads) * kv.hd;
+  auto q = randn(n * qrow, q_seed, 2.0f);
+  std::vector<int32_t> pos(n), seq(n);
+  for (int32_t s = 0; s < n; ++s) {
+    pos[s] = kv.lens[s] - 1;
+    seq[s] = s;
+  }
+  const auto batch = kv.gpu(q, seq, pos, 0, true, fn);
+  EXPECT_TRUE(same_bits(batch.data(), kv.gpu(q, seq, pos, 0, false, fn).data(), batch.size() * 4))
+      << "paged vs contiguous";
+  std::vector<float> qr;
+  std::vector<int32_t> pr(pos.rbegin(), pos.rend()), sr(seq.rbegin(), seq.rend());
+  for (int32_t s = n - 1; s >= 0; --s)
+    qr.insert(qr.end(), q.begin() + s * qrow, q.begin() + (s + 1) * qrow);
+  const auto rev = kv.gpu(qr, sr, pr, 0, true, fn);
+  for (int32_t s = 0; s < n; ++s) {
+    std::vector<float> qs(q.begin() + s * qrow, q.begin() + (s + 1) * qrow);
+    const auto alone = kv.gpu(qs, {s}, {pos[s]}, 0, true, fn);
+    EXPECT_TRUE(same_bits(alone.data(), batch.data() + s * qrow, qrow * 4)) << "row " << s;
+    EXPECT_TRUE(same_bits(rev.data() + (n - 1 - s) * qrow, batch.data() + s * qrow, qrow * 4))
+        << "row " << s << " reversed";
+    if (vs_cpu(s)) expect_close(alone, kv.cpu(s, qs, {pos[s]}, 0), "row vs cpu");
+  }
+}
+
 class CudaAttentionOrderTest : public CudaTest, public ::testing::WithParamInterface<Kernel> {
  protected:
   AttnFn fn() const { return kernel_fn(GetParam()); }
@@ -242,30 +307,7 @@ TEST_P(CudaAttentionOrderTest, SixtyFourDecodeRowsEqualEachRowAlone) {
   lens[3] = 32;
   lens[4] = 33;
   const Kv kv(16, 4, 64, lens, 77);
-  const size_t qrow = size_t{16} * 64;
-  auto q = randn(64 * qrow, 78, 2.0f);
-  std::vector<int32_t> pos(64), seq(64);
-  for (int32_t s = 0; s < 64; ++s) {
-    pos[s] = lens[s] - 1;
-    seq[s] = s;
-  }
-  const auto batch = kv.gpu(q, seq, pos, 0, true, fn());
-  EXPECT_TRUE(same_bits(batch.data(), kv.gpu(q, seq, pos, 0, false, fn()).data(), batch.size() * 4))
-      << "paged vs contiguous";
-  // Reversed row order.
-  std::vector<float> qr;
-  std::vector<int32_t> pr(pos.rbegin(), pos.rend()), sr(seq.rbegin(), seq.rend());
-  for (int32_t s = 63; s >= 0; --s)
-    qr.insert(qr.end(), q.begin() + s * qrow, q.begin() + (s + 1) * qrow);
-  const auto rev = kv.gpu(qr, sr, pr, 0, true, fn());
-  for (int32_t s = 0; s < 64; ++s) {
-    std::vector<float> qs(q.begin() + s * qrow, q.begin() + (s + 1) * qrow);
-    const auto alone = kv.gpu(qs, {s}, {pos[s]}, 0, true, fn());
-    EXPECT_TRUE(same_bits(alone.data(), batch.data() + s * qrow, qrow * 4)) << "row " << s;
-    EXPECT_TRUE(same_bits(rev.data() + (63 - s) * qrow, batch.data() + s * qrow, qrow * 4))
-        << "row " << s << " reversed";
-    if (s % 8 == 0 || s < 5) expect_close(alone, kv.cpu(s, qs, {pos[s]}, 0), "row vs cpu");
-  }
+  expect_decode_rows_keep_their_bits(kv, fn(), 78, [](int32_t s) { return s % 8 == 0 || s < 5; });
 }
 
 TEST_P(CudaAttentionOrderTest, DecodeRowsInPrefillBlocksAndInterleavedPromptsKeepTheirBits) {
@@ -311,6 +353,27 @@ TEST_P(CudaAttentionOrderTest, DecodeRowsInPrefillBlocksAndInterleavedPromptsKee
     EXPECT_EQ(mismatches, 0) << "prompt " << s << ": interleaved tokens whose bits differ";
     expect_close(alone, kv.cpu(s, qs, ps, 30), "prompt vs cpu");
   }
+}
+
+TEST_P(CudaAttentionOrderTest, DecodeRowsSharingPrefixBlocksKeepTheirBits) {
+  // 64 decode rows behind two cached 512-token prefixes (two full partitions of
+  // shared blocks; the packed decode blocks run such rows together), every seventh
+  // row with a prefix of its own, a few rows shorter than the prefix: each row's
+  // bits are its bits alone, in reversed order, and from the contiguous cache.
+  const int32_t shared = 512;
+  std::vector<int32_t> lens(64), group(64);
+  std::mt19937 g(41);
+  for (int32_t s = 0; s < 64; ++s) {
+    lens[s] = shared + 1 + static_cast<int32_t>(g() % 300);
+    group[s] = s % 7 == 3 ? -1 : (s < 40 ? 0 : 1);
+  }
+  lens[5] = 200;  // inside the prefix: shares its first 13 blocks
+  lens[6] = shared;
+  lens[7] = shared + 1;
+  lens[50] = 300;
+  const Kv kv(16, 8, 128, lens, 43, group, shared);
+  expect_decode_rows_keep_their_bits(kv, fn(), 44,
+                                     [](int32_t s) { return s % 8 == 0 || (s >= 3 && s <= 7); });
 }
 
 // Shapes (GQA 1/2/4/8/16, head_dim 16–256, windows 0/30/100; bf16 KV): a 300-token
@@ -377,7 +440,7 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionOrderTest,
                          ::testing::Values(Kernel::kThreadPerKey, Kernel::kWarp, Kernel::kMma,
                                            Kernel::kMmaOneWarp, Kernel::kMmaWide,
-                                           Kernel::kMmaWideTwoRounds),
+                                           Kernel::kMmaWideTwoRounds, Kernel::kMmaPacked),
                          [](const auto& info) { return kernel_name(info.param); });
 
 class CudaAttentionMmaTest : public CudaTest {};
@@ -411,6 +474,58 @@ TEST_F(CudaAttentionMmaTest, RefusesWhatItDoesNotSupportByName) {
   const Status s = paged_attention_mma(p, 0);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.to_string().find("query heads per KV head"), std::string::npos) << s.to_string();
+}
+
+TEST_F(CudaAttentionMmaTest, PackedDecodeRunsFollowTheSharedBlocks) {
+  // 16 decode rows (GQA 2: tiles of 8 tokens) behind one cached 256-token prefix
+  // (partition 0), except row 6 (a prefix of its own); row 3 is 100 tokens long
+  // (inside the prefix). Partition 0: tile 0 runs [0, 6), [6, 7), [7, 8), tile 1
+  // one run [8, 16). Partition 1 (each row's own blocks): a run a row, except row
+  // 3, which reaches none of it and so joins row 2's run.
+  const int32_t shared = 256;
+  std::vector<int32_t> lens(16), group(16, 0);
+  for (int32_t s = 0; s < 16; ++s) lens[s] = 300 + 7 * s;
+  lens[3] = 100;
+  group[6] = -1;
+  const Kv kv(16, 8, 128, lens, 61, group, shared);
+  std::vector<int32_t> pos(16), seq(16);
+  for (int32_t s = 0; s < 16; ++s) {
+    pos[s] = lens[s] - 1;
+    seq[s] = s;
+  }
+  auto dpos = dev(pos), dseq = dev(seq);
+  PagedAttentionParams p;
+  p.num_tokens = 16;
+  p.num_heads = 16;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.positions = dpos.as<int32_t>();
+  p.token_seq = dseq.as<int32_t>();
+  p.max_position = *std::max_element(pos.begin(), pos.end());
+  p.kv_type = KvType::kBF16;
+  p.layout = KvLayout::kBlockTable;
+  p.block_size = kBs;
+  p.block_tables = kv.dtables.as<int32_t>();
+  p.max_blocks_per_seq = kv.max_blocks;
+  auto druns = dev_zeros(2 * 16 * 4);
+  auto runs_of = [&](int32_t part) {
+    const Status s = packed_decode_runs(p, part, druns.as<int32_t>(), 0);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    return host<int32_t>(druns, 2 * 16);
+  };
+  // One past each run's end for the tokens that start one (−1 for the rest), and the
+  // sequence it loads through: the run's row that reaches furthest.
+  const auto part0 = runs_of(0);
+  const std::vector<int32_t> end0 = {6, -1, -1, -1, -1, -1, 7, 8, 16, -1, -1, -1, -1, -1, -1, -1};
+  const std::vector<int32_t> ref0 = {5, -1, -1, -1, -1, -1, 6, 7, 15, -1, -1, -1, -1, -1, -1, -1};
+  const auto part1 = runs_of(1);
+  for (int32_t t = 0; t < 16; ++t) {
+    EXPECT_EQ(part0[2 * t], end0[t]) << "partition 0, token " << t;
+    EXPECT_EQ(part0[2 * t + 1], ref0[t]) << "partition 0, token " << t;
+    const int32_t end1 = t == 3 ? -1 : (t == 2 ? 4 : t + 1);
+    EXPECT_EQ(part1[2 * t], end1) << "partition 1, token " << t;
+    EXPECT_EQ(part1[2 * t + 1], t == 3 ? -1 : t) << "partition 1, token " << t;
+  }
 }
 
 }  // namespace

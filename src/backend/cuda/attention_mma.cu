@@ -289,16 +289,90 @@ __device__ __forceinline__ void pv_step(float (&acc0)[4], float (&acc1)[4],
   mma_bf16(acc1, alo, b[2], b[3]);
 }
 
+// Packed decode blocks (one warp a block, one block a token): decode rows whose
+// sequences share this partition's KV blocks — requests behind one cached prefix —
+// run as one warp's MMA rows, so the shared K/V chunks load and multiply once for
+// up to 16 / group rows instead of once a row. The tokens are cut into tiles of
+// `tpw` consecutive tokens, and a tile into runs of consecutive tokens: token u
+// joins the run of the token before it when, over every block both of them reach in
+// this partition, its block ids equal those of the run's reference (the run's
+// token with the highest position so far, whose table the run's loads then use;
+// u becomes the reference when it reaches further). A run's first token's block
+// computes the run; the other blocks of the run return. Every row still runs its
+// own instruction sequence (MMA rows are independent; chunks past a row's position
+// are masked, which changes none of its bits: the file comment), so the bits are
+// the one-token blocks'. Needs a block table, no sliding window, tpw = 16 / group
+// ≤ kMaxTpw and kP / block_size ≤ 32 blocks a partition (else every token is its
+// own run).
+struct PackedRun {
+  bool leader;      // this block's token starts its run
+  int32_t end;      // one past the run's last token
+  int32_t ref_seq;  // the sequence whose block table the run's loads use
+};
+
+template <int kMaxTpw>
+__device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_t tpw,
+                                int32_t p_begin, int lane) {
+  const int32_t tile0 = t - t % tpw;
+  const int32_t n = min(tpw, p.num_tokens - tile0);
+  const int32_t bs = p.block_size;
+  const int32_t nb = (kP + bs - 1) / bs;  // blocks a partition
+  const int32_t seq_of_lane =
+      lane < n ? (p.token_seq != nullptr ? p.token_seq[tile0 + lane] : 0) : 0;
+  const int32_t pos_of_lane = lane < n ? p.positions[tile0 + lane] : -1;
+  const bool packable = p.sliding_window <= 0 && kP % bs == 0 && nb <= 32;
+  // Lane j (< nb): the id of block j of the partition for each token of the tile
+  // that reaches it (−1 otherwise); all loads in flight together.
+  int32_t ids[kMaxTpw];
+#pragma unroll
+  for (int u = 0; u < kMaxTpw; ++u) {
+    const int32_t seq_u = __shfl_sync(0xffffffffu, seq_of_lane, u);
+    const int32_t pos_u = __shfl_sync(0xffffffffu, pos_of_lane, u);
+    const int32_t key = p_begin + lane * bs;
+    ids[u] = packable && u < n && lane < nb && key <= pos_u
+                 ? p.block_tables[static_cast<int64_t>(seq_u) * p.max_blocks_per_seq + key / bs]
+                 : -1;
+  }
+  PackedRun mine{t == tile0, tile0 + n, __shfl_sync(0xffffffffu, seq_of_lane, 0)};
+  int32_t ref = 0, ref_id = ids[0], ref_pos = __shfl_sync(0xffffffffu, pos_of_lane, 0);
+  int32_t run_start = 0;
+#pragma unroll
+  for (int u = 1; u < kMaxTpw; ++u) {
+    if (u >= n) break;
+    const int32_t pos_u = __shfl_sync(0xffffffffu, pos_of_lane, u);
+    const int32_t overlap = min(pos_u, ref_pos);  // keys both rows reach
+    const bool differs = lane < nb && p_begin + lane * bs <= overlap && ids[u] != ref_id;
+    if (!packable || __any_sync(0xffffffffu, differs)) {  // u starts a run
+      if (tile0 + run_start == t) mine.end = tile0 + u;
+      if (tile0 + u == t) mine.leader = true;
+      run_start = u;
+      ref = u;
+      ref_id = ids[u];
+      ref_pos = pos_u;
+    } else if (pos_u > ref_pos) {
+      ref = u;
+      ref_id = ids[u];
+      ref_pos = pos_u;
+    }
+    if (tile0 + run_start == t) mine.ref_seq = __shfl_sync(0xffffffffu, seq_of_lane, ref);
+  }
+  return mine;
+}
+
 // grid (tiles, partitions, KV heads); a tile is W·tokens_per_warp consecutive tokens.
 // STAGES 1: one K and one V buffer, the next chunk's K loading during this chunk's
 // softmax and P·V, its V during the next S (little shared memory: many blocks an
 // SM). STAGES kChunks: every chunk of the partition loads at once into its own
 // buffers (one block an SM: for launches of fewer blocks than SMs, where latency
 // is the cost).
-template <int D, int W, int STAGES, KvLayout L>
+// kPacked: one warp, grid.x one block a token, tokens_per_warp the packed tile
+// (packed_run above).
+template <int D, int W, int STAGES, KvLayout L, bool kPacked = false>
 __global__ void __launch_bounds__(W * 32)
     attn_mma_kernel(const PagedAttentionParams p, int32_t group, int32_t tokens_per_warp,
                     int32_t parts) {
+  static_assert(!kPacked || (W == 1 && STAGES == 1 && L == KvLayout::kBlockTable),
+                "packed decode blocks: one warp, one buffer, a block table");
   enter_kernel();
   constexpr int RS = D + kPad;      // shared row stride, elements
   constexpr int kPieces = D / 8;    // 16-byte pieces a K/V row
@@ -313,12 +387,20 @@ __global__ void __launch_bounds__(W * 32)
   int64_t* key_off = reinterpret_cast<int64_t*>(kvs + STAGES * 2 * kChunk * RS);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int32_t tile_tokens = W * tokens_per_warp;
-  const int32_t t0 = blockIdx.x * tile_tokens;
-  const int32_t t_end = min(p.num_tokens, t0 + tile_tokens);
   const int32_t part = blockIdx.y, kvh = blockIdx.z;
   const int32_t p_begin = part * kP;
   const int32_t h0 = kvh * group;
+  int32_t t0, t_end, packed_seq = 0;
+  if constexpr (kPacked) {
+    const PackedRun run = packed_run<16>(p, blockIdx.x, tokens_per_warp, p_begin, lane);
+    if (!run.leader) return;  // the run's first token's block computes it
+    t0 = blockIdx.x;
+    t_end = run.end;
+    packed_seq = run.ref_seq;
+  } else {
+    t0 = blockIdx.x * W * tokens_per_warp;
+    t_end = min(p.num_tokens, t0 + W * tokens_per_warp);
+  }
 
   // Does any token of the tile reach this partition?
   const bool reaches = tid < t_end - t0 && p.positions[t0 + tid] >= p_begin;
@@ -343,10 +425,12 @@ __global__ void __launch_bounds__(W * 32)
   const PartitionWorkspace ws =
       partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
 
-  // Runs of consecutive tokens of one sequence (one for decode blocks).
+  // Runs of consecutive tokens of one sequence (one for decode blocks; for packed
+  // blocks the packed run, loaded through its reference's block table).
   for (int32_t run_begin = t0; run_begin < t_end;) {
-    const int32_t seq = p.token_seq != nullptr ? p.token_seq[run_begin] : 0;
-    int32_t run_end = run_begin + 1;
+    const int32_t seq =
+        kPacked ? packed_seq : (p.token_seq != nullptr ? p.token_seq[run_begin] : 0);
+    int32_t run_end = kPacked ? t_end : run_begin + 1;
     while (run_end < t_end && (p.token_seq != nullptr ? p.token_seq[run_end] : 0) == seq) ++run_end;
     int32_t lo_start = INT32_MAX, hi_pos = -1;
     for (int32_t t = run_begin; t < run_end; ++t) {
@@ -691,6 +775,36 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, cudaStream
   return combine_partitions(p, parts, stream);
 }
 
+// The runs packed_run forms (a test hook: packed_decode_runs).
+__global__ void packed_runs_kernel(const PagedAttentionParams p, int32_t tpw, int32_t part,
+                                   int32_t* out) {
+  enter_kernel();
+  const PackedRun run = packed_run<16>(p, blockIdx.x, tpw, part * kP, threadIdx.x);
+  if (threadIdx.x == 0) {
+    out[2 * blockIdx.x] = run.leader ? run.end : -1;
+    out[2 * blockIdx.x + 1] = run.leader ? run.ref_seq : -1;
+  }
+}
+
+// Packed decode blocks (packed_run): a block a token, tiles of 16 / group tokens.
+template <int D>
+Status launch_packed(const PagedAttentionParams& p, cudaStream_t stream) {
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const int32_t parts = attention_partitions(p.max_position);
+  const int32_t tpw = 16 / group;
+  const size_t smem = smem_bytes<D>(1, q_rows_per_warp(tpw, group), 1);
+  auto kernel = attn_mma_kernel<D, 1, 1, KvLayout::kBlockTable, true>;
+  if (smem > 48 * 1024) {
+    PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(parts),
+            static_cast<unsigned>(p.num_kv_heads));
+  PKV_RETURN_IF_ERROR(launch_kernel("attn_mma_kernel (packed decode)", kernel, grid, 32, smem,
+                                    stream, p, group, tpw, parts));
+  return combine_partitions(p, parts, stream);
+}
+
 template <int D, int kRounds, KvLayout L>
 Status launch_wide(const PagedAttentionParams& p, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
@@ -750,6 +864,17 @@ int64_t wide2_decode_waves() {
   return waves;
 }
 
+// Whether decode launches that would take one-warp blocks take packed blocks
+// instead when the caller says rows share blocks (PagedAttentionParams::
+// shared_blocks; PAGEDKV_CUDA_ATTN_PACKED, default on; read once). Speed only: the
+// same bits (packed_run). Measured on the H200 (docs/performance.md): 1.05× / 1.03×
+// end to end at 64 / 32 requests behind a 512-token prefix; without shared blocks
+// the run detection and the 16 staged q rows cost 0.7–0.8× (hence the hint).
+bool packed_decode() {
+  static const bool on = env_bool("PAGEDKV_CUDA_ATTN_PACKED").value_or(true);
+  return on;
+}
+
 // The launch shape; no bit depends on it. Decode (one token a row): when the blocks
 // fit in wide_decode_waves() waves, the wide kernel (a warp a chunk; head_dim 16 and
 // 32: in one wave, a warp a block with every chunk loading at once), then, when they
@@ -766,6 +891,9 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
     const int64_t blocks =
         static_cast<int64_t>(p.num_tokens) * attention_partitions(p.max_position) * p.num_kv_heads;
     const bool automatic = force == MmaDecodeShape::kAuto;
+    if constexpr (L == KvLayout::kBlockTable) {
+      if (force == MmaDecodeShape::kPacked) return launch_packed<D>(p, stream);
+    }
     if constexpr (D == 64 || D == 128) {
       if (force == MmaDecodeShape::kWide ||
           (automatic && blocks <= wide_decode_waves() * sm_count()))
@@ -777,6 +905,10 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
       if (force == MmaDecodeShape::kWide || force == MmaDecodeShape::kWideTwoRounds ||
           (automatic && blocks <= sm_count()))
         return launch<D, 1, kChunks, L>(p, 1, stream);
+    }
+    if constexpr (L == KvLayout::kBlockTable) {
+      if (automatic && p.shared_blocks && packed_decode() && p.sliding_window <= 0)
+        return launch_packed<D>(p, stream);
     }
     return launch<D, 1, 1, L>(p, 1, stream);
   }
@@ -805,6 +937,16 @@ bool paged_attention_mma_supports(int32_t head_dim, int32_t num_heads, int32_t n
   if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) return false;
   const int32_t group = num_heads / num_kv_heads;
   return group == 1 || group == 2 || group == 4 || group == 8 || group == 16;
+}
+
+Status packed_decode_runs(const PagedAttentionParams& p, int32_t part, int32_t* runs,
+                          cudaStream_t stream) {
+  if (p.num_tokens <= 0 || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 ||
+      16 % (p.num_heads / p.num_kv_heads) != 0)
+    return invalid_argument("cuda packed_decode_runs: needs tokens and 1–16 query heads a KV head");
+  return launch_kernel("packed_runs_kernel", packed_runs_kernel,
+                       dim3(static_cast<unsigned>(p.num_tokens)), 32, 0, stream, p,
+                       16 / (p.num_heads / p.num_kv_heads), part, runs);
 }
 
 Status paged_attention_mma(const PagedAttentionParams& p, cudaStream_t stream) {

@@ -135,6 +135,10 @@ struct PagedAttentionParams {
   // The most tokens of one sequence in this launch (1: a decode batch; 0: unknown).
   // A launch-shape hint only: no kernel's bits depend on it.
   int32_t max_query_len = 0;
+  // Consecutive decode rows may read the same KV blocks (requests behind one cached
+  // prefix): the tensor-core kernel's decode launches then take its packed blocks.
+  // A launch-shape hint only, as above.
+  bool shared_blocks = false;
 };
 
 // Floats of workspace paged_attention needs.
@@ -165,10 +169,18 @@ Status paged_attention_mma(const PagedAttentionParams& p, cudaStream_t stream = 
 // launch shape, whatever their size: for tests (every shape gives the same bits).
 // kWide and kWideTwoRounds are the eight-warp kernel (head_dim 64 and 128; 16 and
 // 32 take the one-warp blocks with every chunk loading at once), kOneWarp the
-// one-warp blocks with one K/V buffer; kAuto is paged_attention_mma's choice.
-enum class MmaDecodeShape { kAuto, kOneWarp, kWide, kWideTwoRounds };
+// one-warp blocks with one K/V buffer, kPacked the one-warp blocks that run the
+// consecutive decode rows sharing a partition's KV blocks together (a block table:
+// a contiguous launch takes kOneWarp); kAuto is paged_attention_mma's choice.
+enum class MmaDecodeShape { kAuto, kOneWarp, kWide, kWideTwoRounds, kPacked };
 Status paged_attention_mma_with_decode_shape(const PagedAttentionParams& p, MmaDecodeShape shape,
                                              cudaStream_t stream = 0);
+// The runs the packed decode blocks form for partition `part` of a decode launch
+// (a test hook): runs[2t] = one past the last token of the run token t starts, or −1
+// when t does not start one; runs[2t + 1] = the sequence whose block table the run
+// loads through (−1 likewise). `runs`: 2 · num_tokens int32 in device memory.
+Status packed_decode_runs(const PagedAttentionParams& p, int32_t part, int32_t* runs,
+                          cudaStream_t stream = 0);
 bool paged_attention_mma_supports(int32_t head_dim, int32_t num_heads, int32_t num_kv_heads,
                                   KvType kv_type);
 
