@@ -14,7 +14,9 @@
 // paging), prefill attention TFLOP/s, and the batch-invariant GEMM's TFLOP/s. The
 // attention rows run three times in the same run: the thread-per-key kernel
 // (attention.cu), the warp sub-partition kernel (`*_warp`, attention_warp.cu) and
-// the tensor-core kernel (`*_mma`, attention_mma.cu), an A/B/C.
+// the tensor-core kernel (`*_mma`, attention_mma.cu), an A/B/C; then decode rows
+// behind one cached prefix (`decode_attn_shared_*`: the tensor-core kernel's
+// one-warp blocks against its packed blocks).
 // Each figure is the median of 20 timed runs (10 for the step GEMMs; CUDA events)
 // after 3 warm-ups, on random data. bench/cuda/sdpa_baseline.py times torch SDPA /
 // torch.matmul on the same shapes for the ratios.
@@ -136,7 +138,8 @@ const std::pair<AttnFn, const char*> kAttnKernels[] = {
     {paged_attention, ""}, {paged_attention_warp, "_warp"}, {paged_attention_mma, "_mma"}};
 
 double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, DeviceBuffer& kc,
-                    DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks, AttnFn fn) {
+                    DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks, AttnFn fn,
+                    bool shared_blocks = false) {
   const int32_t H = 16, KVH = 8, D = 128, bs = 16;
   const int32_t T = seqs * q_per_seq;
   std::vector<int32_t> pos(T), seq(T);
@@ -171,7 +174,43 @@ double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, De
   p.seq_capacity = ctx;
   p.workspace = ws.as<float>();
   p.max_query_len = q_per_seq;
+  p.shared_blocks = shared_blocks;
   return median_ms([&] { die_if(fn(p, 0)); });
+}
+
+// Decode rows behind one cached prefix: `seqs` rows of `ctx` tokens whose first
+// `shared` tokens are the same KV blocks (as the prefix cache gives them), the
+// tensor-core kernel's one-warp blocks against its packed blocks (the same bits).
+// GB/s counts every row's K/V bytes (what the rows read, not what is stored).
+Status mma_one_warp(const PagedAttentionParams& p, cudaStream_t s) {
+  return paged_attention_mma_with_decode_shape(p, MmaDecodeShape::kOneWarp, s);
+}
+Status mma_packed(const PagedAttentionParams& p, cudaStream_t s) {
+  return paged_attention_mma_with_decode_shape(p, MmaDecodeShape::kPacked, s);
+}
+void bench_decode_shared_prefix(int32_t seqs, int32_t ctx, int32_t shared) {
+  const int32_t KVH = 8, D = 128, bs = 16;
+  const int32_t blocks_per_seq = ctx / bs, shared_blocks = shared / bs;
+  const int32_t pool_blocks = shared_blocks + seqs * (blocks_per_seq - shared_blocks);
+  const size_t elems = size_t{1} * pool_blocks * bs * KVH * D;
+  auto kc = alloc(elems * 2), vc = alloc(elems * 2);
+  fill_random(kc.data(), elems, true, 1);
+  fill_random(vc.data(), elems, true, 2);
+  std::vector<int32_t> tables(size_t{1} * seqs * blocks_per_seq);
+  int32_t next = shared_blocks;
+  for (int32_t s = 0; s < seqs; ++s)
+    for (int32_t b = 0; b < blocks_per_seq; ++b)
+      tables[size_t{1} * s * blocks_per_seq + b] = b < shared_blocks ? b : next++;
+  auto dt = *upload_vector(tables);
+  const double bytes = 2.0 * seqs * ctx * KVH * D * 2;
+  const std::string shape = std::to_string(seqs) + " rows x " + std::to_string(ctx) + " ctx, " +
+                            std::to_string(shared) + " shared";
+  const double one = attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq, mma_one_warp);
+  const double packed =
+      attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq, mma_packed, true);
+  report("decode_attn_shared_one_warp_mma", shape, one, bytes / (one * 1e-3) / 1e9, "GB/s");
+  report("decode_attn_shared_packed_mma", shape, packed, bytes / (packed * 1e-3) / 1e9, "GB/s",
+         one / packed);
 }
 
 void bench_decode(int32_t seqs, int32_t ctx) {
@@ -362,6 +401,9 @@ int main(int argc, char** argv) {
   bench_decode(32, 8192);
   bench_decode(64, 8192);
   bench_decode(256, 8192);
+  bench_decode_shared_prefix(32, 576, 512);
+  bench_decode_shared_prefix(64, 576, 512);
+  bench_decode_shared_prefix(64, 8192, 7680);
   bench_prefill(4096);
   bench_prefill(16384);
   for (int64_t m : {1, 16, 64, 512, 4096}) {
