@@ -879,7 +879,8 @@ bool packed_decode() {
 // fit in wide_decode_waves() waves, the wide kernel (a warp a chunk; head_dim 16 and
 // 32: in one wave, a warp a block with every chunk loading at once), then, when they
 // fit in wide2_decode_waves() waves of two blocks an SM, the wide kernel in two
-// rounds, else a warp a block with one K/V buffer (more blocks an SM). Prefill: four warps of
+// rounds, else a warp a block with one K/V buffer (more blocks an SM; packed, when
+// the caller says rows share blocks: packed_decode()). Prefill: four warps of
 // 16 / group tokens a block, one K/V buffer (measured best of 2, 4 and 8 warps with
 // one or two buffers: docs/performance.md).
 // `force` (tests) overrides the decode choice.
