@@ -286,10 +286,10 @@ int main(int argc, char** argv) {
         const double r = batched_decode(m, ns[i], 512, ns[i] == 1 ? 64 : 32);
         if (i == 0) one = r;
         if (kv == model::KVDType::kBF16) tps[c][i] = r;
-        std::printf(
-            "decode, %2d request%s  %9.1f tok/s   llama.cpp %6.0f  ratio %.2fx   (x%.2f of 1 "
-            "request)\n",
-            ns[i], ns[i] == 1 ? " " : "s", r, llama[i], r / llama[i], one > 0 ? r / one : 0.0);
+        std::printf("decode, %2d request%s  %9.1f tok/s   llama.cpp %6.0f  ratio %.2fx", ns[i],
+                    ns[i] == 1 ? " " : "s", r, llama[i], r / llama[i]);
+        if (one > 0) std::printf("   (x%.2f of 1 request)", r / one);  // 1 may be skipped
+        std::printf("\n");
         std::fflush(stdout);
       }
       const model::cuda::CudaModelStats st = model::cuda::cuda_model_stats(*m);

@@ -944,7 +944,10 @@ Status packed_decode_runs(const PagedAttentionParams& p, int32_t part, int32_t* 
                           cudaStream_t stream) {
   if (p.num_tokens <= 0 || p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 ||
       16 % (p.num_heads / p.num_kv_heads) != 0)
-    return invalid_argument("cuda packed_decode_runs: needs tokens and 1–16 query heads a KV head");
+    return invalid_argument(
+        "cuda packed_decode_runs: needs tokens and 1, 2, 4, 8 or 16 query heads a KV head (got " +
+        std::to_string(p.num_tokens) + " tokens, " + std::to_string(p.num_heads) + " / " +
+        std::to_string(p.num_kv_heads) + " heads)");
   return launch_kernel("packed_runs_kernel", packed_runs_kernel,
                        dim3(static_cast<unsigned>(p.num_tokens)), 32, 0, stream, p,
                        16 / (p.num_heads / p.num_kv_heads), part, runs);
