@@ -16,7 +16,7 @@
 // (attention.cu), the warp sub-partition kernel (`*_warp`, attention_warp.cu) and
 // the tensor-core kernel (`*_mma`, attention_mma.cu), an A/B/C; then decode rows
 // behind one cached prefix (`decode_attn_shared_*`: the tensor-core kernel's
-// one-warp blocks against its packed blocks).
+// one-warp blocks against its eight-warp and packed blocks).
 // Each figure is the median of 20 timed runs (10 for the step GEMMs; CUDA events)
 // after 3 warm-ups, on random data. bench/cuda/sdpa_baseline.py times torch SDPA /
 // torch.matmul on the same shapes for the ratios.
@@ -139,7 +139,7 @@ const std::pair<AttnFn, const char*> kAttnKernels[] = {
 
 double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, DeviceBuffer& kc,
                     DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks, AttnFn fn,
-                    bool shared_blocks = false) {
+                    int32_t packed_partitions = 0) {
   const int32_t H = 16, KVH = 8, D = 128, bs = 16;
   const int32_t T = seqs * q_per_seq;
   std::vector<int32_t> pos(T), seq(T);
@@ -174,7 +174,7 @@ double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, De
   p.seq_capacity = ctx;
   p.workspace = ws.as<float>();
   p.max_query_len = q_per_seq;
-  p.shared_blocks = shared_blocks;
+  p.packed_partitions = packed_partitions;
   return median_ms([&] { die_if(fn(p, 0)); });
 }
 
@@ -187,6 +187,15 @@ Status mma_one_warp(const PagedAttentionParams& p, cudaStream_t s) {
 }
 Status mma_packed(const PagedAttentionParams& p, cudaStream_t s) {
   return paged_attention_mma_with_decode_shape(p, MmaDecodeShape::kPacked, s);
+}
+Status mma_wide(const PagedAttentionParams& p, cudaStream_t s) {
+  return paged_attention_mma_with_decode_shape(p, MmaDecodeShape::kWide, s);
+}
+Status mma_packed_wide(const PagedAttentionParams& p, cudaStream_t s) {
+  return paged_attention_mma_with_decode_shape(p, MmaDecodeShape::kPackedWide, s);
+}
+Status mma_packed_wide2(const PagedAttentionParams& p, cudaStream_t s) {
+  return paged_attention_mma_with_decode_shape(p, MmaDecodeShape::kPackedWideTwoRounds, s);
 }
 void bench_decode_shared_prefix(int32_t seqs, int32_t ctx, int32_t shared) {
   const int32_t KVH = 8, D = 128, bs = 16;
@@ -206,11 +215,21 @@ void bench_decode_shared_prefix(int32_t seqs, int32_t ctx, int32_t shared) {
   const std::string shape = std::to_string(seqs) + " rows x " + std::to_string(ctx) + " ctx, " +
                             std::to_string(shared) + " shared";
   const double one = attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq, mma_one_warp);
-  const double packed =
-      attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq, mma_packed, true);
   report("decode_attn_shared_one_warp_mma", shape, one, bytes / (one * 1e-3) / 1e9, "GB/s");
-  report("decode_attn_shared_packed_mma", shape, packed, bytes / (packed * 1e-3) / 1e9, "GB/s",
-         one / packed);
+  // The other shapes, each against the one-warp blocks: the automatic choice with
+  // the hint the model gives (the partitions the prefix fills), then each decode
+  // shape forced (the packed ones packing every partition).
+  const std::pair<const char*, AttnFn> others[] = {
+      {"decode_attn_shared_auto_mma", paged_attention_mma},
+      {"decode_attn_shared_wide_mma", mma_wide},
+      {"decode_attn_shared_packed_mma", mma_packed},
+      {"decode_attn_shared_packed_wide_mma", mma_packed_wide},
+      {"decode_attn_shared_packed_wide2_mma", mma_packed_wide2}};
+  for (const auto& [name, fn] : others) {
+    const double ms =
+        attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq, fn, shared / kAttnPartition);
+    report(name, shape, ms, bytes / (ms * 1e-3) / 1e9, "GB/s", one / ms);
+  }
 }
 
 void bench_decode(int32_t seqs, int32_t ctx) {
@@ -401,6 +420,7 @@ int main(int argc, char** argv) {
   bench_decode(32, 8192);
   bench_decode(64, 8192);
   bench_decode(256, 8192);
+  bench_decode_shared_prefix(8, 576, 512);
   bench_decode_shared_prefix(32, 576, 512);
   bench_decode_shared_prefix(64, 576, 512);
   bench_decode_shared_prefix(64, 8192, 7680);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -34,7 +35,9 @@ using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
 
 // The kernels, and the tensor-core kernel with every decode launch forced into one
 // of its launch shapes (one-warp blocks, the eight-warp kernel in one or two
-// rounds, packed one-warp blocks), which must give the bits of its prefill launches.
+// rounds, packed one-warp blocks, packed eight-warp blocks in one or two rounds),
+// and its automatic shapes with only the first partition packed (a second launch
+// for the rest), which must give the bits of its prefill launches.
 enum class Kernel {
   kThreadPerKey,
   kWarp,
@@ -42,11 +45,21 @@ enum class Kernel {
   kMmaOneWarp,
   kMmaWide,
   kMmaWideTwoRounds,
-  kMmaPacked
+  kMmaPacked,
+  kMmaPackedWide,
+  kMmaPackedWideTwoRounds,
+  kMmaPackedFirstPartition
 };
 template <MmaDecodeShape S>
 Status mma_forced(const PagedAttentionParams& p, cudaStream_t stream) {
   return paged_attention_mma_with_decode_shape(p, S, stream);
+}
+// The automatic shapes told that only the first partition is shared: a decode launch
+// runs it packed and the others a block a token, in two launches.
+Status mma_packed_first_partition(const PagedAttentionParams& p, cudaStream_t stream) {
+  PagedAttentionParams first = p;
+  first.packed_partitions = 1;
+  return paged_attention_mma(first, stream);
 }
 AttnFn kernel_fn(Kernel k) {
   switch (k) {
@@ -62,6 +75,12 @@ AttnFn kernel_fn(Kernel k) {
       return mma_forced<MmaDecodeShape::kWideTwoRounds>;
     case Kernel::kMmaPacked:
       return mma_forced<MmaDecodeShape::kPacked>;
+    case Kernel::kMmaPackedWide:
+      return mma_forced<MmaDecodeShape::kPackedWide>;
+    case Kernel::kMmaPackedWideTwoRounds:
+      return mma_forced<MmaDecodeShape::kPackedWideTwoRounds>;
+    case Kernel::kMmaPackedFirstPartition:
+      return mma_packed_first_partition;
     default:
       return paged_attention;
   }
@@ -80,6 +99,12 @@ std::string kernel_name(Kernel k) {
       return "mma_decode_wide_two_rounds";
     case Kernel::kMmaPacked:
       return "mma_decode_packed";
+    case Kernel::kMmaPackedWide:
+      return "mma_decode_packed_wide";
+    case Kernel::kMmaPackedWideTwoRounds:
+      return "mma_decode_packed_wide_two_rounds";
+    case Kernel::kMmaPackedFirstPartition:
+      return "mma_packed_first_partition";
     default:
       return "thread_per_key";
   }
@@ -189,7 +214,7 @@ struct Kv {
     auto ws = dev_zeros(attention_workspace_floats(T, heads, hd, p.max_position) * 4);
     p.workspace = ws.as<float>();
     p.max_query_len = max_query_len;
-    p.shared_blocks = true;  // a launch-shape hint: the packed decode blocks where they apply
+    p.packed_partitions = INT32_MAX;  // a launch-shape hint: packed blocks where they apply
     const Status s = fn(p, 0);
     EXPECT_TRUE(s.ok()) << s.to_string();
     return host<float>(dout, q.size());
@@ -437,10 +462,24 @@ INSTANTIATE_TEST_SUITE_P(
       return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
     });
 
+// The packed eight-warp blocks at every group (tiles of 16 down to 1 token), with
+// and without a window (which keeps every token its own run).
+INSTANTIATE_TEST_SUITE_P(
+    MmaPackedShapes, CudaAttentionShapeTest,
+    ::testing::Combine(::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0},
+                                         Shape{16, 16, 128, 0}, Shape{32, 2, 128, 100},
+                                         Shape{16, 4, 128, 45}),
+                       ::testing::Values(Kernel::kMmaPackedWide)),
+    [](const auto& info) {
+      return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
+    });
+
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionOrderTest,
                          ::testing::Values(Kernel::kThreadPerKey, Kernel::kWarp, Kernel::kMma,
                                            Kernel::kMmaOneWarp, Kernel::kMmaWide,
-                                           Kernel::kMmaWideTwoRounds, Kernel::kMmaPacked),
+                                           Kernel::kMmaWideTwoRounds, Kernel::kMmaPacked,
+                                           Kernel::kMmaPackedWide, Kernel::kMmaPackedWideTwoRounds,
+                                           Kernel::kMmaPackedFirstPartition),
                          [](const auto& info) { return kernel_name(info.param); });
 
 class CudaAttentionMmaTest : public CudaTest {};

@@ -129,6 +129,31 @@ Outcome run(Engine& e, const std::vector<int32_t>& prompt, int32_t gen, bool all
   return out;
 }
 
+// Submits `reqs` to `e` together and runs them: each request's logits and tokens
+// are those of its serial flat run (`label` names the case in failures); returns
+// the results (empty when a submit failed).
+std::vector<RequestResult> run_together_and_expect_flat(Engine& e, Model& m,
+                                                        const std::vector<GenerateRequest>& reqs,
+                                                        const std::string& label) {
+  std::vector<engine::RequestHandlePtr> hs;
+  for (const GenerateRequest& r : reqs) {
+    auto h = e.submit(r);
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    if (!h.ok()) return {};
+    hs.push_back(*h);
+  }
+  e.run_until_idle();
+  std::vector<RequestResult> out;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    out.push_back(hs[i]->wait());
+    engine::testing_util::expect_matches_flat(out.back(),
+                                              engine::testing_util::flat_run(m, reqs[i]),
+                                              label + " request " + std::to_string(i));
+  }
+  EXPECT_TRUE(e.check_invariants().ok());
+  return out;
+}
+
 bool same_rows(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -289,25 +314,46 @@ TEST_P(CudaExactnessTest, BatchedRequestsEqualEachAlone) {
       // Chunked prefill (23 tokens a step) mixes prefill and decode rows in a step.
       auto e = make_engine(model_, paged, 23, n);
       std::vector<GenerateRequest> reqs;
-      std::vector<engine::RequestHandlePtr> hs;
       for (int i = 0; i < n; ++i) {
         auto p = random_token_ids(static_cast<size_t>(3 + 11 * i), static_cast<uint32_t>(100 + i),
                                   vocab());
         reqs.push_back(engine::testing_util::greedy_with_logits(p, 12));
-        auto h = e->submit(reqs.back());
-        ASSERT_TRUE(h.ok()) << h.status().to_string();
-        hs.push_back(*h);
       }
-      e->run_until_idle();
-      for (int i = 0; i < n; ++i) {
-        const RequestResult& got = hs[static_cast<size_t>(i)]->wait();
-        auto ref = engine::testing_util::flat_run(*model_, reqs[static_cast<size_t>(i)]);
-        engine::testing_util::expect_matches_flat(got, ref,
-                                                  std::string(paged ? "paged" : "flat") +
-                                                      " n=" + std::to_string(n) + " request " +
-                                                      std::to_string(i));
+      run_together_and_expect_flat(
+          *e, *model_, reqs, std::string(paged ? "paged" : "flat") + " n=" + std::to_string(n));
+    }
+  }
+}
+
+// Requests behind one cached prefix (two whole 256-position attention partitions
+// and a part of a third): their decode rows read the prefix's KV blocks, and the
+// model asks attention to run them together there (packed partitions, a launch
+// shape). 2, 8 and 20 such requests, one of them with a prompt of its own, and a
+// second prefix shared by two: every request's logits and tokens are those of its
+// serial flat run.
+TEST_P(CudaExactnessTest, RequestsBehindOneCachedPrefixEqualEachAlone) {
+  SKIP_WITHOUT_GPU();
+  const auto prefix = random_token_ids(600, 61, vocab());
+  const auto other = random_token_ids(300, 62, vocab());
+  for (int n : {2, 8, 20}) {
+    auto e = make_engine(model_, true, 4096, n + 1);
+    run(*e, prefix, 1);  // the prefix's blocks in the cache
+    std::vector<GenerateRequest> reqs;
+    std::vector<bool> behind_prefix;
+    for (int i = 0; i < n; ++i) {
+      auto own =
+          random_token_ids(static_cast<size_t>(2 + 5 * i), static_cast<uint32_t>(63 + i), vocab());
+      const bool behind_other = i >= n - 2 && n > 2;
+      behind_prefix.push_back(i != n / 2 && !behind_other);
+      std::vector<int32_t> p = i == n / 2 ? own : (behind_other ? other : prefix);
+      p.insert(p.end(), own.begin(), own.end());
+      reqs.push_back(engine::testing_util::greedy_with_logits(p, 6 + i % 3));
+    }
+    const auto got = run_together_and_expect_flat(*e, *model_, reqs, "n=" + std::to_string(n));
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (behind_prefix[i]) {
+        EXPECT_GE(got[i].usage.cached_prompt_tokens, 592) << "request " << i;
       }
-      EXPECT_TRUE(e->check_invariants().ok());
     }
   }
 }

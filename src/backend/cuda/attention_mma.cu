@@ -35,6 +35,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -304,16 +305,17 @@ __device__ __forceinline__ void pv_step(float (&acc0)[4], float (&acc1)[4],
 // the one-token blocks'. Needs a block table, no sliding window, tpw = 16 / group
 // ≤ kMaxTpw and kP / block_size ≤ 32 blocks a partition (else every token is its
 // own run).
-struct PackedRun {
-  bool leader;      // this block's token starts its run
-  int32_t end;      // one past the run's last token
-  int32_t ref_seq;  // the sequence whose block table the run's loads use
+// The runs of one tile, as every lane of the warp sees them.
+struct PackedTileRuns {
+  uint32_t starts;  // bit u: the tile's token u starts a run
+  int32_t n;        // tokens in the tile
+  int32_t ref_seq;  // lane u, a run's start: the sequence whose block table that run loads through
+  int32_t pos;      // lane u < n: the position of the tile's token u
 };
 
 template <int kMaxTpw>
-__device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_t tpw,
-                                int32_t p_begin, int lane) {
-  const int32_t tile0 = t - t % tpw;
+__device__ PackedTileRuns packed_tile_runs(const PagedAttentionParams& p, int32_t tile0,
+                                           int32_t tpw, int32_t p_begin, int lane) {
   const int32_t n = min(tpw, p.num_tokens - tile0);
   const int32_t bs = p.block_size;
   const int32_t nb = (kP + bs - 1) / bs;  // blocks a partition
@@ -333,7 +335,7 @@ __device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_
                  ? p.block_tables[static_cast<int64_t>(seq_u) * p.max_blocks_per_seq + key / bs]
                  : -1;
   }
-  PackedRun mine{t == tile0, tile0 + n, __shfl_sync(0xffffffffu, seq_of_lane, 0)};
+  PackedTileRuns runs{1u, n, seq_of_lane, pos_of_lane};
   int32_t ref = 0, ref_id = ids[0], ref_pos = __shfl_sync(0xffffffffu, pos_of_lane, 0);
   int32_t run_start = 0;
 #pragma unroll
@@ -343,8 +345,7 @@ __device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_
     const int32_t overlap = min(pos_u, ref_pos);  // keys both rows reach
     const bool differs = lane < nb && p_begin + lane * bs <= overlap && ids[u] != ref_id;
     if (!packable || __any_sync(0xffffffffu, differs)) {  // u starts a run
-      if (tile0 + run_start == t) mine.end = tile0 + u;
-      if (tile0 + u == t) mine.leader = true;
+      runs.starts |= 1u << u;
       run_start = u;
       ref = u;
       ref_id = ids[u];
@@ -354,9 +355,33 @@ __device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_
       ref_id = ids[u];
       ref_pos = pos_u;
     }
-    if (tile0 + run_start == t) mine.ref_seq = __shfl_sync(0xffffffffu, seq_of_lane, ref);
+    const int32_t ref_seq = __shfl_sync(0xffffffffu, seq_of_lane, ref);
+    if (lane == run_start) runs.ref_seq = ref_seq;
   }
-  return mine;
+  return runs;
+}
+
+// One past the last token of the run that the tile's token u starts.
+__device__ __forceinline__ int32_t packed_run_end(const PackedTileRuns& runs, int u) {
+  const uint32_t later = runs.starts & ~((2u << u) - 1u);
+  return later != 0 ? __ffs(static_cast<int>(later)) - 1 : runs.n;
+}
+
+struct PackedRun {
+  bool leader;      // this block's token starts its run
+  int32_t end;      // one past the run's last token
+  int32_t ref_seq;  // the sequence whose block table the run's loads use
+};
+
+// Token t's run (every lane of the warp).
+template <int kMaxTpw>
+__device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_t tpw,
+                                int32_t p_begin, int lane) {
+  const int32_t tile0 = t - t % tpw;
+  const PackedTileRuns runs = packed_tile_runs<kMaxTpw>(p, tile0, tpw, p_begin, lane);
+  const int u = t - tile0;
+  return PackedRun{((runs.starts >> u) & 1u) != 0, tile0 + packed_run_end(runs, u),
+                   __shfl_sync(0xffffffffu, runs.ref_seq, u)};
 }
 
 // grid (tiles, partitions, KV heads); a tile is W·tokens_per_warp consecutive tokens.
@@ -370,7 +395,7 @@ __device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_
 template <int D, int W, int STAGES, KvLayout L, bool kPacked = false>
 __global__ void __launch_bounds__(W * 32)
     attn_mma_kernel(const PagedAttentionParams p, int32_t group, int32_t tokens_per_warp,
-                    int32_t parts) {
+                    int32_t parts, int32_t part0) {
   static_assert(!kPacked || (W == 1 && STAGES == 1 && L == KvLayout::kBlockTable),
                 "packed decode blocks: one warp, one buffer, a block table");
   enter_kernel();
@@ -387,7 +412,7 @@ __global__ void __launch_bounds__(W * 32)
   int64_t* key_off = reinterpret_cast<int64_t*>(kvs + STAGES * 2 * kChunk * RS);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int32_t part = blockIdx.y, kvh = blockIdx.z;
+  const int32_t part = part0 + blockIdx.y, kvh = blockIdx.z;
   const int32_t p_begin = part * kP;
   const int32_t h0 = kvh * group;
   int32_t t0, t_end, packed_seq = 0;
@@ -591,6 +616,11 @@ __global__ void __launch_bounds__(W * 32)
 // l chain. Each row runs attn_mma_kernel's operations with the same operands in the
 // same order, so its bits are that kernel's; only the latency of the chunk loop is
 // spread over the warps.
+// kPacked: a block a tile of tpw = 16 / group consecutive tokens, whose packed runs
+// (packed_tile_runs: rows sharing this partition's KV blocks) it computes one after
+// another, a run's up to 16 rows as the MMA rows (row rr: token t0 + rr / group,
+// query head h0 + rr % group) — the packed one-warp blocks' runs with their chunk
+// loop spread over the warps; a one-token block is the run of one token.
 template <int D, int kRounds>
 constexpr size_t wide_smem_bytes() {
   constexpr int kBuf = kChunks / kRounds;
@@ -598,12 +628,14 @@ constexpr size_t wide_smem_bytes() {
          sizeof(uint32_t) * kBuf * (kChunk / 16) * 2 * 4 * 32 + sizeof(float) * 3 * kChunks * 16;
 }
 
-template <int D, int kRounds, KvLayout L>
+template <int D, int kRounds, KvLayout L, bool kPacked = false>
 __global__ void __launch_bounds__(kChunks * 32)
-    attn_mma_decode_wide_kernel(const PagedAttentionParams p, int32_t group, int32_t parts) {
+    attn_mma_decode_wide_kernel(const PagedAttentionParams p, int32_t group, int32_t tpw,
+                                int32_t parts, int32_t part0) {
   enter_kernel();
   static_assert(D == 64 || D == 128, "a warp per pair of output tiles");
   static_assert(kChunks % kRounds == 0, "whole rounds");
+  static_assert(!kPacked || L == KvLayout::kBlockTable, "packed runs: a block table");
   constexpr int RS = D + kPad, kPieces = D / 8, kSteps = kChunk / 16, kBuf = kChunks / kRounds;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [3][16][RS]
@@ -615,152 +647,202 @@ __global__ void __launch_bounds__(kChunks * 32)
   float* crs = calpha + kChunks * 16;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int32_t t = blockIdx.x, part = blockIdx.y, kvh = blockIdx.z;
+  const int32_t part = part0 + blockIdx.y, kvh = blockIdx.z;
   const int32_t p_begin = part * kP, h0 = kvh * group;
-  const int32_t pos = p.positions[t];
-  if (pos < p_begin) return;
-  const int32_t seq = p.token_seq != nullptr ? p.token_seq[t] : 0;
-  const int32_t start =
-      (p.sliding_window > 0 && pos - p.sliding_window + 1 > 0) ? pos - p.sliding_window + 1 : 0;
-  const int32_t kb = max(p_begin, start), ke = min(p_begin + kP, pos + 1);
-  const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
-  const int c_last = kb < ke ? (ke - 1 - p_begin) / kChunk : -1;
-  // Does this warp score a chunk in `round` (warp b: chunk round·kBuf + b)?
-  auto mine_in = [&](int round) {
-    const int c = round * kBuf + warp;
-    return warp < kBuf && c >= c_first && c <= c_last;
-  };
-  const __nv_bfloat16* ks = kvs + warp * 2 * kChunk * RS;
-
-  // The round's chunk of this warp, K and V: lane j finds key j's row, the warp
-  // loads whole rows.
-  auto load_round = [&](int round) {
-    if (!mine_in(round)) return;
-    const int c = round * kBuf + warp;
-    const int32_t key = p_begin + c * kChunk + lane;
-    const int64_t off = key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
-#pragma unroll
-    for (int which = 0; which < 2; ++which) {
-      const __nv_bfloat16* base =
-          static_cast<const __nv_bfloat16*>(which == 0 ? p.k_cache : p.v_cache);
-      __nv_bfloat16* dst = kvs + (warp * 2 + which) * kChunk * RS;
-#pragma unroll 4
-      for (int i = 0; i < kChunk * kPieces / 32; ++i) {
-        const int idx = i * 32 + lane, j = idx / kPieces, e = idx % kPieces;
-        const int64_t o = __shfl_sync(0xffffffffu, off, j);
-        cp_async16(dst + j * RS + e * 8, o >= 0 ? base + o + e * 8 : base, o >= 0);
-      }
-    }
-    cp_async_commit();
-  };
-  load_round(0);
-  stage_q_planes<D>(p, qs, 1, 16, t, 1, t + 1, group, h0, tid, kChunks * 32);
-
   const int g = lane >> 2, q4 = lane & 3;
-  const bool live[2] = {g < group, g + 8 < group};
-  const int32_t row_start[2] = {start, start}, row_pos[2] = {pos, pos};
-  float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int round = 0; round < kRounds; ++round) {
-    const int c = round * kBuf + warp;
-    const bool mine = mine_in(round);
-    if (mine) cp_async_wait<0>();
-    __syncthreads();  // the q planes and this round's K/V
-    float s[kKeyTiles][4], mx[2];
-    if (mine) {
-      chunk_scores<D>(qs, 16, 0, 16, ks, lane, s);
-      mask_and_max(s, p_begin + c * kChunk, q4, live, row_start, row_pos, p.scale, mx);
-      if (q4 == 0) {
-        cmax[c * 16 + g] = mx[0];
-        cmax[c * 16 + g + 8] = mx[1];
-      }
+  const PartitionWorkspace ws =
+      partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
+  // The block's runs: the packed runs of its tile, or its token alone.
+  int32_t tile0 = blockIdx.x;
+  PackedTileRuns runs{1u, 1, 0, 0};
+  if constexpr (kPacked) {
+    tile0 = blockIdx.x * tpw;
+    runs = packed_tile_runs<16>(p, tile0, tpw, p_begin, lane);
+  } else {
+    if (p.positions[tile0] < p_begin) return;
+  }
+  for (uint32_t left = runs.starts; left != 0; left &= left - 1u) {
+    const int u = __ffs(static_cast<int>(left)) - 1;
+    const int32_t t0 = tile0 + u;
+    int32_t t_end = t0 + 1, seq;
+    if constexpr (kPacked) {
+      t_end = tile0 + packed_run_end(runs, u);
+      seq = __shfl_sync(0xffffffffu, runs.ref_seq, u);
+    } else {
+      seq = p.token_seq != nullptr ? p.token_seq[t0] : 0;
     }
-    __syncthreads();
-    if (mine) {
-      float m[2] = {-INFINITY, -INFINITY}, base[2], alpha[2], rs[2];
-      for (int cc = c_first; cc < c; ++cc) {
-        m[0] = fmaxf(m[0], cmax[cc * 16 + g]);
-        m[1] = fmaxf(m[1], cmax[cc * 16 + g + 8]);
-      }
-      softmax_step(m, mx, base, alpha);
-      weights_and_sums(s, base, rs);
-      if (q4 == 0) {
-        calpha[c * 16 + g] = alpha[0];
-        calpha[c * 16 + g + 8] = alpha[1];
-        crs[c * 16 + g] = rs[0];
-        crs[c * 16 + g + 8] = rs[1];
-      }
+    auto start_of = [&](int32_t pos) {
+      return (p.sliding_window > 0 && pos - p.sliding_window + 1 > 0) ? pos - p.sliding_window + 1
+                                                                      : 0;
+    };
+    int32_t lo_start = INT32_MAX, hi_pos = -1;
+    for (int32_t t = t0; t < t_end; ++t) {
+      const int32_t pos = p.positions[t];
+      lo_start = min(lo_start, start_of(pos));
+      hi_pos = max(hi_pos, pos);
+    }
+    if (hi_pos < p_begin) continue;  // (packed runs; a lone token returned above)
+    const int32_t kb = max(p_begin, lo_start), ke = min(p_begin + kP, hi_pos + 1);
+    const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
+    const int c_last = kb < ke ? (ke - 1 - p_begin) / kChunk : -1;
+    // Does this warp score a chunk in `round` (warp b: chunk round·kBuf + b)?
+    auto mine_in = [&](int round) {
+      const int c = round * kBuf + warp;
+      return warp < kBuf && c >= c_first && c <= c_last;
+    };
+    const __nv_bfloat16* ks = kvs + warp * 2 * kChunk * RS;
+
+    // The round's chunk of this warp, K and V: lane j finds key j's row, the warp
+    // loads whole rows.
+    auto load_round = [&](int round) {
+      if (!mine_in(round)) return;
+      const int c = round * kBuf + warp;
+      const int32_t key = p_begin + c * kChunk + lane;
+      const int64_t off = key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
 #pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {
-        uint32_t ahi[4], alo[4];
-        weight_planes(s, kk, ahi, alo);
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          planes[(((warp * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane] = ahi[r];
-          planes[(((warp * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane] = alo[r];
+      for (int which = 0; which < 2; ++which) {
+        const __nv_bfloat16* base =
+            static_cast<const __nv_bfloat16*>(which == 0 ? p.k_cache : p.v_cache);
+        __nv_bfloat16* dst = kvs + (warp * 2 + which) * kChunk * RS;
+#pragma unroll 4
+        for (int i = 0; i < kChunk * kPieces / 32; ++i) {
+          const int idx = i * 32 + lane, j = idx / kPieces, e = idx % kPieces;
+          const int64_t o = __shfl_sync(0xffffffffu, off, j);
+          cp_async16(dst + j * RS + e * 8, o >= 0 ? base + o + e * 8 : base, o >= 0);
         }
       }
+      cp_async_commit();
+    };
+    load_round(0);
+    stage_q_planes<D>(p, qs, 1, 16, t0, kPacked ? tpw : 1, t_end, group, h0, tid, kChunks * 32);
+
+    // This thread's rows g and g + 8, and the token of row r.
+    auto token_of = [&](int r) { return t0 + r / group; };
+    bool live[2];
+    int32_t row_start[2], row_pos[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      live[i] = token_of(g + 8 * i) < t_end;
+      row_pos[i] = live[i] ? p.positions[token_of(g + 8 * i)] : -1;
+      row_start[i] = start_of(row_pos[i]);
     }
-    __syncthreads();
-    if (warp < D / 16) {  // output tiles 2·warp and 2·warp + 1, this round's chunks
-      const int cc_end = min(c_last, (round + 1) * kBuf - 1);
-      for (int cc = max(c_first, round * kBuf); cc <= cc_end; ++cc) {
-        const int b = cc - round * kBuf;
-        const float a0 = calpha[cc * 16 + g], a1 = calpha[cc * 16 + g + 8];
-        acc0[0] *= a0;
-        acc0[1] *= a0;
-        acc0[2] *= a1;
-        acc0[3] *= a1;
-        acc1[0] *= a0;
-        acc1[1] *= a0;
-        acc1[2] *= a1;
-        acc1[3] *= a1;
+    float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int round = 0; round < kRounds; ++round) {
+      const int c = round * kBuf + warp;
+      const bool mine = mine_in(round);
+      if (mine) cp_async_wait<0>();
+      __syncthreads();  // the q planes and this round's K/V
+      float s[kKeyTiles][4], mx[2];
+      if (mine) {
+        chunk_scores<D>(qs, 16, 0, 16, ks, lane, s);
+        mask_and_max(s, p_begin + c * kChunk, q4, live, row_start, row_pos, p.scale, mx);
+        if (q4 == 0) {
+          cmax[c * 16 + g] = mx[0];
+          cmax[c * 16 + g + 8] = mx[1];
+        }
+      }
+      __syncthreads();
+      if (mine) {
+        float m[2] = {-INFINITY, -INFINITY}, base[2], alpha[2], rs[2];
+        for (int cc = c_first; cc < c; ++cc) {
+          m[0] = fmaxf(m[0], cmax[cc * 16 + g]);
+          m[1] = fmaxf(m[1], cmax[cc * 16 + g + 8]);
+        }
+        softmax_step(m, mx, base, alpha);
+        weights_and_sums(s, base, rs);
+        if (q4 == 0) {
+          calpha[c * 16 + g] = alpha[0];
+          calpha[c * 16 + g + 8] = alpha[1];
+          crs[c * 16 + g] = rs[0];
+          crs[c * 16 + g + 8] = rs[1];
+        }
 #pragma unroll
         for (int kk = 0; kk < kSteps; ++kk) {
           uint32_t ahi[4], alo[4];
+          weight_planes(s, kk, ahi, alo);
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
-            ahi[r] = planes[(((b * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane];
-            alo[r] = planes[(((b * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane];
+            planes[(((warp * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane] = ahi[r];
+            planes[(((warp * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane] = alo[r];
           }
-          pv_step<D>(acc0, acc1, ahi, alo, kvs + (b * 2 + 1) * kChunk * RS, kk, warp, lane);
         }
       }
-    }
-    if (round + 1 < kRounds) {
-      __syncthreads();  // every warp is done with this round's buffers and planes
-      load_round(round + 1);
-    }
-  }
-
-  const PartitionWorkspace ws =
-      partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
-  auto slot_of = [&](int row) {
-    return (static_cast<int64_t>(t) * p.num_heads + h0 + row) * parts + part;
-  };
-  if (warp < D / 16) {
+      __syncthreads();
+      if (warp < D / 16) {  // output tiles 2·warp and 2·warp + 1, this round's chunks
+        const int cc_end = min(c_last, (round + 1) * kBuf - 1);
+        for (int cc = max(c_first, round * kBuf); cc <= cc_end; ++cc) {
+          const int b = cc - round * kBuf;
+          const float a0 = calpha[cc * 16 + g], a1 = calpha[cc * 16 + g + 8];
+          acc0[0] *= a0;
+          acc0[1] *= a0;
+          acc0[2] *= a1;
+          acc0[3] *= a1;
+          acc1[0] *= a0;
+          acc1[1] *= a0;
+          acc1[2] *= a1;
+          acc1[3] *= a1;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (!live[i]) continue;
-      float* o = ws.acc + slot_of(g + 8 * i) * D + warp * 16 + 2 * q4;
-      *reinterpret_cast<float2*>(o) = make_float2(acc0[2 * i], acc0[2 * i + 1]);
-      *reinterpret_cast<float2*>(o + 8) = make_float2(acc1[2 * i], acc1[2 * i + 1]);
+          for (int kk = 0; kk < kSteps; ++kk) {
+            uint32_t ahi[4], alo[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              ahi[r] = planes[(((b * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane];
+              alo[r] = planes[(((b * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane];
+            }
+            pv_step<D>(acc0, acc1, ahi, alo, kvs + (b * 2 + 1) * kChunk * RS, kk, warp, lane);
+          }
+        }
+      }
+      if (round + 1 < kRounds) {
+        __syncthreads();  // every warp is done with this round's buffers and planes
+        load_round(round + 1);
+      }
     }
-  }
-  if (tid < group) {  // the l chain and the final max of row tid
-    float l = 0.0f, m = -INFINITY;
-    for (int cc = c_first; cc <= c_last; ++cc) {
-      l = __fmaf_rn(l, calpha[cc * 16 + tid], crs[cc * 16 + tid]);
-      m = fmaxf(m, cmax[cc * 16 + tid]);
+
+    // Row r's workspace slot (its token and query head, this partition).
+    auto slot_of = [&](int r) {
+      return (static_cast<int64_t>(token_of(r)) * p.num_heads + h0 + r % group) * parts + part;
+    };
+    if (warp < D / 16) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (!live[i] || row_pos[i] < p_begin) continue;
+        float* o = ws.acc + slot_of(g + 8 * i) * D + warp * 16 + 2 * q4;
+        *reinterpret_cast<float2*>(o) = make_float2(acc0[2 * i], acc0[2 * i + 1]);
+        *reinterpret_cast<float2*>(o + 8) = make_float2(acc1[2 * i], acc1[2 * i + 1]);
+      }
     }
-    ws.m[slot_of(tid)] = m;
-    ws.l[slot_of(tid)] = l;
+    // The l chain and the final max of row tid.
+    if (tid < 16 && token_of(tid) < t_end && p.positions[token_of(tid)] >= p_begin) {
+      float l = 0.0f, m = -INFINITY;
+      for (int cc = c_first; cc <= c_last; ++cc) {
+        l = __fmaf_rn(l, calpha[cc * 16 + tid], crs[cc * 16 + tid]);
+        m = fmaxf(m, cmax[cc * 16 + tid]);
+      }
+      ws.m[slot_of(tid)] = m;
+      ws.l[slot_of(tid)] = l;
+    }
+    if constexpr (kPacked) __syncthreads();  // the next run refills the buffers
   }
 }
 
+// Partitions [first, first + count) of a launch's `total` (a launch may run its
+// partitions as two launch shapes; each writes its own workspace slots, and one
+// combine folds them all).
+struct PartRange {
+  int32_t total, first, count;
+};
+
+// A grid of `x` blocks a partition of the range, a KV head.
+dim3 part_grid(const PagedAttentionParams& p, int32_t x, const PartRange& r) {
+  return dim3(static_cast<unsigned>(x), static_cast<unsigned>(r.count),
+              static_cast<unsigned>(p.num_kv_heads));
+}
+
 template <int D, int W, int STAGES, KvLayout L>
-Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, cudaStream_t stream) {
+Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const PartRange& r,
+              cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
-  const int32_t parts = attention_partitions(p.max_position);
   const size_t smem = smem_bytes<D>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
   auto kernel = attn_mma_kernel<D, W, STAGES, L>;
   if (smem > 48 * 1024) {
@@ -768,11 +850,8 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, cudaStream
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   const int32_t tile = W * tokens_per_warp;
-  dim3 grid(static_cast<unsigned>((p.num_tokens + tile - 1) / tile), static_cast<unsigned>(parts),
-            static_cast<unsigned>(p.num_kv_heads));
-  PKV_RETURN_IF_ERROR(launch_kernel("attn_mma_kernel", kernel, grid, W * 32, smem, stream, p, group,
-                                    tokens_per_warp, parts));
-  return combine_partitions(p, parts, stream);
+  return launch_kernel("attn_mma_kernel", kernel, part_grid(p, (p.num_tokens + tile - 1) / tile, r),
+                       W * 32, smem, stream, p, group, tokens_per_warp, r.total, r.first);
 }
 
 // The runs packed_run forms (a test hook: packed_decode_runs).
@@ -788,9 +867,8 @@ __global__ void packed_runs_kernel(const PagedAttentionParams p, int32_t tpw, in
 
 // Packed decode blocks (packed_run): a block a token, tiles of 16 / group tokens.
 template <int D>
-Status launch_packed(const PagedAttentionParams& p, cudaStream_t stream) {
+Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
-  const int32_t parts = attention_partitions(p.max_position);
   const int32_t tpw = 16 / group;
   const size_t smem = smem_bytes<D>(1, q_rows_per_warp(tpw, group), 1);
   auto kernel = attn_mma_kernel<D, 1, 1, KvLayout::kBlockTable, true>;
@@ -798,26 +876,24 @@ Status launch_packed(const PagedAttentionParams& p, cudaStream_t stream) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(parts),
-            static_cast<unsigned>(p.num_kv_heads));
-  PKV_RETURN_IF_ERROR(launch_kernel("attn_mma_kernel (packed decode)", kernel, grid, 32, smem,
-                                    stream, p, group, tpw, parts));
-  return combine_partitions(p, parts, stream);
+  return launch_kernel("attn_mma_kernel (packed decode)", kernel, part_grid(p, p.num_tokens, r), 32,
+                       smem, stream, p, group, tpw, r.total, r.first);
 }
 
-template <int D, int kRounds, KvLayout L>
-Status launch_wide(const PagedAttentionParams& p, cudaStream_t stream) {
+// The eight-warp decode blocks: a block a token, or (kPacked) a block a tile of
+// 16 / group tokens computing its packed runs.
+template <int D, int kRounds, KvLayout L, bool kPacked = false>
+Status launch_wide(const PagedAttentionParams& p, const PartRange& r, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
-  const int32_t parts = attention_partitions(p.max_position);
+  const int32_t tpw = kPacked ? 16 / group : 1;
   const size_t smem = wide_smem_bytes<D, kRounds>();
-  auto kernel = attn_mma_decode_wide_kernel<D, kRounds, L>;
+  auto kernel = attn_mma_decode_wide_kernel<D, kRounds, L, kPacked>;
   PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(smem)));
-  dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(parts),
-            static_cast<unsigned>(p.num_kv_heads));
-  PKV_RETURN_IF_ERROR(launch_kernel("attn_mma_decode_wide_kernel", kernel, grid, kChunks * 32, smem,
-                                    stream, p, group, parts));
-  return combine_partitions(p, parts, stream);
+  return launch_kernel(
+      kPacked ? "attn_mma_decode_wide_kernel (packed)" : "attn_mma_decode_wide_kernel", kernel,
+      part_grid(p, (p.num_tokens + tpw - 1) / tpw, r), kChunks * 32, smem, stream, p, group, tpw,
+      r.total, r.first);
 }
 
 // SMs of the current device (cached per device; 132 when it cannot be read).
@@ -864,56 +940,109 @@ int64_t wide2_decode_waves() {
   return waves;
 }
 
-// Whether decode launches that would take one-warp blocks take packed blocks
-// instead when the caller says rows share blocks (PagedAttentionParams::
-// shared_blocks; PAGEDKV_CUDA_ATTN_PACKED, default on; read once). Speed only: the
-// same bits (packed_run). Measured on the H200 (docs/performance.md): 1.05× / 1.03×
-// end to end at 64 / 32 requests behind a 512-token prefix; without shared blocks
-// the run detection and the 16 staged q rows cost 0.7–0.8× (hence the hint).
+// Whether decode launches run the partitions the caller says rows share
+// (PagedAttentionParams::packed_partitions) with packed blocks
+// (PAGEDKV_CUDA_ATTN_PACKED, default on; read once). Speed only: the same bits
+// (packed_tile_runs). Measured on the H200 (docs/performance.md); without shared
+// blocks the run detection costs 0.7–0.8× (hence the hint).
 bool packed_decode() {
   static const bool on = env_bool("PAGEDKV_CUDA_ATTN_PACKED").value_or(true);
   return on;
 }
 
-// The launch shape; no bit depends on it. Decode (one token a row): when the blocks
-// fit in wide_decode_waves() waves, the wide kernel (a warp a chunk; head_dim 16 and
-// 32: in one wave, a warp a block with every chunk loading at once), then, when they
-// fit in wide2_decode_waves() waves of two blocks an SM, the wide kernel in two
-// rounds, else a warp a block with one K/V buffer (more blocks an SM; packed, when
-// the caller says rows share blocks: packed_decode()). Prefill: four warps of
-// 16 / group tokens a block, one K/V buffer (measured best of 2, 4 and 8 warps with
-// one or two buffers: docs/performance.md).
-// `force` (tests) overrides the decode choice.
+// Waves of blocks (one, then two an SM) up to which packed partitions run the
+// eight-warp kernel (a block a tile of 16 / group tokens) in one round, then in
+// two (PAGEDKV_CUDA_ATTN_PACKED_WIDE_WAVES, default 1, and ..._WIDE2_WAVES,
+// default 16; read once); past them the packed one-warp blocks. Speed only
+// (docs/performance.md).
+int64_t packed_wide_waves() {
+  static const int64_t waves = waves_knob("PAGEDKV_CUDA_ATTN_PACKED_WIDE_WAVES", 1);
+  return waves;
+}
+int64_t packed_wide2_waves() {
+  static const int64_t waves = waves_knob("PAGEDKV_CUDA_ATTN_PACKED_WIDE2_WAVES", 16);
+  return waves;
+}
+
+// Decode partitions r with packed blocks: the eight-warp kernel (head_dim 64 and
+// 128) in one round (`force` kPackedWide, or automatic while its tiles' blocks
+// fit in packed_wide_waves() waves) or two (kPackedWideTwoRounds, or within
+// packed_wide2_waves() waves of two blocks an SM), else the one-warp blocks.
+template <int D>
+Status launch_packed_shape(const PagedAttentionParams& p, MmaDecodeShape force, const PartRange& r,
+                           cudaStream_t stream) {
+  constexpr KvLayout L = KvLayout::kBlockTable;
+  if constexpr (D == 64 || D == 128) {
+    const bool automatic = force == MmaDecodeShape::kAuto;
+    const int32_t tpw = 16 / (p.num_heads / p.num_kv_heads);
+    const int64_t blocks =
+        (static_cast<int64_t>(p.num_tokens) + tpw - 1) / tpw * r.count * p.num_kv_heads;
+    if (force == MmaDecodeShape::kPackedWide ||
+        (automatic && blocks <= packed_wide_waves() * sm_count()))
+      return launch_wide<D, 1, L, true>(p, r, stream);
+    if (force == MmaDecodeShape::kPackedWideTwoRounds ||
+        (automatic && blocks <= packed_wide2_waves() * 2 * sm_count()))
+      return launch_wide<D, 2, L, true>(p, r, stream);
+  }
+  return launch_packed<D>(p, r, stream);
+}
+
+// Decode partitions r a block a token: when the blocks fit in wide_decode_waves()
+// waves, the wide kernel (a warp a chunk; head_dim 16 and 32: in one wave, a warp a
+// block with every chunk loading at once), then, when they fit in
+// wide2_decode_waves() waves of two blocks an SM, the wide kernel in two rounds,
+// else a warp a block with one K/V buffer (more blocks an SM).
+template <int D, KvLayout L>
+Status launch_token_shape(const PagedAttentionParams& p, MmaDecodeShape force, const PartRange& r,
+                          cudaStream_t stream) {
+  const int64_t blocks = static_cast<int64_t>(p.num_tokens) * r.count * p.num_kv_heads;
+  const bool automatic = force == MmaDecodeShape::kAuto;
+  if constexpr (D == 64 || D == 128) {
+    if (force == MmaDecodeShape::kWide || (automatic && blocks <= wide_decode_waves() * sm_count()))
+      return launch_wide<D, 1, L>(p, r, stream);
+    if (force == MmaDecodeShape::kWideTwoRounds ||
+        (automatic && blocks <= wide2_decode_waves() * 2 * sm_count()))
+      return launch_wide<D, 2, L>(p, r, stream);
+  } else {
+    if (force == MmaDecodeShape::kWide || force == MmaDecodeShape::kWideTwoRounds ||
+        (automatic && blocks <= sm_count()))
+      return launch<D, 1, kChunks, L>(p, 1, r, stream);
+  }
+  return launch<D, 1, 1, L>(p, 1, r, stream);
+}
+
+// The launch shape; no bit depends on it. Decode (one token a row): partitions
+// [0, packed_partitions) (the caller's hint: consecutive rows read the same KV
+// blocks there) with packed blocks (launch_packed_shape; packed_decode(), a block
+// table, no sliding window), the others a block a token (launch_token_shape); a
+// forced packed shape packs every partition. Prefill: four warps of 16 / group
+// tokens a block, one K/V buffer (measured best of 2, 4 and 8 warps with one or two
+// buffers: docs/performance.md). `force` (tests) overrides the decode choice.
 template <int D, KvLayout L>
 Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaStream_t stream) {
+  const int32_t parts = attention_partitions(p.max_position);
   const bool decode =
       p.max_query_len > 0 ? p.max_query_len <= kDecodeMaxQueryLen : p.num_tokens <= 64;
-  if (decode) {
-    const int64_t blocks =
-        static_cast<int64_t>(p.num_tokens) * attention_partitions(p.max_position) * p.num_kv_heads;
-    const bool automatic = force == MmaDecodeShape::kAuto;
-    if constexpr (L == KvLayout::kBlockTable) {
-      if (force == MmaDecodeShape::kPacked) return launch_packed<D>(p, stream);
-    }
-    if constexpr (D == 64 || D == 128) {
-      if (force == MmaDecodeShape::kWide ||
-          (automatic && blocks <= wide_decode_waves() * sm_count()))
-        return launch_wide<D, 1, L>(p, stream);
-      if (force == MmaDecodeShape::kWideTwoRounds ||
-          (automatic && blocks <= wide2_decode_waves() * 2 * sm_count()))
-        return launch_wide<D, 2, L>(p, stream);
-    } else {
-      if (force == MmaDecodeShape::kWide || force == MmaDecodeShape::kWideTwoRounds ||
-          (automatic && blocks <= sm_count()))
-        return launch<D, 1, kChunks, L>(p, 1, stream);
-    }
-    if constexpr (L == KvLayout::kBlockTable) {
-      if (automatic && p.shared_blocks && packed_decode() && p.sliding_window <= 0)
-        return launch_packed<D>(p, stream);
-    }
-    return launch<D, 1, 1, L>(p, 1, stream);
+  if (!decode) {
+    const PartRange all{parts, 0, parts};
+    const int32_t tpw = 16 / (p.num_heads / p.num_kv_heads);
+    PKV_RETURN_IF_ERROR((launch<D, 4, 1, L>(p, tpw, all, stream)));
+    return combine_partitions(p, parts, stream);
   }
-  return launch<D, 4, 1, L>(p, 16 / (p.num_heads / p.num_kv_heads), stream);
+  int32_t packed = 0;  // leading partitions with packed blocks
+  if constexpr (L == KvLayout::kBlockTable) {
+    const bool forced = force == MmaDecodeShape::kPacked || force == MmaDecodeShape::kPackedWide ||
+                        force == MmaDecodeShape::kPackedWideTwoRounds;
+    if (forced)
+      packed = parts;
+    else if (force == MmaDecodeShape::kAuto && packed_decode() && p.sliding_window <= 0)
+      packed = std::min(std::max(p.packed_partitions, 0), parts);
+    const PartRange shared{parts, 0, packed};
+    if (packed > 0) PKV_RETURN_IF_ERROR(launch_packed_shape<D>(p, force, shared, stream));
+  }
+  const PartRange rest{parts, packed, parts - packed};
+  if (packed < parts) PKV_RETURN_IF_ERROR((launch_token_shape<D, L>(p, force, rest, stream)));
+  return combine_partitions(p, parts, stream);
 }
 
 template <int D>

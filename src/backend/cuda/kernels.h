@@ -135,10 +135,12 @@ struct PagedAttentionParams {
   // The most tokens of one sequence in this launch (1: a decode batch; 0: unknown).
   // A launch-shape hint only: no kernel's bits depend on it.
   int32_t max_query_len = 0;
-  // Consecutive decode rows may read the same KV blocks (requests behind one cached
-  // prefix): the tensor-core kernel's decode launches then take its packed blocks.
-  // A launch-shape hint only, as above.
-  bool shared_blocks = false;
+  // Partitions [0, packed_partitions) of a decode launch (kAttnPartition keys each)
+  // where consecutive rows read the same KV blocks (requests behind one cached
+  // prefix: the partitions it fills): the tensor-core kernel runs those rows there
+  // together (its packed blocks), the other partitions a block a token. A
+  // launch-shape hint only, as above.
+  int32_t packed_partitions = 0;
 };
 
 // Floats of workspace paged_attention needs.
@@ -171,8 +173,18 @@ Status paged_attention_mma(const PagedAttentionParams& p, cudaStream_t stream = 
 // 32 take the one-warp blocks with every chunk loading at once), kOneWarp the
 // one-warp blocks with one K/V buffer, kPacked the one-warp blocks that run the
 // consecutive decode rows sharing a partition's KV blocks together (a block table:
-// a contiguous launch takes kOneWarp); kAuto is paged_attention_mma's choice.
-enum class MmaDecodeShape { kAuto, kOneWarp, kWide, kWideTwoRounds, kPacked };
+// a contiguous launch takes kOneWarp), kPackedWide and kPackedWideTwoRounds the
+// eight-warp kernel running those packed rows (head_dim 64 and 128; 16 and 32 take
+// kPacked); kAuto is paged_attention_mma's choice.
+enum class MmaDecodeShape {
+  kAuto,
+  kOneWarp,
+  kWide,
+  kWideTwoRounds,
+  kPacked,
+  kPackedWide,
+  kPackedWideTwoRounds
+};
 Status paged_attention_mma_with_decode_shape(const PagedAttentionParams& p, MmaDecodeShape shape,
                                              cudaStream_t stream = 0);
 // The runs the packed decode blocks form for partition `part` of a decode launch

@@ -106,9 +106,9 @@ int32_t token_bucket(int32_t t) { return t <= 8 ? next_pow2(t) : (t + 7) / 8 * 8
 
 struct GraphKey {
   int32_t tokens = 0, width = 0, parts = 0;
-  bool shared = false;  // StepArgs::shared_blocks (attention's launch shape)
+  int32_t packed = 0;  // StepArgs::packed_partitions (attention's launch shape)
   bool operator<(const GraphKey& o) const {
-    return std::tie(tokens, width, parts, shared) < std::tie(o.tokens, o.width, o.parts, o.shared);
+    return std::tie(tokens, width, parts, packed) < std::tie(o.tokens, o.width, o.parts, o.packed);
   }
 };
 
@@ -259,8 +259,8 @@ class CudaQwen3Model final : public Model {
     bool graph = false;  // captured: no host sync (MoE runs padded)
     int64_t T = 0, P = 0;
     int32_t maxb = 1, max_pos = 0;
-    int32_t max_query_len = 0;   // the most tokens of one row (attention's launch shape)
-    bool shared_blocks = false;  // two consecutive rows start with one block (a shared prefix)
+    int32_t max_query_len = 0;      // the most tokens of one row (attention's launch shape)
+    int32_t packed_partitions = 0;  // attention partitions the rows' shared prefixes fill
     const int32_t *ids = nullptr, *pos = nullptr, *seq = nullptr, *pick = nullptr, *tab = nullptr;
     float *x = nullptr, *h = nullptr, *y = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
     float *attn = nullptr, *g = nullptr, *u = nullptr, *ws = nullptr, *sel = nullptr;
@@ -753,7 +753,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       p.block_tables = a.tab;
       p.max_blocks_per_seq = a.maxb;
       p.max_query_len = a.max_query_len;
-      p.shared_blocks = a.shared_blocks;
+      p.packed_partitions = a.packed_partitions;
       PKV_RETURN_IF_ERROR(attention(p, st));
     } else {
       // Flat: each row over its own contiguous device cache (only the addressing
@@ -860,18 +860,25 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   // padded to the bucket; the first step of a bucket runs eagerly (it loads the
   // kernels), the second captures.
   const int32_t parts = max_pos / bc::kAttnPartition + 1;
-  // Whether two consecutive rows read the same first KV block (requests behind one
-  // cached prefix): attention may then run such rows together (a launch shape; the
-  // same bits).
-  bool shared_blocks = false;
-  for (size_t r = 1; paged && r < batch.rows.size() && !shared_blocks; ++r) {
+  // The attention partitions that requests behind one cached prefix read from the
+  // same KV blocks: over every two consecutive rows that start with one block, the
+  // fewest leading blocks they share, in whole partitions. Attention runs such
+  // rows together there (a launch shape; the same bits).
+  int64_t shared_tokens = -1;  // −1: no two consecutive rows share a block
+  for (size_t r = 1; paged && r < batch.rows.size(); ++r) {
     const ForwardRow &prev = batch.rows[r - 1], &row = batch.rows[r];
-    shared_blocks = !prev.block_tables.empty() && !row.block_tables.empty() &&
-                    !prev.block_tables[0].empty() && !row.block_tables[0].empty() &&
-                    prev.block_tables[0][0] == row.block_tables[0][0];
+    if (prev.block_tables.empty() || row.block_tables.empty()) continue;
+    const auto &a_ids = prev.block_tables[0], &b_ids = row.block_tables[0];
+    size_t same = 0;
+    while (same < a_ids.size() && same < b_ids.size() && a_ids[same] == b_ids[same]) ++same;
+    if (same == 0) continue;
+    const int64_t tokens = static_cast<int64_t>(same) * bs;
+    shared_tokens = shared_tokens < 0 ? tokens : std::min(shared_tokens, tokens);
   }
+  const int32_t packed_partitions =
+      shared_tokens > 0 ? static_cast<int32_t>(shared_tokens / bc::kAttnPartition) : 0;
   const GraphKey key{token_bucket(static_cast<int32_t>(T)), std::max(8, next_pow2(maxb)),
-                     next_pow2(parts), shared_blocks};
+                     next_pow2(parts), packed_partitions};
   // qwen3_moe runs its experts padded in a graph (no host sync): needs the fused
   // [gate; up] expert weights.
   bool use_graph =
@@ -890,7 +897,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   a.P = use_graph ? key.tokens : P;
   a.maxb = use_graph ? key.width : maxb;
   a.max_pos = use_graph ? key.parts * bc::kAttnPartition - 1 : max_pos;
-  a.shared_blocks = shared_blocks;
+  a.packed_partitions = packed_partitions;
   for (const ForwardRow& row : batch.rows)
     a.max_query_len = std::max(a.max_query_len, row.num_tokens);
   const int64_t Tm = a.T, Pm = a.P;
