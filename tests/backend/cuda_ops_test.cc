@@ -192,12 +192,13 @@ class SmallMPath {
 // row tiles above (the 9, 17, 33, 49 switches), 64 columns a cluster, k chunks in rounds of 8
 // CTAs (K = 37: seven idle CTAs; 1030: a second round of one chunk; 2100, 3072: three rounds,
 // with and without the weights loaded a round ahead). The cluster tile kernel (K a multiple of 8:
-// 200, 3072 and 1024; the others fall back to the warp kernel): a 64 × 128 tile a cluster, the
-// same chunk rounds, N = 136, 40 and 6150 past a tile. Also the large kernel forced for m ≤ 64
-// and the automatic choice. K has a tail in every unit the kernels work in (32-wide blocks,
-// 8-wide weight loads, 4-wide x loads), N past a column tile, a cluster's 64 columns and the
-// warp kernel's 16-column switch (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096 by default: N = 6150,
-// 8195 and 8200 take 16 columns, with a partial last block).
+// 200, 3072, 1024, 2048 and 2056; the others fall back to the warp kernel): a 64 × 128 tile a
+// cluster, the same chunk rounds (clusters of 16 CTAs past 8 chunks where the GPU holds them:
+// 2048 in one round, 2056 and 3072 in two), N = 136, 40, 6150 and 264 past a tile. Also the large
+// kernel forced for m ≤ 64 and the automatic choice. K has a tail in every unit the kernels work in
+// (32-wide blocks, 8-wide weight loads, 4-wide x loads), N past a column tile, a cluster's 64
+// columns and the warp kernel's 16-column switch (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096 by default: N
+// = 6150, 8195 and 8200 take 16 columns, with a partial last block).
 TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
   for (const auto& [K, N] :
        {std::pair<int64_t, int64_t>{200, 136},
@@ -205,7 +206,9 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
         {37, 8195},
         {3072, 40},
         {2100, 100},
-        {1024, 6150}}) {  // the last: 16-column decode blocks below the LM head's width
+        {1024, 6150},    // 16-column decode blocks below the LM head's width
+        {2048, 264},     // the cluster tile kernel: 16 chunks, one round of 16 CTAs
+        {2056, 136}}) {  // and 17: a second round of one chunk
     SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N));
     auto w = randn(N * K, 31, 0.05f);
     auto W = make_weight(*gpu_, w, N, K, WeightDType::kBF16);

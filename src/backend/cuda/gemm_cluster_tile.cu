@@ -4,16 +4,20 @@
 // The warp decode kernel (gemm.cu) gives each warp one k chunk of 16 rows × 16
 // columns: above 16 rows its blocks re-read the weights once a 16-row band and x once
 // a 16-column block, and at 64 rows that traffic and x's bf16 split, redone in every
-// block, bound it (q/k/v 22 µs, gate/up 30 µs on the H200). Here a cluster of kCl = 8
-// CTAs owns a 64-row × 128-column output tile; CTA z takes the k chunks z, z + 8, …
-// (one 128-wide chunk a round). For its chunk a CTA copies the 128 weight rows and
+// block, bound it (q/k/v 22 µs, gate/up 30 µs on the H200). Here a cluster of kCl = 8 (or 16)
+// CTAs owns a 64-row × 128-column output tile; CTA z takes the k chunks z, z + kCl,
+// … (one 128-wide chunk a round). Sixteen CTAs a cluster (a non-portable size,
+// used when the GPU can hold such clusters) serve the projections of more than 8
+// chunks (o: K = 2,048 in one round instead of two; down: 3,072 in two instead of
+// three), whose 1,024-wide outputs are only 8 tiles: the rounds are what costs.
+// For its chunk a CTA copies the 128 weight rows and
 // the 64 x rows into shared memory at once (cp.async; zeros past M, N and K — the
 // weights before the programmatic-launch wait, as no kernel writes them), then runs
 // the chunk's four 32-wide k stages: x of the stage split into its hi / mid / lo
 // bf16 planes, and each of the 8 warps (2 × 4, 32 × 32 each) issues the large
 // kernel's MMAs (gemm_tile order: per 16-wide step the planes lo, mid, hi into the
 // chunk's accumulator, from zero). The chunk's partial goes to shared memory; after a
-// cluster barrier each CTA folds one eighth of the tile over the 8 CTAs' partials in
+// cluster barrier each CTA folds its 1 / kCl of the tile over the kCl CTAs' partials in
 // ascending chunk order onto its running total (the large kernel's
 // r = ((0 + p0) + p1) + …), as the cluster kernel of gemm_small_m.cu does.
 // So a row's bits do not depend on M, the rows beside it or the kernel that ran
@@ -23,6 +27,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "backend/cuda/cp_async.cuh"
@@ -31,6 +36,7 @@
 #include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "util/knobs.h"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -38,7 +44,6 @@ namespace {
 namespace cg = cooperative_groups;
 using namespace gemm_detail;
 
-constexpr int kCl = 8;                           // CTAs a cluster (k chunks a round)
 constexpr int kRows = 64, kCols = 128;           // a cluster's output tile
 constexpr int kThreads = 256;                    // 8 warps: 2 (rows) × 4 (columns), 32 × 32 each
 constexpr int kStage = 32;                       // k a stage (one 32-wide MMA block)
@@ -49,14 +54,17 @@ constexpr int kXRawBytes = kRows * kKChunk * 4;  // the chunk's x, f32 (then the
 constexpr int kWRawBytes = kCols * kWLd * 2;     // the chunk's weights, bf16
 constexpr int kXsBytes = 3 * kRows * kXsLd * 2;  // a stage's x planes
 constexpr int kSmem = kXRawBytes + kWRawBytes + kXsBytes;  // 86,016: two CTAs an SM
-constexpr int kOut = kRows * kCols, kSlice = kOut / kCl, kOwn = kSlice / kThreads;
-static_assert(kOwn * kThreads * kCl == kOut, "the fold slices tile the outputs");
+constexpr int kOut = kRows * kCols;
 static_assert(kOut * 4 <= kXRawBytes, "the partial fits where the chunk's x was");
 
+// kCl CTAs a cluster (k chunks a round): 8, or 16 (non-portable).
+template <int kCl>
 __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
     gemm_bf16_cluster_tile_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                                   const __nv_bfloat16* __restrict__ w, int64_t N,
                                   float* __restrict__ y, int planes) {
+  constexpr int kSlice = kOut / kCl, kOwn = kSlice / kThreads;
+  static_assert(kOwn * kThreads * kCl == kOut, "the fold slices tile the outputs");
   extern __shared__ __align__(16) unsigned char smem[];
   float* xraw = reinterpret_cast<float*>(smem);  // [kRows][kKChunk]
   float* partial = xraw;                         // [kRows][kCols], once the MMAs are done
@@ -173,21 +181,25 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
     }
     cluster.sync();  // every CTA's partial of this round is written and visible
     const int in_round = chunks - round0 < kCl ? chunks - round0 : kCl;
-    // Every partial this thread folds is read first (the distributed shared memory
-    // latencies overlap), then added in ascending chunk order: chunk round0 + p.
-    float part[kOwn][kCl];
+    // The partials this thread folds, eight CTAs' at a time, are read first (the
+    // distributed shared memory latencies overlap), then added in ascending chunk
+    // order: chunk round0 + p.
 #pragma unroll
-    for (int i = 0; i < kOwn; ++i)
+    for (int p0 = 0; p0 < kCl; p0 += 8) {
+      float part[kOwn][8];
 #pragma unroll
-      for (int p = 0; p < kCl; ++p)
-        part[i][p] = p < in_round
-                         ? cluster.map_shared_rank(partial, p)[z * kSlice + tid + i * kThreads]
-                         : 0.0f;
+      for (int i = 0; i < kOwn; ++i)
 #pragma unroll
-    for (int i = 0; i < kOwn; ++i)
+        for (int p = 0; p < 8; ++p)
+          part[i][p] = p0 + p < in_round ? cluster.map_shared_rank(
+                                               partial, p0 + p)[z * kSlice + tid + i * kThreads]
+                                         : 0.0f;
 #pragma unroll
-      for (int p = 0; p < kCl; ++p)
-        if (p < in_round) total[i] = total[i] + part[i][p];
+      for (int i = 0; i < kOwn; ++i)
+#pragma unroll
+        for (int p = 0; p < 8; ++p)
+          if (p0 + p < in_round) total[i] = total[i] + part[i][p];
+    }
     cluster.sync();  // the partials are free for the next round's x (and no CTA leaves
                      // while another still reads its shared memory)
   }
@@ -203,15 +215,64 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
 
 bool gemm_cluster_tile_supports(int64_t m, int64_t k) { return m <= kRows && k % 8 == 0; }
 
+namespace {
+
+// Whether launches of more than 8 k chunks take clusters of 16 CTAs: the knob
+// PAGEDKV_CUDA_GEMM_TILE_CLUSTER (16, the default, or 8; read once) and whether
+// this GPU can hold one such cluster at all (cudaOccupancyMaxActiveClusters; per
+// device). Speed only: every cluster size folds the chunks in the same order.
+bool cluster16_ok() {
+  static const bool wanted = env_i64("PAGEDKV_CUDA_GEMM_TILE_CLUSTER").value_or(16) >= 16;
+  if (!wanted) return false;
+  static std::atomic<int> fits[64];  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  int f = fits[dev].load(std::memory_order_relaxed);
+  if (f == 0) {
+    auto kernel = gemm_bf16_cluster_tile_kernel<16>;
+    int clusters = 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, 1, 16);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kSmem;
+    const bool ok =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+            cudaSuccess &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) ==
+            cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0;
+    if (!ok) (void)cudaGetLastError();  // a refusal is an answer, not a sticky error
+    f = ok ? 1 : 2;
+    fits[dev].store(f, std::memory_order_relaxed);
+  }
+  return f == 1;
+}
+
+template <int kCl>
+Status launch_tile(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                   float* y, cudaStream_t stream) {
+  auto kernel = gemm_bf16_cluster_tile_kernel<kCl>;
+  if constexpr (kCl > 8) {
+    PKV_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
+  PKV_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols), 1, kCl);
+  return launch_kernel(
+      kCl > 8 ? "gemm_bf16_cluster_tile_kernel (16)" : "gemm_bf16_cluster_tile_kernel", kernel,
+      grid, kThreads, kSmem, stream, x, m, k, w, n, y, gemm_planes());
+}
+
+}  // namespace
+
 Status gemm_cluster_tile(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                          float* y, cudaStream_t stream) {
   if (!gemm_cluster_tile_supports(m, k))
     return invalid_argument("cuda gemm_cluster_tile: needs m ≤ 64 and k a multiple of 8");
-  PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      gemm_bf16_cluster_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols), 1, kCl);
-  return launch_kernel("gemm_bf16_cluster_tile_kernel", gemm_bf16_cluster_tile_kernel, grid,
-                       kThreads, kSmem, stream, x, m, k, w, n, y, gemm_planes());
+  const int64_t chunks = (k + kKChunk - 1) / kKChunk;
+  if (chunks > 8 && cluster16_ok()) return launch_tile<16>(x, m, k, w, n, y, stream);
+  return launch_tile<8>(x, m, k, w, n, y, stream);
 }
 
 }  // namespace pagedkv::backend::cuda
