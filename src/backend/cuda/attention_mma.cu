@@ -395,10 +395,10 @@ __device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_
 template <int D, int W, int STAGES, KvLayout L, bool kPacked = false>
 __global__ void __launch_bounds__(W * 32)
     attn_mma_kernel(const PagedAttentionParams p, int32_t group, int32_t tokens_per_warp,
-                    int32_t parts, int32_t part0) {
+                    int32_t parts, int32_t part0, bool beside_prior) {
   static_assert(!kPacked || (W == 1 && STAGES == 1 && L == KvLayout::kBlockTable),
                 "packed decode blocks: one warp, one buffer, a block table");
-  enter_kernel();
+  const KernelBesidePrior entry(beside_prior);
   constexpr int RS = D + kPad;      // shared row stride, elements
   constexpr int kPieces = D / 8;    // 16-byte pieces a K/V row
   constexpr int kDimTiles = D / 8;  // 8-wide output column tiles
@@ -631,8 +631,8 @@ constexpr size_t wide_smem_bytes() {
 template <int D, int kRounds, KvLayout L, bool kPacked = false>
 __global__ void __launch_bounds__(kChunks * 32)
     attn_mma_decode_wide_kernel(const PagedAttentionParams p, int32_t group, int32_t tpw,
-                                int32_t parts, int32_t part0) {
-  enter_kernel();
+                                int32_t parts, int32_t part0, bool beside_prior) {
+  const KernelBesidePrior entry(beside_prior);
   static_assert(D == 64 || D == 128, "a warp per pair of output tiles");
   static_assert(kChunks % kRounds == 0, "whole rounds");
   static_assert(!kPacked || L == KvLayout::kBlockTable, "packed runs: a block table");
@@ -841,7 +841,7 @@ dim3 part_grid(const PagedAttentionParams& p, int32_t x, const PartRange& r) {
 
 template <int D, int W, int STAGES, KvLayout L>
 Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const PartRange& r,
-              cudaStream_t stream) {
+              cudaStream_t stream, bool beside_prior = false) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const size_t smem = smem_bytes<D>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
   auto kernel = attn_mma_kernel<D, W, STAGES, L>;
@@ -851,7 +851,8 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const Part
   }
   const int32_t tile = W * tokens_per_warp;
   return launch_kernel("attn_mma_kernel", kernel, part_grid(p, (p.num_tokens + tile - 1) / tile, r),
-                       W * 32, smem, stream, p, group, tokens_per_warp, r.total, r.first);
+                       W * 32, smem, stream, p, group, tokens_per_warp, r.total, r.first,
+                       beside_prior);
 }
 
 // The runs packed_run forms (a test hook: packed_decode_runs).
@@ -877,13 +878,14 @@ Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStre
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   return launch_kernel("attn_mma_kernel (packed decode)", kernel, part_grid(p, p.num_tokens, r), 32,
-                       smem, stream, p, group, tpw, r.total, r.first);
+                       smem, stream, p, group, tpw, r.total, r.first, false);
 }
 
 // The eight-warp decode blocks: a block a token, or (kPacked) a block a tile of
 // 16 / group tokens computing its packed runs.
 template <int D, int kRounds, KvLayout L, bool kPacked = false>
-Status launch_wide(const PagedAttentionParams& p, const PartRange& r, cudaStream_t stream) {
+Status launch_wide(const PagedAttentionParams& p, const PartRange& r, cudaStream_t stream,
+                   bool beside_prior = false) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const int32_t tpw = kPacked ? 16 / group : 1;
   const size_t smem = wide_smem_bytes<D, kRounds>();
@@ -893,7 +895,7 @@ Status launch_wide(const PagedAttentionParams& p, const PartRange& r, cudaStream
   return launch_kernel(
       kPacked ? "attn_mma_decode_wide_kernel (packed)" : "attn_mma_decode_wide_kernel", kernel,
       part_grid(p, (p.num_tokens + tpw - 1) / tpw, r), kChunks * 32, smem, stream, p, group, tpw,
-      r.total, r.first);
+      r.total, r.first, beside_prior);
 }
 
 // SMs of the current device (cached per device; 132 when it cannot be read).
@@ -964,6 +966,16 @@ int64_t packed_wide2_waves() {
   return waves;
 }
 
+// Whether the launch of a decode step's unshared partitions runs beside the
+// packed launch before it (launch.cuh's KernelBesidePrior: they write disjoint
+// workspace slots and the combine reads both) instead of after it
+// (PAGEDKV_CUDA_ATTN_BESIDE, default on; read once). Speed only: the same
+// operations on the same data (docs/performance.md).
+bool attention_launches_beside() {
+  static const bool on = env_bool("PAGEDKV_CUDA_ATTN_BESIDE").value_or(true);
+  return on;
+}
+
 // Decode partitions r with packed blocks: the eight-warp kernel (head_dim 64 and
 // 128) in one round (`force` kPackedWide, or automatic while its tiles' blocks
 // fit in packed_wide_waves() waves) or two (kPackedWideTwoRounds, or within
@@ -994,21 +1006,21 @@ Status launch_packed_shape(const PagedAttentionParams& p, MmaDecodeShape force, 
 // else a warp a block with one K/V buffer (more blocks an SM).
 template <int D, KvLayout L>
 Status launch_token_shape(const PagedAttentionParams& p, MmaDecodeShape force, const PartRange& r,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, bool beside_prior) {
   const int64_t blocks = static_cast<int64_t>(p.num_tokens) * r.count * p.num_kv_heads;
   const bool automatic = force == MmaDecodeShape::kAuto;
   if constexpr (D == 64 || D == 128) {
     if (force == MmaDecodeShape::kWide || (automatic && blocks <= wide_decode_waves() * sm_count()))
-      return launch_wide<D, 1, L>(p, r, stream);
+      return launch_wide<D, 1, L>(p, r, stream, beside_prior);
     if (force == MmaDecodeShape::kWideTwoRounds ||
         (automatic && blocks <= wide2_decode_waves() * 2 * sm_count()))
-      return launch_wide<D, 2, L>(p, r, stream);
+      return launch_wide<D, 2, L>(p, r, stream, beside_prior);
   } else {
     if (force == MmaDecodeShape::kWide || force == MmaDecodeShape::kWideTwoRounds ||
         (automatic && blocks <= sm_count()))
-      return launch<D, 1, kChunks, L>(p, 1, r, stream);
+      return launch<D, 1, kChunks, L>(p, 1, r, stream, beside_prior);
   }
-  return launch<D, 1, 1, L>(p, 1, r, stream);
+  return launch<D, 1, 1, L>(p, 1, r, stream, beside_prior);
 }
 
 // The launch shape; no bit depends on it. Decode (one token a row): partitions
@@ -1040,8 +1052,11 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
     const PartRange shared{parts, 0, packed};
     if (packed > 0) PKV_RETURN_IF_ERROR(launch_packed_shape<D>(p, force, shared, stream));
   }
+  // The other partitions' launch may run beside the packed one (disjoint outputs).
   const PartRange rest{parts, packed, parts - packed};
-  if (packed < parts) PKV_RETURN_IF_ERROR((launch_token_shape<D, L>(p, force, rest, stream)));
+  const bool beside = packed > 0 && attention_launches_beside();
+  if (packed < parts)
+    PKV_RETURN_IF_ERROR((launch_token_shape<D, L>(p, force, rest, stream, beside)));
   return combine_partitions(p, parts, stream);
 }
 

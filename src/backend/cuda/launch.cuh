@@ -53,6 +53,29 @@ __device__ __forceinline__ void enter_kernel() {
   allow_next_kernel_launch();
 }
 
+// The one exception to the rule, for a kernel B launched right after a kernel A
+// that B does not depend on (two launches of one op over disjoint outputs, the
+// next kernel consuming both). B's blocks skip the wait at entry and let the next
+// kernel launch at once; at exit they wait for A. So B reads only what the kernels
+// before A wrote — complete once B launches: that needs every block of A to have
+// passed its own wait — and B's completion, which the next kernel's wait awaits,
+// implies A's. With PDL off it is stream order as before. Declare it first in B:
+//   const KernelBesidePrior entry(beside_prior);   // false: enter_kernel()
+struct KernelBesidePrior {
+  bool beside;
+  __device__ explicit KernelBesidePrior(bool b) : beside(b) {
+    if (b)
+      allow_next_kernel_launch();
+    else
+      enter_kernel();
+  }
+  __device__ ~KernelBesidePrior() {
+    if (beside) wait_for_prior_kernels();
+  }
+  KernelBesidePrior(const KernelBesidePrior&) = delete;
+  KernelBesidePrior& operator=(const KernelBesidePrior&) = delete;
+};
+
 // Launches `kernel` on `stream` (with PDL when programmatic_launch()); a failure
 // names the kernel.
 template <typename... Params, typename... Args>
