@@ -53,7 +53,7 @@ __device__ __forceinline__ void enter_kernel() {
   allow_next_kernel_launch();
 }
 
-// The one exception to the rule, for a kernel B launched right after a kernel A
+// An exception to the rule, for a kernel B launched right after a kernel A
 // that B does not depend on (two launches of one op over disjoint outputs, the
 // next kernel consuming both). B's blocks skip the wait at entry and let the next
 // kernel launch at once; at exit they wait for A. So B reads only what the kernels
