@@ -1047,7 +1047,8 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
                         force == MmaDecodeShape::kPackedWideTwoRounds;
     if (forced)
       packed = parts;
-    else if (force == MmaDecodeShape::kAuto && packed_decode() && p.sliding_window <= 0)
+    else if (force == MmaDecodeShape::kAuto && packed_decode() && p.sliding_window <= 0 &&
+             kP % p.block_size == 0 && kP / p.block_size <= 32)  // else no run would form
       packed = std::min(std::max(p.packed_partitions, 0), parts);
     const PartRange shared{parts, 0, packed};
     if (packed > 0) PKV_RETURN_IF_ERROR(launch_packed_shape<D>(p, force, shared, stream));
