@@ -310,7 +310,6 @@ struct PackedTileRuns {
   uint32_t starts;  // bit u: the tile's token u starts a run
   int32_t n;        // tokens in the tile
   int32_t ref_seq;  // lane u, a run's start: the sequence whose block table that run loads through
-  int32_t pos;      // lane u < n: the position of the tile's token u
 };
 
 template <int kMaxTpw>
@@ -335,7 +334,7 @@ __device__ PackedTileRuns packed_tile_runs(const PagedAttentionParams& p, int32_
                  ? p.block_tables[static_cast<int64_t>(seq_u) * p.max_blocks_per_seq + key / bs]
                  : -1;
   }
-  PackedTileRuns runs{1u, n, seq_of_lane, pos_of_lane};
+  PackedTileRuns runs{1u, n, seq_of_lane};
   int32_t ref = 0, ref_id = ids[0], ref_pos = __shfl_sync(0xffffffffu, pos_of_lane, 0);
   int32_t run_start = 0;
 #pragma unroll
@@ -654,7 +653,7 @@ __global__ void __launch_bounds__(kChunks * 32)
       partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
   // The block's runs: the packed runs of its tile, or its token alone.
   int32_t tile0 = blockIdx.x;
-  PackedTileRuns runs{1u, 1, 0, 0};
+  PackedTileRuns runs{1u, 1, 0};
   if constexpr (kPacked) {
     tile0 = blockIdx.x * tpw;
     runs = packed_tile_runs<16>(p, tile0, tpw, p_begin, lane);
