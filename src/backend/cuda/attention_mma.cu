@@ -162,6 +162,26 @@ __device__ __forceinline__ void stage_q_planes(const PagedAttentionParams& p, __
   }
 }
 
+// The first key a query at `pos` attends to: its sliding window's start (0 without one).
+__device__ __forceinline__ int32_t window_start(const PagedAttentionParams& p, int32_t pos) {
+  return p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
+}
+
+// The keys tokens [b, e) reach together: from the lowest window start to the
+// highest position (hi_pos −1 when the range is empty).
+struct RunKeys {
+  int32_t lo_start, hi_pos;
+};
+__device__ __forceinline__ RunKeys run_keys(const PagedAttentionParams& p, int32_t b, int32_t e) {
+  RunKeys r{INT32_MAX, -1};
+  for (int32_t t = b; t < e; ++t) {
+    const int32_t pos = p.positions[t];
+    r.lo_start = min(r.lo_start, window_start(p, pos));
+    r.hi_pos = max(r.hi_pos, pos);
+  }
+  return r;
+}
+
 // Element offset of KV head kvh's K (or V) row of (seq, key).
 template <int D, KvLayout L>
 __device__ __forceinline__ int64_t key_offset(const PagedAttentionParams& p, int32_t seq,
@@ -442,9 +462,7 @@ __global__ void __launch_bounds__(W * 32)
     const bool live = slot < tokens_per_warp && t < t_end;
     row_tok[i] = live ? t : -1;
     row_pos[i] = live ? p.positions[t] : -1;
-    row_start[i] = (p.sliding_window > 0 && row_pos[i] - p.sliding_window + 1 > 0)
-                       ? row_pos[i] - p.sliding_window + 1
-                       : 0;
+    row_start[i] = window_start(p, row_pos[i]);
   }
   const PartitionWorkspace ws =
       partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
@@ -456,14 +474,7 @@ __global__ void __launch_bounds__(W * 32)
         kPacked ? packed_seq : (p.token_seq != nullptr ? p.token_seq[run_begin] : 0);
     int32_t run_end = kPacked ? t_end : run_begin + 1;
     while (run_end < t_end && (p.token_seq != nullptr ? p.token_seq[run_end] : 0) == seq) ++run_end;
-    int32_t lo_start = INT32_MAX, hi_pos = -1;
-    for (int32_t t = run_begin; t < run_end; ++t) {
-      const int32_t pos = p.positions[t];
-      const int32_t st =
-          (p.sliding_window > 0 && pos - p.sliding_window + 1 > 0) ? pos - p.sliding_window + 1 : 0;
-      lo_start = min(lo_start, st);
-      hi_pos = max(hi_pos, pos);
-    }
+    const auto [lo_start, hi_pos] = run_keys(p, run_begin, run_end);
     if (hi_pos < p_begin) {
       run_begin = run_end;
       continue;
@@ -670,16 +681,7 @@ __global__ void __launch_bounds__(kChunks * 32)
     } else {
       seq = p.token_seq != nullptr ? p.token_seq[t0] : 0;
     }
-    auto start_of = [&](int32_t pos) {
-      return (p.sliding_window > 0 && pos - p.sliding_window + 1 > 0) ? pos - p.sliding_window + 1
-                                                                      : 0;
-    };
-    int32_t lo_start = INT32_MAX, hi_pos = -1;
-    for (int32_t t = t0; t < t_end; ++t) {
-      const int32_t pos = p.positions[t];
-      lo_start = min(lo_start, start_of(pos));
-      hi_pos = max(hi_pos, pos);
-    }
+    const auto [lo_start, hi_pos] = run_keys(p, t0, t_end);
     if (hi_pos < p_begin) continue;  // (packed runs; a lone token returned above)
     const int32_t kb = max(p_begin, lo_start), ke = min(p_begin + kP, hi_pos + 1);
     const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
@@ -713,7 +715,7 @@ __global__ void __launch_bounds__(kChunks * 32)
       cp_async_commit();
     };
     load_round(0);
-    stage_q_planes<D>(p, qs, 1, 16, t0, kPacked ? tpw : 1, t_end, group, h0, tid, kChunks * 32);
+    stage_q_planes<D>(p, qs, 1, 16, t0, tpw, t_end, group, h0, tid, kChunks * 32);
 
     // This thread's rows g and g + 8, and the token of row r.
     auto token_of = [&](int r) { return t0 + r / group; };
@@ -723,7 +725,7 @@ __global__ void __launch_bounds__(kChunks * 32)
     for (int i = 0; i < 2; ++i) {
       live[i] = token_of(g + 8 * i) < t_end;
       row_pos[i] = live[i] ? p.positions[token_of(g + 8 * i)] : -1;
-      row_start[i] = start_of(row_pos[i]);
+      row_start[i] = window_start(p, row_pos[i]);
     }
     float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int round = 0; round < kRounds; ++round) {
