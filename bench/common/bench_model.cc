@@ -38,8 +38,9 @@ std::string random_model_dir(const std::string& preset, model::DType dtype) {
   return dir;
 }
 
-std::shared_ptr<model::Model> load_random_model(const std::string& preset, model::DType dtype) {
-  auto loaded = model::load_model(random_model_dir(preset, dtype));
+std::shared_ptr<model::Model> load_random_model(const std::string& preset, model::DType dtype,
+                                                const model::LoadOptions& options) {
+  auto loaded = model::load_model(random_model_dir(preset, dtype), options);
   exit_on_error(loaded.status());
   return std::shared_ptr<model::Model>(std::move(*loaded));
 }

@@ -24,9 +24,10 @@ void make_bench_model(const std::string& dir, const std::string& preset, model::
 // The cached checkpoint of `preset` in `dtype`, made first when missing.
 std::string random_model_dir(const std::string& preset, model::DType dtype = model::DType::kF32);
 
-// That checkpoint, loaded (made first when missing); exits on an error.
+// That checkpoint, loaded (made first when missing) with `options`; exits on an error.
 std::shared_ptr<model::Model> load_random_model(const std::string& preset,
-                                                model::DType dtype = model::DType::kF32);
+                                                model::DType dtype = model::DType::kF32,
+                                                const model::LoadOptions& options = {});
 
 // A random checkpoint of `family` and `preset` (seed 1) made in a temporary
 // directory, loaded, and the directory removed (not cached: any family);

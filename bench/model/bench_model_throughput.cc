@@ -216,9 +216,15 @@ double gemm_gflops(int64_t M, int64_t K, int64_t N, int reps) {
 
 void issue11_table(const std::string& preset) {
   backend::Backend& be = backend::cpu_backend();
-  std::printf("== issue 11 table (%s bf16): %s\n", preset.c_str(), be.describe().c_str());
+  // KV in bf16 unless PAGEDKV_KV_DTYPE names one: llama.cpp's figures are with its
+  // default f16 KV cache, the same two bytes an element.
+  model::LoadOptions lo;
+  if (std::getenv("PAGEDKV_KV_DTYPE") == nullptr) lo.kv_dtype = model::KVDType::kBF16;
   const std::string dir = bench::random_model_dir(preset, model::DType::kBF16);
-  auto m = bench::load_random_model(preset, model::DType::kBF16);
+  auto m = bench::load_random_model(preset, model::DType::kBF16, lo);
+  std::printf("== issue 11 table (%s, bf16 weights, %s KV): %s\n", preset.c_str(),
+              std::string(kv::kv_dtype_name(m->kv_geometry().dtype)).c_str(),
+              be.describe().c_str());
   const auto& c = m->config();
   // Weight bytes streamed per decode step: every matrix once (the tied embedding
   // is read once, as lm_head) = the checkpoint's size, give or take its header.
