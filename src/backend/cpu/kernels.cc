@@ -17,6 +17,7 @@
 
 #include "backend/cpu/matmul_isa.h"
 #include "backend/half.h"
+#include "util/knobs.h"
 
 // The 8-float vectors never cross a translation unit boundary, so the ABI note is moot.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -1168,6 +1169,15 @@ double measure_fma_peak_gflops(ThreadPool* pool) {
   return total / s / 1e9;
 }
 
+// How many column chunks a thread a one-row matmul is cut into:
+// PAGEDKV_CPU_DECODE_CHUNKS (default 4; 1: one fixed range a thread), read once.
+// Speed only: which thread computes a column never changes its bits.
+int64_t decode_chunks_per_thread() {
+  static const int64_t chunks =
+      std::clamp<int64_t>(env_i64("PAGEDKV_CPU_DECODE_CHUNKS").value_or(4), 1, 64);
+  return chunks;
+}
+
 void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, ThreadPool* pool) {
   if (m <= 0 || n <= 0) return;
@@ -1217,6 +1227,15 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     const int64_t per = n / (4 * int64_t{pool->num_threads()}) / 16 * 16;
     const int64_t grain = std::clamp<int64_t>(per, 64, kMatmulPanelCols);
     pool->parallel_dynamic(n, grain, [&](int64_t b, int64_t e) { cols(a, b, e); });
+  } else if (split && m == 1 && decode_chunks_per_thread() > 1) {
+    // One row (a lone decode request): column chunks of at least 16, about
+    // decode_chunks_per_thread() a thread, first come, first served — as the packed
+    // nest, a thread slowed by the host's other work computes fewer of them (16-core
+    // H200 host: 1.06× at one request; with 8 rows it measured 0.93×, so the
+    // fixed ranges below stay for 2–15 rows).
+    const int64_t per = n / (decode_chunks_per_thread() * int64_t{pool->num_threads()}) / 16 * 16;
+    pool->parallel_dynamic(n, std::max<int64_t>(16, per),
+                           [&](int64_t b, int64_t e) { cols(a, b, e); });
   } else if (split) {
     // One fixed contiguous range per thread (in groups of 16 columns).
     pool->parallel_for(n, 16, [&](int64_t b, int64_t e) { cols(a, b, e); });
