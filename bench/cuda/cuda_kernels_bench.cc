@@ -2,6 +2,7 @@
 //
 //   bench_cuda_kernels [csv_path]      (PKV_BENCH_GEMM_ONLY=1: stop after the
 //                                       step GEMMs, for quick A/B builds;
+//                                       PKV_BENCH_GEMM_ROWS=64: only those rows;
 //                                       PKV_BENCH_ATTN_ONLY=1: the copy and the
 //                                       attention rows only)
 //
@@ -397,6 +398,14 @@ void bench_step_gemms(int64_t m) {
   set_gemm_small_m(saved);
 }
 
+// PKV_BENCH_GEMM_ROWS=64 (a comma list) times the step GEMMs at those row counts only.
+bool gemm_rows_wanted(int64_t m) {
+  const char* e = std::getenv("PKV_BENCH_GEMM_ROWS");
+  if (e == nullptr || *e == '\0') return true;
+  const std::string list = std::string(",") + e + ",";
+  return list.find("," + std::to_string(m) + ",") != std::string::npos;
+}
+
 }  // namespace
 }  // namespace pagedkv::backend::cuda
 
@@ -414,7 +423,8 @@ int main(int argc, char** argv) {
   bench_copy();
   const bool attn_only = std::getenv("PKV_BENCH_ATTN_ONLY") != nullptr;
   if (!attn_only)
-    for (int64_t m : {1, 8, 32, 64}) bench_step_gemms(m);
+    for (int64_t m : {1, 8, 32, 64})
+      if (gemm_rows_wanted(m)) bench_step_gemms(m);
   if (std::getenv("PKV_BENCH_GEMM_ONLY") != nullptr) return 0;
   bench_decode(1, 32768);
   bench_decode(32, 8192);

@@ -25,6 +25,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/kernels.h"
 #include "backend/half.h"
 #include "cuda_test_util.h"
@@ -194,11 +195,12 @@ class SmallMPath {
 // with and without the weights loaded a round ahead). The cluster tile kernel (K a multiple of 8:
 // 200, 3072, 1024, 2048 and 2056; the others fall back to the warp kernel): a 64 × 128 tile a
 // cluster, the same chunk rounds (clusters of 16 CTAs past 8 chunks where the GPU holds them:
-// 2048 in one round, 2056 and 3072 in two), N = 136, 40, 6150 and 264 past a tile. Also the large
-// kernel forced for m ≤ 64 and the automatic choice. K has a tail in every unit the kernels work in
-// (32-wide blocks, 8-wide weight loads, 4-wide x loads), N past a column tile, a cluster's 64
-// columns and the warp kernel's 16-column switch (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096 by default: N
-// = 6150, 8195 and 8200 take 16 columns, with a partial last block).
+// 2048 in one round, 2056 and 3072 in two), N = 136, 40, 6150 and 264 past a tile, and at most 8
+// chunks in each tile width, 128 and 224 (K = 1000 with N = 2100: tails in K and N). Also the
+// large kernel forced for m ≤ 64 and the automatic choice. K has a tail in every unit the kernels
+// work in (32-wide blocks, 8-wide weight loads, 4-wide x loads), N past a column tile, a cluster's
+// 64 columns and the warp kernel's 16-column switch (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096 by default:
+// N = 6150, 8195 and 8200 take 16 columns, with a partial last block).
 TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
   for (const auto& [K, N] :
        {std::pair<int64_t, int64_t>{200, 136},
@@ -206,9 +208,10 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
         {37, 8195},
         {3072, 40},
         {2100, 100},
-        {1024, 6150},    // 16-column decode blocks below the LM head's width
-        {2048, 264},     // the cluster tile kernel: 16 chunks, one round of 16 CTAs
-        {2056, 136}}) {  // and 17: a second round of one chunk
+        {1024, 6150},     // 16-column decode blocks below the LM head's width
+        {2048, 264},      // the cluster tile kernel: 16 chunks, one round of 16 CTAs
+        {2056, 136},      // and 17: a second round of one chunk
+        {1000, 2100}}) {  // 8 chunks, the last 104 wide; N past every tile width
     SCOPED_TRACE("K=" + std::to_string(K) + " N=" + std::to_string(N));
     auto w = randn(N * K, 31, 0.05f);
     auto W = make_weight(*gpu_, w, N, K, WeightDType::kBF16);
@@ -221,14 +224,21 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
     for (GemmSmallM path : {GemmSmallM::kWarpChunks, GemmSmallM::kWarpChunks8, GemmSmallM::kCluster,
                             GemmSmallM::kClusterTile, GemmSmallM::kLargeM, GemmSmallM::kAuto}) {
       SmallMPath forced(path);
-      for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 32, 33, 48, 49, 64}) {
-        auto dxm = dev(std::vector<float>(x.begin(), x.begin() + m * K));
-        auto dym = dev_zeros(m * N * 4);
-        gpu_->matmul(dxm.as<float>(), m, *W.gpu, dym.as<float>());
-        auto y = host<float>(dym, m * N);
-        EXPECT_TRUE(same_bits(y.data(), ref.data(), m * N * 4))
-            << "path " << static_cast<int>(path) << " m=" << m;
+      // The cluster tile kernel in each tile width (0: its own choice).
+      const std::vector<int> widths =
+          path == GemmSmallM::kClusterTile ? std::vector<int>{0, 128, 224} : std::vector<int>{0};
+      for (int cols : widths) {
+        set_gemm_tile_cols(cols);
+        for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 32, 33, 48, 49, 64}) {
+          auto dxm = dev(std::vector<float>(x.begin(), x.begin() + m * K));
+          auto dym = dev_zeros(m * N * 4);
+          gpu_->matmul(dxm.as<float>(), m, *W.gpu, dym.as<float>());
+          auto y = host<float>(dym, m * N);
+          EXPECT_TRUE(same_bits(y.data(), ref.data(), m * N * 4))
+              << "path " << static_cast<int>(path) << " tile columns " << cols << " m=" << m;
+        }
       }
+      set_gemm_tile_cols(0);
     }
   }
 }

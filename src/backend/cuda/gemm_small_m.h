@@ -15,9 +15,14 @@ namespace pagedkv::backend::cuda {
 Status gemm_cluster(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                     float* y, cudaStream_t stream);
 
-// The cluster tile kernel (gemm_cluster_tile.cu): a cluster a 64-row × 128-column
-// tile, k chunks over its 8 CTAs. Needs m ≤ 64 and k a multiple of 8.
+// The cluster tile kernel (gemm_cluster_tile.cu): a cluster a 64-row tile of 128
+// or 224 columns, k chunks over its 8 (or 16) CTAs. Needs m ≤ 64 and k a multiple
+// of 8.
 bool gemm_cluster_tile_supports(int64_t m, int64_t k);
+// Forces the tile width of launches of at most 8 k chunks (128 or 224; 0: the
+// automatic choice), for tests and A/B runs; PAGEDKV_CUDA_GEMM_TILE_COLS sets it
+// at start. The same bits whatever the width.
+void set_gemm_tile_cols(int cols);
 Status gemm_cluster_tile(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                          float* y, cudaStream_t stream);
 
