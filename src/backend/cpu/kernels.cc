@@ -1169,6 +1169,8 @@ double measure_fma_peak_gflops(ThreadPool* pool) {
   return total / s / 1e9;
 }
 
+namespace {
+
 // How many column chunks a thread a one-row matmul is cut into:
 // PAGEDKV_CPU_DECODE_CHUNKS (default 4; 1: one fixed range a thread), read once.
 // Speed only: which thread computes a column never changes its bits.
@@ -1177,6 +1179,8 @@ int64_t decode_chunks_per_thread() {
       std::clamp<int64_t>(env_i64("PAGEDKV_CPU_DECODE_CHUNKS").value_or(4), 1, 64);
   return chunks;
 }
+
+}  // namespace
 
 void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, ThreadPool* pool) {
@@ -1231,7 +1235,7 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     // One row (a lone decode request): column chunks of at least 16, about
     // decode_chunks_per_thread() a thread, first come, first served — as the packed
     // nest, a thread slowed by the host's other work computes fewer of them (16-core
-    // H200 host: 1.06× at one request; with 8 rows it measured 0.93×, so the
+    // H200 host: 1.06× at one request; with 8 rows it measured 0.94×, so the
     // fixed ranges below stay for 2–15 rows).
     const int64_t per = n / (decode_chunks_per_thread() * int64_t{pool->num_threads()}) / 16 * 16;
     pool->parallel_dynamic(n, std::max<int64_t>(16, per),
