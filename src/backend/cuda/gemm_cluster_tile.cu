@@ -81,7 +81,7 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
   static_assert(kRows * kPLd * 4 <= kXRawBytes + kCols * kKChunk * 2, "the partial fits in x, w");
   extern __shared__ __align__(16) unsigned char smem[];
   float* xraw = reinterpret_cast<float*>(smem);  // [kRows][kKChunk]
-  float* partial = xraw;  // [kRows][kCols] over x and w, once the chunk's MMAs are done
+  float* partial = xraw;  // [kRows][kPLd] over x and w, once the chunk's MMAs are done
   auto* wraw = reinterpret_cast<__nv_bfloat16*>(smem + kXRawBytes);  // w_at(row, piece)
   auto* xs = reinterpret_cast<__nv_bfloat16*>(smem + kXRawBytes + kCols * kKChunk * 2);
   cg::cluster_group cluster = cg::this_cluster();
