@@ -60,7 +60,8 @@ const CpuWeight& cw(const Weight& w) { return static_cast<const CpuWeight&>(w); 
 enum Op {
   kMatmulDecode,
   kMatmulPacked,
-  kAttention,
+  kAttentionDecode,
+  kAttentionPrompt,
   kRmsNorm,
   kRope,
   kActivation,
@@ -69,9 +70,9 @@ enum Op {
   kOther,
   kNumOps
 };
-const char* const kOpNames[kNumOps] = {"matmul m<16", "matmul m>=16", "attention",
-                                       "rms_norm",    "rope",         "silu/gelu",
-                                       "add",         "embedding",    "softmax/route"};
+const char* const kOpNames[kNumOps] = {"matmul m<16", "matmul m>=16", "attn decode", "attn prompt",
+                                       "rms_norm",    "rope",         "silu/gelu",   "add",
+                                       "embedding",   "softmax/route"};
 bool g_profiling = false;
 std::mutex g_profile_mutex;
 double g_op_seconds[kNumOps] = {};
@@ -99,6 +100,22 @@ class OpTimer {
   Op op_;
   std::chrono::steady_clock::time_point start_;
 };
+
+// The multiply-adds of q·k and p·v over every (token, head, key) the calls
+// attend (two flops each): the profile's attention GFLOP/s.
+double attention_flops(const AttentionArgs* args, size_t count) {
+  if (count == 0) return 0.0;
+  double keys = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const AttentionArgs& a = args[i];
+    for (int32_t t = 0; t < a.num_tokens; ++t) {
+      const int32_t pos = a.positions[t];
+      const int32_t start = a.sliding_window > 0 ? std::max(0, pos - a.sliding_window + 1) : 0;
+      keys += static_cast<double>(pos - start + 1) * a.num_heads;
+    }
+  }
+  return keys * 4.0 * args[0].head_dim;
+}
 }  // namespace
 
 void CpuBackend::set_profiling(bool on) { g_profiling = on; }
@@ -275,19 +292,17 @@ void CpuBackend::topk_route(const float* logits, int64_t m, int32_t num_experts,
   cpu::topk_route(logits, m, num_experts, k, softmax_first, normalize, ids, weights);
 }
 
-void CpuBackend::attention(const AttentionArgs& a) {
-  PKV_CHECK(a.tile > 0 && a.tile <= 256);
-  PKV_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0);
-  OpTimer t(kAttention);
-  cpu::attention(a, &pool_);
-}
+void CpuBackend::attention(const AttentionArgs& a) { attention_batch(&a, 1); }
 
 void CpuBackend::attention_batch(const AttentionArgs* args, size_t count) {
+  bool decode = true;
   for (size_t i = 0; i < count; ++i) {
     PKV_CHECK(args[i].tile > 0 && args[i].tile <= 256);
     PKV_CHECK(args[i].num_kv_heads > 0 && args[i].num_heads % args[i].num_kv_heads == 0);
+    decode = decode && args[i].num_tokens == 1;
   }
-  OpTimer t(kAttention);
+  OpTimer t(decode ? kAttentionDecode : kAttentionPrompt,
+            g_profiling ? attention_flops(args, count) : 0.0);
   cpu::attention_batch(args, count, &pool_);
 }
 
