@@ -1,8 +1,9 @@
 // Google Benchmark of the CPU matmul kernel (GFLOP/s, from CPU time) at decode
 // (M=1, M=32) and prefill (M=64, M=256) shapes, f32 and bf16 weights, on the
 // backend's thread pool; CPU attention (qwen3-0.6B's and the small preset's heads)
-// for prefill/extend chunks and decode rows over paged K/V; and one core's FMA peak on the same ISA
-// path.
+// for prefill/extend chunks and decode rows over paged K/V, hot (the K/V in
+// cache) and cold (`*Cold`: enough copies that each iteration reads them from
+// DRAM, as a serving step does); and one core's FMA peak on the same ISA path.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -89,6 +90,12 @@ BENCHMARK(BM_Matmul)
     ->Args({512, 3072, 1024, 1, 2, 1, 0})
     ->Args({512, 1024, 3072, 1, 1, 1, 0})
     ->Args({512, 3072, 1024, 1, 1, 1, 0})
+    // The `small` preset's decode steps (issue 11's 2-core batching goal): gate/up
+    // and down of f32 weights at 1 and 8 rows.
+    ->Args({1, 256, 512, 0, 1, 1, 0})
+    ->Args({8, 256, 512, 0, 1, 1, 0})
+    ->Args({8, 256, 512, 0, 2, 1, 0})
+    ->Args({8, 512, 256, 0, 1, 1, 0})
     ->Unit(benchmark::kMicrosecond);
 
 // Attention over paged K/V, 16-token blocks in shuffled order (as a pool hands them
@@ -98,16 +105,23 @@ BENCHMARK(BM_Matmul)
 // except the first `shared` blocks, which all rows share (a common prefix, as the
 // chat workload's system prompt). GFLOP/s counts the score and value products,
 // 4·head_dim FLOPs per (query head, key) pair attended.
-void attention_bench(benchmark::State& st, int32_t NH, int32_t KVH, int32_t HD, bool has_shared) {
+void attention_bench(benchmark::State& st, int32_t NH, int32_t KVH, int32_t HD, bool has_shared,
+                     bool cold = false) {
   const int32_t Q = static_cast<int32_t>(st.range(0)), N = static_cast<int32_t>(st.range(1));
   const int kvd = static_cast<int>(st.range(2));
   const int threads = static_cast<int>(st.range(3));
   const int rows = static_cast<int>(st.range(4));
   const int32_t shared = has_shared ? static_cast<int32_t>(st.range(5)) : 0;
   const int32_t B = 16;
-  const int nargs = rows > 0 ? rows : 1;
+  const int nargs0 = rows > 0 ? rows : 1;
   const int32_t tiles = (N + B - 1) / B;
   const int64_t tile_elems = static_cast<int64_t>(B) * KVH * HD;
+  // cold: enough copies of the rows (each with its own K/V) that one pass over
+  // them all (~256 MiB of K/V) leaves none in cache; an iteration runs one copy.
+  const int64_t set_bytes = 2 * int64_t{nargs0} * tiles * tile_elems * (kvd == 0 ? 4 : 2);
+  const int sets =
+      cold ? static_cast<int>(std::max<int64_t>(1, (int64_t{256} << 20) / set_bytes)) : 1;
+  const int nargs = nargs0 * sets;
   std::mt19937 g(7);
   std::normal_distribution<float> d;
   std::vector<float> kf(nargs * tiles * tile_elems), vf(kf.size());
@@ -130,7 +144,8 @@ void attention_bench(benchmark::State& st, int32_t NH, int32_t KVH, int32_t HD, 
   double pairs = 0;
   for (int r = 0; r < nargs; ++r) {
     for (int32_t t = 0; t < tiles; ++t) {
-      const int64_t off = order[(t < shared ? 0 : r) * tiles + t] * tile_elems;
+      const int first = r / nargs0 * nargs0;  // the copy's first row owns its shared blocks
+      const int64_t off = order[(t < shared ? first : r) * tiles + t] * tile_elems;
       kt[r * tiles + t] =
           kvd == 0 ? kf.data() + off : reinterpret_cast<const float*>(kh.data() + off);
       vt[r * tiles + t] =
@@ -156,13 +171,16 @@ void attention_bench(benchmark::State& st, int32_t NH, int32_t KVH, int32_t HD, 
     a.kv_dtype = kvd == 0 ? WeightDType::kF32 : kvd == 1 ? WeightDType::kBF16 : WeightDType::kF16;
   }
   ThreadPool pool(threads);
+  int set = 0;
   for (auto _ : st) {
-    pagedkv::backend::cpu::attention_batch(args.data(), args.size(), threads > 1 ? &pool : nullptr);
+    pagedkv::backend::cpu::attention_batch(args.data() + set * nargs0, nargs0,
+                                           threads > 1 ? &pool : nullptr);
     benchmark::DoNotOptimize(out.data());
+    set = set + 1 == sets ? 0 : set + 1;
   }
   st.counters["GFLOPs"] =
-      benchmark::Counter(4.0 * HD * NH * pairs * st.iterations(), benchmark::Counter::kIsRate,
-                         benchmark::Counter::kIs1000);
+      benchmark::Counter(4.0 * HD * NH * pairs / sets * st.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 // qwen3-0.6B's heads: 16 query / 8 KV heads, head_dim 128.
@@ -170,6 +188,10 @@ void BM_Attention(benchmark::State& st) { attention_bench(st, 16, 8, 128, false)
 // The `small` preset's heads (issue 11's 2-core batching goal): 8 query / 4 KV
 // heads, head_dim 32; decode rows over ~320 keys, alone or sharing a 256-token prefix.
 void BM_AttentionSmall(benchmark::State& st) { attention_bench(st, 8, 4, 32, true); }
+// Decode rows whose K/V comes from DRAM, as in a serving step (the other layers'
+// and requests' K/V evicted it): qwen3-0.6B's heads and the small preset's.
+void BM_AttentionCold(benchmark::State& st) { attention_bench(st, 16, 8, 128, true, true); }
+void BM_AttentionSmallCold(benchmark::State& st) { attention_bench(st, 8, 4, 32, true, true); }
 
 BENCHMARK(BM_AttentionSmall)
     ->ArgNames({"Q", "N", "kv", "threads", "rows", "shared"})
@@ -178,6 +200,21 @@ BENCHMARK(BM_AttentionSmall)
     ->Args({1, 320, 0, 1, 8, 0})
     ->Args({1, 320, 0, 1, 8, 16})
     ->Args({1, 320, 1, 1, 8, 16})
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_AttentionSmallCold)
+    ->ArgNames({"Q", "N", "kv", "threads", "rows", "shared"})
+    ->Args({1, 320, 0, 1, 1, 0})
+    ->Args({1, 320, 0, 1, 8, 16})
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_AttentionCold)
+    ->ArgNames({"Q", "N", "kv", "threads", "rows", "shared"})
+    ->Args({1, 384, 0, 1, 1, 0})
+    ->Args({1, 384, 0, 1, 8, 16})
+    ->Args({1, 384, 1, 1, 8, 16})
+    ->Args({1, 4096, 1, 1, 1, 0})
+    ->Args({1, 4096, 1, 2, 8, 0})
     ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_Attention)

@@ -804,6 +804,26 @@ PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_
   }
 }
 
+// Asks for the lines of keys [0, T) of one KV head (elements off + j·stride …
+// + HD − 1 of the tile, dtype KD) of a K and a V tile. Decode rows read each
+// context tile once, from L3 or DRAM, in paged blocks the hardware prefetcher does
+// not follow from one to the next; asking for a tile two ahead keeps its lines in
+// flight while this one computes. Changes no value.
+template <int HD, int KD>
+PKV_INLINE void prefetch_tile(const void* kt, const void* vt, int64_t off, int64_t stride,
+                              int32_t T) {
+  constexpr int64_t kEsize = KD == 0 ? 4 : 2;
+  const char* kb = static_cast<const char*>(kt) + off * kEsize;
+  const char* vb = static_cast<const char*>(vt) + off * kEsize;
+  for (int32_t j = 0; j < T; ++j) {
+#pragma GCC unroll 8
+    for (int64_t c = 0; c < HD * kEsize; c += 64) {
+      __builtin_prefetch(kb + j * stride * kEsize + c, 0, 3);
+      __builtin_prefetch(vb + j * stride * kEsize + c, 0, 3);
+    }
+  }
+}
+
 // The same computation as attention_body for a head_dim known at compile time (a
 // multiple of 8), for all query rows of a task at once. Per K/V tile, the rows that
 // read the same tile (all of a task's rows, or in a cross task the rows whose
@@ -874,8 +894,25 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
       tile_hi = std::max(tile_hi, pos[r] / T);
     }
     auto active = [&](int r, int32_t tile) { return tile >= start[r] / T && tile <= pos[r] / T; };
+    // Decode rows: each row's tile kAhead tiles on is asked for before this one
+    // computes (rows sharing a prefix name the same tile: asked once).
+    constexpr int32_t kAhead = 2;
+    const bool decode = cross || a.num_tokens == 1;
+    auto prefetch_tiles = [&](int32_t tile) {
+      const void* last = nullptr;
+      for (int r = 0; r < rows; ++r) {
+        if (!active(r, tile) || ar[r]->k_tiles[tile] == last) continue;
+        last = ar[r]->k_tiles[tile];
+        prefetch_tile<HD, KD>(last, ar[r]->v_tiles[tile], koff, kv_row, T);
+      }
+    };
+    if (decode) {
+      for (int32_t t = tile_lo; t <= std::min(tile_hi, tile_lo + kAhead - 1); ++t)
+        prefetch_tiles(t);
+    }
     for (int32_t tile = tile_lo; tile <= tile_hi; ++tile) {
       const int32_t base = tile * T;
+      if (decode && tile + kAhead <= tile_hi) prefetch_tiles(tile + kAhead);
       for (int g0 = 0; g0 < rows;) {
         if (!active(g0, tile)) {
           ++g0;
