@@ -82,6 +82,11 @@ BENCHMARK(BM_Matmul)
     // The same from DRAM (128 MiB of f32 weights, as a 4-layer step streams them).
     ->Args({64, 1024, 32768, 0, 1, 1, 0})
     ->Args({64, 1024, 32768, 0, 2, 1, 0})
+    // The 4-layer preset's decode from DRAM (issue 11's 2-core batching goal): one
+    // row and eight stream the same 128 MiB; eight should cost little more.
+    ->Args({1, 1024, 32768, 0, 2, 1, 0})
+    ->Args({8, 1024, 32768, 0, 2, 1, 0})
+    ->Args({8, 1024, 32768, 0, 1, 1, 0})
     // Issue 11's prefill shapes with bf16 weights (a 512-token prompt through
     // qwen3-0.6B's projections: QKV, gate+up, O, down), two threads and one.
     ->Args({512, 1024, 3072, 1, 2, 1, 0})

@@ -17,6 +17,10 @@
 
 namespace pagedkv::backend::cpu {
 
+// Where the direct nest asks for the next tile's weight lines: not at all, into
+// L1 (prefetcht0), or into L2 only (prefetcht2). Speed only, never a value.
+enum class WeightPrefetch : int { kNone, kL1, kL2 };
+
 struct MatmulArgs {
   const float* x = nullptr;  // [m][k]
   int64_t m = 0, k = 0;
@@ -29,8 +33,10 @@ struct MatmulArgs {
   // same bits; they only move data between cache levels differently.
   int64_t kc = 512, mb = 96;
   // The direct nest prefetches the next tile's weight columns (speed only; the
-  // same in the packed nest's packing measured no better on the 16-core host).
-  bool prefetch = true;
+  // same in the packed nest's packing measured no better on the 16-core host):
+  // into L1 for weights that stay cached between calls, into L2 only for weights
+  // streamed from L3 or DRAM (see matmul_weight_prefetch in kernels.cc).
+  WeightPrefetch prefetch = WeightPrefetch::kL1;
 };
 
 // The packed (prefill) loop nest: used from this many rows on (K a multiple of 8);

@@ -225,10 +225,12 @@ PKV_AI void for_row_tiles(int64_t m0, int64_t m1, Tile&& tile) {
 
 // ---- direct loop nest ----
 
-// MT rows × NV vectors (NV·kCols columns from n0) over the full K.
-template <class T, int D, int MT, int NV>
-PKV_AI void direct_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t ldy,
-                        bool prefetch) {
+// MT rows × NV vectors (NV·kCols columns from n0) over the full K; PF: where the
+// next tile's weight lines are asked for (a WeightPrefetch, a template argument so
+// that the loop carries no branch for it).
+template <class T, int D, int MT, int NV, WeightPrefetch PF>
+PKV_AI void direct_tile(const float* x, int64_t k, const void* w, int64_t n0, float* y,
+                        int64_t ldy) {
   using V = typename T::V;
   constexpr int C = T::kCols;
   constexpr int64_t kLine = D == 0 ? 16 : 32;  // weights per 64-byte line
@@ -238,11 +240,17 @@ PKV_AI void direct_tile(const float* x, int64_t k, const void* w, int64_t n0, fl
   const char* wb = static_cast<const char*>(w);
   for (int64_t kk = 0; kk < k8; kk += 8) {
     // Decode streams the weights from DRAM: fetch the next tile's columns while
-    // this one computes (a prefetch never faults, past the end either).
-    if (prefetch && (kk & (kLine - 1)) == 0) {
+    // this one computes (a prefetch never faults, past the end either). Weights
+    // streamed from L3 or DRAM go to L2 only (prefetcht2): into L1, the next
+    // tile's columns — k elements apart, so with k a multiple of 1024 f32 all in
+    // one L1 set — evict this tile's (1.1–1.6× on Zen 5, docs/performance.md).
+    if constexpr (PF != WeightPrefetch::kNone) {
+      if ((kk & (kLine - 1)) == 0) {
 #pragma GCC unroll 16
-      for (int c = 0; c < NV * C; ++c)
-        _mm_prefetch(wb + ((n0 + NV * C + c) * k + kk) * (D == 0 ? 4 : 2), _MM_HINT_T0);
+        for (int c = 0; c < NV * C; ++c)
+          _mm_prefetch(wb + ((n0 + NV * C + c) * k + kk) * (D == 0 ? 4 : 2),
+                       PF == WeightPrefetch::kL2 ? _MM_HINT_T2 : _MM_HINT_T0);
+      }
     }
     V wv[NV];
 #pragma GCC unroll 16
@@ -272,23 +280,26 @@ PKV_AI void direct_tile(const float* x, int64_t k, const void* w, int64_t n0, fl
 }
 
 // Rows [m0, m1) × NV vectors' columns at n0, in row tiles of up to MAXM.
-template <class T, int D, int NV, int MAXM>
+template <class T, int D, int NV, int MAXM, WeightPrefetch PF>
 PKV_AI void direct_rows(const float* x, int64_t k, const void* w, int64_t n0, float* y, int64_t n,
-                        int64_t m0, int64_t m1, bool prefetch) {
-  for_row_tiles<MAXM>(m0, m1, [&]<int R>(int64_t i) {
-    direct_tile<T, D, R, NV>(x + i * k, k, w, n0, y + i * n, n, prefetch);
-  });
+                        int64_t m0, int64_t m1) {
+  // One function per row count (as GCC chose before the prefetch became a template
+  // argument: inlined into direct_cols, the small hot shapes ran 5–20% slower).
+  for_row_tiles<MAXM>(
+      m0, m1, [&]<int R>(int64_t i) __attribute__((noinline)) {
+        direct_tile<T, D, R, NV, PF>(x + i * k, k, w, n0, y + i * n, n);
+      });
 }
 
 constexpr int64_t kPanelCols = 64;  // columns of w kept in L2 per pass over x
 constexpr int64_t kRowBlock = 64;   // rows of x per pass over a panel
 
-template <int D>
+template <int D, WeightPrefetch PF>
 void direct_cols(const MatmulArgs& a, int64_t nb, int64_t ne) {
   using T = Main;
   constexpr int C = T::kCols;
+  constexpr WeightPrefetch kNone = WeightPrefetch::kNone;
   const int64_t m = a.m, k = a.k, n = a.n;
-  const bool pf = a.prefetch;
   for (int64_t p0 = nb; p0 < ne; p0 += kPanelCols) {
     const int64_t p1 = p0 + kPanelCols < ne ? p0 + kPanelCols : ne;
     for (int64_t m0 = 0; m0 < m; m0 += kRowBlock) {
@@ -296,14 +307,14 @@ void direct_cols(const MatmulArgs& a, int64_t nb, int64_t ne) {
       int64_t j = p0;
       if (m1 - m0 <= T::kDecRows) {
         for (; j + C * T::kDecVecs <= p1; j += C * T::kDecVecs)
-          direct_rows<T, D, T::kDecVecs, T::kDecRows>(a.x, k, a.w, j, a.y, n, m0, m1, pf);
+          direct_rows<T, D, T::kDecVecs, T::kDecRows, PF>(a.x, k, a.w, j, a.y, n, m0, m1);
       }
       for (; j + C * T::kVecs <= p1; j += C * T::kVecs)
-        direct_rows<T, D, T::kVecs, T::kRows>(a.x, k, a.w, j, a.y, n, m0, m1, pf);
+        direct_rows<T, D, T::kVecs, T::kRows, PF>(a.x, k, a.w, j, a.y, n, m0, m1);
       for (; j + C <= p1; j += C)
-        direct_rows<T, D, 1, T::kRows>(a.x, k, a.w, j, a.y, n, m0, m1, false);
+        direct_rows<T, D, 1, T::kRows, kNone>(a.x, k, a.w, j, a.y, n, m0, m1);
       // A last single column of a two-column build: one ymm per element.
-      for (; j < p1; ++j) direct_rows<VY, D, 1, 4>(a.x, k, a.w, j, a.y, n, m0, m1, false);
+      for (; j < p1; ++j) direct_rows<VY, D, 1, 4, kNone>(a.x, k, a.w, j, a.y, n, m0, m1);
     }
   }
 }
@@ -420,7 +431,14 @@ void cols(const MatmulArgs& a, int64_t nb, int64_t ne, float* scratch) {
   if (scratch != nullptr && a.m >= kPackMinRows && a.k % 8 == 0) {
     packed_cols<D>(a, nb, ne, scratch);
   } else {
-    direct_cols<D>(a, nb, ne);
+    switch (a.prefetch) {
+      case WeightPrefetch::kNone:
+        return direct_cols<D, WeightPrefetch::kNone>(a, nb, ne);
+      case WeightPrefetch::kL1:
+        return direct_cols<D, WeightPrefetch::kL1>(a, nb, ne);
+      case WeightPrefetch::kL2:
+        return direct_cols<D, WeightPrefetch::kL2>(a, nb, ne);
+    }
   }
 }
 
