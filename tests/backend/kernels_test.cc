@@ -402,7 +402,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatmulPathsTest,
                                            Dims{32, 1032, 70}, Dims{48, 520, 9},
                                            // a last row tile of 3 and of 1 row (the
                                            // two-row reduction pairs a row with itself)
-                                           Dims{21, 264, 45}, Dims{19, 72, 30}),
+                                           Dims{21, 264, 45}, Dims{19, 72, 30},
+                                           // f32 weights past PAGEDKV_CPU_PREFETCH_L2_KIB
+                                           // (1.2 MiB: the L2 prefetch), bf16 under it
+                                           Dims{5, 1024, 300}),
                          [](const auto& info) {
                            const Dims& d = info.param;
                            return "M" + std::to_string(d.m) + "_K" + std::to_string(d.k) + "_N" +

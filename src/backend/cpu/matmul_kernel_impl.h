@@ -243,7 +243,7 @@ PKV_AI void direct_tile(const float* x, int64_t k, const void* w, int64_t n0, fl
     // this one computes (a prefetch never faults, past the end either). Weights
     // streamed from L3 or DRAM go to L2 only (prefetcht2): into L1, the next
     // tile's columns — k elements apart, so with k a multiple of 1024 f32 all in
-    // one L1 set — evict this tile's (1.1–1.6× on Zen 5, docs/performance.md).
+    // one L1 set — likely evict this tile's (1.2–1.7× on Zen 5, docs/performance.md).
     if constexpr (PF != WeightPrefetch::kNone) {
       if ((kk & (kLine - 1)) == 0) {
 #pragma GCC unroll 16
