@@ -1219,12 +1219,12 @@ int64_t decode_chunks_per_thread() {
 
 // Where the direct nest prefetches a matmul's weights: into L1 while the whole
 // matrix is at most PAGEDKV_CPU_PREFETCH_L2_KIB (default 1024, one core's L2 on
-// the machines measured) — it stays cached from call to call — and into L2 only
+// the Zen 5 build host) — it stays cached from call to call — and into L2 only
 // when it is larger and so streams from L3 or DRAM (docs/performance.md, "the
 // weights' prefetch into L2"). Read once; speed only.
 WeightPrefetch matmul_weight_prefetch(int64_t k, int64_t n, WeightDType wdt) {
-  static const int64_t l2_kib =
-      std::max<int64_t>(env_i64("PAGEDKV_CPU_PREFETCH_L2_KIB").value_or(1024), 0);
+  static const int64_t l2_kib = std::clamp<int64_t>(
+      env_i64("PAGEDKV_CPU_PREFETCH_L2_KIB").value_or(1024), 0, int64_t{1} << 40);
   if (!g_matmul_prefetch) return WeightPrefetch::kNone;
   const int64_t bytes = k * n * (wdt == WeightDType::kF32 ? 4 : 2);
   return bytes > l2_kib * 1024 ? WeightPrefetch::kL2 : WeightPrefetch::kL1;
