@@ -571,7 +571,9 @@ void HttpServer::install_routes() {
     }
     write_error(res, style_for_path(req.path), server_error("internal error: " + what));
   });
-  s.set_logger([this](const Request& req, const Response& res) {
+  // Counted before the response is written (httplib's logger runs after it), so a client that
+  // reads /metrics right after a response always sees that response counted.
+  s.set_post_routing_handler([this](const Request& req, Response& res) {
     metrics_.count_http(route_of(req.path), res.status);
   });
 }
