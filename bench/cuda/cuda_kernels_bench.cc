@@ -4,7 +4,10 @@
 //                                       step GEMMs, for quick A/B builds;
 //                                       PKV_BENCH_GEMM_ROWS=64: only those rows;
 //                                       PKV_BENCH_ATTN_ONLY=1: the copy and the
-//                                       attention rows only)
+//                                       attention rows only;
+//                                       PKV_BENCH_PREFILL_ONLY=1: the copy and the
+//                                       prefill attention rows only; =mma: only the
+//                                       tensor-core kernel's)
 //
 // Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
 // step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/32/64 rows; launched and graph-
@@ -269,6 +272,9 @@ void bench_prefill(int32_t len) {
   auto dt = *upload_vector(tables);
   const double flops = 4.0 * H * D * (double(len) * len / 2);  // causal
   for (const auto& [fn, suffix] : kAttnKernels) {
+    // PKV_BENCH_PREFILL_ONLY=mma: the tensor-core kernel alone (a profiler's run).
+    const char* only = std::getenv("PKV_BENCH_PREFILL_ONLY");
+    if (only != nullptr && std::string(only) == "mma" && std::string(suffix) != "_mma") continue;
     const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs, fn);
     report(std::string("prefill_attn_paged") + suffix, "1 x " + std::to_string(len) + " causal", ms,
            flops / (ms * 1e-3) / 1e12, "TFLOP/s");
@@ -421,7 +427,13 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, %.0f MiB\n", prop.name, prop.multiProcessorCount,
               prop.totalGlobalMem / 1048576.0);
   bench_copy();
-  const bool attn_only = std::getenv("PKV_BENCH_ATTN_ONLY") != nullptr;
+  const bool prefill_only = std::getenv("PKV_BENCH_PREFILL_ONLY") != nullptr;
+  const bool attn_only = prefill_only || std::getenv("PKV_BENCH_ATTN_ONLY") != nullptr;
+  if (prefill_only) {
+    bench_prefill(4096);
+    bench_prefill(16384);
+    return 0;
+  }
   if (!attn_only)
     for (int64_t m : {1, 8, 32, 64})
       if (gemm_rows_wanted(m)) bench_step_gemms(m);

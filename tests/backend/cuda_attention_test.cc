@@ -568,4 +568,52 @@ TEST_F(CudaAttentionMmaTest, PackedDecodeRunsFollowTheSharedBlocks) {
 }
 
 }  // namespace
+// The partition combine (a block a (token, head), shared work done once a block)
+// gives the bits of its serial reference (every thread running the whole fold), for
+// every head_dim, 1 to 130 partitions a row, and partitions no key reached
+// (m = −∞, l = 0, acc = 0) among the others.
+TEST_F(CudaAttentionMmaTest, PartitionCombineEqualsItsSerialReference) {
+  const std::vector<int32_t> pos = {0, 255, 256, 1800, 10000, 33279};
+  const int32_t T = static_cast<int32_t>(pos.size()), H = 3;
+  const int32_t max_pos = *std::max_element(pos.begin(), pos.end());
+  const int32_t parts = max_pos / kAttnPartition + 1;
+  auto dpos = dev(pos);
+  for (int32_t D : {16, 32, 64, 128, 256}) {
+    const size_t n = static_cast<size_t>(T) * H * parts;
+    std::vector<float> acc = randn(n * D, 100 + D), m = randn(n, 200 + D, 8.0f),
+                       l = randn(n, 300 + D);
+    for (size_t i = 0; i < n; ++i) {
+      l[i] = std::fabs(l[i]) + 0.5f;
+      if (i % 7 == 3) {  // a partition no key of the row reached
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        for (int32_t d = 0; d < D; ++d) acc[i * D + d] = 0.0f;
+      }
+    }
+    std::vector<float> ws(acc);
+    ws.insert(ws.end(), m.begin(), m.end());
+    ws.insert(ws.end(), l.begin(), l.end());
+    auto dws = dev(ws);
+    auto out_a = dev_zeros(sizeof(float) * T * H * D), out_b = dev_zeros(sizeof(float) * T * H * D);
+    PagedAttentionParams p;
+    p.num_tokens = T;
+    p.num_heads = H;
+    p.num_kv_heads = H;
+    p.head_dim = D;
+    p.positions = dpos.as<int32_t>();
+    p.max_position = max_pos;
+    p.workspace = dws.as<float>();
+    p.out = out_a.as<float>();
+    Status s = combine_partitions_serial(p, parts, 0);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    p.out = out_b.as<float>();
+    s = combine_partitions(p, parts, 0);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    const auto a = host<float>(out_a, static_cast<size_t>(T) * H * D);
+    const auto b = host<float>(out_b, static_cast<size_t>(T) * H * D);
+    EXPECT_TRUE(same_bits(a.data(), b.data(), a.size() * sizeof(float))) << "head_dim " << D;
+    EXPECT_TRUE(std::isfinite(a[0]) && std::isfinite(a.back())) << "head_dim " << D;
+  }
+}
+
 }  // namespace pagedkv::backend::cuda

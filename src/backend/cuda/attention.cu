@@ -224,8 +224,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The combine's reference form (combine_partitions_serial, a test hook): every
+// thread runs each step of the fold itself — M, then L, then its dims' sums.
 template <int D>
-__global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
+__global__ void attn_combine_serial_kernel(const PagedAttentionParams p, int32_t parts) {
   enter_kernel();
   const int32_t t = blockIdx.x, h = blockIdx.y;
   const int32_t pos = p.positions[t];
@@ -242,6 +244,53 @@ __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts)
       o = __fmaf_rn(ws.acc[(base + i) * D + d], expf(ws.m[base + i] - M), o);
     p.out[(static_cast<int64_t>(t) * p.num_heads + h) * D + d] = o / L;
   }
+}
+
+// The combine: the serial kernel's operations with the shared work done once a
+// block instead of once a thread. M is a max (exact in any order; a ±0 M changes
+// no m_i − M's exponential), so the threads take strided partitions and reduce;
+// each e^(m_i − M) is computed once into shared memory (`w`, one float a
+// partition: the same bits as every thread computing it); thread 0 runs L's chain
+// in ascending order while the others fold their dims, each dim's chain over the
+// partitions ascending as before. The same bits as attn_combine_serial_kernel
+// (tests/backend/cuda_attention_test.cc).
+template <int D>
+__global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
+  enter_kernel();
+  extern __shared__ float w[];  // [parts]
+  __shared__ float red[4], total;
+  const int32_t t = blockIdx.x, h = blockIdx.y;
+  const int32_t pos = p.positions[t];
+  const int32_t np = pos / kP + 1;
+  PartitionWorkspace ws = partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
+  const int64_t base = (static_cast<int64_t>(t) * p.num_heads + h) * parts;
+  const int tid = threadIdx.x, nthreads = blockDim.x;  // min(D, 128): 16 … 128
+  float mx = -INFINITY;
+  for (int32_t i = tid; i < np; i += nthreads) mx = fmaxf(mx, ws.m[base + i]);
+  const unsigned mask = nthreads >= 32 ? 0xffffffffu : (1u << nthreads) - 1u;
+  for (int o = (nthreads >= 32 ? 16 : nthreads / 2); o > 0; o >>= 1)
+    mx = fmaxf(mx, __shfl_xor_sync(mask, mx, o));
+  if ((tid & 31) == 0) red[tid >> 5] = mx;
+  __syncthreads();
+  float M = red[0];
+  for (int k = 1; k < (nthreads + 31) / 32; ++k) M = fmaxf(M, red[k]);
+  for (int32_t i = tid; i < np; i += nthreads) w[i] = expf(ws.m[base + i] - M);
+  __syncthreads();
+  if (tid == 0) {
+    float L = 0.0f;
+    for (int32_t i = 0; i < np; ++i) L = L + ws.l[base + i] * w[i];
+    total = L;
+  }
+  float o[(D + 127) / 128];
+  for (int d = tid, k = 0; d < D; d += nthreads, ++k) {
+    float acc = 0.0f;
+    for (int32_t i = 0; i < np; ++i) acc = __fmaf_rn(ws.acc[(base + i) * D + d], w[i], acc);
+    o[k] = acc;
+  }
+  __syncthreads();
+  const float L = total;
+  for (int d = tid, k = 0; d < D; d += nthreads, ++k)
+    p.out[(static_cast<int64_t>(t) * p.num_heads + h) * D + d] = o[k] / L;
 }
 
 template <int D, typename T, KvLayout L>
@@ -286,28 +335,48 @@ Status dispatch_type(const PagedAttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-Status combine_partitions(const PagedAttentionParams& p, int32_t parts, cudaStream_t stream) {
+namespace {
+
+// The combine kernel for p.head_dim (a block a (token, query head), min(D, 128)
+// threads), `serial` the reference form.
+Status launch_combine(const PagedAttentionParams& p, int32_t parts, bool serial,
+                      cudaStream_t stream) {
   dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads));
   const unsigned threads = p.head_dim < 128 ? static_cast<unsigned>(p.head_dim) : 128u;
+  const size_t smem = serial ? 0 : sizeof(float) * static_cast<size_t>(parts);
+  auto go = [&](auto kernel) -> Status {
+    if (smem > 48 * 1024) {
+      PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    }
+    return launch_kernel(serial ? "attn_combine_serial_kernel" : "attn_combine_kernel", kernel,
+                         grid, threads, smem, stream, p, parts);
+  };
   switch (p.head_dim) {
     case 16:
-      return launch_kernel("attn_combine_kernel", attn_combine_kernel<16>, grid, threads, 0, stream,
-                           p, parts);
+      return serial ? go(attn_combine_serial_kernel<16>) : go(attn_combine_kernel<16>);
     case 32:
-      return launch_kernel("attn_combine_kernel", attn_combine_kernel<32>, grid, threads, 0, stream,
-                           p, parts);
+      return serial ? go(attn_combine_serial_kernel<32>) : go(attn_combine_kernel<32>);
     case 64:
-      return launch_kernel("attn_combine_kernel", attn_combine_kernel<64>, grid, threads, 0, stream,
-                           p, parts);
+      return serial ? go(attn_combine_serial_kernel<64>) : go(attn_combine_kernel<64>);
     case 128:
-      return launch_kernel("attn_combine_kernel", attn_combine_kernel<128>, grid, threads, 0,
-                           stream, p, parts);
+      return serial ? go(attn_combine_serial_kernel<128>) : go(attn_combine_kernel<128>);
     case 256:
-      return launch_kernel("attn_combine_kernel", attn_combine_kernel<256>, grid, threads, 0,
-                           stream, p, parts);
+      return serial ? go(attn_combine_serial_kernel<256>) : go(attn_combine_kernel<256>);
     default:
       return invalid_argument("cuda attention combine: head_dim " + std::to_string(p.head_dim));
   }
+}
+
+}  // namespace
+
+Status combine_partitions(const PagedAttentionParams& p, int32_t parts, cudaStream_t stream) {
+  return launch_combine(p, parts, false, stream);
+}
+
+Status combine_partitions_serial(const PagedAttentionParams& p, int32_t parts,
+                                 cudaStream_t stream) {
+  return launch_combine(p, parts, false, stream);
 }
 
 size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,

@@ -414,7 +414,8 @@ __device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_
 template <int D, int W, int STAGES, KvLayout L, bool kPacked = false>
 __global__ void __launch_bounds__(W * 32)
     attn_mma_kernel(const PagedAttentionParams p, int32_t group, int32_t tokens_per_warp,
-                    int32_t parts, int32_t part0, bool beside_prior) {
+                    int32_t parts, int32_t part0, int32_t part_end, int32_t parts_per_block,
+                    bool beside_prior) {
   static_assert(!kPacked || (W == 1 && STAGES == 1 && L == KvLayout::kBlockTable),
                 "packed decode blocks: one warp, one buffer, a block table");
   const KernelBesidePrior entry(beside_prior);
@@ -431,187 +432,204 @@ __global__ void __launch_bounds__(W * 32)
   int64_t* key_off = reinterpret_cast<int64_t*>(kvs + STAGES * 2 * kChunk * RS);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int32_t part = part0 + blockIdx.y, kvh = blockIdx.z;
-  const int32_t p_begin = part * kP;
+  const int32_t kvh = blockIdx.z;
   const int32_t h0 = kvh * group;
-  int32_t t0, t_end, packed_seq = 0;
-  if constexpr (kPacked) {
-    const PackedRun run = packed_run<16>(p, blockIdx.x, tokens_per_warp, p_begin, lane);
-    if (!run.leader) return;  // the run's first token's block computes it
-    t0 = blockIdx.x;
-    t_end = run.end;
-    packed_seq = run.ref_seq;
-  } else {
-    t0 = blockIdx.x * W * tokens_per_warp;
-    t_end = min(p.num_tokens, t0 + W * tokens_per_warp);
-  }
-
-  // Does any token of the tile reach this partition?
-  const bool reaches = tid < t_end - t0 && p.positions[t0 + tid] >= p_begin;
-  if (!__syncthreads_or(reaches)) return;
-
-  stage_q_planes<D>(p, qs, W, rpw, t0, tokens_per_warp, t_end, group, h0, tid, W * 32);
-
-  // This thread's two rows (g and g + 8 of its warp's 16).
-  const int g = lane >> 2, q4 = lane & 3;
-  int32_t row_tok[2], row_pos[2], row_start[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int rr = g + 8 * i, slot = rr / group;
-    const int32_t t = t0 + warp * tokens_per_warp + slot;
-    const bool live = slot < tokens_per_warp && t < t_end;
-    row_tok[i] = live ? t : -1;
-    row_pos[i] = live ? p.positions[t] : -1;
-    row_start[i] = window_start(p, row_pos[i]);
-  }
-  const PartitionWorkspace ws =
-      partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
-
-  // Runs of consecutive tokens of one sequence (one for decode blocks; for packed
-  // blocks the packed run, loaded through its reference's block table).
-  for (int32_t run_begin = t0; run_begin < t_end;) {
-    const int32_t seq =
-        kPacked ? packed_seq : (p.token_seq != nullptr ? p.token_seq[run_begin] : 0);
-    int32_t run_end = kPacked ? t_end : run_begin + 1;
-    while (run_end < t_end && (p.token_seq != nullptr ? p.token_seq[run_end] : 0) == seq) ++run_end;
-    const auto [lo_start, hi_pos] = run_keys(p, run_begin, run_end);
-    if (hi_pos < p_begin) {
-      run_begin = run_end;
-      continue;
-    }
-    const int32_t kb = max(p_begin, lo_start), ke = min(p_begin + kP, hi_pos + 1);
-    const bool in_run[2] = {row_tok[0] >= run_begin && row_tok[0] < run_end,
-                            row_tok[1] >= run_begin && row_tok[1] < run_end};
-
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    float acc[kDimTiles][4];
-#pragma unroll
-    for (int nt = 0; nt < kDimTiles; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-
-    const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
-    const int c_last = kb < ke ? (ke - 1 - p_begin) / kChunk : -1;
-    // Element offset of key tid of chunk c's K/V rows (−1: outside [kb, ke), zero-
-    // filled; threads past kChunk have none). A block-table read: one buffer
-    // issues it a chunk ahead of the store (fill_offsets), so its latency overlaps
-    // a chunk's work.
-    static_assert(kChunk <= 32, "a thread a key");
-    auto offset_of = [&](int c) -> int64_t {
-      const int32_t key = p_begin + c * kChunk + tid;
-      return tid < kChunk && key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
-    };
-    // Chunk c's offsets into key_off[c & 1] (or, every chunk at once, key_off[c]).
-    auto fill_offsets = [&](int c, int64_t off) {
-      if (c <= c_last && tid < kChunk) key_off[(kAllChunks ? c : (c & 1)) * kChunk + tid] = off;
-    };
-    // Whole rows a warp instruction: lane → (key 2i + lane / 16, piece lane % 16) for
-    // head_dim 128 (four keys an instruction for 64).
-    auto load = [&](int which, __nv_bfloat16* dst, int c) {
-      const __nv_bfloat16* base =
-          static_cast<const __nv_bfloat16*>(which == 0 ? p.k_cache : p.v_cache);
-      for (int idx = tid; idx < kChunk * kPieces; idx += W * 32) {
-        const int j = idx / kPieces, e = idx % kPieces;
-        const int64_t off = key_off[(kAllChunks ? c : (c & 1)) * kChunk + j];
-        cp_async16(dst + j * RS + e * 8, off >= 0 ? base + off + e * 8 : base, off >= 0);
-      }
-    };
-    auto k_buf = [&](int c) { return kvs + (kAllChunks ? c : 0) * 2 * kChunk * RS; };
-    auto v_buf = [&](int c) { return k_buf(c) + kChunk * RS; };
-
-    if constexpr (kAllChunks) {
-      for (int c = c_first; c <= c_last; ++c) fill_offsets(c, offset_of(c));
-      __syncthreads();
-      for (int c = c_first; c <= c_last; ++c) {  // a group a chunk: K and V
-        load(0, k_buf(c), c);
-        load(1, v_buf(c), c);
-        cp_async_commit();
-      }
+  // The block's partitions: parts_per_block of them from part0 + blockIdx.y ·
+  // parts_per_block (prefill: the tile's q planes are staged once for all of them),
+  // each computed exactly as a block of its own would.
+  const int32_t part_lo = part0 + blockIdx.y * parts_per_block;
+  const int32_t part_hi = min(part_end, part_lo + parts_per_block);
+  bool staged = false;
+  for (int32_t part = part_lo; part < part_hi; ++part) {
+    const int32_t p_begin = part * kP;
+    int32_t t0, t_end, packed_seq = 0;
+    if constexpr (kPacked) {
+      const PackedRun run = packed_run<16>(p, blockIdx.x, tokens_per_warp, p_begin, lane);
+      if (!run.leader) continue;  // the run's first token's block computes it
+      t0 = blockIdx.x;
+      t_end = run.end;
+      packed_seq = run.ref_seq;
     } else {
-      fill_offsets(c_first, offset_of(c_first));
-      fill_offsets(c_first + 1, offset_of(c_first + 1));
-      __syncthreads();
-      if (c_first <= c_last) {
-        load(0, k_buf(c_first), c_first);
-        cp_async_commit();
-        load(1, v_buf(c_first), c_first);
-        cp_async_commit();
-      }
-    }
-    for (int c = c_first; c <= c_last; ++c) {
-      const int64_t ahead = kAllChunks ? -1 : offset_of(c + 2);  // stored after P·V
-      const __nv_bfloat16* ks = k_buf(c);
-      const __nv_bfloat16* vsm = v_buf(c);
-      if constexpr (kAllChunks) {
-        cp_async_wait_upto(c_last - c);  // chunk c's group landed
-      } else {
-        cp_async_wait<1>();  // K(c) landed (V(c) may be in flight)
-      }
-      __syncthreads();
-
-      float s[kKeyTiles][4];
-      chunk_scores<D>(qs, W * rpw, warp * rpw, rpw, ks, lane, s);
-      if constexpr (!kAllChunks) {
-        __syncthreads();  // every warp is done with K(c): load K(c+1) into it
-        if (c < c_last) {
-          load(0, k_buf(c + 1), c + 1);
-          cp_async_commit();
-          cp_async_wait<1>();  // V(c) landed (K(c+1) may be in flight)
-        } else {
-          cp_async_wait<0>();
-        }
-        __syncthreads();
-      }
-
-      // Scale, mask, the online softmax step, acc += P·V.
-      float mx[2], base[2], alpha[2], rs[2];
-      mask_and_max(s, p_begin + c * kChunk, q4, in_run, row_start, row_pos, p.scale, mx);
-      softmax_step(m, mx, base, alpha);
-      weights_and_sums(s, base, rs);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) l[i] = __fmaf_rn(l[i], alpha[i], rs[i]);
-#pragma unroll
-      for (int nt = 0; nt < kDimTiles; ++nt) {
-        acc[nt][0] *= alpha[0];
-        acc[nt][1] *= alpha[0];
-        acc[nt][2] *= alpha[1];
-        acc[nt][3] *= alpha[1];
-      }
-#pragma unroll
-      for (int kk = 0; kk < kChunk / 16; ++kk) {
-        uint32_t ahi[4], alo[4];
-        weight_planes(s, kk, ahi, alo);
-#pragma unroll
-        for (int np = 0; np < D / 16; ++np)
-          pv_step<D>(acc[2 * np], acc[2 * np + 1], ahi, alo, vsm, kk, np, lane);
-      }
-      if constexpr (!kAllChunks) {
-        fill_offsets(c + 2, ahead);  // into key_off[c & 1], whose loads were all issued
-        __syncthreads();             // the buffers of chunk c are reloaded next
-        if (c < c_last) {
-          load(1, v_buf(c + 1), c + 1);
-          cp_async_commit();
-        }
-      }
+      t0 = blockIdx.x * W * tokens_per_warp;
+      t_end = min(p.num_tokens, t0 + W * tokens_per_warp);
     }
 
-    // The partition's (m, l, acc) of the run's rows that reach it.
+    // Does any token of the tile reach this partition? (Partitions ascend: past the
+    // first that none reaches, none is reached.)
+    const bool reaches = tid < t_end - t0 && p.positions[t0 + tid] >= p_begin;
+    if (!__syncthreads_or(reaches)) {
+      if constexpr (kPacked) continue;
+      break;
+    }
+
+    if (!staged || kPacked) {
+      stage_q_planes<D>(p, qs, W, rpw, t0, tokens_per_warp, t_end, group, h0, tid, W * 32);
+      staged = true;
+    }
+
+    // This thread's two rows (g and g + 8 of its warp's 16).
+    const int g = lane >> 2, q4 = lane & 3;
+    int32_t row_tok[2], row_pos[2], row_start[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      if (!in_run[i] || row_pos[i] < p_begin) continue;
-      const int rr = g + 8 * i;
-      const int64_t slot =
-          (static_cast<int64_t>(row_tok[i]) * p.num_heads + h0 + rr % group) * parts + part;
-      if (q4 == 0) {
-        ws.m[slot] = m[i];
-        ws.l[slot] = l[i];
+      const int rr = g + 8 * i, slot = rr / group;
+      const int32_t t = t0 + warp * tokens_per_warp + slot;
+      const bool live = slot < tokens_per_warp && t < t_end;
+      row_tok[i] = live ? t : -1;
+      row_pos[i] = live ? p.positions[t] : -1;
+      row_start[i] = window_start(p, row_pos[i]);
+    }
+    const PartitionWorkspace ws =
+        partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
+
+    // Runs of consecutive tokens of one sequence (one for decode blocks; for packed
+    // blocks the packed run, loaded through its reference's block table).
+    for (int32_t run_begin = t0; run_begin < t_end;) {
+      const int32_t seq =
+          kPacked ? packed_seq : (p.token_seq != nullptr ? p.token_seq[run_begin] : 0);
+      int32_t run_end = kPacked ? t_end : run_begin + 1;
+      while (run_end < t_end && (p.token_seq != nullptr ? p.token_seq[run_end] : 0) == seq)
+        ++run_end;
+      const auto [lo_start, hi_pos] = run_keys(p, run_begin, run_end);
+      if (hi_pos < p_begin) {
+        run_begin = run_end;
+        continue;
       }
+      const int32_t kb = max(p_begin, lo_start), ke = min(p_begin + kP, hi_pos + 1);
+      const bool in_run[2] = {row_tok[0] >= run_begin && row_tok[0] < run_end,
+                              row_tok[1] >= run_begin && row_tok[1] < run_end};
+
+      float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+      float acc[kDimTiles][4];
 #pragma unroll
       for (int nt = 0; nt < kDimTiles; ++nt)
-        *reinterpret_cast<float2*>(ws.acc + slot * D + nt * 8 + 2 * q4) =
-            make_float2(acc[nt][2 * i], acc[nt][2 * i + 1]);
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+
+      const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
+      const int c_last = kb < ke ? (ke - 1 - p_begin) / kChunk : -1;
+      // Element offset of key tid of chunk c's K/V rows (−1: outside [kb, ke), zero-
+      // filled; threads past kChunk have none). A block-table read: one buffer
+      // issues it a chunk ahead of the store (fill_offsets), so its latency overlaps
+      // a chunk's work.
+      static_assert(kChunk <= 32, "a thread a key");
+      auto offset_of = [&](int c) -> int64_t {
+        const int32_t key = p_begin + c * kChunk + tid;
+        return tid < kChunk && key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
+      };
+      // Chunk c's offsets into key_off[c & 1] (or, every chunk at once, key_off[c]).
+      auto fill_offsets = [&](int c, int64_t off) {
+        if (c <= c_last && tid < kChunk) key_off[(kAllChunks ? c : (c & 1)) * kChunk + tid] = off;
+      };
+      // Whole rows a warp instruction: lane → (key 2i + lane / 16, piece lane % 16) for
+      // head_dim 128 (four keys an instruction for 64).
+      auto load = [&](int which, __nv_bfloat16* dst, int c) {
+        const __nv_bfloat16* base =
+            static_cast<const __nv_bfloat16*>(which == 0 ? p.k_cache : p.v_cache);
+        for (int idx = tid; idx < kChunk * kPieces; idx += W * 32) {
+          const int j = idx / kPieces, e = idx % kPieces;
+          const int64_t off = key_off[(kAllChunks ? c : (c & 1)) * kChunk + j];
+          cp_async16(dst + j * RS + e * 8, off >= 0 ? base + off + e * 8 : base, off >= 0);
+        }
+      };
+      auto k_buf = [&](int c) { return kvs + (kAllChunks ? c : 0) * 2 * kChunk * RS; };
+      auto v_buf = [&](int c) { return k_buf(c) + kChunk * RS; };
+
+      if constexpr (kAllChunks) {
+        for (int c = c_first; c <= c_last; ++c) fill_offsets(c, offset_of(c));
+        __syncthreads();
+        for (int c = c_first; c <= c_last; ++c) {  // a group a chunk: K and V
+          load(0, k_buf(c), c);
+          load(1, v_buf(c), c);
+          cp_async_commit();
+        }
+      } else {
+        fill_offsets(c_first, offset_of(c_first));
+        fill_offsets(c_first + 1, offset_of(c_first + 1));
+        __syncthreads();
+        if (c_first <= c_last) {
+          load(0, k_buf(c_first), c_first);
+          cp_async_commit();
+          load(1, v_buf(c_first), c_first);
+          cp_async_commit();
+        }
+      }
+      for (int c = c_first; c <= c_last; ++c) {
+        const int64_t ahead = kAllChunks ? -1 : offset_of(c + 2);  // stored after P·V
+        const __nv_bfloat16* ks = k_buf(c);
+        const __nv_bfloat16* vsm = v_buf(c);
+        if constexpr (kAllChunks) {
+          cp_async_wait_upto(c_last - c);  // chunk c's group landed
+        } else {
+          cp_async_wait<1>();  // K(c) landed (V(c) may be in flight)
+        }
+        __syncthreads();
+
+        float s[kKeyTiles][4];
+        chunk_scores<D>(qs, W * rpw, warp * rpw, rpw, ks, lane, s);
+        if constexpr (!kAllChunks) {
+          __syncthreads();  // every warp is done with K(c): load K(c+1) into it
+          if (c < c_last) {
+            load(0, k_buf(c + 1), c + 1);
+            cp_async_commit();
+            cp_async_wait<1>();  // V(c) landed (K(c+1) may be in flight)
+          } else {
+            cp_async_wait<0>();
+          }
+          __syncthreads();
+        }
+
+        // Scale, mask, the online softmax step, acc += P·V.
+        float mx[2], base[2], alpha[2], rs[2];
+        mask_and_max(s, p_begin + c * kChunk, q4, in_run, row_start, row_pos, p.scale, mx);
+        softmax_step(m, mx, base, alpha);
+        weights_and_sums(s, base, rs);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) l[i] = __fmaf_rn(l[i], alpha[i], rs[i]);
+#pragma unroll
+        for (int nt = 0; nt < kDimTiles; ++nt) {
+          acc[nt][0] *= alpha[0];
+          acc[nt][1] *= alpha[0];
+          acc[nt][2] *= alpha[1];
+          acc[nt][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int kk = 0; kk < kChunk / 16; ++kk) {
+          uint32_t ahi[4], alo[4];
+          weight_planes(s, kk, ahi, alo);
+#pragma unroll
+          for (int np = 0; np < D / 16; ++np)
+            pv_step<D>(acc[2 * np], acc[2 * np + 1], ahi, alo, vsm, kk, np, lane);
+        }
+        if constexpr (!kAllChunks) {
+          fill_offsets(c + 2, ahead);  // into key_off[c & 1], whose loads were all issued
+          __syncthreads();             // the buffers of chunk c are reloaded next
+          if (c < c_last) {
+            load(1, v_buf(c + 1), c + 1);
+            cp_async_commit();
+          }
+        }
+      }
+
+      // The partition's (m, l, acc) of the run's rows that reach it.
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (!in_run[i] || row_pos[i] < p_begin) continue;
+        const int rr = g + 8 * i;
+        const int64_t slot =
+            (static_cast<int64_t>(row_tok[i]) * p.num_heads + h0 + rr % group) * parts + part;
+        if (q4 == 0) {
+          ws.m[slot] = m[i];
+          ws.l[slot] = l[i];
+        }
+#pragma unroll
+        for (int nt = 0; nt < kDimTiles; ++nt)
+          *reinterpret_cast<float2*>(ws.acc + slot * D + nt * 8 + 2 * q4) =
+              make_float2(acc[nt][2 * i], acc[nt][2 * i + 1]);
+      }
+      __syncthreads();  // key_off and the buffers are refilled by the next run
+      run_begin = run_end;
     }
-    __syncthreads();  // key_off and the buffers are refilled by the next run
-    run_begin = run_end;
-  }
+  }  // partitions
 }
 
 // Decode blocks of eight warps (head_dim 64 or 128): one token, one partition, the
@@ -827,6 +845,20 @@ __global__ void __launch_bounds__(kChunks * 32)
   }
 }
 
+// SMs of the current device (cached per device; 132 when it cannot be read).
+int sm_count() {
+  static std::atomic<int> counts[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  int n = counts[dev].load(std::memory_order_relaxed);
+  if (n == 0) {
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
+      n = 132;
+    counts[dev].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
 // Partitions [first, first + count) of a launch's `total` (a launch may run its
 // partitions as two launch shapes; each writes its own workspace slots, and one
 // combine folds them all).
@@ -840,9 +872,11 @@ dim3 part_grid(const PagedAttentionParams& p, int32_t x, const PartRange& r) {
               static_cast<unsigned>(p.num_kv_heads));
 }
 
+// parts_per_block: partitions a block computes one after another (grid.y is the
+// range's partitions divided by it, rounded up).
 template <int D, int W, int STAGES, KvLayout L>
 Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const PartRange& r,
-              cudaStream_t stream, bool beside_prior = false) {
+              cudaStream_t stream, bool beside_prior = false, int32_t parts_per_block = 1) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const size_t smem = smem_bytes<D>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
   auto kernel = attn_mma_kernel<D, W, STAGES, L>;
@@ -851,8 +885,30 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const Part
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   const int32_t tile = W * tokens_per_warp;
-  return launch_kernel("attn_mma_kernel", kernel, part_grid(p, (p.num_tokens + tile - 1) / tile, r),
-                       W * 32, smem, stream, p, group, tokens_per_warp, r.total, r.first,
+  dim3 grid = part_grid(p, (p.num_tokens + tile - 1) / tile, r);
+  parts_per_block = std::max(1, std::min(parts_per_block, r.count));
+  if (parts_per_block > 1) {
+    // Halved while the launch would have fewer than kMinWaves waves of blocks: a
+    // short extend chunk over a long cached prefix (few tiles, many partitions)
+    // runs faster as more, shorter blocks (H200: 64 tokens over 8,192 cached took
+    // 7.9 ms to first token with 4 partitions a block against 6.2 with 1).
+    constexpr int64_t kMinWaves = 4;
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, W * 32, smem) !=
+            cudaSuccess ||
+        per_sm < 1) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
+    const int64_t slots = static_cast<int64_t>(per_sm) * sm_count();
+    while (parts_per_block > 1 && static_cast<int64_t>(grid.x) * grid.z *
+                                          ((r.count + parts_per_block - 1) / parts_per_block) <
+                                      kMinWaves * slots)
+      parts_per_block /= 2;
+  }
+  grid.y = static_cast<unsigned>((r.count + parts_per_block - 1) / parts_per_block);
+  return launch_kernel("attn_mma_kernel", kernel, grid, W * 32, smem, stream, p, group,
+                       tokens_per_warp, r.total, r.first, r.first + r.count, parts_per_block,
                        beside_prior);
 }
 
@@ -879,7 +935,7 @@ Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStre
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   return launch_kernel("attn_mma_kernel (packed decode)", kernel, part_grid(p, p.num_tokens, r), 32,
-                       smem, stream, p, group, tpw, r.total, r.first, false);
+                       smem, stream, p, group, tpw, r.total, r.first, r.first + r.count, 1, false);
 }
 
 // The eight-warp decode blocks: a block a token, or (kPacked) a block a tile of
@@ -897,20 +953,6 @@ Status launch_wide(const PagedAttentionParams& p, const PartRange& r, cudaStream
       kPacked ? "attn_mma_decode_wide_kernel (packed)" : "attn_mma_decode_wide_kernel", kernel,
       part_grid(p, (p.num_tokens + tpw - 1) / tpw, r), kChunks * 32, smem, stream, p, group, tpw,
       r.total, r.first, beside_prior);
-}
-
-// SMs of the current device (cached per device; 132 when it cannot be read).
-int sm_count() {
-  static std::atomic<int> counts[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  int n = counts[dev].load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-      n = 132;
-    counts[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
 }
 
 // Waves of blocks up to which decode launches use the wide kernel
@@ -941,6 +983,19 @@ int64_t wide_decode_waves() {
 int64_t wide2_decode_waves() {
   static const int64_t waves = waves_knob("PAGEDKV_CUDA_ATTN_WIDE2_WAVES", 0);
   return waves;
+}
+
+// Partitions a prefill block computes one after another, its tile's q planes
+// staged once for them (PAGEDKV_CUDA_ATTN_PREFILL_PARTS, default 4; read once).
+// Speed only: each partition's operations are those of a block of its own.
+// Measured on the H200 (docs/performance.md, "Prefill blocks over several
+// partitions"): 4 gave 1.07× at 4K causal and 1.15× at 16K over 1; 8 was faster
+// at 16K (1.18×) but slower at 4K, 64 slower at 4K than 1 (the causal tiles'
+// uneven work).
+int32_t prefill_parts_per_block() {
+  static const int32_t n = static_cast<int32_t>(
+      std::clamp<int64_t>(waves_knob("PAGEDKV_CUDA_ATTN_PREFILL_PARTS", 4), 1, 1 << 20));
+  return n;
 }
 
 // Whether decode launches run the partitions the caller says rows share
@@ -1039,7 +1094,8 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
   if (!decode) {
     const PartRange all{parts, 0, parts};
     const int32_t tpw = 16 / (p.num_heads / p.num_kv_heads);
-    PKV_RETURN_IF_ERROR((launch<D, 4, 1, L>(p, tpw, all, stream)));
+    PKV_RETURN_IF_ERROR(
+        (launch<D, 4, 1, L>(p, tpw, all, stream, false, prefill_parts_per_block())));
     return combine_partitions(p, parts, stream);
   }
   int32_t packed = 0;  // leading partitions with packed blocks

@@ -33,7 +33,6 @@ inline int32_t attention_partitions(int32_t max_position) {
   return max_position / kAttnPartition + 1;
 }
 
-// Launches the combine over p.workspace into p.out (head_dim 16 … 256).
-Status combine_partitions(const PagedAttentionParams& p, int32_t parts, cudaStream_t stream);
+// combine_partitions (kernels.h) folds the workspace into p.out.
 
 }  // namespace pagedkv::backend::cuda

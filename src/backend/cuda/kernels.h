@@ -195,6 +195,14 @@ Status packed_decode_runs(const PagedAttentionParams& p, int32_t part, int32_t* 
                           cudaStream_t stream = 0);
 bool paged_attention_mma_supports(int32_t head_dim, int32_t num_heads, int32_t num_kv_heads,
                                   KvType kv_type);
+// The partition combine of the thread-per-key and tensor-core kernels: folds
+// p.workspace (attention_partitions.cuh; `parts` partitions a row) into p.out
+// (head_dim 16 … 256). The kernels launch it themselves; public for tests.
+Status combine_partitions(const PagedAttentionParams& p, int32_t parts, cudaStream_t stream = 0);
+// The same fold in its reference form: every thread of a (token, head) block runs
+// the whole fold (a test hook; combine_partitions must give its bits).
+Status combine_partitions_serial(const PagedAttentionParams& p, int32_t parts,
+                                 cudaStream_t stream = 0);
 
 // ---- Step plumbing for a device-resident forward (src/model/cuda/) ------------
 
