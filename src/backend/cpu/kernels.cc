@@ -997,12 +997,23 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
             ++i;
           }
         }
-        for (int i = 0; i < na; ++i) {
-          const int r = act[i];
-          const float mnew = std::max(mval[r], tmaxr[r]);
-          alpha[r] = vexp1(mval[r] - mnew);
-          l[r] = l[r] * alpha[r];
-          mval[r] = mnew;
+        // The rescale factors e^(m − m') of eight rows a vexp (its lanes are
+        // independent: each is vexp1's bits).
+        for (int i0 = 0; i0 < na; i0 += 8) {
+          const int nu = std::min(8, na - i0);
+          v8f d = splat8(0.0f);
+          for (int u = 0; u < nu; ++u) {
+            const int r = act[i0 + u];
+            const float mnew = std::max(mval[r], tmaxr[r]);
+            d[u] = mval[r] - mnew;
+            mval[r] = mnew;
+          }
+          const v8f ev = vexp(d);
+          for (int u = 0; u < nu; ++u) {
+            const int r = act[i0 + u];
+            alpha[r] = ev[u];
+            l[r] = l[r] * alpha[r];
+          }
         }
         for (int i = 0; i < na;) {  // l += e^(s − m) over the tile, four rows a loop
           const int r = act[i];
