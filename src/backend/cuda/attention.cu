@@ -252,8 +252,9 @@ __global__ void attn_combine_serial_kernel(const PagedAttentionParams p, int32_t
 // each e^(m_i − M) is computed once into shared memory (`w`, one float a
 // partition: the same bits as every thread computing it); thread 0 runs L's chain
 // in ascending order while the others fold their dims, each dim's chain over the
-// partitions ascending as before. The same bits as attn_combine_serial_kernel
-// (tests/backend/cuda_attention_test.cc).
+// partitions ascending as before: so the same bits as attn_combine_serial_kernel,
+// which tests/backend/cuda_attention_test.cc checks (first run against the
+// serial form still to come: docs/performance.md).
 template <int D>
 __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
   enter_kernel();
@@ -376,7 +377,7 @@ Status combine_partitions(const PagedAttentionParams& p, int32_t parts, cudaStre
 
 Status combine_partitions_serial(const PagedAttentionParams& p, int32_t parts,
                                  cudaStream_t stream) {
-  return launch_combine(p, parts, false, stream);
+  return launch_combine(p, parts, true, stream);
 }
 
 size_t attention_workspace_floats(int32_t num_tokens, int32_t num_heads, int32_t head_dim,
