@@ -183,9 +183,11 @@ class Model {
 
   // Names the arithmetic behind the K/V this model writes when it is more than its
   // weights and device say (a device model's attention kernel: each has its own
-  // fixed order, so the K/V of later layers differ between kernels). The cold
-  // tier's fingerprint includes it, so objects written under one kernel are never
-  // read under another. Empty for every CPU model.
+  // fixed order, so the K/V of later layers differ between kernels; and the
+  // kernels' numerics version, compiler and architecture). The cold tier's
+  // fingerprint includes it, so objects written under one are never read under
+  // another. Empty for every CPU model (its kernels give the same bits on every
+  // ISA and thread count: docs/backend.md).
   virtual std::string kv_numerics() const { return {}; }
 };
 

@@ -44,6 +44,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/numerics.h"
 #include "backend/cuda/top_entries.h"
 #include "engine/kv_cache_factory.h"
 #include "engine/pool_kv_store.h"
@@ -292,6 +293,57 @@ TEST_P(CudaExactnessTest, WarmPrefixAtEveryBlockBoundaryEqualsColdRun) {
       EXPECT_EQ(cold.tokens, r.tokens) << "split " << split;
     }
   }
+}
+
+// The kernels' bits are pinned to their numerics identity (Model::kv_numerics:
+// attention kernel, GEMM planes, backend/cuda/numerics.h's version, nvcc, GPU
+// architecture), which keys the cold tier's objects. A digest of each case's
+// logits (every prompt row and 8 greedy decode rows of a fixed prompt; the
+// checkpoint is seeded) is recorded below per identity. A change that alters any
+// kernel's bits fails here on the GPU it was recorded on until
+// kKernelNumericsVersion is bumped, so a cold store written by an older build is
+// never restored into this one. An identity not recorded (another GPU or nvcc, a
+// new version) skips, printing the digests to add.
+TEST_P(CudaExactnessTest, RecordedBitsOfThisNumerics) {
+  SKIP_WITHOUT_GPU();
+  struct Recorded {
+    const char* numerics;
+    const char* case_name;
+    uint64_t digest;
+  };
+  static const std::vector<Recorded> kRecorded = {
+      // Recorded on an H200 (driver 580.159.04), 2026-12-03.
+      {"attention simt, kernels v1, nvcc 13.0, sm_90", "tiny_f32w_f32kv", 0xdfd642df2949e404ull},
+      {"attention mma, kernels v1, nvcc 13.0, sm_90", "small_bf16w_bf16kv", 0x3484e9c6c82ddbd5ull},
+      {"attention simt, kernels v1, nvcc 13.0, sm_90", "small_bf16w_f32kv", 0xce5d93c057cb04ebull},
+      {"attention simt, kernels v1, nvcc 13.0, sm_90", "moe_tiny_f32w_f32kv",
+       0x021dc1fb2c6b4fa8ull},
+      {"attention mma, kernels v1, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
+       0x162d5aa65de7939eull},
+  };
+  auto e = make_engine(model_, true);
+  Outcome o = run(*e, random_token_ids(40, 123, vocab()), 8, /*all=*/true);
+  ASSERT_EQ(o.logits.size(), 8u);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64 over the rows' bytes
+  auto mix = [&](const std::vector<float>& v) {
+    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+    for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  mix(o.prompt_logits);
+  for (const auto& row : o.logits) mix(row);
+  const std::string numerics = model_->kv_numerics();
+  char hex[19];
+  std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(h));
+  for (const Recorded& r : kRecorded) {
+    if (numerics != r.numerics || GetParam().name != r.case_name) continue;
+    EXPECT_EQ(h, r.digest) << "the bits of case " << GetParam().name << " changed under \""
+                           << numerics << "\" (now " << hex
+                           << "): bump kKernelNumericsVersion in backend/cuda/numerics.h and "
+                              "record the new digests here";
+    return;
+  }
+  GTEST_SKIP() << "no digest recorded for {\"" << numerics << "\", \"" << GetParam().name
+               << "\"}: this run's is " << hex;
 }
 
 TEST_P(CudaExactnessTest, ChunkedPrefillEqualsOneShot) {
@@ -578,10 +630,11 @@ TEST_P(CudaGraphTest, AttentionKernelChoiceAndAgreement) {
   // PAGEDKV_CUDA_GEMM_PLANES other than 3 is named too.
   const int planes = backend::cuda::gemm_planes();
   const std::string gemm = planes == 3 ? "" : ", gemm planes " + std::to_string(planes);
-  EXPECT_EQ(model_->kv_numerics(), (mma ? "attention mma" : "attention simt") + gemm);
+  const std::string kernels = ", " + backend::cuda::kernel_numerics_identity(0);
+  EXPECT_EQ(model_->kv_numerics(), (mma ? "attention mma" : "attention simt") + gemm + kernels);
   auto simt = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_ATTENTION", "simt");
   ASSERT_NE(simt, nullptr);
-  EXPECT_EQ(simt->kv_numerics(), "attention simt" + gemm);
+  EXPECT_EQ(simt->kv_numerics(), "attention simt" + gemm + kernels);
   auto a = run_batch(simt, 3, /*with_logits=*/false);
   auto b = run_batch(model_, 3, /*with_logits=*/false);
   ASSERT_EQ(a.size(), b.size());

@@ -21,6 +21,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/moe_group.h"
+#include "backend/cuda/numerics.h"
 #include "backend/cuda/top_entries.h"
 #include "backend/cuda/vmm_kv_storage.h"
 #include "model/checkpoint.h"
@@ -35,6 +36,8 @@ namespace bc = backend::cuda;
 using backend::Weight;
 
 const void* wdata(const Weight& w) { return static_cast<const bc::CudaWeight&>(w).data(); }
+// Bytes of one element of a device weight (f32, or bf16 / f16).
+size_t elem(const Weight& w) { return w.dtype() == backend::WeightDType::kF32 ? 4 : 2; }
 
 // A flat row's K/V in device memory: per layer K then V, [capacity][kv_heads][head_dim].
 class DeviceFlatKV final : public FlatKVCache::Attachment {
@@ -133,14 +136,13 @@ struct Layer {
 // did (each column's dot product over k is independent of the others).
 StatusOr<WeightPtr> concat_rows(const std::vector<const Weight*>& ws) {
   const Weight& w0 = *ws[0];
-  const size_t elem = w0.dtype() == backend::WeightDType::kF32 ? 4 : 2;
   int64_t rows = 0;
   for (const Weight* w : ws) {
     if (w->dtype() != w0.dtype() || w->cols() != w0.cols())
       return internal_error("cuda model: fused weights differ in dtype or columns");
     rows += w->rows();
   }
-  const size_t row_bytes = static_cast<size_t>(w0.cols()) * elem;
+  const size_t row_bytes = static_cast<size_t>(w0.cols()) * elem(w0);
   PKV_ASSIGN_OR_RETURN(bc::DeviceBuffer buf,
                        bc::DeviceBuffer::allocate(static_cast<size_t>(rows) * row_bytes));
   size_t off = 0;
@@ -165,10 +167,12 @@ class CudaQwen3Model final : public Model {
   Status forward(const ForwardBatch& batch, ForwardOutput* out) override;
   bool samples_greedy() const override { return device_greedy_; }
   int32_t draw_entries_cap() const override { return draw_cap_; }
+  // The attention kernel, a GEMM plane count other than 3, then the kernels'
+  // numerics version, nvcc and architecture (backend/cuda/numerics.h).
   std::string kv_numerics() const override {
     std::string n = mma_attention_ ? "attention mma" : "attention simt";
     if (bc::gemm_planes() != 3) n += ", gemm planes " + std::to_string(bc::gemm_planes());
-    return n;
+    return n + ", " + kernel_numerics_;
   }
   const CudaModelStats& stats() const { return stats_; }
   ~CudaQwen3Model() override {
@@ -288,11 +292,12 @@ class CudaQwen3Model final : public Model {
   StepProfile prof_;
   // Decode graphs per bucket; invalid once a scratch buffer or the pool moves.
   bool graphs_on_ = true;
-  bool device_greedy_ = true;   // PAGEDKV_CUDA_DEVICE_SAMPLING
-  int32_t draw_cap_ = 0;        // PAGEDKV_CUDA_DEVICE_SAMPLING: kMaxTopEntries
-  bool fused_ = false;          // PAGEDKV_CUDA_FUSED
-  bool fuse_norms_ = false;     // PAGEDKV_CUDA_FUSED_NORMS
-  bool mma_attention_ = false;  // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
+  bool device_greedy_ = true;    // PAGEDKV_CUDA_DEVICE_SAMPLING
+  int32_t draw_cap_ = 0;         // PAGEDKV_CUDA_DEVICE_SAMPLING: kMaxTopEntries
+  bool fused_ = false;           // PAGEDKV_CUDA_FUSED
+  bool fuse_norms_ = false;      // PAGEDKV_CUDA_FUSED_NORMS
+  bool mma_attention_ = false;   // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
+  std::string kernel_numerics_;  // bc::kernel_numerics_identity of the model's device
   bool has_moe_ = false;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> seen_;
@@ -465,6 +470,7 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
       attention == "mma" &&
       bc::paged_attention_mma_supports(static_cast<int32_t>(mc.head_dim), static_cast<int32_t>(NH),
                                        static_cast<int32_t>(KVH), m->kv_type());
+  m->kernel_numerics_ = bc::kernel_numerics_identity(m->be_->device());
   for (const Layer& L : m->layers_) m->has_moe_ |= L.is_moe;
   return std::unique_ptr<Model>(std::move(m));
 }
@@ -573,9 +579,6 @@ Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float*
   int32_t* d_begin = reinterpret_cast<int32_t*>(begin_f);
   PKV_RETURN_IF_ERROR(bc::moe_group(ids, TK, K, E, d_begin, d_rows, d_slots, d_where, st));
   PKV_ASSIGN_OR_RETURN(float* results, scratch(kResults, TK * H));
-  const auto elem = [](const Weight& wt) -> size_t {
-    return wt.dtype() == backend::WeightDType::kF32 ? 4 : 2;
-  };
   if (padded) {
     // No host sync: one GEMM of every token over every expert's [gate; up], the
     // SwiGLU of each expert's listed tokens into T padded rows, each expert's down
