@@ -146,6 +146,12 @@ class Backend {
   }
   // One line for --verbose: the backend and the code path it takes on this machine.
   virtual std::string describe() const { return name(); }
+  // What decides the bits of this backend's arithmetic besides the model and its
+  // weights: its kernels' numerics version and what else they depend on (the C
+  // library's math functions, a compiler, a GPU architecture), e.g. "cpu kernels
+  // v1, glibc 2.36". A model names it in its kv_numerics(), which the cold tier's
+  // fingerprint includes, so K/V that another build computed are never restored.
+  virtual std::string numerics() const { return {}; }
 };
 
 // A grain for Backend::parallel_for: indices per range so that a range holds at

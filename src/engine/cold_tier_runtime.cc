@@ -127,8 +127,7 @@ StatusOr<std::unique_ptr<ColdTierRuntime>> ColdTierRuntime::open_if_enabled(
     const std::string name(st->name());
     id.device = name.substr(0, name.find(':'));
   }
-  if (const std::string numerics = model.kv_numerics(); !numerics.empty())
-    id.device += " (" + numerics + ")";
+  id.numerics = model.kv_numerics();
   s->walk_ = std::make_unique<cold::ColdTierWalk>(s->store_.get(), cold::fingerprint_for(id, pool));
   auto trace = cold::ColdTraceWriter::open(options.metrics_dir);
   if (trace.ok()) {

@@ -182,12 +182,12 @@ class Model {
   virtual int32_t draw_entries_cap() const { return 0; }
 
   // Names the arithmetic behind the K/V this model writes when it is more than its
-  // weights and device say (a device model's attention kernel: each has its own
-  // fixed order, so the K/V of later layers differ between kernels; and the
-  // kernels' numerics version, compiler and architecture). The cold tier's
-  // fingerprint includes it, so objects written under one are never read under
-  // another. Empty for every CPU model (its kernels give the same bits on every
-  // ISA and thread count: docs/backend.md).
+  // weights say: its backend's numerics (Backend::numerics: the kernels' version,
+  // the C library, a compiler and GPU architecture) and, for a device model, its
+  // attention kernel (each has its own fixed order, so the K/V of later layers
+  // differ between kernels). The cold tier's fingerprint includes it, so objects
+  // written under one are never read under another. The CPU families return their
+  // backend's (the same on every ISA and thread count: docs/backend.md).
   virtual std::string kv_numerics() const { return {}; }
 };
 

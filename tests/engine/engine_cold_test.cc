@@ -4,13 +4,19 @@
 // restorable after ONE turn even when the step thread's budget covers only a
 // few; a salted request never reads or writes default-domain objects (keys
 // belong to the request); and a model whose K/V come from other arithmetic
-// (Model::kv_numerics, a device model's attention kernel) never reads another's.
+// (Model::kv_numerics, a device model's attention kernel) never reads another's;
+// and the CPU kernels' bits are pinned to their numerics identity
+// (CpuNumericsTest).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "backend/cpu/numerics.h"
 #include "engine_test_util.h"
 
 namespace pagedkv::engine {
@@ -204,13 +210,100 @@ TEST_F(EngineColdTest, ObjectsWrittenUnderOtherKvNumericsAreNeverRead) {
     EXPECT_EQ(e->stats().cold.hits, 0u);
   }
   {
-    auto e = engine();  // no tag (every CPU model): not the tagged objects either
+    auto e = engine();  // the CPU model's own numerics: not the tagged objects either
     RequestResult r = run(*e, p);
     EXPECT_EQ(r.usage.cached_prompt_tokens_cold, 0);
   }
   auto e = tagged("attention mma");
   RequestResult r = run(*e, p);
   EXPECT_EQ(r.usage.cached_prompt_tokens_cold, 96);
+}
+
+// A CPU family names its backend's numerics (kernels' version and C library), so
+// the cold tier keeps another build's objects apart.
+TEST_F(EngineColdTest, CpuModelNamesItsBackendsNumerics) {
+  EXPECT_EQ(model_->kv_numerics(), backend::cpu::cpu_numerics_identity());
+  EXPECT_EQ(model_->kv_numerics().rfind("cpu kernels v", 0), 0u) << model_->kv_numerics();
+}
+
+// The CPU kernels' bits are pinned to their numerics identity
+// (backend/cpu/numerics.h: version, C library), which keys the cold tier's objects.
+// A digest of the logits of each family the cold tier persists (every prompt row
+// and 8 greedy decode rows of a fixed prompt; seeded checkpoints, f32 and bf16 KV)
+// is recorded below per identity; the kernels' bits do not depend on the ISA path
+// or the thread count, so it holds on every machine with that identity. A change
+// that alters any kernel's bits fails here until kCpuKernelNumericsVersion is
+// bumped (and the digests recorded again), so a cold store written by an older
+// build is never restored into this one. An identity not recorded (another C
+// library, a new version) skips, printing the digests to add.
+TEST(CpuNumericsTest, RecordedBitsOfThisNumerics) {
+  struct Recorded {
+    const char* numerics;
+    const char* case_name;
+    uint64_t digest;
+  };
+  static const std::vector<Recorded> kRecorded = {
+      // Recorded 2026-12-03 on Debian 12 (AMD EPYC build machine, AVX-512 path).
+      {"cpu kernels v1, glibc 2.36 (libm fma)", "qwen3_f32kv", 0x81a186da8ae21ec0ull},
+      {"cpu kernels v1, glibc 2.36 (libm fma)", "qwen3_bf16kv", 0x9a5b311c7bf571e1ull},
+      {"cpu kernels v1, glibc 2.36 (libm fma)", "qwen3_moe_f32kv", 0x905e8cb1de118c45ull},
+  };
+  const std::string numerics = backend::cpu::cpu_numerics_identity();
+  const std::string dir = temp_dir("cpu_numerics");
+  std::string missing;
+  struct Case {
+    const char* name;
+    const char* family;
+    model::KVDType kv;
+  };
+  for (const Case c : {Case{"qwen3_f32kv", "qwen3", model::KVDType::kF32},
+                       Case{"qwen3_bf16kv", "qwen3", model::KVDType::kBF16},
+                       Case{"qwen3_moe_f32kv", "qwen3_moe", model::KVDType::kF32}}) {
+    model::MakeModelOptions o;
+    o.family = c.family;
+    o.preset = "tiny";
+    o.seed = 33;
+    o.out_dir = dir + "/" + c.name;
+    ASSERT_TRUE(model::make_random_model(o).ok());
+    model::LoadOptions lo;
+    lo.kv_dtype = c.kv;
+    auto m = model::load_model(o.out_dir, lo);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    std::shared_ptr<model::Model> mp(std::move(*m));
+    auto e = Engine::create(mp, EngineOptions{});
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    GenerateRequest r =
+        testing_util::greedy_with_logits(testing_util::random_token_ids(40, 123, 200), 8);
+    r.return_prompt_logits = true;
+    auto h = (*e)->submit(r);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    (*e)->run_until_idle();
+    const RequestResult& res = (*h)->wait();
+    ASSERT_EQ(res.logits.size(), 8u) << c.name;
+    uint64_t d = 1469598103934665603ull;  // FNV-1a 64 over the rows' bytes
+    auto mix = [&](const std::vector<float>& v) {
+      const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+      for (size_t i = 0; i < v.size() * sizeof(float); ++i) d = (d ^ b[i]) * 1099511628211ull;
+    };
+    mix(res.prompt_logits);
+    for (const auto& row : res.logits) mix(row);
+    char hex[19];
+    std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(d));
+    bool found = false;
+    for (const Recorded& rec : kRecorded) {
+      if (numerics != rec.numerics || std::string(c.name) != rec.case_name) continue;
+      found = true;
+      EXPECT_EQ(d, rec.digest) << "the bits of case " << c.name << " changed under \"" << numerics
+                               << "\" (now " << hex
+                               << "): bump kCpuKernelNumericsVersion in backend/cpu/numerics.h "
+                                  "and record the new digests here";
+    }
+    if (!found)
+      missing += "no digest recorded for {\"" + numerics + "\", \"" + c.name +
+                 "\"}: this run's is " + hex + "\n";
+  }
+  std::filesystem::remove_all(dir);
+  if (!missing.empty()) GTEST_SKIP() << missing;
 }
 
 TEST_F(EngineColdTest, PersistWithTheFlatPathIsRefused) {

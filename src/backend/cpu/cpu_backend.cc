@@ -16,6 +16,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/matmul_isa.h"
+#include "backend/cpu/numerics.h"
 #include "backend/half.h"
 #include "util/check.h"
 #include "util/knobs.h"
@@ -154,6 +155,8 @@ int default_num_threads() {
   unsigned hc = std::thread::hardware_concurrency();
   return hc > 0 ? static_cast<int>(hc) : 1;
 }
+
+std::string CpuBackend::numerics() const { return cpu_numerics_identity(); }
 
 std::string CpuBackend::describe() const {
   return "cpu backend: " + std::to_string(pool_.num_threads()) + " threads, matmul path " +

@@ -57,6 +57,7 @@ class CpuBackend : public Backend {
   // for the process-wide backend; off keeps zero-copy views of the caller's memory).
   explicit CpuBackend(int num_threads, int64_t spin_micros = -1, bool huge_weights = false);
   std::string name() const override { return "cpu"; }
+  std::string numerics() const override;  // cpu_numerics_identity() (numerics.h)
   int num_threads() const { return pool_.num_threads(); }
   ThreadPool* pool() { return &pool_; }
 

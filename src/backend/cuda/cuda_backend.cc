@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/numerics.h"
 #include "util/check.h"
 
 namespace pagedkv::backend::cuda {
@@ -30,6 +31,8 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   PKV_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&b->stream_, cudaStreamNonBlocking));
   return b;
 }
+
+std::string CudaBackend::numerics() const { return kernel_numerics_identity(device_); }
 
 CudaBackend::~CudaBackend() {
   if (stream_ != nullptr) {

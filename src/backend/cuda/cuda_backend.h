@@ -39,6 +39,8 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda:" + std::to_string(device_); }
+  // kernel_numerics_identity(device()) (numerics.h).
+  std::string numerics() const override;
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
   Status synchronize();

@@ -39,6 +39,7 @@ ModelFingerprint fingerprint_for(const ColdModelIdentity& id, const kv::KVGeomet
   fp.block_size = static_cast<uint32_t>(g.block_size);
   fp.cache_layout = "LayerKVPool/v1 per-layer K then V, [block_size][num_kv_heads][head_dim]";
   if (!id.device.empty()) fp.cache_layout += ", computed on " + id.device;
+  if (!id.numerics.empty()) fp.cache_layout += " (" + id.numerics + ")";
   return fp;
 }
 

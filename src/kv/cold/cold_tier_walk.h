@@ -56,8 +56,12 @@ struct ColdModelIdentity {
   std::string weight_identity;
   // Where the K/V were computed when not on the CPU ("cuda"): a GPU's bits are not
   // the CPU's, so its objects get their own fingerprint (cache_layout names it).
-  // Empty for the CPU, whose fingerprint is unchanged.
+  // Empty for the CPU.
   std::string device;
+  // What else decides the K/V's bits (Model::kv_numerics: the backend's kernels'
+  // numerics version and libraries, a device model's attention kernel); appended
+  // to cache_layout in parentheses when not empty.
+  std::string numerics;
 };
 
 ModelFingerprint fingerprint_for(const ColdModelIdentity& id, const kv::KVGeometry& geometry);

@@ -21,7 +21,6 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/moe_group.h"
-#include "backend/cuda/numerics.h"
 #include "backend/cuda/top_entries.h"
 #include "backend/cuda/vmm_kv_storage.h"
 #include "model/checkpoint.h"
@@ -172,7 +171,7 @@ class CudaQwen3Model final : public Model {
   std::string kv_numerics() const override {
     std::string n = mma_attention_ ? "attention mma" : "attention simt";
     if (bc::gemm_planes() != 3) n += ", gemm planes " + std::to_string(bc::gemm_planes());
-    return n + ", " + kernel_numerics_;
+    return n + ", " + be_->numerics();
   }
   const CudaModelStats& stats() const { return stats_; }
   ~CudaQwen3Model() override {
@@ -292,12 +291,11 @@ class CudaQwen3Model final : public Model {
   StepProfile prof_;
   // Decode graphs per bucket; invalid once a scratch buffer or the pool moves.
   bool graphs_on_ = true;
-  bool device_greedy_ = true;    // PAGEDKV_CUDA_DEVICE_SAMPLING
-  int32_t draw_cap_ = 0;         // PAGEDKV_CUDA_DEVICE_SAMPLING: kMaxTopEntries
-  bool fused_ = false;           // PAGEDKV_CUDA_FUSED
-  bool fuse_norms_ = false;      // PAGEDKV_CUDA_FUSED_NORMS
-  bool mma_attention_ = false;   // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
-  std::string kernel_numerics_;  // bc::kernel_numerics_identity of the model's device
+  bool device_greedy_ = true;   // PAGEDKV_CUDA_DEVICE_SAMPLING
+  int32_t draw_cap_ = 0;        // PAGEDKV_CUDA_DEVICE_SAMPLING: kMaxTopEntries
+  bool fused_ = false;          // PAGEDKV_CUDA_FUSED
+  bool fuse_norms_ = false;     // PAGEDKV_CUDA_FUSED_NORMS
+  bool mma_attention_ = false;  // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
   bool has_moe_ = false;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> seen_;
@@ -470,7 +468,6 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
       attention == "mma" &&
       bc::paged_attention_mma_supports(static_cast<int32_t>(mc.head_dim), static_cast<int32_t>(NH),
                                        static_cast<int32_t>(KVH), m->kv_type());
-  m->kernel_numerics_ = bc::kernel_numerics_identity(m->be_->device());
   for (const Layer& L : m->layers_) m->has_moe_ |= L.is_moe;
   return std::unique_ptr<Model>(std::move(m));
 }

@@ -35,6 +35,8 @@ class FamilyModel : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   const KVGeometry& kv_geometry() const override { return geom_; }
+  // The backend's numerics (Backend::numerics: its kernels' version, the C library).
+  std::string kv_numerics() const override;
 
  protected:
   std::shared_ptr<const Checkpoint> ckpt_;  // owns the mapped bytes the weights view

@@ -110,7 +110,7 @@ std::vector<int32_t> prompt_of(size_t n, int32_t seed) {
 class ColdTierWalkTest : public testing::ColdDirTest {
  protected:
   ModelFingerprint model_fp(const char* weights = "w1") {
-    return fingerprint_for(ColdModelIdentity{"qwen3", 0, 1e6, "", weights, ""}, geometry());
+    return fingerprint_for(ColdModelIdentity{"qwen3", 0, 1e6, "", weights, "", ""}, geometry());
   }
   // A "first process": one turn, capture, flush.
   CaptureResult persist(std::span<const int32_t> prompt, std::span<const kv::ExtraKey> extras = {},
@@ -203,15 +203,25 @@ TEST_F(ColdTierWalkTest, SaltAndFingerprintSeparateChains) {
 }
 
 // K/V computed on a GPU are not the CPU's bits: ColdModelIdentity::device puts the
-// device in the fingerprint (the CPU's stays exactly what it was), so objects
-// written by one are never restored by the other.
+// device in the fingerprint, and ::numerics what else decides the bits (the
+// kernels' numerics version, the C library, a device's attention kernel), so
+// objects written under one are never restored under another.
 TEST_F(ColdTierWalkTest, DeviceSeparatesFingerprints) {
   const ModelFingerprint cpu = model_fp();
   EXPECT_EQ(cpu.cache_layout,
             "LayerKVPool/v1 per-layer K then V, [block_size][num_kv_heads][head_dim]");
   ModelFingerprint gpu =
-      fingerprint_for(ColdModelIdentity{"qwen3", 0, 1e6, "", "w1", "cuda"}, geometry());
+      fingerprint_for(ColdModelIdentity{"qwen3", 0, 1e6, "", "w1", "cuda", ""}, geometry());
   EXPECT_NE(gpu.digest(), cpu.digest());
+  const ModelFingerprint v1 = fingerprint_for(
+      ColdModelIdentity{"qwen3", 0, 1e6, "", "w1", "", "cpu kernels v1, glibc 2.36"}, geometry());
+  const ModelFingerprint v2 = fingerprint_for(
+      ColdModelIdentity{"qwen3", 0, 1e6, "", "w1", "", "cpu kernels v2, glibc 2.36"}, geometry());
+  EXPECT_EQ(v1.cache_layout,
+            "LayerKVPool/v1 per-layer K then V, [block_size][num_kv_heads][head_dim] (cpu kernels "
+            "v1, glibc 2.36)");
+  EXPECT_NE(v1.digest(), cpu.digest());
+  EXPECT_NE(v1.digest(), v2.digest());
   persist(prompt_);  // written with the CPU's fingerprint
   auto store = open();
   auto cache = make_cache();
