@@ -306,12 +306,7 @@ TEST_P(CudaExactnessTest, WarmPrefixAtEveryBlockBoundaryEqualsColdRun) {
 // new version) skips, printing the digests to add.
 TEST_P(CudaExactnessTest, RecordedBitsOfThisNumerics) {
   SKIP_WITHOUT_GPU();
-  struct Recorded {
-    const char* numerics;
-    const char* case_name;
-    uint64_t digest;
-  };
-  static const std::vector<Recorded> kRecorded = {
+  static const std::vector<engine::testing_util::RecordedDigest> kRecorded = {
       // Recorded on an H200 (driver 580.159.04), 2026-12-03.
       {"attention simt, kernels v1, nvcc 13.0, sm_90", "tiny_f32w_f32kv", 0xdfd642df2949e404ull},
       {"attention mma, kernels v1, nvcc 13.0, sm_90", "small_bf16w_bf16kv", 0x3484e9c6c82ddbd5ull},
@@ -324,26 +319,11 @@ TEST_P(CudaExactnessTest, RecordedBitsOfThisNumerics) {
   auto e = make_engine(model_, true);
   Outcome o = run(*e, random_token_ids(40, 123, vocab()), 8, /*all=*/true);
   ASSERT_EQ(o.logits.size(), 8u);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64 over the rows' bytes
-  auto mix = [&](const std::vector<float>& v) {
-    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
-    for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
-  mix(o.prompt_logits);
-  for (const auto& row : o.logits) mix(row);
-  const std::string numerics = model_->kv_numerics();
-  char hex[19];
-  std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(h));
-  for (const Recorded& r : kRecorded) {
-    if (numerics != r.numerics || GetParam().name != r.case_name) continue;
-    EXPECT_EQ(h, r.digest) << "the bits of case " << GetParam().name << " changed under \""
-                           << numerics << "\" (now " << hex
-                           << "): bump kKernelNumericsVersion in backend/cuda/numerics.h and "
-                              "record the new digests here";
-    return;
-  }
-  GTEST_SKIP() << "no digest recorded for {\"" << numerics << "\", \"" << GetParam().name
-               << "\"}: this run's is " << hex;
+  const std::string missing = engine::testing_util::check_recorded_digest(
+      kRecorded, model_->kv_numerics(), GetParam().name,
+      engine::testing_util::logits_digest(o.prompt_logits, o.logits),
+      "kKernelNumericsVersion (backend/cuda/numerics.h)");
+  if (!missing.empty()) GTEST_SKIP() << missing;
 }
 
 TEST_P(CudaExactnessTest, ChunkedPrefillEqualsOneShot) {

@@ -237,12 +237,7 @@ TEST_F(EngineColdTest, CpuModelNamesItsBackendsNumerics) {
 // build is never restored into this one. An identity not recorded (another C
 // library, a new version) skips, printing the digests to add.
 TEST(CpuNumericsTest, RecordedBitsOfThisNumerics) {
-  struct Recorded {
-    const char* numerics;
-    const char* case_name;
-    uint64_t digest;
-  };
-  static const std::vector<Recorded> kRecorded = {
+  static const std::vector<testing_util::RecordedDigest> kRecorded = {
       // Recorded 2026-12-03 on Debian 12 (AMD EPYC build machine, AVX-512 path).
       {"cpu kernels v1, glibc 2.36 (libm fma)", "qwen3_f32kv", 0x81a186da8ae21ec0ull},
       {"cpu kernels v1, glibc 2.36 (libm fma)", "qwen3_bf16kv", 0x9a5b311c7bf571e1ull},
@@ -280,27 +275,9 @@ TEST(CpuNumericsTest, RecordedBitsOfThisNumerics) {
     (*e)->run_until_idle();
     const RequestResult& res = (*h)->wait();
     ASSERT_EQ(res.logits.size(), 8u) << c.name;
-    uint64_t d = 1469598103934665603ull;  // FNV-1a 64 over the rows' bytes
-    auto mix = [&](const std::vector<float>& v) {
-      const auto* b = reinterpret_cast<const unsigned char*>(v.data());
-      for (size_t i = 0; i < v.size() * sizeof(float); ++i) d = (d ^ b[i]) * 1099511628211ull;
-    };
-    mix(res.prompt_logits);
-    for (const auto& row : res.logits) mix(row);
-    char hex[19];
-    std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(d));
-    bool found = false;
-    for (const Recorded& rec : kRecorded) {
-      if (numerics != rec.numerics || std::string(c.name) != rec.case_name) continue;
-      found = true;
-      EXPECT_EQ(d, rec.digest) << "the bits of case " << c.name << " changed under \"" << numerics
-                               << "\" (now " << hex
-                               << "): bump kCpuKernelNumericsVersion in backend/cpu/numerics.h "
-                                  "and record the new digests here";
-    }
-    if (!found)
-      missing += "no digest recorded for {\"" + numerics + "\", \"" + c.name +
-                 "\"}: this run's is " + hex + "\n";
+    missing += testing_util::check_recorded_digest(
+        kRecorded, numerics, c.name, testing_util::logits_digest(res.prompt_logits, res.logits),
+        "kCpuKernelNumericsVersion (backend/cpu/numerics.h)");
   }
   std::filesystem::remove_all(dir);
   if (!missing.empty()) GTEST_SKIP() << missing;

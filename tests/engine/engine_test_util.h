@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -130,6 +132,46 @@ inline RefRun flat_run(model::Model& m, const GenerateRequest& req) {
 
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The RecordedBitsOfThisNumerics tests (CPU: engine_cold_test.cc, CUDA:
+// cuda_engine_test.cc) pin a digest of a case's logits per numerics identity.
+struct RecordedDigest {
+  const char* numerics;
+  const char* case_name;
+  uint64_t digest;
+};
+
+// FNV-1a 64 over the bytes of the prompt rows, then of every decode row.
+inline uint64_t logits_digest(const std::vector<float>& prompt_rows,
+                              const std::vector<std::vector<float>>& decode_rows) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::vector<float>& v) {
+    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+    for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  mix(prompt_rows);
+  for (const auto& row : decode_rows) mix(row);
+  return h;
+}
+
+// Expects `digest` to be the one `recorded` holds for (numerics, case_name), the
+// failure naming `version` (the constant to bump); returns "" then. When none is
+// recorded, returns the line that says what to record (the caller skips).
+inline std::string check_recorded_digest(const std::vector<RecordedDigest>& recorded,
+                                         const std::string& numerics, const std::string& case_name,
+                                         uint64_t digest, const char* version) {
+  char hex[19];
+  std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(digest));
+  for (const RecordedDigest& r : recorded) {
+    if (numerics != r.numerics || case_name != r.case_name) continue;
+    EXPECT_EQ(digest, r.digest) << "the bits of case " << case_name << " changed under \""
+                                << numerics << "\" (now " << hex << "): bump " << version
+                                << " and record the new digests";
+    return "";
+  }
+  return "no digest recorded for {\"" + numerics + "\", \"" + case_name + "\"}: this run's is " +
+         hex + "\n";
 }
 
 // Expects `got` (an engine result that completed) to equal the flat reference:
