@@ -8,8 +8,9 @@
 // The cold tier keys its objects on this identity, so K/V computed by another
 // build or another C library are a miss, never a restore of other bits.
 //
-// kCpuKernelNumericsVersion is bumped by every change that alters any kernel's
-// bits. tests/engine/engine_cold_test.cc (CpuNumericsTest) holds a digest of the
+// kCpuKernelNumericsVersion is bumped by every change that alters the bits a CPU
+// family computes: a kernel's or a model layer's host code (model/layers.cc).
+// tests/engine/engine_cold_test.cc (CpuNumericsTest) holds a digest of the
 // logits of the families the cold tier persists, per identity, and fails where it
 // was recorded when the bits change and the version does not.
 #pragma once
