@@ -242,6 +242,10 @@ TEST(CpuNumericsTest, RecordedBitsOfThisNumerics) {
       {"cpu kernels v1, glibc 2.36 (libm fma)", "qwen3_f32kv", 0x81a186da8ae21ec0ull},
       {"cpu kernels v1, glibc 2.36 (libm fma)", "qwen3_bf16kv", 0x9a5b311c7bf571e1ull},
       {"cpu kernels v1, glibc 2.36 (libm fma)", "qwen3_moe_f32kv", 0x905e8cb1de118c45ull},
+      // The same bits on the H200 machine's 16-core Intel Xeon host (Ubuntu), 2026-12-03.
+      {"cpu kernels v1, glibc 2.39 (libm fma)", "qwen3_f32kv", 0x81a186da8ae21ec0ull},
+      {"cpu kernels v1, glibc 2.39 (libm fma)", "qwen3_bf16kv", 0x9a5b311c7bf571e1ull},
+      {"cpu kernels v1, glibc 2.39 (libm fma)", "qwen3_moe_f32kv", 0x905e8cb1de118c45ull},
   };
   const std::string numerics = backend::cpu::cpu_numerics_identity();
   const std::string dir = temp_dir("cpu_numerics");
