@@ -128,7 +128,12 @@ StatusOr<std::unique_ptr<ColdTierRuntime>> ColdTierRuntime::open_if_enabled(
     id.device = name.substr(0, name.find(':'));
   }
   id.numerics = model.kv_numerics();
-  s->walk_ = std::make_unique<cold::ColdTierWalk>(s->store_.get(), cold::fingerprint_for(id, pool));
+  const cold::ModelFingerprint fp = cold::fingerprint_for(id, pool);
+  // Which objects this process can read: a store written by another build, device
+  // or numerics (docs/cold-tier.md) shows another fingerprint in `pagedkv cold ls`.
+  PKV_LOG(kInfo) << "cold tier: " << s->store_->root() << ", model fingerprint "
+                 << to_hex(fp.digest()).substr(0, 16) << " (" << fp.cache_layout << ")";
+  s->walk_ = std::make_unique<cold::ColdTierWalk>(s->store_.get(), fp);
   auto trace = cold::ColdTraceWriter::open(options.metrics_dir);
   if (trace.ok()) {
     s->trace_ = std::move(trace).value();
