@@ -567,7 +567,6 @@ TEST_F(CudaAttentionMmaTest, PackedDecodeRunsFollowTheSharedBlocks) {
   }
 }
 
-}  // namespace
 // The partition combine (a block a (token, head), shared work done once a block)
 // gives the bits of its serial reference (every thread running the whole fold), for
 // every head_dim, 1 to 130 partitions a row, and partitions no key reached
@@ -616,4 +615,5 @@ TEST_F(CudaAttentionMmaTest, PartitionCombineEqualsItsSerialReference) {
   }
 }
 
+}  // namespace
 }  // namespace pagedkv::backend::cuda
