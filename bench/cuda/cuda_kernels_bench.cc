@@ -7,7 +7,7 @@
 //                                       attention rows only;
 //                                       PKV_BENCH_PREFILL_ONLY=1: the copy and the
 //                                       prefill attention rows only; =mma: only the
-//                                       tensor-core kernel's)
+//                                       tensor-core kernel's, both operand modes)
 //
 // Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
 // step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/32/64 rows; launched and graph-
@@ -16,9 +16,10 @@
 // shape: 16 query heads, 8 KV heads, head_dim 128, block 16, block tables randomly
 // permuted) against our contiguous variant of the same kernel (the cost of
 // paging), prefill attention TFLOP/s, and the batch-invariant GEMM's TFLOP/s. The
-// attention rows run three times in the same run: the thread-per-key kernel
+// attention rows run four times in the same run: the thread-per-key kernel
 // (attention.cu), the warp sub-partition kernel (`*_warp`, attention_warp.cu) and
-// the tensor-core kernel (`*_mma`, attention_mma.cu), an A/B/C; then decode rows
+// the tensor-core kernel (`*_mma`, attention_mma.cu) with its split operands and
+// with bf16 operands (`*_mma_bf16`, MmaOperands::kBf16); then decode rows
 // behind one cached prefix (`decode_attn_shared_*`: the tensor-core kernel's
 // one-warp blocks against its eight-warp and packed blocks).
 // Each figure is the median of 20 timed runs (10 for the step GEMMs; CUDA events)
@@ -138,8 +139,16 @@ double bench_copy() {
 // Decode (or prefill) attention over bf16 KV; returns ms. `paged` chooses block
 // tables (randomly permuted blocks) or the contiguous layout.
 using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
-const std::pair<AttnFn, const char*> kAttnKernels[] = {
-    {paged_attention, ""}, {paged_attention_warp, "_warp"}, {paged_attention_mma, "_mma"}};
+// The tensor-core kernel with bf16 operands (PAGEDKV_CUDA_ATTENTION=mma-bf16).
+Status mma_bf16_operands(const PagedAttentionParams& p, cudaStream_t s) {
+  PagedAttentionParams with_operands = p;
+  with_operands.mma_operands = MmaOperands::kBf16;
+  return paged_attention_mma(with_operands, s);
+}
+const std::pair<AttnFn, const char*> kAttnKernels[] = {{paged_attention, ""},
+                                                       {paged_attention_warp, "_warp"},
+                                                       {paged_attention_mma, "_mma"},
+                                                       {mma_bf16_operands, "_mma_bf16"}};
 
 double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, DeviceBuffer& kc,
                     DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks, AttnFn fn,
@@ -272,9 +281,11 @@ void bench_prefill(int32_t len) {
   auto dt = *upload_vector(tables);
   const double flops = 4.0 * H * D * (double(len) * len / 2);  // causal
   for (const auto& [fn, suffix] : kAttnKernels) {
-    // PKV_BENCH_PREFILL_ONLY=mma: the tensor-core kernel alone (a profiler's run).
+    // PKV_BENCH_PREFILL_ONLY=mma: the tensor-core kernel alone, both operand modes
+    // (a profiler's run).
     const char* only = std::getenv("PKV_BENCH_PREFILL_ONLY");
-    if (only != nullptr && std::string(only) == "mma" && std::string(suffix) != "_mma") continue;
+    if (only != nullptr && std::string(only) == "mma" && std::string(suffix).rfind("_mma", 0) != 0)
+      continue;
     const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs, fn);
     report(std::string("prefill_attn_paged") + suffix, "1 x " + std::to_string(len) + " causal", ms,
            flops / (ms * 1e-3) / 1e12, "TFLOP/s");

@@ -6,14 +6,17 @@
 // without a sliding window that cuts through the 32-key warp sub-partitions; 64 decode rows of
 // different lengths give each row its bits alone, in any row order, paged or contiguous; peaked
 // softmaxes (large scores: the per-warp maxima differ widely, so the warp kernel's e^(m_w − M)
-// rescaling matters) stay within the CPU tolerance (2e-5 · (1 + |cpu|), as in cuda_ops_test). Every
-// test SKIPs without a GPU.
+// rescaling matters) stay within the CPU tolerance (2e-5 · (1 + |cpu|), as in cuda_ops_test). The
+// tensor-core kernel runs every test twice more with bf16 operands (MmaOperands::kBf16), checked
+// against a double-precision reference of bf16-rounded q within the bound the weights' bf16
+// rounding allows (expect_close_bf16). Every test SKIPs without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -31,7 +34,7 @@ namespace {
 using namespace testing;  // cuda_test_util.h: CudaTest and the device helpers
 
 constexpr int32_t kBs = 16;
-using AttnFn = Status (*)(const PagedAttentionParams&, cudaStream_t);
+using AttnFn = std::function<Status(const PagedAttentionParams&, cudaStream_t)>;
 
 // The kernels, and the tensor-core kernel with every decode launch forced into one
 // of its launch shapes (one-warp blocks, the eight-warp kernel in one or two
@@ -61,7 +64,7 @@ Status mma_packed_first_partition(const PagedAttentionParams& p, cudaStream_t st
   first.packed_partitions = 1;
   return paged_attention_mma(first, stream);
 }
-AttnFn kernel_fn(Kernel k) {
+AttnFn kernel_fn_of(Kernel k) {
   switch (k) {
     case Kernel::kWarp:
       return paged_attention_warp;
@@ -85,7 +88,7 @@ AttnFn kernel_fn(Kernel k) {
       return paged_attention;
   }
 }
-std::string kernel_name(Kernel k) {
+std::string kernel_name_of(Kernel k) {
   switch (k) {
     case Kernel::kWarp:
       return "warp";
@@ -108,6 +111,26 @@ std::string kernel_name(Kernel k) {
     default:
       return "thread_per_key";
   }
+}
+
+// A kernel and, for the tensor-core kernel, its operands.
+struct KernelCase {
+  Kernel kernel;
+  MmaOperands operands = MmaOperands::kSplit;
+};
+constexpr KernelCase bf16(Kernel k) { return KernelCase{k, MmaOperands::kBf16}; }
+bool bf16_operands(const KernelCase& c) { return c.operands == MmaOperands::kBf16; }
+AttnFn kernel_fn(const KernelCase& c) {
+  AttnFn fn = kernel_fn_of(c.kernel);
+  if (!bf16_operands(c)) return fn;
+  return [fn](const PagedAttentionParams& p, cudaStream_t stream) {
+    PagedAttentionParams with_operands = p;
+    with_operands.mma_operands = MmaOperands::kBf16;
+    return fn(with_operands, stream);
+  };
+}
+std::string kernel_name(const KernelCase& c) {
+  return kernel_name_of(c.kernel) + (bf16_operands(c) ? "_bf16" : "");
 }
 
 // Sequences of bf16-valued K/V (host [len][kvh][hd] as f32), a permuted paged pool
@@ -246,6 +269,49 @@ struct Kv {
     cpu_backend().attention(a);
     return out;
   }
+
+  // A double-precision reference for bf16 operands: q rounded to bf16, the softmax
+  // exact; `bound` per element is Σ_j w_j |v_j| (w the softmax weights), which
+  // scales the error the weights' bf16 rounding may add (each weight off by at most
+  // 2⁻⁹ of itself).
+  struct Reference {
+    std::vector<double> out, bound;
+  };
+  Reference bf16_reference(size_t s, const std::vector<float>& q, const std::vector<int32_t>& pos,
+                           int32_t window) const {
+    const int32_t T = static_cast<int32_t>(pos.size()), group = heads / kv_heads;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    Reference r{std::vector<double>(q.size()), std::vector<double>(q.size())};
+    std::vector<double> qb(hd), w;
+    for (int32_t t = 0; t < T; ++t) {
+      const int32_t first = window > 0 ? std::max(0, pos[t] - window + 1) : 0;
+      for (int32_t h = 0; h < heads; ++h) {
+        const size_t qo = (static_cast<size_t>(t) * heads + h) * hd;  // q and out row
+        for (int32_t d = 0; d < hd; ++d) qb[d] = bf16_to_f32(f32_to_bf16(q[qo + d]));
+        const int32_t kvh = h / group;
+        w.assign(pos[t] - first + 1, 0.0);
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int32_t j = first; j <= pos[t]; ++j) {
+          const float* kr = k[s].data() + j * row() + kvh * hd;
+          double dot = 0.0;
+          for (int32_t d = 0; d < hd; ++d) dot += qb[d] * kr[d];
+          w[j - first] = dot * scale;
+          mx = std::max(mx, w[j - first]);
+        }
+        double l = 0.0;
+        for (double& x : w) l += (x = std::exp(x - mx));
+        for (int32_t j = first; j <= pos[t]; ++j) {
+          const float* vr = v[s].data() + j * row() + kvh * hd;
+          const double wj = w[j - first] / l;
+          for (int32_t d = 0; d < hd; ++d) {
+            r.out[qo + d] += wj * vr[d];
+            r.bound[qo + d] += wj * std::fabs(vr[d]);
+          }
+        }
+      }
+    }
+    return r;
+  }
 };
 
 void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu,
@@ -259,11 +325,42 @@ void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu,
     }
 }
 
+// bf16 operands against bf16_reference: within 2⁻⁸ · Σ_j w_j |v_j| (twice what the
+// weights' bf16 rounding can add; the scores' f32 sums add far less) plus the CPU
+// tolerance. A key dropped or added moves an output by w_j |v_j − o|, above that
+// bound wherever v_j is not close to the output.
+void expect_close_bf16(const std::vector<float>& gpu, const Kv::Reference& ref,
+                       const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.out.size());
+  int bad = 0;
+  for (size_t i = 0; i < gpu.size() && bad < 5; ++i) {
+    const double tol = std::ldexp(ref.bound[i], -8) + 2e-5 * (1.0 + std::fabs(ref.out[i]));
+    if (!(std::fabs(gpu[i] - ref.out[i]) <= tol)) {
+      ADD_FAILURE() << what << " [" << i << "]: gpu " << gpu[i] << " reference " << ref.out[i]
+                    << " (bound " << tol << ")";
+      ++bad;
+    }
+  }
+}
+
+// The GPU's output for queries (s, pos) against the CPU (f32 operands) or the bf16
+// reference (bf16 operands).
+void expect_matches_reference(const Kv& kv, const KernelCase& c, const std::vector<float>& gpu,
+                              size_t s, const std::vector<float>& q,
+                              const std::vector<int32_t>& pos, int32_t window,
+                              const std::string& what) {
+  if (bf16_operands(c))
+    expect_close_bf16(gpu, kv.bf16_reference(s, q, pos, window), what);
+  else
+    expect_close(gpu, kv.cpu(s, q, pos, window), what);
+}
+
 // Decode rows (row s: sequence s at its last position, q scaled by 2) each give
 // their bits alone, in reversed row order and from the contiguous cache; the rows
 // `vs_cpu` picks are also within the CPU tolerance.
-void expect_decode_rows_keep_their_bits(const Kv& kv, AttnFn fn, uint32_t q_seed,
+void expect_decode_rows_keep_their_bits(const Kv& kv, const KernelCase& c, uint32_t q_seed,
                                         const std::function<bool(int32_t)>& vs_cpu) {
+  const AttnFn fn = kernel_fn(c);
   const int32_t n = static_cast<int32_t>(kv.lens.size());
   const size_t qrow = static_cast<size_t>(kv.heads) * kv.hd;
   auto q = randn(n * qrow, q_seed, 2.0f);
@@ -286,11 +383,11 @@ void expect_decode_rows_keep_their_bits(const Kv& kv, AttnFn fn, uint32_t q_seed
     EXPECT_TRUE(same_bits(alone.data(), batch.data() + s * qrow, qrow * 4)) << "row " << s;
     EXPECT_TRUE(same_bits(rev.data() + (n - 1 - s) * qrow, batch.data() + s * qrow, qrow * 4))
         << "row " << s << " reversed";
-    if (vs_cpu(s)) expect_close(alone, kv.cpu(s, qs, {pos[s]}, 0), "row vs cpu");
+    if (vs_cpu(s)) expect_matches_reference(kv, c, alone, s, qs, {pos[s]}, 0, "row vs cpu");
   }
 }
 
-class CudaAttentionOrderTest : public CudaTest, public ::testing::WithParamInterface<Kernel> {
+class CudaAttentionOrderTest : public CudaTest, public ::testing::WithParamInterface<KernelCase> {
  protected:
   AttnFn fn() const { return kernel_fn(GetParam()); }
 };
@@ -307,7 +404,7 @@ TEST_P(CudaAttentionOrderTest, EveryDecodeStepEqualsTheWholePrompt) {
   for (int32_t window : {0, 45}) {
     SCOPED_TRACE("window " + std::to_string(window));
     const auto whole = kv.gpu(q, seq, pos, window, true, fn());
-    expect_close(whole, kv.cpu(0, q, pos, window), "whole prompt vs cpu");
+    expect_matches_reference(kv, GetParam(), whole, 0, q, pos, window, "whole prompt vs cpu");
     EXPECT_TRUE(
         same_bits(whole.data(), kv.gpu(q, seq, pos, window, false, fn()).data(), whole.size() * 4))
         << "paged vs contiguous";
@@ -332,7 +429,8 @@ TEST_P(CudaAttentionOrderTest, SixtyFourDecodeRowsEqualEachRowAlone) {
   lens[3] = 32;
   lens[4] = 33;
   const Kv kv(16, 4, 64, lens, 77);
-  expect_decode_rows_keep_their_bits(kv, fn(), 78, [](int32_t s) { return s % 8 == 0 || s < 5; });
+  expect_decode_rows_keep_their_bits(kv, GetParam(), 78,
+                                     [](int32_t s) { return s % 8 == 0 || s < 5; });
 }
 
 TEST_P(CudaAttentionOrderTest, DecodeRowsInPrefillBlocksAndInterleavedPromptsKeepTheirBits) {
@@ -376,7 +474,7 @@ TEST_P(CudaAttentionOrderTest, DecodeRowsInPrefillBlocksAndInterleavedPromptsKee
       if (!same_bits(alone.data() + p * qrow, inter.data() + (2 * p + s) * qrow, qrow * 4))
         ++mismatches;
     EXPECT_EQ(mismatches, 0) << "prompt " << s << ": interleaved tokens whose bits differ";
-    expect_close(alone, kv.cpu(s, qs, ps, 30), "prompt vs cpu");
+    expect_matches_reference(kv, GetParam(), alone, s, qs, ps, 30, "prompt vs cpu");
   }
 }
 
@@ -397,7 +495,7 @@ TEST_P(CudaAttentionOrderTest, DecodeRowsSharingPrefixBlocksKeepTheirBits) {
   lens[7] = shared + 1;
   lens[50] = 300;
   const Kv kv(16, 8, 128, lens, 43, group, shared);
-  expect_decode_rows_keep_their_bits(kv, fn(), 44,
+  expect_decode_rows_keep_their_bits(kv, GetParam(), 44,
                                      [](int32_t s) { return s % 8 == 0 || (s >= 3 && s <= 7); });
 }
 
@@ -408,7 +506,8 @@ struct Shape {
   int32_t heads, kv_heads, hd, window;
 };
 class CudaAttentionShapeTest : public CudaTest,
-                               public ::testing::WithParamInterface<std::tuple<Shape, Kernel>> {};
+                               public ::testing::WithParamInterface<std::tuple<Shape, KernelCase>> {
+};
 
 TEST_P(CudaAttentionShapeTest, ChunkedEqualsWholeAndMatchesCpu) {
   const auto [c, kernel] = GetParam();
@@ -420,7 +519,7 @@ TEST_P(CudaAttentionShapeTest, ChunkedEqualsWholeAndMatchesCpu) {
   std::vector<int32_t> pos(L), seq(L, 0);
   std::iota(pos.begin(), pos.end(), 0);
   const auto whole = kv.gpu(q, seq, pos, c.window, true, fn);
-  expect_close(whole, kv.cpu(0, q, pos, c.window), "whole vs cpu");
+  expect_matches_reference(kv, kernel, whole, 0, q, pos, c.window, "whole vs cpu");
   const auto flat = kv.gpu(q, seq, pos, c.window, false, fn);
   EXPECT_TRUE(same_bits(whole.data(), flat.data(), whole.size() * 4)) << "paged vs contiguous";
   for (int32_t b : {0, 16, 31, 32, 255, 256, 299}) {
@@ -442,22 +541,23 @@ std::string shape_name(const Shape& c) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CudaAttentionShapeTest,
-    ::testing::Combine(::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0},
-                                         Shape{32, 2, 128, 100}, Shape{4, 4, 256, 0},
-                                         Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
-                       ::testing::Values(Kernel::kThreadPerKey, Kernel::kWarp)),
+    ::testing::Combine(
+        ::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0}, Shape{32, 2, 128, 100},
+                          Shape{4, 4, 256, 0}, Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
+        ::testing::Values(KernelCase{Kernel::kThreadPerKey}, KernelCase{Kernel::kWarp})),
     [](const auto& info) {
       return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
     });
 
-// The tensor-core kernel's shapes: head_dim 16 … 128, groups 1, 2, 4, 8, 16.
+// The tensor-core kernel's shapes: head_dim 16 … 128, groups 1, 2, 4, 8, 16; both
+// operand modes.
 INSTANTIATE_TEST_SUITE_P(
     MmaShapes, CudaAttentionShapeTest,
     ::testing::Combine(::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0},
                                          Shape{32, 2, 128, 100}, Shape{8, 8, 64, 30},
                                          Shape{16, 4, 128, 45}, Shape{16, 16, 128, 0},
                                          Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
-                       ::testing::Values(Kernel::kMma)),
+                       ::testing::Values(KernelCase{Kernel::kMma}, bf16(Kernel::kMma))),
     [](const auto& info) {
       return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
     });
@@ -466,21 +566,27 @@ INSTANTIATE_TEST_SUITE_P(
 // and without a window (which keeps every token its own run).
 INSTANTIATE_TEST_SUITE_P(
     MmaPackedShapes, CudaAttentionShapeTest,
-    ::testing::Combine(::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0},
-                                         Shape{16, 16, 128, 0}, Shape{32, 2, 128, 100},
-                                         Shape{16, 4, 128, 45}),
-                       ::testing::Values(Kernel::kMmaPackedWide)),
+    ::testing::Combine(
+        ::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0}, Shape{16, 16, 128, 0},
+                          Shape{32, 2, 128, 100}, Shape{16, 4, 128, 45}),
+        ::testing::Values(KernelCase{Kernel::kMmaPackedWide}, bf16(Kernel::kMmaPackedWide))),
     [](const auto& info) {
       return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
     });
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttentionOrderTest,
-                         ::testing::Values(Kernel::kThreadPerKey, Kernel::kWarp, Kernel::kMma,
-                                           Kernel::kMmaOneWarp, Kernel::kMmaWide,
-                                           Kernel::kMmaWideTwoRounds, Kernel::kMmaPacked,
-                                           Kernel::kMmaPackedWide, Kernel::kMmaPackedWideTwoRounds,
-                                           Kernel::kMmaPackedFirstPartition),
-                         [](const auto& info) { return kernel_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, CudaAttentionOrderTest,
+    ::testing::Values(KernelCase{Kernel::kThreadPerKey}, KernelCase{Kernel::kWarp},
+                      KernelCase{Kernel::kMma}, KernelCase{Kernel::kMmaOneWarp},
+                      KernelCase{Kernel::kMmaWide}, KernelCase{Kernel::kMmaWideTwoRounds},
+                      KernelCase{Kernel::kMmaPacked}, KernelCase{Kernel::kMmaPackedWide},
+                      KernelCase{Kernel::kMmaPackedWideTwoRounds},
+                      KernelCase{Kernel::kMmaPackedFirstPartition}, bf16(Kernel::kMma),
+                      bf16(Kernel::kMmaOneWarp), bf16(Kernel::kMmaWide),
+                      bf16(Kernel::kMmaWideTwoRounds), bf16(Kernel::kMmaPacked),
+                      bf16(Kernel::kMmaPackedWide), bf16(Kernel::kMmaPackedWideTwoRounds),
+                      bf16(Kernel::kMmaPackedFirstPartition)),
+    [](const auto& info) { return kernel_name(info.param); });
 
 class CudaAttentionMmaTest : public CudaTest {};
 
@@ -513,6 +619,36 @@ TEST_F(CudaAttentionMmaTest, RefusesWhatItDoesNotSupportByName) {
   const Status s = paged_attention_mma(p, 0);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.to_string().find("query heads per KV head"), std::string::npos) << s.to_string();
+}
+
+TEST_F(CudaAttentionMmaTest, Bf16OperandsAreTheirOwnNumbers) {
+  // The operand mode reaches the kernels: a 300-token prompt's bits differ between
+  // the two modes (in prefill and decode launches alike), and each is nearer its own
+  // reference than the other's (the bf16-rounded q moves the scores by ~1e-3).
+  const Kv kv(16, 8, 128, {300}, 23);
+  const size_t qrow = size_t{16} * 128;
+  auto q = randn(300 * qrow, 24, 2.0f);
+  std::vector<int32_t> pos(300), seq(300, 0);
+  std::iota(pos.begin(), pos.end(), 0);
+  const auto split = kv.gpu(q, seq, pos, 0, true, kernel_fn(KernelCase{Kernel::kMma}));
+  const auto rounded = kv.gpu(q, seq, pos, 0, true, kernel_fn(bf16(Kernel::kMma)));
+  EXPECT_FALSE(same_bits(split.data(), rounded.data(), split.size() * 4));
+  std::vector<float> q_last(q.end() - qrow, q.end());
+  const auto split_decode =
+      kv.gpu(q_last, {0}, {299}, 0, true, kernel_fn(KernelCase{Kernel::kMma}), 1);
+  const auto rounded_decode = kv.gpu(q_last, {0}, {299}, 0, true, kernel_fn(bf16(Kernel::kMma)), 1);
+  EXPECT_FALSE(same_bits(split_decode.data(), rounded_decode.data(), qrow * 4));
+  const auto cpu = kv.cpu(0, q, pos, 0);
+  const auto ref = kv.bf16_reference(0, q, pos, 0);
+  double split_to_cpu = 0, split_to_ref = 0, rounded_to_cpu = 0, rounded_to_ref = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    split_to_cpu += std::fabs(split[i] - cpu[i]);
+    split_to_ref += std::fabs(split[i] - ref.out[i]);
+    rounded_to_cpu += std::fabs(rounded[i] - cpu[i]);
+    rounded_to_ref += std::fabs(rounded[i] - ref.out[i]);
+  }
+  EXPECT_LT(split_to_cpu, split_to_ref);
+  EXPECT_LT(rounded_to_ref, rounded_to_cpu);
 }
 
 TEST_F(CudaAttentionMmaTest, PackedDecodeRunsFollowTheSharedBlocks) {

@@ -315,6 +315,11 @@ TEST_P(CudaExactnessTest, RecordedBitsOfThisNumerics) {
        0x021dc1fb2c6b4fa8ull},
       {"attention mma, kernels v1, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
        0x162d5aa65de7939eull},
+      // PAGEDKV_CUDA_ATTENTION=mma-bf16 (the bf16 KV cases; f32 KV keeps simt).
+      {"attention mma-bf16, kernels v1, nvcc 13.0, sm_90", "small_bf16w_bf16kv",
+       0x051b293e4f5d1cb6ull},
+      {"attention mma-bf16, kernels v1, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
+       0xe1d78d1d40ecdad9ull},
   };
   auto e = make_engine(model_, true);
   Outcome o = run(*e, random_token_ids(40, 123, vocab()), 8, /*all=*/true);
@@ -597,8 +602,9 @@ TEST_P(CudaGraphTest, FusedProjectionsEqualSeparate) {
 // The tensor-core attention kernel (backend/cuda/attention_mma.cu) serves every
 // bf16-KV model whose head_dim and group it supports (every preset here), so the
 // exactness tests above run on it there; PAGEDKV_CUDA_ATTENTION=simt keeps the
-// thread-per-key kernel, and an unknown value is refused by name. The cold tier's
-// fingerprint names the kernel (Model::kv_numerics). Both kernels compute the same
+// thread-per-key kernel, mma-bf16 the tensor-core kernel with bf16 operands (f32
+// KV: the thread-per-key kernel), and an unknown value is refused by name. The cold
+// tier's fingerprint names the kernel (Model::kv_numerics). The kernels compute the same
 // attention (tests/backend/cuda_attention_test.cc: each within 2e-5 of the CPU;
 // the HF fixture test above runs bf16 KV on the tensor-core kernel): here their
 // first greedy tokens agree. Their logits are not compared: with bf16 KV a last-bit
@@ -615,13 +621,21 @@ TEST_P(CudaGraphTest, AttentionKernelChoiceAndAgreement) {
   auto simt = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_ATTENTION", "simt");
   ASSERT_NE(simt, nullptr);
   EXPECT_EQ(simt->kv_numerics(), "attention simt" + gemm + kernels);
+  auto rounded = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_ATTENTION", "mma-bf16");
+  ASSERT_NE(rounded, nullptr);
+  EXPECT_EQ(rounded->kv_numerics(),
+            (mma ? "attention mma-bf16" : "attention simt") + gemm + kernels);
   auto a = run_batch(simt, 3, /*with_logits=*/false);
   auto b = run_batch(model_, 3, /*with_logits=*/false);
+  auto c = run_batch(rounded, 3, /*with_logits=*/false);
   ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), c.size());
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_FALSE(a[i].tokens.empty());
     ASSERT_FALSE(b[i].tokens.empty());
+    ASSERT_FALSE(c[i].tokens.empty());
     EXPECT_EQ(a[i].tokens.front(), b[i].tokens.front()) << "request " << i;
+    EXPECT_EQ(a[i].tokens.front(), c[i].tokens.front()) << "request " << i << " (mma-bf16)";
   }
   setenv("PAGEDKV_CUDA_ATTENTION", "flash", 1);
   LoadOptions o;

@@ -18,6 +18,9 @@
 //    key-tile order, then the quad butterfly (xor 1, xor 2); l = fma(l, α, rowsum);
 //    acc = acc·α, then acc += P·V with P (f32) split into bf16 hi and lo planes, 16
 //    keys a step ascending, hi then lo.
+//  - With MmaOperands::kBf16 (kernels.h) q and P are each one plane, their bf16
+//    rounding (split3's hi): one MMA a step where the planes take three and two;
+//    every other operation and its order stay as above.
 //  - A chunk a row does not reach (past its position, before its window, or past
 //    the keys of the launch) changes nothing: its p are 0 and α = 1 (or 0 while the
 //    row has seen no key, when l and acc are still 0). So a decode launch, which
@@ -57,6 +60,14 @@ using gemm_detail::mma_bf16;
 using gemm_detail::pack_bf16;
 using gemm_detail::split3;
 
+// Planes of q and of the softmax weights P an operand mode multiplies.
+__host__ __device__ constexpr int q_planes(MmaOperands o) {
+  return o == MmaOperands::kSplit ? 3 : 1;
+}
+__host__ __device__ constexpr int p_planes(MmaOperands o) {
+  return o == MmaOperands::kSplit ? 2 : 1;
+}
+
 constexpr int kP = kAttnPartition;
 constexpr int kChunk = 32;             // keys a softmax step
 constexpr int kPad = 8;                // bf16 elements of padding a shared row (bank spread)
@@ -93,9 +104,9 @@ __host__ __device__ constexpr int q_rows_per_warp(int tokens_per_warp, int group
   return tokens_per_warp * group >= 16 ? 16 : tokens_per_warp * group + 1;
 }
 
-template <int D>
+template <int D, MmaOperands O>
 constexpr size_t smem_bytes(int warps, int q_rows, int stages) {
-  return sizeof(__nv_bfloat16) * (D + kPad) * (3 * q_rows * warps + stages * 2 * kChunk) +
+  return sizeof(__nv_bfloat16) * (D + kPad) * (q_planes(O) * q_rows * warps + stages * 2 * kChunk) +
          sizeof(int64_t) * (stages == 1 ? 2 : stages) * kChunk;
 }
 
@@ -131,11 +142,11 @@ __device__ __forceinline__ void cp_async_wait_upto(int left) {
 
 constexpr int kKeyTiles = kChunk / 8;  // 8-key column tiles of a chunk's scores
 
-// The q planes (hi, mid, lo: split3) of `warps` · `rpw` shared rows,
-// [3][warps · rpw][D + kPad] (rpw = q_rows_per_warp): row r is warp r / rpw's row
-// rr = r % rpw, token slot rr / group of that warp's tokens_per_warp from t0, head
-// h0 + rr % group; rows without a token are zero.
-template <int D>
+// The q planes (hi, mid, lo: split3; kBf16: hi alone) of `warps` · `rpw` shared
+// rows, [q_planes(O)][warps · rpw][D + kPad] (rpw = q_rows_per_warp): row r is warp
+// r / rpw's row rr = r % rpw, token slot rr / group of that warp's tokens_per_warp
+// from t0, head h0 + rr % group; rows without a token are zero.
+template <int D, MmaOperands O>
 __device__ __forceinline__ void stage_q_planes(const PagedAttentionParams& p, __nv_bfloat16* qs,
                                                int warps, int rpw, int32_t t0,
                                                int32_t tokens_per_warp, int32_t t_end,
@@ -153,11 +164,15 @@ __device__ __forceinline__ void stage_q_planes(const PagedAttentionParams& p, __
     const float vs[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      __nv_bfloat16 hi, mid, lo;
-      split3(vs[e], hi, mid, lo);
-      qs[(0 * rows + r) * RS + d + e] = hi;
-      qs[(1 * rows + r) * RS + d + e] = mid;
-      qs[(2 * rows + r) * RS + d + e] = lo;
+      if constexpr (O == MmaOperands::kBf16) {
+        qs[r * RS + d + e] = __float2bfloat16_rn(vs[e]);
+      } else {
+        __nv_bfloat16 hi, mid, lo;
+        split3(vs[e], hi, mid, lo);
+        qs[(0 * rows + r) * RS + d + e] = hi;
+        qs[(1 * rows + r) * RS + d + e] = mid;
+        qs[(2 * rows + r) * RS + d + e] = lo;
+      }
     }
   }
 }
@@ -201,20 +216,21 @@ __device__ __forceinline__ int64_t key_offset(const PagedAttentionParams& p, int
 // S = q·Kᵀ of one chunk for a warp's 16 MMA rows, staged from shared row qrow0 of
 // the q planes (q_rows rows a plane) with rpw rows (q_rows_per_warp): MMA row rr
 // reads shared row min(rr, rpw − 1), the zero row past the live ones when rpw < 16.
-// d ascending 16 at a time, hi, mid, lo; each key tile from zero.
-template <int D>
+// d ascending 16 at a time, hi, mid, lo (kBf16: the one plane); each key tile from
+// zero.
+template <int D, MmaOperands O>
 __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* qs, int q_rows, int qrow0,
                                              int rpw, const __nv_bfloat16* ks, int lane,
                                              float (&s)[kKeyTiles][4]) {
-  constexpr int RS = D + kPad;
+  constexpr int RS = D + kPad, QP = q_planes(O);
   const int a_row = qrow0 + min((lane & 7) + ((lane >> 3) & 1) * 8, rpw - 1);
 #pragma unroll
   for (int nt = 0; nt < kKeyTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
   for (int kstep = 0; kstep < D / 16; ++kstep) {
-    uint32_t a[3][4];
+    uint32_t a[QP][4];
 #pragma unroll
-    for (int pl = 0; pl < 3; ++pl)
+    for (int pl = 0; pl < QP; ++pl)
       ldmatrix_x4(a[pl], qs + (pl * q_rows + a_row) * RS + kstep * 16 + (lane >> 4) * 8);
 #pragma unroll
     for (int np = 0; np < kKeyTiles / 2; ++np) {
@@ -222,7 +238,7 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* qs, int q_rows
       ldmatrix_x4(b, ks + (np * 16 + (lane & 7) + (lane >> 4) * 8) * RS + kstep * 16 +
                          ((lane >> 3) & 1) * 8);
 #pragma unroll
-      for (int pl = 0; pl < 3; ++pl) {
+      for (int pl = 0; pl < QP; ++pl) {
         mma_bf16(s[2 * np], a[pl], b[0], b[1]);
         mma_bf16(s[2 * np + 1], a[pl], b[2], b[3]);
       }
@@ -286,28 +302,40 @@ __device__ __forceinline__ void weights_and_sums(float (&s)[kKeyTiles][4], const
   }
 }
 
-// The hi / lo planes of key step kk's weights (16 keys) as MMA A registers.
+// The planes of key step kk's weights (16 keys) as MMA A registers: a[0] hi, a[1]
+// lo (kBf16: a[0], the weights' bf16 rounding, alone).
+template <MmaOperands O>
 __device__ __forceinline__ void weight_planes(const float (&s)[kKeyTiles][4], int kk,
-                                              uint32_t (&ahi)[4], uint32_t (&alo)[4]) {
-  split2_pair(s[2 * kk][0], s[2 * kk][1], ahi[0], alo[0]);
-  split2_pair(s[2 * kk][2], s[2 * kk][3], ahi[1], alo[1]);
-  split2_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], ahi[2], alo[2]);
-  split2_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], ahi[3], alo[3]);
+                                              uint32_t (&a)[p_planes(O)][4]) {
+  if constexpr (O == MmaOperands::kBf16) {
+    a[0][0] = pack_bf16(__float2bfloat16_rn(s[2 * kk][0]), __float2bfloat16_rn(s[2 * kk][1]));
+    a[0][1] = pack_bf16(__float2bfloat16_rn(s[2 * kk][2]), __float2bfloat16_rn(s[2 * kk][3]));
+    a[0][2] =
+        pack_bf16(__float2bfloat16_rn(s[2 * kk + 1][0]), __float2bfloat16_rn(s[2 * kk + 1][1]));
+    a[0][3] =
+        pack_bf16(__float2bfloat16_rn(s[2 * kk + 1][2]), __float2bfloat16_rn(s[2 * kk + 1][3]));
+  } else {
+    split2_pair(s[2 * kk][0], s[2 * kk][1], a[0][0], a[1][0]);
+    split2_pair(s[2 * kk][2], s[2 * kk][3], a[0][1], a[1][1]);
+    split2_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], a[0][2], a[1][2]);
+    split2_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], a[0][3], a[1][3]);
+  }
 }
 
-// Output tiles 2·np and 2·np + 1 += P·V over key step kk (hi, then lo).
-template <int D>
+// Output tiles 2·np and 2·np + 1 += P·V over key step kk (the planes in order: hi,
+// then lo).
+template <int D, MmaOperands O>
 __device__ __forceinline__ void pv_step(float (&acc0)[4], float (&acc1)[4],
-                                        const uint32_t (&ahi)[4], const uint32_t (&alo)[4],
+                                        const uint32_t (&a)[p_planes(O)][4],
                                         const __nv_bfloat16* vsm, int kk, int np, int lane) {
   constexpr int RS = D + kPad;
   uint32_t b[4];
   ldmatrix_x4_trans(
       b, vsm + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS + np * 16 + (lane >> 4) * 8);
-  mma_bf16(acc0, ahi, b[0], b[1]);
-  mma_bf16(acc0, alo, b[0], b[1]);
-  mma_bf16(acc1, ahi, b[2], b[3]);
-  mma_bf16(acc1, alo, b[2], b[3]);
+#pragma unroll
+  for (int pl = 0; pl < p_planes(O); ++pl) mma_bf16(acc0, a[pl], b[0], b[1]);
+#pragma unroll
+  for (int pl = 0; pl < p_planes(O); ++pl) mma_bf16(acc1, a[pl], b[2], b[3]);
 }
 
 // Packed decode blocks (one warp a block, one block a token): decode rows whose
@@ -403,6 +431,13 @@ __device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_
                    __shfl_sync(0xffffffffu, runs.ref_seq, u)};
 }
 
+// Blocks an SM the register allocation must leave room for: four of the prefill
+// shape (four warps) with bf16 operands, whose q tile and K/V buffer leave shared
+// memory for six (at most 128 registers a thread); else no bound.
+__host__ __device__ constexpr int min_blocks_per_sm(int warps, MmaOperands o) {
+  return warps == 4 && o == MmaOperands::kBf16 ? 4 : 0;
+}
+
 // grid (tiles, partitions, KV heads); a tile is W·tokens_per_warp consecutive tokens.
 // STAGES 1: one K and one V buffer, the next chunk's K loading during this chunk's
 // softmax and P·V, its V during the next S (little shared memory: many blocks an
@@ -411,8 +446,8 @@ __device__ PackedRun packed_run(const PagedAttentionParams& p, int32_t t, int32_
 // is the cost).
 // kPacked: one warp, grid.x one block a token, tokens_per_warp the packed tile
 // (packed_run above).
-template <int D, int W, int STAGES, KvLayout L, bool kPacked = false>
-__global__ void __launch_bounds__(W * 32)
+template <int D, int W, int STAGES, KvLayout L, MmaOperands O, bool kPacked = false>
+__global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
     attn_mma_kernel(const PagedAttentionParams p, int32_t group, int32_t tokens_per_warp,
                     int32_t parts, int32_t part0, int32_t part_end, int32_t parts_per_block,
                     bool beside_prior) {
@@ -424,8 +459,8 @@ __global__ void __launch_bounds__(W * 32)
   constexpr int kDimTiles = D / 8;  // 8-wide output column tiles
   const int rpw = q_rows_per_warp(tokens_per_warp, group);
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [3][W·rpw][RS]
-  __nv_bfloat16* kvs = qs + 3 * W * rpw * RS;                      // [stage][K, V][kChunk][RS]
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [q planes][W·rpw][RS]
+  __nv_bfloat16* kvs = qs + q_planes(O) * W * rpw * RS;            // [stage][K, V][kChunk][RS]
   static_assert(STAGES == 1 || STAGES == kChunks, "one buffer, or one a chunk");
   constexpr bool kAllChunks = STAGES == kChunks;
   // [2][kChunk] (by chunk parity) or [kChunks][kChunk]
@@ -463,7 +498,7 @@ __global__ void __launch_bounds__(W * 32)
     }
 
     if (!staged || kPacked) {
-      stage_q_planes<D>(p, qs, W, rpw, t0, tokens_per_warp, t_end, group, h0, tid, W * 32);
+      stage_q_planes<D, O>(p, qs, W, rpw, t0, tokens_per_warp, t_end, group, h0, tid, W * 32);
       staged = true;
     }
 
@@ -565,7 +600,7 @@ __global__ void __launch_bounds__(W * 32)
         __syncthreads();
 
         float s[kKeyTiles][4];
-        chunk_scores<D>(qs, W * rpw, warp * rpw, rpw, ks, lane, s);
+        chunk_scores<D, O>(qs, W * rpw, warp * rpw, rpw, ks, lane, s);
         if constexpr (!kAllChunks) {
           __syncthreads();  // every warp is done with K(c): load K(c+1) into it
           if (c < c_last) {
@@ -594,11 +629,11 @@ __global__ void __launch_bounds__(W * 32)
         }
 #pragma unroll
         for (int kk = 0; kk < kChunk / 16; ++kk) {
-          uint32_t ahi[4], alo[4];
-          weight_planes(s, kk, ahi, alo);
+          uint32_t a[p_planes(O)][4];
+          weight_planes<O>(s, kk, a);
 #pragma unroll
           for (int np = 0; np < D / 16; ++np)
-            pv_step<D>(acc[2 * np], acc[2 * np + 1], ahi, alo, vsm, kk, np, lane);
+            pv_step<D, O>(acc[2 * np], acc[2 * np + 1], a, vsm, kk, np, lane);
         }
         if constexpr (!kAllChunks) {
           fill_offsets(c + 2, ahead);  // into key_off[c & 1], whose loads were all issued
@@ -649,14 +684,15 @@ __global__ void __launch_bounds__(W * 32)
 // another, a run's up to 16 rows as the MMA rows (row rr: token t0 + rr / group,
 // query head h0 + rr % group) — the packed one-warp blocks' runs with their chunk
 // loop spread over the warps; a one-token block is the run of one token.
-template <int D, int kRounds>
+template <int D, int kRounds, MmaOperands O>
 constexpr size_t wide_smem_bytes() {
   constexpr int kBuf = kChunks / kRounds;
-  return sizeof(__nv_bfloat16) * (D + kPad) * (3 * 16 + kBuf * 2 * kChunk) +
-         sizeof(uint32_t) * kBuf * (kChunk / 16) * 2 * 4 * 32 + sizeof(float) * 3 * kChunks * 16;
+  return sizeof(__nv_bfloat16) * (D + kPad) * (q_planes(O) * 16 + kBuf * 2 * kChunk) +
+         sizeof(uint32_t) * kBuf * (kChunk / 16) * p_planes(O) * 4 * 32 +
+         sizeof(float) * 3 * kChunks * 16;
 }
 
-template <int D, int kRounds, KvLayout L, bool kPacked = false>
+template <int D, int kRounds, KvLayout L, MmaOperands O, bool kPacked = false>
 __global__ void __launch_bounds__(kChunks * 32)
     attn_mma_decode_wide_kernel(const PagedAttentionParams p, int32_t group, int32_t tpw,
                                 int32_t parts, int32_t part0, bool beside_prior) {
@@ -665,12 +701,13 @@ __global__ void __launch_bounds__(kChunks * 32)
   static_assert(kChunks % kRounds == 0, "whole rounds");
   static_assert(!kPacked || L == KvLayout::kBlockTable, "packed runs: a block table");
   constexpr int RS = D + kPad, kPieces = D / 8, kSteps = kChunk / 16, kBuf = kChunks / kRounds;
+  constexpr int PP = p_planes(O);
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [3][16][RS]
-  __nv_bfloat16* kvs = qs + 3 * 16 * RS;                           // [buffer][K, V][kChunk][RS]
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [q planes][16][RS]
+  __nv_bfloat16* kvs = qs + q_planes(O) * 16 * RS;                 // [buffer][K, V][kChunk][RS]
   uint32_t* planes = reinterpret_cast<uint32_t*>(kvs + kBuf * 2 * kChunk * RS);
-  // planes [buffer][kk][hi, lo][reg][lane]; then per chunk and row: max, α, row sum
-  float* cmax = reinterpret_cast<float*>(planes + kBuf * kSteps * 2 * 4 * 32);
+  // planes [buffer][kk][P plane][reg][lane]; then per chunk and row: max, α, row sum
+  float* cmax = reinterpret_cast<float*>(planes + kBuf * kSteps * PP * 4 * 32);
   float* calpha = cmax + kChunks * 16;
   float* crs = calpha + kChunks * 16;
 
@@ -733,7 +770,7 @@ __global__ void __launch_bounds__(kChunks * 32)
       cp_async_commit();
     };
     load_round(0);
-    stage_q_planes<D>(p, qs, 1, 16, t0, tpw, t_end, group, h0, tid, kChunks * 32);
+    stage_q_planes<D, O>(p, qs, 1, 16, t0, tpw, t_end, group, h0, tid, kChunks * 32);
 
     // This thread's rows g and g + 8, and the token of row r.
     auto token_of = [&](int r) { return t0 + r / group; };
@@ -753,7 +790,7 @@ __global__ void __launch_bounds__(kChunks * 32)
       __syncthreads();  // the q planes and this round's K/V
       float s[kKeyTiles][4], mx[2];
       if (mine) {
-        chunk_scores<D>(qs, 16, 0, 16, ks, lane, s);
+        chunk_scores<D, O>(qs, 16, 0, 16, ks, lane, s);
         mask_and_max(s, p_begin + c * kChunk, q4, live, row_start, row_pos, p.scale, mx);
         if (q4 == 0) {
           cmax[c * 16 + g] = mx[0];
@@ -777,13 +814,13 @@ __global__ void __launch_bounds__(kChunks * 32)
         }
 #pragma unroll
         for (int kk = 0; kk < kSteps; ++kk) {
-          uint32_t ahi[4], alo[4];
-          weight_planes(s, kk, ahi, alo);
+          uint32_t a[PP][4];
+          weight_planes<O>(s, kk, a);
 #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            planes[(((warp * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane] = ahi[r];
-            planes[(((warp * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane] = alo[r];
-          }
+          for (int pl = 0; pl < PP; ++pl)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+              planes[(((warp * kSteps + kk) * PP + pl) * 4 + r) * 32 + lane] = a[pl][r];
         }
       }
       __syncthreads();
@@ -802,13 +839,13 @@ __global__ void __launch_bounds__(kChunks * 32)
           acc1[3] *= a1;
 #pragma unroll
           for (int kk = 0; kk < kSteps; ++kk) {
-            uint32_t ahi[4], alo[4];
+            uint32_t a[PP][4];
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              ahi[r] = planes[(((b * kSteps + kk) * 2 + 0) * 4 + r) * 32 + lane];
-              alo[r] = planes[(((b * kSteps + kk) * 2 + 1) * 4 + r) * 32 + lane];
-            }
-            pv_step<D>(acc0, acc1, ahi, alo, kvs + (b * 2 + 1) * kChunk * RS, kk, warp, lane);
+            for (int pl = 0; pl < PP; ++pl)
+#pragma unroll
+              for (int r = 0; r < 4; ++r)
+                a[pl][r] = planes[(((b * kSteps + kk) * PP + pl) * 4 + r) * 32 + lane];
+            pv_step<D, O>(acc0, acc1, a, kvs + (b * 2 + 1) * kChunk * RS, kk, warp, lane);
           }
         }
       }
@@ -874,12 +911,12 @@ dim3 part_grid(const PagedAttentionParams& p, int32_t x, const PartRange& r) {
 
 // parts_per_block: partitions a block computes one after another (grid.y is the
 // range's partitions divided by it, rounded up).
-template <int D, int W, int STAGES, KvLayout L>
+template <int D, int W, int STAGES, KvLayout L, MmaOperands O>
 Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const PartRange& r,
               cudaStream_t stream, bool beside_prior = false, int32_t parts_per_block = 1) {
   const int32_t group = p.num_heads / p.num_kv_heads;
-  const size_t smem = smem_bytes<D>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
-  auto kernel = attn_mma_kernel<D, W, STAGES, L>;
+  const size_t smem = smem_bytes<D, O>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
+  auto kernel = attn_mma_kernel<D, W, STAGES, L, O>;
   if (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -924,12 +961,12 @@ __global__ void packed_runs_kernel(const PagedAttentionParams p, int32_t tpw, in
 }
 
 // Packed decode blocks (packed_run): a block a token, tiles of 16 / group tokens.
-template <int D>
+template <int D, MmaOperands O>
 Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStream_t stream) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const int32_t tpw = 16 / group;
-  const size_t smem = smem_bytes<D>(1, q_rows_per_warp(tpw, group), 1);
-  auto kernel = attn_mma_kernel<D, 1, 1, KvLayout::kBlockTable, true>;
+  const size_t smem = smem_bytes<D, O>(1, q_rows_per_warp(tpw, group), 1);
+  auto kernel = attn_mma_kernel<D, 1, 1, KvLayout::kBlockTable, O, true>;
   if (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -940,13 +977,13 @@ Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStre
 
 // The eight-warp decode blocks: a block a token, or (kPacked) a block a tile of
 // 16 / group tokens computing its packed runs.
-template <int D, int kRounds, KvLayout L, bool kPacked = false>
+template <int D, int kRounds, KvLayout L, MmaOperands O, bool kPacked = false>
 Status launch_wide(const PagedAttentionParams& p, const PartRange& r, cudaStream_t stream,
                    bool beside_prior = false) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const int32_t tpw = kPacked ? 16 / group : 1;
-  const size_t smem = wide_smem_bytes<D, kRounds>();
-  auto kernel = attn_mma_decode_wide_kernel<D, kRounds, L, kPacked>;
+  const size_t smem = wide_smem_bytes<D, kRounds, O>();
+  auto kernel = attn_mma_decode_wide_kernel<D, kRounds, L, O, kPacked>;
   PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(smem)));
   return launch_kernel(
@@ -1036,7 +1073,7 @@ bool attention_launches_beside() {
 // 128) in one round (`force` kPackedWide, or automatic while its tiles' blocks
 // fit in packed_wide_waves() waves) or two (kPackedWideTwoRounds, or within
 // packed_wide2_waves() waves of two blocks an SM), else the one-warp blocks.
-template <int D>
+template <int D, MmaOperands O>
 Status launch_packed_shape(const PagedAttentionParams& p, MmaDecodeShape force, const PartRange& r,
                            cudaStream_t stream) {
   constexpr KvLayout L = KvLayout::kBlockTable;
@@ -1047,12 +1084,12 @@ Status launch_packed_shape(const PagedAttentionParams& p, MmaDecodeShape force, 
         (static_cast<int64_t>(p.num_tokens) + tpw - 1) / tpw * r.count * p.num_kv_heads;
     if (force == MmaDecodeShape::kPackedWide ||
         (automatic && blocks <= packed_wide_waves() * sm_count()))
-      return launch_wide<D, 1, L, true>(p, r, stream);
+      return launch_wide<D, 1, L, O, true>(p, r, stream);
     if (force == MmaDecodeShape::kPackedWideTwoRounds ||
         (automatic && blocks <= packed_wide2_waves() * 2 * sm_count()))
-      return launch_wide<D, 2, L, true>(p, r, stream);
+      return launch_wide<D, 2, L, O, true>(p, r, stream);
   }
-  return launch_packed<D>(p, r, stream);
+  return launch_packed<D, O>(p, r, stream);
 }
 
 // Decode partitions r a block a token: when the blocks fit in wide_decode_waves()
@@ -1060,23 +1097,23 @@ Status launch_packed_shape(const PagedAttentionParams& p, MmaDecodeShape force, 
 // block with every chunk loading at once), then, when they fit in
 // wide2_decode_waves() waves of two blocks an SM, the wide kernel in two rounds,
 // else a warp a block with one K/V buffer (more blocks an SM).
-template <int D, KvLayout L>
+template <int D, KvLayout L, MmaOperands O>
 Status launch_token_shape(const PagedAttentionParams& p, MmaDecodeShape force, const PartRange& r,
                           cudaStream_t stream, bool beside_prior) {
   const int64_t blocks = static_cast<int64_t>(p.num_tokens) * r.count * p.num_kv_heads;
   const bool automatic = force == MmaDecodeShape::kAuto;
   if constexpr (D == 64 || D == 128) {
     if (force == MmaDecodeShape::kWide || (automatic && blocks <= wide_decode_waves() * sm_count()))
-      return launch_wide<D, 1, L>(p, r, stream, beside_prior);
+      return launch_wide<D, 1, L, O>(p, r, stream, beside_prior);
     if (force == MmaDecodeShape::kWideTwoRounds ||
         (automatic && blocks <= wide2_decode_waves() * 2 * sm_count()))
-      return launch_wide<D, 2, L>(p, r, stream, beside_prior);
+      return launch_wide<D, 2, L, O>(p, r, stream, beside_prior);
   } else {
     if (force == MmaDecodeShape::kWide || force == MmaDecodeShape::kWideTwoRounds ||
         (automatic && blocks <= sm_count()))
-      return launch<D, 1, kChunks, L>(p, 1, r, stream, beside_prior);
+      return launch<D, 1, kChunks, L, O>(p, 1, r, stream, beside_prior);
   }
-  return launch<D, 1, 1, L>(p, 1, r, stream, beside_prior);
+  return launch<D, 1, 1, L, O>(p, 1, r, stream, beside_prior);
 }
 
 // The launch shape; no bit depends on it. Decode (one token a row): partitions
@@ -1086,7 +1123,7 @@ Status launch_token_shape(const PagedAttentionParams& p, MmaDecodeShape force, c
 // forced packed shape packs every partition. Prefill: four warps of 16 / group
 // tokens a block, one K/V buffer (measured best of 2, 4 and 8 warps with one or two
 // buffers: docs/performance.md). `force` (tests) overrides the decode choice.
-template <int D, KvLayout L>
+template <int D, KvLayout L, MmaOperands O>
 Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaStream_t stream) {
   const int32_t parts = attention_partitions(p.max_position);
   const bool decode =
@@ -1095,7 +1132,7 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
     const PartRange all{parts, 0, parts};
     const int32_t tpw = 16 / (p.num_heads / p.num_kv_heads);
     PKV_RETURN_IF_ERROR(
-        (launch<D, 4, 1, L>(p, tpw, all, stream, false, prefill_parts_per_block())));
+        (launch<D, 4, 1, L, O>(p, tpw, all, stream, false, prefill_parts_per_block())));
     return combine_partitions(p, parts, stream);
   }
   int32_t packed = 0;  // leading partitions with packed blocks
@@ -1108,26 +1145,33 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
              kP % p.block_size == 0 && kP / p.block_size <= 32)  // else no run would form
       packed = std::min(std::max(p.packed_partitions, 0), parts);
     const PartRange shared{parts, 0, packed};
-    if (packed > 0) PKV_RETURN_IF_ERROR(launch_packed_shape<D>(p, force, shared, stream));
+    if (packed > 0) PKV_RETURN_IF_ERROR((launch_packed_shape<D, O>(p, force, shared, stream)));
   }
   // The other partitions' launch may run beside the packed one (disjoint outputs).
   const PartRange rest{parts, packed, parts - packed};
   const bool beside = packed > 0 && attention_launches_beside();
   if (packed < parts)
-    PKV_RETURN_IF_ERROR((launch_token_shape<D, L>(p, force, rest, stream, beside)));
+    PKV_RETURN_IF_ERROR((launch_token_shape<D, L, O>(p, force, rest, stream, beside)));
   return combine_partitions(p, parts, stream);
 }
 
-template <int D>
+template <int D, MmaOperands O>
 Status dispatch_layout(const PagedAttentionParams& p, MmaDecodeShape force, cudaStream_t stream) {
   switch (p.layout) {
     case KvLayout::kBlockTable:
-      return dispatch_shape<D, KvLayout::kBlockTable>(p, force, stream);
+      return dispatch_shape<D, KvLayout::kBlockTable, O>(p, force, stream);
     case KvLayout::kContiguous:
-      return dispatch_shape<D, KvLayout::kContiguous>(p, force, stream);
+      return dispatch_shape<D, KvLayout::kContiguous, O>(p, force, stream);
     default:
       return invalid_argument("cuda attention (tensor cores): tile pointers need f32 KV");
   }
+}
+
+template <int D>
+Status dispatch_operands(const PagedAttentionParams& p, MmaDecodeShape force, cudaStream_t stream) {
+  return p.mma_operands == MmaOperands::kBf16
+             ? dispatch_layout<D, MmaOperands::kBf16>(p, force, stream)
+             : dispatch_layout<D, MmaOperands::kSplit>(p, force, stream);
 }
 
 }  // namespace
@@ -1174,13 +1218,13 @@ Status paged_attention_mma_with_decode_shape(const PagedAttentionParams& p, MmaD
   if (p.num_tokens == 0) return ok_status();
   switch (p.head_dim) {
     case 16:
-      return dispatch_layout<16>(p, shape, stream);
+      return dispatch_operands<16>(p, shape, stream);
     case 32:
-      return dispatch_layout<32>(p, shape, stream);
+      return dispatch_operands<32>(p, shape, stream);
     case 64:
-      return dispatch_layout<64>(p, shape, stream);
+      return dispatch_operands<64>(p, shape, stream);
     default:
-      return dispatch_layout<128>(p, shape, stream);
+      return dispatch_operands<128>(p, shape, stream);
   }
 }
 

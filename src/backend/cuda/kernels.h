@@ -112,6 +112,16 @@ enum class KvLayout : uint8_t {
 // batch or chunk, and combines them in ascending order.
 inline constexpr int32_t kAttnPartition = 256;
 
+// The tensor-core kernel's operands (paged_attention_mma; the other kernels ignore
+// it). kSplit: q (f32) as three bf16 planes (hi, mid, lo: 24 bits) and the softmax
+// weights as two (hi, lo), five MMAs per step pair, within the CPU tolerance of the
+// f32 kernels. kBf16: q and the weights rounded to bf16, one MMA each (what
+// FlashAttention and torch SDPA compute in bf16), 2.5× fewer MMAs and a third of
+// the q tile's shared memory. Each is exact within itself (decode == prefill ==
+// chunked, batched == alone, paged == flat); their bits differ, so a model uses one
+// for every launch and names it in its kv_numerics().
+enum class MmaOperands { kSplit, kBf16 };
+
 struct PagedAttentionParams {
   const float* q = nullptr;  // [num_tokens][num_heads][head_dim]
   float* out = nullptr;      // [num_tokens][num_heads][head_dim]
@@ -141,6 +151,8 @@ struct PagedAttentionParams {
   // together (its packed blocks), the other partitions a block a token. A
   // launch-shape hint only, as above.
   int32_t packed_partitions = 0;
+  // The tensor-core kernel's operands (MmaOperands above): numerics, not a hint.
+  MmaOperands mma_operands = MmaOperands::kSplit;
 };
 
 // Floats of workspace paged_attention needs.
@@ -161,9 +173,9 @@ Status paged_attention(const PagedAttentionParams& p, cudaStream_t stream = 0);
 Status paged_attention_warp(const PagedAttentionParams& p, cudaStream_t stream = 0);
 
 // The same contract on tensor cores (attention_mma.cu: q and the softmax weights
-// split into bf16 planes, mma.sync, 32-key online-softmax chunks inside the 256-key
-// partitions, attention.cu's combine). Decode == prefill == chunked, batched ==
-// alone and paged == flat hold within it; its bits differ from the other two
+// split into bf16 planes or rounded to bf16, p.mma_operands; mma.sync, 32-key
+// online-softmax chunks inside the 256-key partitions, attention.cu's combine). Decode == prefill
+// == chunked, batched == alone and paged == flat hold within it; its bits differ from the other two
 // kernels'. Needs paged_attention_mma_supports(): bf16 KV, head_dim 16–128, 1, 2,
 // 4, 8 or 16 query heads per KV head, block-table or contiguous layout.
 Status paged_attention_mma(const PagedAttentionParams& p, cudaStream_t stream = 0);

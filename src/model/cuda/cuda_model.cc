@@ -169,7 +169,9 @@ class CudaQwen3Model final : public Model {
   // The attention kernel, a GEMM plane count other than 3, then the kernels'
   // numerics version, nvcc and architecture (backend/cuda/numerics.h).
   std::string kv_numerics() const override {
-    std::string n = mma_attention_ ? "attention mma" : "attention simt";
+    std::string n = !mma_attention_                           ? "attention simt"
+                    : mma_operands_ == bc::MmaOperands::kBf16 ? "attention mma-bf16"
+                                                              : "attention mma";
     if (bc::gemm_planes() != 3) n += ", gemm planes " + std::to_string(bc::gemm_planes());
     return n + ", " + be_->numerics();
   }
@@ -231,9 +233,12 @@ class CudaQwen3Model final : public Model {
   Status rms_norm(const float* x, int64_t m, const Weight& w, float* y) {
     return bc::rms_norm(x, m, w.cols(), wdata(w), w.dtype(), eps_, false, y, stream());
   }
-  // The model's one attention kernel (mma_attention_).
+  // The model's one attention kernel (mma_attention_, with mma_operands_).
   Status attention(const bc::PagedAttentionParams& p, cudaStream_t st) const {
-    return mma_attention_ ? bc::paged_attention_mma(p, st) : bc::paged_attention(p, st);
+    if (!mma_attention_) return bc::paged_attention(p, st);
+    bc::PagedAttentionParams with_operands = p;
+    with_operands.mma_operands = mma_operands_;
+    return bc::paged_attention_mma(with_operands, st);
   }
   cudaStream_t stream() const { return be_->stream(); }
   bc::KvType kv_type() const {
@@ -296,6 +301,7 @@ class CudaQwen3Model final : public Model {
   bool fused_ = false;          // PAGEDKV_CUDA_FUSED
   bool fuse_norms_ = false;     // PAGEDKV_CUDA_FUSED_NORMS
   bool mma_attention_ = false;  // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
+  bc::MmaOperands mma_operands_ = bc::MmaOperands::kSplit;  // and its operands (mma-bf16)
   bool has_moe_ = false;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> seen_;
@@ -462,10 +468,13 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
   // order, so mixing them would make a query's bits depend on how it was launched.
   const std::string attention =
       resolve_knob<std::string>("PAGEDKV_CUDA_ATTENTION", std::nullopt, std::string("mma"));
-  if (attention != "mma" && attention != "simt")
-    return invalid_argument("PAGEDKV_CUDA_ATTENTION=" + attention + ": use mma or simt");
+  if (attention != "mma" && attention != "mma-bf16" && attention != "simt")
+    return invalid_argument("PAGEDKV_CUDA_ATTENTION=" + attention +
+                            ": use mma, mma-bf16 (q and the softmax weights rounded to bf16) or "
+                            "simt");
+  m->mma_operands_ = attention == "mma-bf16" ? bc::MmaOperands::kBf16 : bc::MmaOperands::kSplit;
   m->mma_attention_ =
-      attention == "mma" &&
+      attention != "simt" &&
       bc::paged_attention_mma_supports(static_cast<int32_t>(mc.head_dim), static_cast<int32_t>(NH),
                                        static_cast<int32_t>(KVH), m->kv_type());
   for (const Layer& L : m->layers_) m->has_moe_ |= L.is_moe;
