@@ -7,7 +7,7 @@
 // different lengths give each row its bits alone, in any row order, paged or contiguous; peaked
 // softmaxes (large scores: the per-warp maxima differ widely, so the warp kernel's e^(m_w − M)
 // rescaling matters) stay within the CPU tolerance (2e-5 · (1 + |cpu|), as in cuda_ops_test). The
-// tensor-core kernel runs every test twice more with bf16 operands (MmaOperands::kBf16), checked
+// tensor-core kernel runs every test once more with bf16 operands (MmaOperands::kBf16), checked
 // against a double-precision reference of bf16-rounded q within the bound the weights' bf16
 // rounding allows (expect_close_bf16). Every test SKIPs without a GPU.
 #include <gtest/gtest.h>
