@@ -174,10 +174,11 @@ Status paged_attention_warp(const PagedAttentionParams& p, cudaStream_t stream =
 
 // The same contract on tensor cores (attention_mma.cu: q and the softmax weights
 // split into bf16 planes or rounded to bf16, p.mma_operands; mma.sync, 32-key
-// online-softmax chunks inside the 256-key partitions, attention.cu's combine). Decode == prefill
-// == chunked, batched == alone and paged == flat hold within it; its bits differ from the other two
-// kernels'. Needs paged_attention_mma_supports(): bf16 KV, head_dim 16–128, 1, 2,
-// 4, 8 or 16 query heads per KV head, block-table or contiguous layout.
+// online-softmax chunks inside the 256-key partitions, attention.cu's combine).
+// Decode == prefill == chunked, batched == alone and paged == flat hold within it;
+// its bits differ from the other two kernels'. Needs paged_attention_mma_supports():
+// bf16 KV, head_dim 16–128, 1, 2, 4, 8 or 16 query heads per KV head, block-table
+// or contiguous layout.
 Status paged_attention_mma(const PagedAttentionParams& p, cudaStream_t stream = 0);
 // paged_attention_mma with its decode launches (one token a row) forced into one
 // launch shape, whatever their size: for tests (every shape gives the same bits).
