@@ -233,12 +233,9 @@ class CudaQwen3Model final : public Model {
   Status rms_norm(const float* x, int64_t m, const Weight& w, float* y) {
     return bc::rms_norm(x, m, w.cols(), wdata(w), w.dtype(), eps_, false, y, stream());
   }
-  // The model's one attention kernel (mma_attention_, with mma_operands_).
+  // The model's one attention kernel (mma_attention_; p.mma_operands is mma_operands_).
   Status attention(const bc::PagedAttentionParams& p, cudaStream_t st) const {
-    if (!mma_attention_) return bc::paged_attention(p, st);
-    bc::PagedAttentionParams with_operands = p;
-    with_operands.mma_operands = mma_operands_;
-    return bc::paged_attention_mma(with_operands, st);
+    return mma_attention_ ? bc::paged_attention_mma(p, st) : bc::paged_attention(p, st);
   }
   cudaStream_t stream() const { return be_->stream(); }
   bc::KvType kv_type() const {
@@ -738,6 +735,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
     p.kv_type = kv_type();
     p.block_size = bs;
     p.workspace = a.ws;
+    p.mma_operands = mma_operands_;
     if (a.paged) {
       w.k = k;
       w.v = v;
