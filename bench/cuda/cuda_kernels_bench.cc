@@ -7,7 +7,8 @@
 //                                       attention rows only;
 //                                       PKV_BENCH_PREFILL_ONLY=1: the copy and the
 //                                       prefill attention rows only; =mma: only the
-//                                       tensor-core kernel's, both operand modes)
+//                                       tensor-core kernel's, both operand modes;
+//                                       =mma_bf16: its bf16-operand mode only)
 //
 // Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
 // step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/32/64 rows; launched and graph-
@@ -281,10 +282,12 @@ void bench_prefill(int32_t len) {
   auto dt = *upload_vector(tables);
   const double flops = 4.0 * H * D * (double(len) * len / 2);  // causal
   for (const auto& [fn, suffix] : kAttnKernels) {
-    // PKV_BENCH_PREFILL_ONLY=mma: the tensor-core kernel alone, both operand modes
-    // (a profiler's run).
+    // PKV_BENCH_PREFILL_ONLY=mma: the tensor-core kernel alone, both operand modes;
+    // =mma_bf16: its bf16-operand mode alone (a profiler's run: the kernels whose
+    // suffix begins with _<value>).
     const char* only = std::getenv("PKV_BENCH_PREFILL_ONLY");
-    if (only != nullptr && std::string(only) == "mma" && std::string(suffix).rfind("_mma", 0) != 0)
+    if (only != nullptr && std::string(only) != "1" &&
+        std::string(suffix).rfind(std::string("_") + only, 0) != 0)
       continue;
     const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs, fn);
     report(std::string("prefill_attn_paged") + suffix, "1 x " + std::to_string(len) + " causal", ms,

@@ -146,32 +146,45 @@ constexpr int kKeyTiles = kChunk / 8;  // 8-key column tiles of a chunk's scores
 // rows, [q_planes(O)][warps · rpw][D + kPad] (rpw = q_rows_per_warp): row r is warp
 // r / rpw's row rr = r % rpw, token slot rr / group of that warp's tokens_per_warp
 // from t0, head h0 + rr % group; rows without a token are zero.
-template <int D, MmaOperands O>
+// kInFlight: the float4 loads a thread issues before it converts any (the wide decode
+// blocks' 256 threads have two each).
+template <int D, MmaOperands O, int kInFlight = 8>
 __device__ __forceinline__ void stage_q_planes(const PagedAttentionParams& p, __nv_bfloat16* qs,
                                                int warps, int rpw, int32_t t0,
                                                int32_t tokens_per_warp, int32_t t_end,
                                                int32_t group, int32_t h0, int tid, int threads) {
   constexpr int RS = D + kPad;
-  const int rows = warps * rpw;
-  for (int idx = tid; idx < rows * (D / 4); idx += threads) {
-    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
-    const int w = r / rpw, rr = r % rpw, slot = rr / group;
-    const int32_t t = t0 + w * tokens_per_warp + slot;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (slot < tokens_per_warp && t < t_end)
-      v = *reinterpret_cast<const float4*>(
-          p.q + (static_cast<int64_t>(t) * p.num_heads + h0 + rr % group) * D + d);
-    const float vs[4] = {v.x, v.y, v.z, v.w};
+  const int rows = warps * rpw, total = rows * (D / 4);
+  for (int first = tid; first < total; first += threads * kInFlight) {
+    float4 v[kInFlight];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int b = 0; b < kInFlight; ++b) {
+      const int idx = first + b * threads;
+      const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
+      const int w = r / rpw, rr = r % rpw, slot = rr / group;
+      const int32_t t = t0 + w * tokens_per_warp + slot;
+      v[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (idx < total && slot < tokens_per_warp && t < t_end)
+        v[b] = *reinterpret_cast<const float4*>(
+            p.q + (static_cast<int64_t>(t) * p.num_heads + h0 + rr % group) * D + d);
+    }
+#pragma unroll
+    for (int b = 0; b < kInFlight; ++b) {
+      const int idx = first + b * threads;
+      if (idx >= total) break;
+      const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
+      // Four dims a plane in one 8-byte store (rows are RS · 2 = 16-byte multiples).
       if constexpr (O == MmaOperands::kBf16) {
-        qs[r * RS + d + e] = __float2bfloat16_rn(vs[e]);
+        *reinterpret_cast<uint2*>(qs + r * RS + d) =
+            make_uint2(pack_bf16(__float2bfloat16_rn(v[b].x), __float2bfloat16_rn(v[b].y)),
+                       pack_bf16(__float2bfloat16_rn(v[b].z), __float2bfloat16_rn(v[b].w)));
       } else {
-        __nv_bfloat16 hi, mid, lo;
-        split3(vs[e], hi, mid, lo);
-        qs[(0 * rows + r) * RS + d + e] = hi;
-        qs[(1 * rows + r) * RS + d + e] = mid;
-        qs[(2 * rows + r) * RS + d + e] = lo;
+        uint32_t pl[3][2];
+        gemm_detail::split_pair(v[b].x, v[b].y, pl[0][0], pl[1][0], pl[2][0]);
+        gemm_detail::split_pair(v[b].z, v[b].w, pl[0][1], pl[1][1], pl[2][1]);
+#pragma unroll
+        for (int k = 0; k < 3; ++k)
+          *reinterpret_cast<uint2*>(qs + (k * rows + r) * RS + d) = make_uint2(pl[k][0], pl[k][1]);
       }
     }
   }
@@ -195,6 +208,46 @@ __device__ __forceinline__ RunKeys run_keys(const PagedAttentionParams& p, int32
     r.hi_pos = max(r.hi_pos, pos);
   }
   return r;
+}
+
+// The runs of consecutive tokens of one sequence among a block's tokens [t0, t0 + n)
+// (n ≤ kMaxTok ≤ the block's threads), found by the whole block at once: a run
+// starting at tile offset b holds offsets [b, end[b]), belongs to sequence seq[b] and
+// reaches keys lo[b] … hi[b] (run_keys of its tokens: the same integers in any order).
+template <int kMaxTok>
+struct RunTable {
+  int32_t seq[kMaxTok], end[kMaxTok], lo[kMaxTok], hi[kMaxTok];
+  int32_t last_start[(kMaxTok + 31) / 32 + 1];  // per warp: its last run start (−1: none)
+};
+
+template <int kMaxTok>
+__device__ void find_runs(const PagedAttentionParams& p, int32_t t0, int32_t n, int tid,
+                          RunTable<kMaxTok>& rt) {
+  const int lane = tid & 31, warp = tid >> 5;
+  const bool live = tid < n;
+  const int32_t sq = live ? (p.token_seq != nullptr ? p.token_seq[t0 + tid] : 0) : 0;
+  const int32_t pos = live ? p.positions[t0 + tid] : -1;
+  if (live) rt.seq[tid] = sq;
+  __syncthreads();
+  const bool starts = live && (tid == 0 || rt.seq[tid - 1] != sq);
+  const uint32_t starters = __ballot_sync(0xffffffffu, starts);
+  if (lane == 0 && warp < (kMaxTok + 31) / 32 + 1)
+    rt.last_start[warp] = starters != 0 ? warp * 32 + 31 - __clz(starters) : -1;
+  if (starts) {
+    rt.end[tid] = tid + 1;
+    rt.lo[tid] = INT32_MAX;
+    rt.hi[tid] = -1;
+  }
+  __syncthreads();
+  if (live) {  // into the run of the nearest start at or before this token
+    const uint32_t upto = starters & (0xffffffffu >> (31 - lane));
+    int b = upto != 0 ? warp * 32 + 31 - __clz(upto) : -1;
+    for (int w = warp - 1; b < 0 && w >= 0; --w) b = rt.last_start[w];
+    atomicMax(&rt.end[b], tid + 1);
+    atomicMin(&rt.lo[b], window_start(p, pos));
+    atomicMax(&rt.hi[b], pos);
+  }
+  __syncthreads();
 }
 
 // Element offset of KV head kvh's K (or V) row of (seq, key).
@@ -222,46 +275,68 @@ template <int D, MmaOperands O>
 __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* qs, int q_rows, int qrow0,
                                              int rpw, const __nv_bfloat16* ks, int lane,
                                              float (&s)[kKeyTiles][4]) {
-  constexpr int RS = D + kPad, QP = q_planes(O);
+  constexpr int RS = D + kPad, QP = q_planes(O), kSteps = D / 16;
   const int a_row = qrow0 + min((lane & 7) + ((lane >> 3) & 1) * 8, rpw - 1);
+  const __nv_bfloat16* a_at = qs + a_row * RS + (lane >> 4) * 8;
+  const __nv_bfloat16* b_at = ks + ((lane & 7) + (lane >> 4) * 8) * RS + ((lane >> 3) & 1) * 8;
 #pragma unroll
   for (int nt = 0; nt < kKeyTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+  // Step kstep's fragments load while step kstep − 1's MMAs run (two register sets).
+  uint32_t a[2][QP][4], b[2][kKeyTiles / 2][4];
+  auto fetch = [&](int kstep, int buf) {
 #pragma unroll
-  for (int kstep = 0; kstep < D / 16; ++kstep) {
-    uint32_t a[QP][4];
+    for (int pl = 0; pl < QP; ++pl) ldmatrix_x4(a[buf][pl], a_at + pl * q_rows * RS + kstep * 16);
 #pragma unroll
-    for (int pl = 0; pl < QP; ++pl)
-      ldmatrix_x4(a[pl], qs + (pl * q_rows + a_row) * RS + kstep * 16 + (lane >> 4) * 8);
+    for (int np = 0; np < kKeyTiles / 2; ++np)
+      ldmatrix_x4(b[buf][np], b_at + np * 16 * RS + kstep * 16);
+  };
+  fetch(0, 0);
 #pragma unroll
-    for (int np = 0; np < kKeyTiles / 2; ++np) {
-      uint32_t b[4];
-      ldmatrix_x4(b, ks + (np * 16 + (lane & 7) + (lane >> 4) * 8) * RS + kstep * 16 +
-                         ((lane >> 3) & 1) * 8);
+  for (int kstep = 0; kstep < kSteps; ++kstep) {
+    const int cur = kstep & 1;
+    if (kstep + 1 < kSteps) fetch(kstep + 1, cur ^ 1);
+#pragma unroll
+    for (int np = 0; np < kKeyTiles / 2; ++np)
 #pragma unroll
       for (int pl = 0; pl < QP; ++pl) {
-        mma_bf16(s[2 * np], a[pl], b[0], b[1]);
-        mma_bf16(s[2 * np + 1], a[pl], b[2], b[3]);
+        mma_bf16(s[2 * np], a[cur][pl], b[cur][np][0], b[cur][np][1]);
+        mma_bf16(s[2 * np + 1], a[cur][pl], b[cur][np][2], b[cur][np][3]);
       }
-    }
   }
 }
 
 // s·scale, −∞ for keys outside [start, pos] of the thread's rows (g, g + 8) or rows
-// not live; mx = each row's max over the chunk (quad-reduced).
+// not live; mx = each row's max over the chunk (quad-reduced). When every row of the
+// warp is live and reaches the whole chunk (a causal prompt's chunks below the
+// diagonal) no key is masked, and the per-key tests are skipped: the same values.
 __device__ __forceinline__ void mask_and_max(float (&s)[kKeyTiles][4], int32_t key0, int q4,
                                              const bool (&live)[2], const int32_t (&start)[2],
                                              const int32_t (&pos)[2], float scale, float (&mx)[2]) {
   mx[0] = mx[1] = -INFINITY;
+  const int32_t key_last = key0 + kKeyTiles * 8 - 1;
+  const bool whole =
+      __all_sync(0xffffffffu, live[0] && live[1] && key0 >= start[0] && key0 >= start[1] &&
+                                  key_last <= pos[0] && key_last <= pos[1]);
+  if (whole) {
 #pragma unroll
-  for (int nt = 0; nt < kKeyTiles; ++nt)
+    for (int nt = 0; nt < kKeyTiles; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = e >> 1;
-      const int32_t key = key0 + nt * 8 + 2 * q4 + (e & 1);
-      const bool valid = live[i] && key >= start[i] && key <= pos[i];
-      s[nt][e] = valid ? s[nt][e] * scale : -INFINITY;
-      mx[i] = fmaxf(mx[i], s[nt][e]);
-    }
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = s[nt][e] * scale;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
+      }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < kKeyTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e >> 1;
+        const int32_t key = key0 + nt * 8 + 2 * q4 + (e & 1);
+        const bool valid = live[i] && key >= start[i] && key <= pos[i];
+        s[nt][e] = valid ? s[nt][e] * scale : -INFINITY;
+        mx[i] = fmaxf(mx[i], s[nt][e]);
+      }
+  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
@@ -469,11 +544,23 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int32_t kvh = blockIdx.z;
   const int32_t h0 = kvh * group;
+  // This thread's K/V copies (load below): its 16-byte piece of a row and its first
+  // key, then every kKeysAPass-th key of the chunk.
+  static_assert((W * 32) % kPieces == 0, "whole rows a pass");
+  constexpr int kKeysAPass = W * 32 / kPieces;
+  constexpr int kLoadPasses = (kChunk + kKeysAPass - 1) / kKeysAPass;
+  const int load_piece = tid % kPieces, load_key = tid / kPieces;
   // The block's partitions: parts_per_block of them from part0 + blockIdx.y ·
   // parts_per_block (prefill: the tile's q planes are staged once for all of them),
   // each computed exactly as a block of its own would.
   const int32_t part_lo = part0 + blockIdx.y * parts_per_block;
   const int32_t part_hi = min(part_end, part_lo + parts_per_block);
+  // Unpacked blocks: the tile's runs are the same in every partition, found once.
+  __shared__ RunTable<kPacked ? 1 : W * 16> runs;
+  if constexpr (!kPacked) {
+    const int32_t first = blockIdx.x * W * tokens_per_warp;
+    find_runs(p, first, min(p.num_tokens - first, W * tokens_per_warp), tid, runs);
+  }
   bool staged = false;
   for (int32_t part = part_lo; part < part_hi; ++part) {
     const int32_t p_begin = part * kP;
@@ -520,12 +607,20 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
     // Runs of consecutive tokens of one sequence (one for decode blocks; for packed
     // blocks the packed run, loaded through its reference's block table).
     for (int32_t run_begin = t0; run_begin < t_end;) {
-      const int32_t seq =
-          kPacked ? packed_seq : (p.token_seq != nullptr ? p.token_seq[run_begin] : 0);
-      int32_t run_end = kPacked ? t_end : run_begin + 1;
-      while (run_end < t_end && (p.token_seq != nullptr ? p.token_seq[run_end] : 0) == seq)
-        ++run_end;
-      const auto [lo_start, hi_pos] = run_keys(p, run_begin, run_end);
+      int32_t seq, run_end, lo_start, hi_pos;
+      if constexpr (kPacked) {
+        seq = packed_seq;
+        run_end = t_end;
+        const RunKeys keys = run_keys(p, run_begin, run_end);
+        lo_start = keys.lo_start;
+        hi_pos = keys.hi_pos;
+      } else {
+        const int b = run_begin - t0;
+        seq = runs.seq[b];
+        run_end = t0 + runs.end[b];
+        lo_start = runs.lo[b];
+        hi_pos = runs.hi[b];
+      }
       if (hi_pos < p_begin) {
         run_begin = run_end;
         continue;
@@ -555,15 +650,23 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
       auto fill_offsets = [&](int c, int64_t off) {
         if (c <= c_last && tid < kChunk) key_off[(kAllChunks ? c : (c & 1)) * kChunk + tid] = off;
       };
-      // Whole rows a warp instruction: lane → (key 2i + lane / 16, piece lane % 16) for
-      // head_dim 128 (four keys an instruction for 64).
+      // Whole rows a warp instruction: thread → (key tid / kPieces + i · kKeysAPass,
+      // piece tid % kPieces) for pass i (head_dim 128: two keys a warp instruction,
+      // four for 64). The piece, the first key and both bases are the thread's own,
+      // so a copy costs its key's offset, one add and the cp.async.
       auto load = [&](int which, __nv_bfloat16* dst, int c) {
         const __nv_bfloat16* base =
             static_cast<const __nv_bfloat16*>(which == 0 ? p.k_cache : p.v_cache);
-        for (int idx = tid; idx < kChunk * kPieces; idx += W * 32) {
-          const int j = idx / kPieces, e = idx % kPieces;
-          const int64_t off = key_off[(kAllChunks ? c : (c & 1)) * kChunk + j];
-          cp_async16(dst + j * RS + e * 8, off >= 0 ? base + off + e * 8 : base, off >= 0);
+        const __nv_bfloat16* src = base + load_piece * 8;
+        const int64_t* offs = key_off + (kAllChunks ? c : (c & 1)) * kChunk;
+        const unsigned to =
+            static_cast<unsigned>(__cvta_generic_to_shared(dst + load_key * RS + load_piece * 8));
+#pragma unroll
+        for (int i = 0; i < kLoadPasses; ++i) {
+          const int j = load_key + i * kKeysAPass;
+          if (kChunk % kKeysAPass != 0 && j >= kChunk) break;
+          const int64_t off = offs[j];
+          cp_async16_to(to + i * kKeysAPass * RS * 2, off >= 0 ? src + off : base, off >= 0);
         }
       };
       auto k_buf = [&](int c) { return kvs + (kAllChunks ? c : 0) * 2 * kChunk * RS; };
@@ -770,7 +873,7 @@ __global__ void __launch_bounds__(kChunks * 32)
       cp_async_commit();
     };
     load_round(0);
-    stage_q_planes<D, O>(p, qs, 1, 16, t0, tpw, t_end, group, h0, tid, kChunks * 32);
+    stage_q_planes<D, O, 2>(p, qs, 1, 16, t0, tpw, t_end, group, h0, tid, kChunks * 32);
 
     // This thread's rows g and g + 8, and the token of row r.
     auto token_of = [&](int r) { return t0 + r / group; };
@@ -914,6 +1017,8 @@ dim3 part_grid(const PagedAttentionParams& p, int32_t x, const PartRange& r) {
 template <int D, int W, int STAGES, KvLayout L, MmaOperands O>
 Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const PartRange& r,
               cudaStream_t stream, bool beside_prior = false, int32_t parts_per_block = 1) {
+  if (tokens_per_warp < 1 || tokens_per_warp > 16)  // the kernel's run table holds W · 16
+    return invalid_argument("cuda paged_attention_mma: 1 to 16 tokens a warp");
   const int32_t group = p.num_heads / p.num_kv_heads;
   const size_t smem = smem_bytes<D, O>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
   auto kernel = attn_mma_kernel<D, W, STAGES, L, O>;
