@@ -637,14 +637,16 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
 
       const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
       const int c_last = kb < ke ? (ke - 1 - p_begin) / kChunk : -1;
-      // Element offset of key tid of chunk c's K/V rows (−1: outside [kb, ke), zero-
+      // Byte offset of key tid of chunk c's K/V rows (−1: outside [kb, ke), zero-
       // filled; threads past kChunk have none). A block-table read: one buffer
       // issues it a chunk ahead of the store (fill_offsets), so its latency overlaps
       // a chunk's work.
       static_assert(kChunk <= 32, "a thread a key");
       auto offset_of = [&](int c) -> int64_t {
         const int32_t key = p_begin + c * kChunk + tid;
-        return tid < kChunk && key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
+        return tid < kChunk && key >= kb && key < ke
+                   ? key_offset<D, L>(p, seq, key, kvh) * int64_t{sizeof(__nv_bfloat16)}
+                   : -1;
       };
       // Chunk c's offsets into key_off[c & 1] (or, every chunk at once, key_off[c]).
       auto fill_offsets = [&](int c, int64_t off) {
@@ -653,11 +655,11 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
       // Whole rows a warp instruction: thread → (key tid / kPieces + i · kKeysAPass,
       // piece tid % kPieces) for pass i (head_dim 128: two keys a warp instruction,
       // four for 64). The piece, the first key and both bases are the thread's own,
-      // so a copy costs its key's offset, one add and the cp.async.
+      // so a copy costs its key's offset, one add and the cp.async (a key outside the
+      // run reads nothing: its row is zero-filled from its piece of the first row).
       auto load = [&](int which, __nv_bfloat16* dst, int c) {
-        const __nv_bfloat16* base =
-            static_cast<const __nv_bfloat16*>(which == 0 ? p.k_cache : p.v_cache);
-        const __nv_bfloat16* src = base + load_piece * 8;
+        const char* src =
+            static_cast<const char*>(which == 0 ? p.k_cache : p.v_cache) + load_piece * 16;
         const int64_t* offs = key_off + (kAllChunks ? c : (c & 1)) * kChunk;
         const unsigned to =
             static_cast<unsigned>(__cvta_generic_to_shared(dst + load_key * RS + load_piece * 8));
@@ -666,7 +668,8 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
           const int j = load_key + i * kKeysAPass;
           if (kChunk % kKeysAPass != 0 && j >= kChunk) break;
           const int64_t off = offs[j];
-          cp_async16_to(to + i * kKeysAPass * RS * 2, off >= 0 ? src + off : base, off >= 0);
+          const bool outside = off < 0;
+          cp_async16_to(to + i * kKeysAPass * RS * 2, src + (outside ? 0 : off), !outside);
         }
       };
       auto k_buf = [&](int c) { return kvs + (kAllChunks ? c : 0) * 2 * kChunk * RS; };

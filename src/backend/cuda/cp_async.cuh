@@ -16,10 +16,13 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 }
 
 // cp_async16 to a shared-space address (__cvta_generic_to_shared of the
-// destination), for loops that step one address instead of converting each.
+// destination), for loops that step one address instead of converting each; an
+// invalid copy zero-fills through the ignore-src predicate (no size to compute).
 __device__ __forceinline__ void cp_async16_to(unsigned dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+  asm volatile(
+      "{\n .reg .pred ignore;\n setp.eq.u32 ignore, %2, 0;\n"
+      " cp.async.cg.shared.global [%0], [%1], 16, ignore;\n}\n" ::"r"(dst),
+      "l"(src), "r"(static_cast<unsigned>(valid)));
 }
 
 // Closes the group of the copies issued since the last commit.
