@@ -654,9 +654,9 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
       };
       // Whole rows a warp instruction: thread → (key tid / kPieces + i · kKeysAPass,
       // piece tid % kPieces) for pass i (head_dim 128: two keys a warp instruction,
-      // four for 64). The piece, the first key and both bases are the thread's own,
-      // so a copy costs its key's offset, one add and the cp.async (a key outside the
-      // run reads nothing: its row is zero-filled from its piece of the first row).
+      // four for 64). The piece, the first key and the shared address are the
+      // thread's own, so a copy costs its key's offset, one add and the cp.async (a
+      // key outside the run reads nothing: ignore-src zero-fills its row).
       auto load = [&](int which, __nv_bfloat16* dst, int c) {
         const char* src =
             static_cast<const char*>(which == 0 ? p.k_cache : p.v_cache) + load_piece * 16;
