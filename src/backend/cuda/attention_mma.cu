@@ -58,7 +58,7 @@ namespace {
 
 using gemm_detail::mma_bf16;
 using gemm_detail::pack_bf16;
-using gemm_detail::split3;
+using gemm_detail::split_pair;
 
 // Planes of q and of the softmax weights P an operand mode multiplies.
 __host__ __device__ constexpr int q_planes(MmaOperands o) {
@@ -180,8 +180,8 @@ __device__ __forceinline__ void stage_q_planes(const PagedAttentionParams& p, __
                        pack_bf16(__float2bfloat16_rn(v[b].z), __float2bfloat16_rn(v[b].w)));
       } else {
         uint32_t pl[3][2];
-        gemm_detail::split_pair(v[b].x, v[b].y, pl[0][0], pl[1][0], pl[2][0]);
-        gemm_detail::split_pair(v[b].z, v[b].w, pl[0][1], pl[1][1], pl[2][1]);
+        split_pair(v[b].x, v[b].y, pl[0][0], pl[1][0], pl[2][0]);
+        split_pair(v[b].z, v[b].w, pl[0][1], pl[1][1], pl[2][1]);
 #pragma unroll
         for (int k = 0; k < 3; ++k)
           *reinterpret_cast<uint2*>(qs + (k * rows + r) * RS + d) = make_uint2(pl[k][0], pl[k][1]);
@@ -216,8 +216,9 @@ __device__ __forceinline__ RunKeys run_keys(const PagedAttentionParams& p, int32
 // reaches keys lo[b] … hi[b] (run_keys of its tokens: the same integers in any order).
 template <int kMaxTok>
 struct RunTable {
+  static constexpr int kWarps = (kMaxTok + 31) / 32;  // warps that can hold a token
   int32_t seq[kMaxTok], end[kMaxTok], lo[kMaxTok], hi[kMaxTok];
-  int32_t last_start[(kMaxTok + 31) / 32 + 1];  // per warp: its last run start (−1: none)
+  int32_t last_start[kWarps];  // per warp: its last run start (−1: none)
 };
 
 template <int kMaxTok>
@@ -231,7 +232,7 @@ __device__ void find_runs(const PagedAttentionParams& p, int32_t t0, int32_t n, 
   __syncthreads();
   const bool starts = live && (tid == 0 || rt.seq[tid - 1] != sq);
   const uint32_t starters = __ballot_sync(0xffffffffu, starts);
-  if (lane == 0 && warp < (kMaxTok + 31) / 32 + 1)
+  if (lane == 0 && warp < RunTable<kMaxTok>::kWarps)
     rt.last_start[warp] = starters != 0 ? warp * 32 + 31 - __clz(starters) : -1;
   if (starts) {
     rt.end[tid] = tid + 1;
