@@ -1,7 +1,8 @@
 // CUDA kernel microbenchmarks (results: docs/performance.md, "CUDA kernels").
 //
 //   bench_cuda_kernels [csv_path]      (PKV_BENCH_GEMM_ONLY=1: stop after the
-//                                       step GEMMs, for quick A/B builds;
+//                                       step GEMMs, for quick A/B builds; =large:
+//                                       after them the large-M GEMM's rows too;
 //                                       PKV_BENCH_GEMM_ROWS=64: only those rows;
 //                                       PKV_BENCH_ATTN_ONLY=1: the copy and the
 //                                       attention rows only;
@@ -451,7 +452,13 @@ int main(int argc, char** argv) {
   if (!attn_only)
     for (int64_t m : {1, 8, 32, 64})
       if (gemm_rows_wanted(m)) bench_step_gemms(m);
-  if (std::getenv("PKV_BENCH_GEMM_ONLY") != nullptr) return 0;
+  if (const char* g = std::getenv("PKV_BENCH_GEMM_ONLY"); g != nullptr) {
+    if (std::string(g) == "large") {  // the batch-invariant GEMM's rows (prefill shapes)
+      for (int64_t m : {512, 4096}) bench_gemm(m, 1024, 3072, WeightDType::kBF16);
+      bench_gemm(4096, 4096, 4096, WeightDType::kBF16);
+    }
+    return 0;
+  }
   bench_decode(1, 32768);
   bench_decode(32, 8192);
   bench_decode(64, 8192);

@@ -60,7 +60,10 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
                          const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
                          int planes) {
   enter_kernel();
-  __shared__ __align__(16) __nv_bfloat16 xs[3][kBM][kLd];
+  // x's bf16 planes in MMA-fragment order: xs[plane][row tile][step q][lane] holds lane
+  // (g, t)'s A registers {row g, row g + 8} × {k 8t + 4q + 0..1, 8t + 4q + 2..3} of
+  // the 32-block — one conflict-free 16-byte read an operand, no register shuffles.
+  __shared__ __align__(16) uint4 xs[3][kBM / 16][2][32];
   __shared__ __align__(16) __nv_bfloat16 ws[kBN][kLd];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 1, wn = warp & 1;
@@ -89,16 +92,19 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   };
 
   // Software pipeline: the next stage's x (float4) and w (16 bytes) are loaded into
-  // registers while this stage's MMAs run; the numbers are the same either way.
-  constexpr int kXIt = (kBM * kBK / 4) / kMmaThreads, kWIt = (kBN * kBK / 8) / kMmaThreads;
-  float4 xpre[kXIt];
+  // registers while this stage's MMAs run; the numbers are the same either way. This
+  // thread stages the x units of row tile `warp`, lane `lane`, both steps: rows
+  // 16·warp + g and + 8, k 8t … 8t + 7 of the block.
+  constexpr int kWIt = (kBN * kBK / 8) / kMmaThreads;
+  static_assert(kBM / 16 == kMmaThreads / 32, "a warp stages one row tile of x");
+  float4 xpre[2][2];  // [row g / g + 8][step q]
   uint4 wpre[kWIt];
   auto fetch = [&](int64_t k0) {
 #pragma unroll
-    for (int it = 0; it < kXIt; ++it) {
-      const int idx = tid + it * kMmaThreads;
-      xpre[it] = load_x4(x, M, K, m0 + idx / (kBK / 4), k0 + (idx % (kBK / 4)) * 4, x_vec);
-    }
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        xpre[h][q] = load_x4(x, M, K, m0 + warp * 16 + g + 8 * h, k0 + 8 * t + 4 * q, x_vec);
 #pragma unroll
     for (int it = 0; it < kWIt; ++it) {
       const int idx = tid + it * kMmaThreads;
@@ -110,15 +116,15 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     if (k0 > 0 && k0 % kKChunk == 0) fold();
       // Stage x (64 rows × 32 k, split into 3 bf16 planes) and w (64 rows × 32 k).
 #pragma unroll
-    for (int it = 0; it < kXIt; ++it) {
-      const int idx = tid + it * kMmaThreads;
-      const int r = idx / (kBK / 4), c4 = (idx % (kBK / 4)) * 4;
-      uint32_t p[3][2];
-      split_pair(xpre[it].x, xpre[it].y, p[0][0], p[1][0], p[2][0]);
-      split_pair(xpre[it].z, xpre[it].w, p[0][1], p[1][1], p[2][1]);
+    for (int q = 0; q < 2; ++q) {
+      uint32_t p[3][4];  // [plane][A register]
+      split_pair(xpre[0][q].x, xpre[0][q].y, p[0][0], p[1][0], p[2][0]);
+      split_pair(xpre[1][q].x, xpre[1][q].y, p[0][1], p[1][1], p[2][1]);
+      split_pair(xpre[0][q].z, xpre[0][q].w, p[0][2], p[1][2], p[2][2]);
+      split_pair(xpre[1][q].z, xpre[1][q].w, p[0][3], p[1][3], p[2][3]);
 #pragma unroll
       for (int s = 0; s < 3; ++s)
-        *reinterpret_cast<uint2*>(&xs[s][r][c4]) = make_uint2(p[s][0], p[s][1]);
+        xs[s][warp][q][lane] = make_uint4(p[s][0], p[s][1], p[s][2], p[s][3]);
     }
 #pragma unroll
     for (int it = 0; it < kWIt; ++it) {
@@ -132,15 +138,6 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       b[j] = *reinterpret_cast<const uint4*>(&ws[wn * 32 + j * 8 + g][8 * t]);
-    uint4 a[3][2][2];  // [plane][i][row g / g + 8]
-#pragma unroll
-    for (int s = 0; s < 3; ++s)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = wm * 32 + i * 16 + g;
-        a[s][i][0] = *reinterpret_cast<const uint4*>(&xs[s][r][8 * t]);
-        a[s][i][1] = *reinterpret_cast<const uint4*>(&xs[s][r + 8][8 * t]);
-      }
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
 #pragma unroll
@@ -148,8 +145,8 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
         if (s >= planes) continue;    // gemm_planes() (uniform)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const uint32_t af[4] = {q ? a[s][i][0].z : a[s][i][0].x, q ? a[s][i][1].z : a[s][i][1].x,
-                                  q ? a[s][i][0].w : a[s][i][0].y, q ? a[s][i][1].w : a[s][i][1].y};
+          const uint4 a = xs[s][wm * 2 + i][q][lane];
+          const uint32_t af[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
           for (int j = 0; j < 4; ++j)
             mma_bf16(acc[i][j], af, q ? b[j].z : b[j].x, q ? b[j].w : b[j].y);

@@ -13,16 +13,18 @@
 // costs. Tiles of 224 columns serve GEMMs of at most 8 chunks whose 128-column tiles
 // would take two waves (the fused q/k/v and gate/up: 19 and 28 clusters instead of
 // 32 and 48, one wave where an H200 holds ~30 clusters of 8 at two CTAs an SM).
-// A CTA copies its chunk into shared memory with cp.async, one commit group per
-// 32-wide k stage (zeros past M, N and K; round 0's weights before the
-// programmatic-launch wait, as no kernel writes them), so a stage's work starts once
-// its own copies land: x of the stage split into its hi / mid / lo bf16 planes, and
-// each of the 8 warps (2 × 4, 32 × 32 or 32 × 56 each) issues the large kernel's MMAs
-// (gemm_tile order: per 16-wide step the planes lo, mid, hi into the chunk's
-// accumulator, from zero). The chunk's partial goes to shared memory; after a cluster
-// barrier each CTA folds its 1 / kCl of the tile over the kCl CTAs' partials in
-// ascending chunk order onto its running total (the large kernel's
-// r = ((0 + p0) + p1) + …), as the cluster kernel of gemm_small_m.cu does.
+// A CTA copies its chunk's weights into shared memory with cp.async, one commit
+// group per 32-wide k stage (zeros past N and K; round 0's before the
+// programmatic-launch wait, as no kernel writes them), so a stage's MMAs start once
+// its own copies land. Its x (zeros past M and K) is loaded into registers after the
+// wait, split into its hi / mid / lo bf16 planes and stored in MMA-fragment order
+// (a lane's A operand one 16-byte read: no register shuffles before the MMAs). Each
+// of the 8 warps (2 × 4, 32 × 32 or 32 × 56 each) issues the large kernel's MMAs
+// (per 16-wide step the planes lo, mid, hi into the chunk's accumulator, from zero).
+// The chunk's partial goes to shared memory; after a cluster barrier each CTA folds
+// its kRows / kCl rows of the tile over the kCl CTAs' partials in ascending chunk
+// order onto its running total (the large kernel's r = ((0 + p0) + p1) + …), as the
+// cluster kernel of gemm_small_m.cu does.
 // So a row's bits do not depend on M, the rows beside it or the kernel that ran
 // (tests/backend/cuda_ops_test.cc). K must be a multiple of 8 (whole 16-byte weight
 // pieces); gemm() uses the warp kernel otherwise.
@@ -47,14 +49,21 @@ namespace {
 namespace cg = cooperative_groups;
 using namespace gemm_detail;
 
-constexpr int kRows = 64;                        // a cluster's output tile: 64 rows ×
-                                                 // kCols (128 or 224) columns
-constexpr int kThreads = 256;                    // 8 warps: 2 (rows) × 4 (columns)
-constexpr int kStage = 32;                       // k a stage (one 32-wide MMA block)
-constexpr int kStages = kKChunk / kStage;        // 4 stages a chunk
-constexpr int kXsLd = kStage;                    // plane row stride: 64 bytes (gemm_tile's)
-constexpr int kXRawBytes = kRows * kKChunk * 4;  // the chunk's x, f32
-constexpr int kXsBytes = 3 * kRows * kXsLd * 2;  // a stage's x planes
+constexpr int kRows = 64;                  // a cluster's output tile: 64 rows ×
+                                           // kCols (128 or 224) columns
+constexpr int kThreads = 256;              // 8 warps: 2 (rows) × 4 (columns)
+constexpr int kStage = 32;                 // k a stage (one 32-wide MMA block)
+constexpr int kStages = kKChunk / kStage;  // 4 stages a chunk
+constexpr int kRowTiles = kRows / 16;      // MMA row tiles of 16
+
+// x's bf16 planes in MMA-fragment order: one 16-byte unit for each (plane, row
+// tile, stage, step q, lane) holds lane (g, t)'s A registers {row g, row g + 8} ×
+// {k 8t + 4q + 0..1, k 8t + 4q + 2..3} of the stage's 32-block — one conflict-free
+// 16-byte read an MMA operand, no register shuffles. 3 × 4 × 4 × 2 × 32 units: 48 KB.
+constexpr int kXsBytes = 3 * kRowTiles * kStages * 2 * 32 * 16;
+__device__ __forceinline__ int x_unit(int plane, int rt, int s, int q, int lane) {
+  return (((plane * kRowTiles + rt) * kStages + s) * 2 + q) * 32 + lane;
+}
 
 // The chunk's weights are kCols rows of 16 16-byte pieces (256 bytes, no
 // padding); piece p of row r sits at piece p ^ 4·(r & 1), so the eight lanes of a
@@ -63,8 +72,8 @@ constexpr int kXsBytes = 3 * kRows * kXsLd * 2;  // a stage's x planes
 __device__ __forceinline__ int w_at(int r, int p) { return r * kKChunk + 8 * (p ^ ((r & 1) << 2)); }
 
 template <int kCols>
-constexpr int smem_bytes() {  // 77,824 (128) / 102,400 (224): two CTAs an SM
-  return kXRawBytes + kCols * kKChunk * 2 + kXsBytes;
+__host__ __device__ constexpr int smem_bytes() {  // 81,920 (128) / 106,496 (224): two CTAs an SM
+  return kXsBytes + kCols * kKChunk * 2;
 }
 
 // kCl CTAs a cluster (k chunks a round): 8, or 16 (non-portable); kCols columns a
@@ -75,48 +84,83 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
                                   const __nv_bfloat16* __restrict__ w, int64_t N,
                                   float* __restrict__ y, int planes) {
   constexpr int kWarpCols = kCols / 4, kJ = kWarpCols / 8;  // a warp's columns, n8 tiles
-  constexpr int kOut = kRows * kCols, kSlice = kOut / kCl, kOwn = kSlice / kThreads;
-  static_assert(kOwn * kThreads * kCl == kOut, "the fold slices tile the outputs");
+  // The fold: CTA z owns kOwnRows rows of the tile, each row kWarpsARow warps, a lane
+  // kOwn columns 32 apart (reads of a partial row and stores of y: whole warps in a row).
+  constexpr int kOwnRows = kRows / kCl, kWarpsARow = 8 / kOwnRows;
+  constexpr int kOwn = kCols / (32 * kWarpsARow);
+  static_assert(kOwnRows * kCl == kRows && kOwn * 32 * kWarpsARow == kCols,
+                "the fold's rows and columns tile the outputs");
   constexpr int kPLd = kCols + 8;  // the partial's row stride (floats)
-  static_assert(kRows * kPLd * 4 <= kXRawBytes + kCols * kKChunk * 2, "the partial fits in x, w");
+  static_assert(kRows * kPLd * 4 <= smem_bytes<kCols>(), "the partial fits in x, w");
+  constexpr int kWRows = (kCols + 63) / 64;  // weight rows a thread copies (64 apart)
   extern __shared__ __align__(16) unsigned char smem[];
-  float* xraw = reinterpret_cast<float*>(smem);  // [kRows][kKChunk]
-  float* partial = xraw;  // [kRows][kPLd] over x and w, once the chunk's MMAs are done
-  auto* wraw = reinterpret_cast<__nv_bfloat16*>(smem + kXRawBytes);  // w_at(row, piece)
-  auto* xs = reinterpret_cast<__nv_bfloat16*>(smem + kXRawBytes + kCols * kKChunk * 2);
+  auto* xs = reinterpret_cast<uint4*>(smem);        // x_unit(...)
+  float* partial = reinterpret_cast<float*>(smem);  // [kRows][kPLd] over x and w, once
+                                                    // the chunk's MMAs are done
+  auto* wraw = reinterpret_cast<__nv_bfloat16*>(smem + kXsBytes);  // w_at(row, piece)
   cg::cluster_group cluster = cg::this_cluster();
   const int z = static_cast<int>(cluster.block_rank());
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3, g = lane >> 2, t = lane & 3;
   const int64_t n0 = int64_t{blockIdx.x} * kCols;
   const int chunks = static_cast<int>((K + kKChunk - 1) / kKChunk);
-  // Where the i-th output this thread folds (tile element z·kSlice + tid + i·kThreads,
-  // row-major) sits in a partial.
-  auto own_at = [&](int i) {
-    const int o = z * kSlice + tid + i * kThreads;
-    return (o / kCols) * kPLd + o % kCols;
-  };
 
-  // Stage s of chunk c's weights: kCols rows × 4 pieces of 8 k (K % 8 == 0: whole
-  // pieces; zeros past N and K).
-  auto load_w = [&](int c, int s, int me) {
-    const int64_t kc = int64_t{c} * kKChunk;
-    for (int idx = me; idx < kCols * 4; idx += kThreads) {
-      const int r = idx >> 2, p = s * 4 + (idx & 3);
-      const int64_t n = n0 + r, k = kc + 8 * p;
-      const bool valid = n < N && k < K;
-      cp_async16(wraw + w_at(r, p), valid ? w + n * K + k : w, valid);
+  // Chunk c's weights, one commit group a stage: this thread copies piece 4s + (tid & 3)
+  // of rows (tid >> 2) + 64j (zeros past N and K; K % 8 == 0: whole pieces). The rows
+  // share their parity, so a piece's swizzled place is the same in each; a row's
+  // source address is made once, the stages step it by an immediate.
+  auto load_w = [&](int c) {
+    const int piece = tid & 3, r0 = (tid & (kThreads - 1)) >> 2;  // r0 < 64, known
+    const int64_t k = int64_t{c} * kKChunk + 8 * piece;
+    const unsigned dst =
+        static_cast<unsigned>(__cvta_generic_to_shared(wraw + r0 * kKChunk)) + 16 * piece;
+    const int swz = (r0 & 1) << 2;  // 4 · parity (pieces)
+    const __nv_bfloat16* src[kWRows];
+    bool row_ok[kWRows];
+#pragma unroll
+    for (int j = 0; j < kWRows; ++j) {
+      const int64_t n = n0 + r0 + 64 * j;
+      row_ok[j] = (kCols % 64 == 0 || r0 + 64 * j < kCols) && n < N;
+      src[j] = w + (row_ok[j] ? n * K + k : 0);
+    }
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      const bool k_ok = k + kStage * s < K;
+#pragma unroll
+      for (int j = 0; j < kWRows; ++j) {
+        if (kCols % 64 != 0 && j == kWRows - 1 && r0 + 64 * j >= kCols) continue;
+        const bool ok = row_ok[j] && k_ok;
+        cp_async16_to(dst + (64 * j * kKChunk + 8 * ((4 * s) ^ swz)) * 2,
+                      ok ? src[j] + kStage * s : w, ok);
+      }
+      cp_async_commit();
     }
   };
-  // Stage s of chunk c's x: kRows rows × 8 pieces of 4 k (zeros past M and K).
-  auto load_x = [&](int c, int s, int me) {
+  // Chunk c's x, split into its bf16 planes in fragment order: this thread makes the
+  // units (plane, tid >> 6, s, (tid >> 5) & 1, lane) of every stage s, from rows
+  // 16·(tid >> 6) + g and + 8 (zeros past M and K). Every load is issued first.
+  auto stage_x = [&](int c) {
+    const int q = (tid >> 5) & 1, rt = tid >> 6, r = rt * 16 + g;
+    const int64_t k = int64_t{c} * kKChunk + 8 * t + 4 * q;
+    const float* src = x + r * K + k;
+    float4 v[kStages][2];
 #pragma unroll
-    for (int it = 0; it < kRows * 8 / kThreads; ++it) {
-      const int idx = me + it * kThreads;
-      const int r = idx >> 3, p = s * 8 + (idx & 7);
-      const int64_t k = int64_t{c} * kKChunk + 4 * p;
-      const bool valid = r < M && k < K;
-      cp_async16(xraw + r * kKChunk + 4 * p, valid ? x + r * K + k : x, valid);
+    for (int s = 0; s < kStages; ++s)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        v[s][h] = r + 8 * h < M && k + kStage * s < K
+                      ? *reinterpret_cast<const float4*>(src + 8 * h * K + kStage * s)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      uint32_t p[3][4];  // [plane][A register]
+      split_pair(v[s][0].x, v[s][0].y, p[0][0], p[1][0], p[2][0]);
+      split_pair(v[s][1].x, v[s][1].y, p[0][1], p[1][1], p[2][1]);
+      split_pair(v[s][0].z, v[s][0].w, p[0][2], p[1][2], p[2][2]);
+      split_pair(v[s][1].z, v[s][1].w, p[0][3], p[1][3], p[2][3]);
+#pragma unroll
+      for (int pl = 0; pl < 3; ++pl)
+        xs[x_unit(pl, rt, s, q, lane)] = make_uint4(p[pl][0], p[pl][1], p[pl][2], p[pl][3]);
     }
   };
 
@@ -124,17 +168,9 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
 #pragma unroll
   for (int i = 0; i < kOwn; ++i) total[i] = 0.0f;
 
-  // One commit group a stage, so a stage's MMAs start once its own copies land:
-  // round 0's weights before the programmatic-launch wait (groups 0–3: no kernel
-  // writes them), its x after (groups 4–7; a stage waits for both of its groups,
-  // i.e. all but the 3 − s newest); a later round's stage s is group s.
-  if (z < chunks) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      load_w(z, s, tid);
-      cp_async_commit();
-    }
-  }
+  // Round 0's weights before the programmatic-launch wait (no kernel writes them):
+  // groups 0–3, stage s waits for all but the 3 − s newest.
+  if (z < chunks) load_w(z);
   // The later rounds' weights on their way to L2 (a 128-byte line a thread a
   // round), so those rounds' copies need not wait for HBM.
   if constexpr (kCols == 128) {
@@ -149,16 +185,8 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
   for (int round0 = 0; round0 < end; round0 += kCl) {
     const int c = round0 + z;
     if (c < chunks) {  // uniform over the CTA
-      // The copies' addresses from a thread index the compiler cannot hoist out of the
-      // round loop (kept live across the MMAs, they spilled).
-      int me = tid;
-      asm volatile("" : "+r"(me));
-#pragma unroll
-      for (int s = 0; s < kStages; ++s) {
-        if (round0 > 0) load_w(c, s, me);
-        load_x(c, s, me);
-        cp_async_commit();
-      }
+      if (round0 > 0) load_w(c);
+      stage_x(c);
       float acc[2][kJ][4];
 #pragma unroll
       for (int i = 0; i < 2; ++i)
@@ -170,7 +198,7 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
 #pragma unroll 1
       for (int s = 0; s < kStages; ++s) {
         if (kc + s * kStage >= K) break;  // no 32-block at or past K (uniform)
-        switch (s) {                      // the stage's groups (all but the 3 − s newest)
+        switch (s) {                      // the stage's weights (all but the 3 − s newest)
           case 0:
             cp_async_wait<3>();
             break;
@@ -184,56 +212,38 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
             cp_async_wait<0>();
             break;
         }
-        __syncthreads();  // the stage's copies, from every thread
+        __syncthreads();  // the stage's weights from every thread (stage 0: and x's planes)
+        // The stage's MMAs, in the large kernel's order (gemm.cu's k → slot layout: a
+        // lane's k of a row for step q are 8t + 4q … 8t + 4q + 3). Per accumulator
+        // step q = 0, then 1, each its planes lo, mid, hi; the accumulators are
+        // independent, so a plane's x fragments serve every weight fragment in turn.
+        uint4 b[kJ];  // both steps' weights of column g of each n8 tile
 #pragma unroll
-        for (int it = 0; it < kRows * (kStage / 4) / kThreads; ++it) {  // x into its planes
-          const int idx = tid + it * kThreads;
-          const int r = idx / (kStage / 4), c4 = (idx % (kStage / 4)) * 4;
-          const float4 v = *reinterpret_cast<const float4*>(xraw + r * kKChunk + s * kStage + c4);
-          uint32_t p[3][2];
-          split_pair(v.x, v.y, p[0][0], p[1][0], p[2][0]);
-          split_pair(v.z, v.w, p[0][1], p[1][1], p[2][1]);
+        for (int j = 0; j < kJ; ++j)
+          b[j] =
+              *reinterpret_cast<const uint4*>(wraw + w_at(wn * kWarpCols + j * 8 + g, s * 4 + t));
 #pragma unroll
-          for (int pl = 0; pl < 3; ++pl)
-            *reinterpret_cast<uint2*>(xs + (pl * kRows + r) * kXsLd + c4) =
-                make_uint2(p[pl][0], p[pl][1]);
-        }
-        __syncthreads();
-        // The stage's MMAs, in the large kernel's order (gemm_tile.cuh's k → slot layout:
-        // a lane's k of a row for step q are 8t + 4q … 8t + 4q + 3, one 8-byte read). Per
-        // accumulator step q = 0, then 1, each its planes lo, mid, hi; the accumulators
-        // are independent, so a step's x fragments serve every weight fragment in turn.
+        for (int q = 0; q < 2; ++q)
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          uint2 a[3][2][2];  // [plane][i][row g / g + 8]: step q's half of the 16 bytes
+          for (int pl = 2; pl >= 0; --pl) {  // lo, mid, hi
+            if (pl >= planes) continue;      // gemm_planes() (uniform)
+            uint4 a[2];
 #pragma unroll
-          for (int pl = 0; pl < 3; ++pl)
+            for (int i = 0; i < 2; ++i) a[i] = xs[x_unit(pl, wm * 2 + i, s, q, lane)];
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < kJ; ++j)
 #pragma unroll
-              for (int h = 0; h < 2; ++h)
-                a[pl][i][h] = *reinterpret_cast<const uint2*>(
-                    xs + (pl * kRows + wm * 32 + i * 16 + g + 8 * h) * kXsLd + 8 * t + 4 * q);
-#pragma unroll
-          for (int j = 0; j < kJ; ++j) {
-            const uint2 b = *reinterpret_cast<const uint2*>(
-                wraw + w_at(wn * kWarpCols + j * 8 + g, s * 4 + t) + 4 * q);
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-              for (int pl = 2; pl >= 0; --pl) {  // lo, mid, hi
-                if (pl >= planes) continue;      // gemm_planes() (uniform)
-                const uint32_t af[4] = {a[pl][i][0].x, a[pl][i][1].x, a[pl][i][0].y, a[pl][i][1].y};
-                mma_bf16(acc[i][j], af, b.x, b.y);
+              for (int i = 0; i < 2; ++i) {
+                const uint32_t af[4] = {a[i].x, a[i].y, a[i].z, a[i].w};
+                mma_bf16(acc[i][j], af, q ? b[j].z : b[j].x, q ? b[j].w : b[j].y);
               }
           }
-        }
-        __syncthreads();  // the planes are rewritten by the next stage
       }
       cp_async_wait<0>();  // a chunk past K left its last stages' (zero) copies pending
-      __syncthreads();     // ... which land in x and w, where the partial goes
-      // The chunk's partial, over its x and weights (every stage's MMAs are done); rows
-      // kPLd floats apart (≡ 8 mod 32 banks: a half warp's float2 stores are conflict-free).
+      __syncthreads();     // ... which land in w, and every warp's MMAs are done: the
+                           // partial goes over x and w
+      // The chunk's partial; rows kPLd floats apart (≡ 8 mod 32 banks: a half warp's
+      // float2 stores are conflict-free).
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -246,31 +256,41 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
     }
     cluster.sync();  // every CTA's partial of this round is written and visible
     const int in_round = chunks - round0 < kCl ? chunks - round0 : kCl;
-    float* folded = partial;          // the CTAs' addresses of it are made here, not hoisted
-    asm volatile("" : "+l"(folded));  // out of the round loop (live across the MMAs)
-    // The partials this thread folds: per output the eight CTAs' values are read first
-    // (the distributed shared memory latencies overlap), then added in ascending
-    // chunk order: chunk round0 + p.
+    // This thread's outputs in a partial: row kOwnRows·z + warp / kWarpsARow, columns
+    // (warp % kWarpsARow)·kCols / kWarpsARow + lane + 32i. Per output the CTAs' values
+    // are read first (the distributed shared memory latencies overlap), then added in
+    // ascending chunk order: chunk round0 + p. The shared::cluster addresses are made
+    // here, not hoisted out of the round loop (live across the MMAs).
+    const unsigned own = static_cast<unsigned>(
+        __cvta_generic_to_shared(partial + (kOwnRows * z + warp / kWarpsARow) * kPLd +
+                                 (warp % kWarpsARow) * (kCols / kWarpsARow) + lane));
 #pragma unroll
-    for (int i = 0; i < kOwn; ++i)
+    for (int p0 = 0; p0 < kCl; p0 += 8) {
+      float part[8][kOwn];
 #pragma unroll
-      for (int p0 = 0; p0 < kCl; p0 += 8) {
-        float part[8];
+      for (int p = 0; p < 8; ++p) {
+        if (p0 + p >= in_round) continue;
+        unsigned at;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"(own), "r"(p0 + p));
 #pragma unroll
-        for (int p = 0; p < 8; ++p)
-          part[p] = p0 + p < in_round ? cluster.map_shared_rank(folded, p0 + p)[own_at(i)] : 0.0f;
-#pragma unroll
-        for (int p = 0; p < 8; ++p)
-          if (p0 + p < in_round) total[i] = total[i] + part[p];
+        for (int i = 0; i < kOwn; ++i)
+          asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(part[p][i]) : "r"(at + 128 * i));
       }
+#pragma unroll
+      for (int p = 0; p < 8; ++p)
+#pragma unroll
+        for (int i = 0; i < kOwn; ++i)
+          if (p0 + p < in_round) total[i] = total[i] + part[p][i];
+    }
     cluster.sync();  // the partials are free for the next round's x and w (and no CTA
                      // leaves while another still reads its shared memory)
   }
+  const int64_t row = kOwnRows * z + warp / kWarpsARow;
+  const int64_t col = n0 + (warp % kWarpsARow) * (kCols / kWarpsARow) + lane;
+  if (row < M) {
 #pragma unroll
-  for (int i = 0; i < kOwn; ++i) {
-    const int o = z * kSlice + tid + i * kThreads;
-    const int r = o / kCols, col = o % kCols;
-    if (r < M && n0 + col < N) y[r * N + n0 + col] = total[i];
+    for (int i = 0; i < kOwn; ++i)
+      if (col + 32 * i < N) y[row * N + col + 32 * i] = total[i];
   }
 }
 
