@@ -454,6 +454,76 @@ TEST_F(CudaOpsTest, AddRmsNormEqualsAddThenRmsNormBitForBit) {
   }
 }
 
+// The one-pass q/k norm + RoPE + K/V write (qkv_norm_rope_write, a block a head) is
+// split_qkv, rms_norm on the q and k heads, rope and write_kv: the same bits in q and
+// in both caches, f32 and bf16, heads of 32 to 256, rotated whole or in part.
+TEST_F(CudaOpsTest, QkvNormRopeWriteEqualsSeparateKernelsBitForBit) {
+  const int32_t T = 37, NH = 4, KVH = 2;
+  for (const int32_t D : {32, 64, 128, 256}) {
+    for (const int32_t rot : {0, D / 2}) {
+      for (const KvType kvt : {KvType::kF32, KvType::kBF16}) {
+        SCOPED_TRACE("D=" + std::to_string(D) + " rot=" + std::to_string(rot) +
+                     (kvt == KvType::kF32 ? " f32" : " bf16"));
+        const int64_t qd = int64_t{NH} * D, kd = int64_t{KVH} * D;
+        auto qkv = randn(T * (qd + 2 * kd), 101, 2.0f);
+        auto wq = randn(D, 102), wk = randn(D, 103);
+        std::vector<int32_t> pos(T);
+        for (int32_t t = 0; t < T; ++t) pos[t] = 7 * t + 3;  // distinct slots
+        const int64_t cap = 7 * T + 3, esz = kvt == KvType::kF32 ? 4 : 2;
+        auto dqkv = dev(qkv), dwq = dev(wq), dwk = dev(wk), dpos = dev(pos);
+        auto q1 = dev_zeros(T * qd * 4), k1 = dev_zeros(T * kd * 4), v1 = dev_zeros(T * kd * 4);
+        auto kc1 = dev_zeros(cap * kd * esz), vc1 = dev_zeros(cap * kd * esz);
+        auto q2 = dev_zeros(T * qd * 4), kc2 = dev_zeros(cap * kd * esz);
+        auto vc2 = dev_zeros(cap * kd * esz);
+        const RopeParams rp{1000000.0f, rot, 1.0f};
+        ASSERT_TRUE(
+            split_qkv(dqkv.as<float>(), T, qd, kd, q1.as<float>(), k1.as<float>(), v1.as<float>())
+                .ok());
+        ASSERT_TRUE(rms_norm(q1.as<float>(), int64_t{T} * NH, D, dwq.data(), WeightDType::kF32,
+                             1e-6f, false, q1.as<float>())
+                        .ok());
+        ASSERT_TRUE(rms_norm(k1.as<float>(), int64_t{T} * KVH, D, dwk.data(), WeightDType::kF32,
+                             1e-6f, false, k1.as<float>())
+                        .ok());
+        ASSERT_TRUE(rope(q1.as<float>(), T, NH, D, dpos.as<int32_t>(), rp).ok());
+        ASSERT_TRUE(rope(k1.as<float>(), T, KVH, D, dpos.as<int32_t>(), rp).ok());
+        KvWriteParams kw;
+        kw.k = k1.as<float>();
+        kw.v = v1.as<float>();
+        kw.num_tokens = T;
+        kw.num_kv_heads = KVH;
+        kw.head_dim = D;
+        kw.positions = dpos.as<int32_t>();
+        kw.kv_type = kvt;
+        kw.layout = KvLayout::kContiguous;
+        kw.k_cache = kc1.data();
+        kw.v_cache = vc1.data();
+        kw.seq_capacity = cap;
+        ASSERT_TRUE(write_kv(kw).ok());
+        QkvPrepParams qp;
+        qp.qkv = dqkv.as<float>();
+        qp.q = q2.as<float>();
+        qp.num_tokens = T;
+        qp.num_heads = NH;
+        qp.q_norm = dwq.data();
+        qp.k_norm = dwk.data();
+        qp.norm_dtype = WeightDType::kF32;
+        qp.eps = 1e-6f;
+        qp.kv = kw;
+        qp.kv.k_cache = kc2.data();
+        qp.kv.v_cache = vc2.data();
+        ASSERT_TRUE(qkv_norm_rope_write(qp, rp).ok());
+        const auto a = host<float>(q1, T * qd), b = host<float>(q2, T * qd);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "q";
+        const auto ka = host<uint8_t>(kc1, cap * kd * esz), kb = host<uint8_t>(kc2, cap * kd * esz);
+        EXPECT_EQ(0, std::memcmp(ka.data(), kb.data(), ka.size())) << "k cache";
+        const auto va = host<uint8_t>(vc1, cap * kd * esz), vb = host<uint8_t>(vc2, cap * kd * esz);
+        EXPECT_EQ(0, std::memcmp(va.data(), vb.data(), va.size())) << "v cache";
+      }
+    }
+  }
+}
+
 TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
   const int64_t n = 151936, m = 5;
   auto x = randn(m * n, 91);
