@@ -117,14 +117,10 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
       // Stage x (64 rows × 32 k, split into 3 bf16 planes) and w (64 rows × 32 k).
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
-      uint32_t p[3][4];  // [plane][A register]
-      split_pair(xpre[0][q].x, xpre[0][q].y, p[0][0], p[1][0], p[2][0]);
-      split_pair(xpre[1][q].x, xpre[1][q].y, p[0][1], p[1][1], p[2][1]);
-      split_pair(xpre[0][q].z, xpre[0][q].w, p[0][2], p[1][2], p[2][2]);
-      split_pair(xpre[1][q].z, xpre[1][q].w, p[0][3], p[1][3], p[2][3]);
+      uint4 units[3];  // [plane]
+      split_fragment(xpre[0][q], xpre[1][q], units);
 #pragma unroll
-      for (int s = 0; s < 3; ++s)
-        xs[s][warp][q][lane] = make_uint4(p[s][0], p[s][1], p[s][2], p[s][3]);
+      for (int s = 0; s < 3; ++s) xs[s][warp][q][lane] = units[s];
     }
 #pragma unroll
     for (int it = 0; it < kWIt; ++it) {

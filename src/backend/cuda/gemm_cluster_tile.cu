@@ -153,14 +153,10 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      uint32_t p[3][4];  // [plane][A register]
-      split_pair(v[s][0].x, v[s][0].y, p[0][0], p[1][0], p[2][0]);
-      split_pair(v[s][1].x, v[s][1].y, p[0][1], p[1][1], p[2][1]);
-      split_pair(v[s][0].z, v[s][0].w, p[0][2], p[1][2], p[2][2]);
-      split_pair(v[s][1].z, v[s][1].w, p[0][3], p[1][3], p[2][3]);
+      uint4 units[3];  // [plane]
+      split_fragment(v[s][0], v[s][1], units);
 #pragma unroll
-      for (int pl = 0; pl < 3; ++pl)
-        xs[x_unit(pl, rt, s, q, lane)] = make_uint4(p[pl][0], p[pl][1], p[pl][2], p[pl][3]);
+      for (int pl = 0; pl < 3; ++pl) xs[x_unit(pl, rt, s, q, lane)] = units[pl];
     }
   };
 

@@ -51,6 +51,22 @@ __device__ __forceinline__ void split_pair(float v0, float v1, uint32_t& hi, uin
   lo = pack_bf16(l0, l1);
 }
 
+// One MMA step's A operand of a lane in each plane (hi, mid, lo), from the lane's four
+// x values of row g (x_g) and of row g + 8 (x_g8) for the step (gemm.cu's k → slot
+// layout): registers {row g k+0..1, row g+8 k+0..1, row g k+2..3, row g+8 k+2..3}. The
+// bf16 kernels store x's planes as these 16-byte units (MMA-fragment order), so an
+// operand is one shared-memory read.
+__device__ __forceinline__ void split_fragment(const float4& x_g, const float4& x_g8,
+                                               uint4 (&planes)[3]) {
+  uint32_t p[3][4];  // [plane][A register]
+  split_pair(x_g.x, x_g.y, p[0][0], p[1][0], p[2][0]);
+  split_pair(x_g8.x, x_g8.y, p[0][1], p[1][1], p[2][1]);
+  split_pair(x_g.z, x_g.w, p[0][2], p[1][2], p[2][2]);
+  split_pair(x_g8.z, x_g8.w, p[0][3], p[1][3], p[2][3]);
+#pragma unroll
+  for (int pl = 0; pl < 3; ++pl) planes[pl] = make_uint4(p[pl][0], p[pl][1], p[pl][2], p[pl][3]);
+}
+
 // Eight consecutive bf16 weights of row n from k (zero past N and K).
 __device__ __forceinline__ uint4 load_w8(const __nv_bfloat16* __restrict__ w, int64_t N, int64_t K,
                                          int64_t n, int64_t k, bool vec) {
