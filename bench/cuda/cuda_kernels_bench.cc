@@ -42,6 +42,7 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/gemm_large_m.h"
 #include "backend/cuda/kernels.h"
 #include "backend/half.h"
 
@@ -296,16 +297,28 @@ void bench_prefill(int32_t len) {
   }
 }
 
+// One GEMM's TFLOP/s (2·M·N·K once). bf16 weights: the automatic choice, then
+// (where it differs) gemm.cu's 64×64-tile kernel forced — a same-run A/B of the
+// pipelined large-M kernel (gemm_large_m.cu).
 void bench_gemm(int64_t m, int64_t k, int64_t n, WeightDType dt) {
   auto x = alloc(size_t{4} * m * k), y = alloc(size_t{4} * m * n);
   auto w = alloc((dt == WeightDType::kF32 ? 4 : 2) * size_t{1} * n * k);
   fill_random(x.data(), size_t{1} * m * k, false, 1);
   fill_random(w.data(), size_t{1} * n * k, dt != WeightDType::kF32, 2);
-  const double ms =
-      median_ms([&] { die_if(gemm(x.as<float>(), m, k, w.data(), dt, n, y.as<float>())); });
   const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
-  report(dt == WeightDType::kBF16 ? "gemm_bf16w_mma3" : "gemm_f32w_simt", shape, ms,
-         2.0 * m * k * n / (ms * 1e-3) / 1e12, "TFLOP/s");
+  auto run = [&](const std::string& name) {
+    const double ms =
+        median_ms([&] { die_if(gemm(x.as<float>(), m, k, w.data(), dt, n, y.as<float>())); });
+    report(name, shape, ms, 2.0 * m * k * n / (ms * 1e-3) / 1e12, "TFLOP/s");
+  };
+  if (dt != WeightDType::kBF16) return run("gemm_f32w_simt");
+  const int rows = gemm_large_m_rows(m, k, n);
+  run(rows == 0 ? "gemm_bf16w_mma3" : "gemm_bf16w_mma3_pipelined" + std::to_string(rows));
+  if (rows != 0) {
+    set_gemm_large_m_rows(0);
+    run("gemm_bf16w_mma3_tile64");
+    set_gemm_large_m_rows(-1);
+  }
 }
 
 // A decode step's GEMMs on the Qwen3-0.6B shape: 28 layers × (q 1024→2048, k and
@@ -456,6 +469,12 @@ int main(int argc, char** argv) {
     if (std::string(g) == "large") {  // the batch-invariant GEMM's rows (prefill shapes)
       for (int64_t m : {512, 4096}) bench_gemm(m, 1024, 3072, WeightDType::kBF16);
       bench_gemm(4096, 4096, 4096, WeightDType::kBF16);
+      // An 8,192-token prefill's projections on the Qwen3-0.6B shape (q/k/v and
+      // gate/up fused), and the LM head at 64 rows.
+      for (const auto& [k, n] :
+           {std::pair<int64_t, int64_t>{1024, 4096}, {2048, 1024}, {1024, 6144}, {3072, 1024}})
+        bench_gemm(8192, k, n, WeightDType::kBF16);
+      bench_gemm(64, 1024, 151936, WeightDType::kBF16);
     }
     return 0;
   }

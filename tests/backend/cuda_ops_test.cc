@@ -25,6 +25,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm_large_m.h"
 #include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/kernels.h"
 #include "backend/half.h"
@@ -240,6 +241,44 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
       }
       set_gemm_tile_cols(0);
     }
+  }
+}
+
+// Forces the pipelined large-M kernel's tile rows for a scope (0: gemm.cu's 64×64 kernel).
+class LargeMRows {
+ public:
+  explicit LargeMRows(int rows) { set_gemm_large_m_rows(rows); }
+  ~LargeMRows() { set_gemm_large_m_rows(-1); }
+};
+
+// The pipelined large-M kernel (gemm_large_m.cu) in both tile heights against gemm.cu's
+// 64×64-tile kernel, bit for bit: rows past a tile (65, 130, 200, 257), K with a tail
+// in every unit it works in (a 32-wide step: 200, 1000; past a 128-wide chunk: 1032,
+// 2056) and over several chunks (1024 … 3072, so the chunk folds run), N past a 128-wide
+// tile and odd (the epilogue's single stores), and the LM head's rows at 33 and 64 (the
+// small-M dispatch's large path). K = 37 is not a multiple of 8: both fall back.
+TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
+  SmallMPath large(GemmSmallM::kLargeM);
+  struct Shape {
+    int64_t m, k, n;
+  };
+  for (const Shape& sh :
+       {Shape{65, 200, 136}, Shape{130, 1024, 300}, Shape{200, 1032, 1001}, Shape{257, 3072, 264},
+        Shape{96, 1000, 2100}, Shape{300, 37, 100}, Shape{33, 2056, 520}, Shape{64, 2048, 8200}}) {
+    SCOPED_TRACE("M=" + std::to_string(sh.m) + " K=" + std::to_string(sh.k) +
+                 " N=" + std::to_string(sh.n));
+    auto w = randn(sh.n * sh.k, 51, 0.05f);
+    auto W = make_weight(*gpu_, w, sh.n, sh.k, WeightDType::kBF16);
+    auto dx = dev(randn(sh.m * sh.k, 52));
+    auto run = [&](int rows) {
+      LargeMRows forced(rows);
+      auto dy = dev_zeros(sh.m * sh.n * 4);
+      gpu_->matmul(dx.as<float>(), sh.m, *W.gpu, dy.as<float>());
+      return host<float>(dy, sh.m * sh.n);
+    };
+    const auto ref = run(0);
+    for (int rows : {64, 128, -1})
+      EXPECT_TRUE(same_bits(run(rows).data(), ref.data(), sh.m * sh.n * 4)) << "rows " << rows;
   }
 }
 

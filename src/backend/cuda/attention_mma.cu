@@ -989,20 +989,6 @@ __global__ void __launch_bounds__(kChunks * 32)
   }
 }
 
-// SMs of the current device (cached per device; 132 when it cannot be read).
-int sm_count() {
-  static std::atomic<int> counts[64];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  int n = counts[dev].load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0)
-      n = 132;
-    counts[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
-
 // Partitions [first, first + count) of a launch's `total` (a launch may run its
 // partitions as two launch shapes; each writes its own workspace slots, and one
 // combine folds them all).

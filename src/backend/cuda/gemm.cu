@@ -1,6 +1,8 @@
-// The backend's matrix product y = x · Wᵀ (kernels.h). Kernels here: bf16 large M,
-// the bf16 warp-per-chunk decode kernel (M ≤ 64), SIMT for f32/f16 weights, and the
-// dispatch (the cluster decode kernel is in gemm_small_m.cu); all batch-invariant: the
+// The backend's matrix product y = x · Wᵀ (kernels.h). Kernels here: bf16 large M in
+// 64×64 tiles, the bf16 warp-per-chunk decode kernel (M ≤ 64), SIMT for f32/f16
+// weights, and the dispatch (the cluster decode kernels are in gemm_small_m.cu and
+// gemm_cluster_tile.cu, the pipelined large-M kernel in gemm_large_m.cu, which runs
+// wherever its tiles fill the GPU and K is a multiple of 8); all batch-invariant: the
 // output tile a row lands in and the rows it shares the tile with change nothing
 // about how that row's elements are computed.
 //
@@ -31,6 +33,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm_large_m.h"
 #include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
@@ -470,16 +473,27 @@ int64_t cluster_tile_min_m() {
   return min_m;
 }
 
+// Rows from which outputs at least 8,192 wide (the LM head) take the large-M kernel
+// (PAGEDKV_CUDA_GEMM_WIDE_LARGE_MIN_M, default 17; read once). Speed only. Measured
+// on the H200 (docs/performance.md, "The pipelined large-M GEMM"): the LM head at
+// 32 rows 329 µs in the warp kernel's two 16-row bands, 231 µs in the pipelined
+// kernel's 64-row tiles; 32 requests end to end 1.03–1.05×.
+int64_t wide_large_min_m() {
+  static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_WIDE_LARGE_MIN_M", 17);
+  return min_m;
+}
+
 // The kernel for m ≤ 64 rows when none is forced (speed only; docs/performance.md).
 // Measured on the H200 (docs/performance.md, "cluster decode GEMM"): up to 16 rows
 // the warp kernel wins everywhere; above, the cluster kernel wins over the warp
 // kernel's 8-column blocks for K ≤ 1024 (one round of chunks: q/k/v, gate/up) and
 // loses for longer K, but not over its 16-column blocks (outputs ≥ 4096 wide);
-// for the LM head's width the 64×64-tile kernel wins past 32 rows. From
+// for the LM head's width the large-M kernel wins from wide_large_min_m() rows (17:
+// the pipelined kernel's 64-row tiles, gemm_large_m.cu). From
 // cluster_tile_min_m() rows (49) the layer projections take the cluster tile kernel.
 GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
   if (m <= 16) return GemmSmallM::kWarpChunks;
-  if (n >= 8192) return m > 32 ? GemmSmallM::kLargeM : GemmSmallM::kWarpChunks;
+  if (n >= 8192) return m >= wide_large_min_m() ? GemmSmallM::kLargeM : GemmSmallM::kWarpChunks;
   if (m >= cluster_tile_min_m() && gemm_cluster_tile_supports(m, k))
     return GemmSmallM::kClusterTile;
   // 16 columns a block (decode_wide_min_n): 1.10–1.15× the cluster kernel at 32–64
@@ -540,6 +554,9 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
       if (path == GemmSmallM::kWarpChunks || path == GemmSmallM::kWarpChunks8)
         return gemm_decode(x, m, k, wb, n, y, stream, path == GemmSmallM::kWarpChunks8);
     }
+    // The pipelined large-M kernel where its tiles fill the GPU (gemm_large_m.cu);
+    // else this file's 64×64 tiles. The same bits either way.
+    if (gemm_large_m_rows(m, k, n) != 0) return gemm_large_m(x, m, k, wb, n, y, stream);
     dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN),
               static_cast<unsigned>((m + kBM - 1) / kBM));
     return launch_kernel("gemm_bf16_mma_kernel", gemm_bf16_mma_kernel, grid, kMmaThreads, 0, stream,

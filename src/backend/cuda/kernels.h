@@ -77,7 +77,8 @@ int gemm_planes();
 // block whatever K: the A/B baseline), kCluster the cluster kernel
 // (gemm_small_m.cu), kClusterTile the cluster tile kernel (gemm_cluster_tile.cu: a
 // 64 × 128 tile a cluster; the warp kernel where it does not apply), kLargeM the
-// 64×64-tile kernel. Process-wide; the first call reads PAGEDKV_CUDA_GEMM_SMALL_M
+// large-M kernels (gemm_large_m.cu's pipelined tiles where they fill the GPU, else
+// gemm.cu's 64×64 tiles). Process-wide; the first call reads PAGEDKV_CUDA_GEMM_SMALL_M
 // (auto | warps | warps8 | cluster | tiles | large);
 // set_gemm_small_m overrides it (tests, the kernel bench's A/B).
 enum class GemmSmallM : uint8_t {
