@@ -10,7 +10,7 @@
 //    at its start. A partition's (m, l, acc) go to the shared workspace and
 //    attention.cu's combine folds the partitions in ascending order.
 //  - Per chunk: S = q·Kᵀ with q (f32) split into bf16 hi, mid and lo planes (the
-//    GEMM's split3; bf16 K is exact), 16 dims a step in ascending order, three MMAs a
+//    GEMM's split_pair; bf16 K is exact), 16 dims a step in ascending order, three MMAs a
 //    step in the order hi, mid, lo, each 8-key column tile from zero; s = S·scale;
 //    keys outside [start, pos] of the row are −∞. Then the online softmax step:
 //    m' = max(m, max_j s_j) (exact in any order), base = m' (0 while m' = −∞),
@@ -19,7 +19,7 @@
 //    acc = acc·α, then acc += P·V with P (f32) split into bf16 hi and lo planes, 16
 //    keys a step ascending, hi then lo.
 //  - With MmaOperands::kBf16 (kernels.h) q and P are each one plane, their bf16
-//    rounding (split3's hi): one MMA a step where the planes take three and two;
+//    rounding (split_pair's hi): one MMA a step where the planes take three and two;
 //    every other operation and its order stay as above.
 //  - A chunk a row does not reach (past its position, before its window, or past
 //    the keys of the launch) changes nothing: its p are 0 and α = 1 (or 0 while the
@@ -56,8 +56,10 @@
 namespace pagedkv::backend::cuda {
 namespace {
 
+using gemm_detail::bf16_high;
+using gemm_detail::bf16_low;
+using gemm_detail::bf16x2_rn;
 using gemm_detail::mma_bf16;
-using gemm_detail::pack_bf16;
 using gemm_detail::split_pair;
 
 // Planes of q and of the softmax weights P an operand mode multiplies.
@@ -88,10 +90,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 
 // p = hi + lo (bf16 planes) of two consecutive weights, as MMA registers.
 __device__ __forceinline__ void split2_pair(float v0, float v1, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat16 h0 = __float2bfloat16_rn(v0), h1 = __float2bfloat16_rn(v1);
-  hi = pack_bf16(h0, h1);
-  lo = pack_bf16(__float2bfloat16_rn(v0 - __bfloat162float(h0)),
-                 __float2bfloat16_rn(v1 - __bfloat162float(h1)));
+  hi = bf16x2_rn(v0, v1);
+  lo = bf16x2_rn(v0 - bf16_low(hi), v1 - bf16_high(hi));
 }
 
 constexpr int kChunks = kP / kChunk;  // chunks a partition
@@ -142,7 +142,7 @@ __device__ __forceinline__ void cp_async_wait_upto(int left) {
 
 constexpr int kKeyTiles = kChunk / 8;  // 8-key column tiles of a chunk's scores
 
-// The q planes (hi, mid, lo: split3; kBf16: hi alone) of `warps` · `rpw` shared
+// The q planes (hi, mid, lo: split_pair; kBf16: hi alone) of `warps` · `rpw` shared
 // rows, [q_planes(O)][warps · rpw][D + kPad] (rpw = q_rows_per_warp): row r is warp
 // r / rpw's row rr = r % rpw, token slot rr / group of that warp's tokens_per_warp
 // from t0, head h0 + rr % group; rows without a token are zero.
@@ -176,8 +176,7 @@ __device__ __forceinline__ void stage_q_planes(const PagedAttentionParams& p, __
       // Four dims a plane in one 8-byte store (rows are RS · 2 = 16-byte multiples).
       if constexpr (O == MmaOperands::kBf16) {
         *reinterpret_cast<uint2*>(qs + r * RS + d) =
-            make_uint2(pack_bf16(__float2bfloat16_rn(v[b].x), __float2bfloat16_rn(v[b].y)),
-                       pack_bf16(__float2bfloat16_rn(v[b].z), __float2bfloat16_rn(v[b].w)));
+            make_uint2(bf16x2_rn(v[b].x, v[b].y), bf16x2_rn(v[b].z, v[b].w));
       } else {
         uint32_t pl[3][2];
         split_pair(v[b].x, v[b].y, pl[0][0], pl[1][0], pl[2][0]);
@@ -384,12 +383,10 @@ template <MmaOperands O>
 __device__ __forceinline__ void weight_planes(const float (&s)[kKeyTiles][4], int kk,
                                               uint32_t (&a)[p_planes(O)][4]) {
   if constexpr (O == MmaOperands::kBf16) {
-    a[0][0] = pack_bf16(__float2bfloat16_rn(s[2 * kk][0]), __float2bfloat16_rn(s[2 * kk][1]));
-    a[0][1] = pack_bf16(__float2bfloat16_rn(s[2 * kk][2]), __float2bfloat16_rn(s[2 * kk][3]));
-    a[0][2] =
-        pack_bf16(__float2bfloat16_rn(s[2 * kk + 1][0]), __float2bfloat16_rn(s[2 * kk + 1][1]));
-    a[0][3] =
-        pack_bf16(__float2bfloat16_rn(s[2 * kk + 1][2]), __float2bfloat16_rn(s[2 * kk + 1][3]));
+    a[0][0] = bf16x2_rn(s[2 * kk][0], s[2 * kk][1]);
+    a[0][1] = bf16x2_rn(s[2 * kk][2], s[2 * kk][3]);
+    a[0][2] = bf16x2_rn(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[0][3] = bf16x2_rn(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   } else {
     split2_pair(s[2 * kk][0], s[2 * kk][1], a[0][0], a[1][0]);
     split2_pair(s[2 * kk][2], s[2 * kk][3], a[0][1], a[1][1]);

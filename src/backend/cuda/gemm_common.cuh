@@ -1,6 +1,6 @@
-// Device helpers shared by the bf16 tensor-core GEMM kernels (gemm.cu: large M and
-// the warp-per-chunk decode kernel; gemm_small_m.cu: the cluster decode kernel): the
-// MMA, the exact three-way bf16 split of an f32 x value, and the zero-padded 16-byte
+// Device helpers shared by the bf16 tensor-core GEMM kernels (gemm.cu, gemm_large_m.cu,
+// gemm_small_m.cu, gemm_cluster_tile.cu) and the tensor-core attention: the MMA, the
+// exact three-way bf16 split of an f32 x value, and the zero-padded 16-byte
 // weight / float4 x loads. The k -> MMA-slot layout and the k chunks they serve are
 // described in gemm.cu; keeping these in one place keeps every kernel on the same
 // register contents for each output element.
@@ -26,29 +26,31 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void split3(float x, __nv_bfloat16& hi, __nv_bfloat16& mid,
-                                       __nv_bfloat16& lo) {
-  hi = __float2bfloat16_rn(x);
-  const float r1 = x - __bfloat162float(hi);
-  mid = __float2bfloat16_rn(r1);
-  const float r2 = r1 - __bfloat162float(mid);
-  lo = __float2bfloat16_rn(r2);
+// Two f32 values rounded to bf16 (round to nearest even) and packed as an MMA register:
+// v0 in the low half, v1 in the high. One cvt.rn.bf16x2.f32 does both roundings — the
+// same bits as two cvt.rn.bf16.f32 (__float2bfloat16_rn) and a pack, in one instruction.
+__device__ __forceinline__ uint32_t bf16x2_rn(float v0, float v1) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(v1), "f"(v0));  // d = {a: high, b: low}
+  return r;
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo_k, __nv_bfloat16 hi_k) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lo_k)) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(hi_k)) << 16);
+// The values of a packed bf16 pair, widened to f32 (exact).
+__device__ __forceinline__ float bf16_low(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ __forceinline__ float bf16_high(uint32_t pair) {
+  return __uint_as_float(pair & 0xffff0000u);
 }
 
-// The three bf16 planes (hi, mid, lo) of two consecutive x values, as MMA registers.
+// The three bf16 planes (hi, mid, lo) of two consecutive x values, as MMA registers:
+// per value hi = bf16(x), mid = bf16(x − hi), lo = bf16((x − hi) − mid) — together 24
+// mantissa bits, x to within f32 rounding. Both values' roundings of a plane are one
+// instruction (bf16x2_rn).
 __device__ __forceinline__ void split_pair(float v0, float v1, uint32_t& hi, uint32_t& mid,
                                            uint32_t& lo) {
-  __nv_bfloat16 h0, m0, l0, h1, m1, l1;
-  split3(v0, h0, m0, l0);
-  split3(v1, h1, m1, l1);
-  hi = pack_bf16(h0, h1);
-  mid = pack_bf16(m0, m1);
-  lo = pack_bf16(l0, l1);
+  hi = bf16x2_rn(v0, v1);
+  const float r0 = v0 - bf16_low(hi), r1 = v1 - bf16_high(hi);
+  mid = bf16x2_rn(r0, r1);
+  lo = bf16x2_rn(r0 - bf16_low(mid), r1 - bf16_high(mid));
 }
 
 // One MMA step's A operand of a lane in each plane (hi, mid, lo), from the lane's four

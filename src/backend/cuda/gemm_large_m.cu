@@ -89,23 +89,35 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, BM == 128 ? 1 : 2)
   auto* planes_buf = reinterpret_cast<const uint4*>(smem + kStages * T::kStage);
 
   // Step s's raw x and w into slot s % kStages (zeros past M, N and K; K % 8 == 0,
-  // so a piece is all in or all out of K).
+  // so a piece is all in or all out of K). This thread copies x pieces p = idx & 7 of
+  // rows idx >> 3 and weight pieces idx & 3 of rows idx >> 2 (idx = tid + i·kThreads);
+  // their source rows are found once, a step adds 32 to k.
+  const float* x_src[T::kXPieces];
+  const __nv_bfloat16* w_src[T::kWPieces];
+#pragma unroll
+  for (int i = 0; i < T::kXPieces; ++i) {
+    const int idx = tid + i * kThreads, r = idx >> 3;
+    x_src[i] = m0 + r < M ? x + (m0 + r) * K + 4 * (idx & 7) : nullptr;
+  }
+#pragma unroll
+  for (int i = 0; i < T::kWPieces; ++i) {
+    const int idx = tid + i * kThreads, r = idx >> 2;
+    w_src[i] = n0 + r < N ? w + (n0 + r) * K + 8 * (idx & 3) : nullptr;
+  }
   auto load_step = [&](int s) {
     const int64_t k0 = int64_t{s} * kBK;
     const unsigned slot = smem_base + (s % kStages) * T::kStage;
 #pragma unroll
     for (int i = 0; i < T::kXPieces; ++i) {
       const int idx = tid + i * kThreads, r = idx >> 3, p = idx & 7;
-      const bool ok = m0 + r < M && k0 + 4 * p < K;
-      cp_async16_to(slot + r * 128 + ((p ^ (r & 7)) << 4), ok ? x + (m0 + r) * K + k0 + 4 * p : x,
-                    ok);
+      const bool ok = x_src[i] != nullptr && k0 + 4 * p < K;
+      cp_async16_to(slot + r * 128 + ((p ^ (r & 7)) << 4), ok ? x_src[i] + k0 : x, ok);
     }
 #pragma unroll
     for (int i = 0; i < T::kWPieces; ++i) {
       const int idx = tid + i * kThreads, r = idx >> 2, p = idx & 3;
-      const bool ok = n0 + r < N && k0 + 8 * p < K;
-      cp_async16_to(slot + T::kXRaw + r * 64 + (p << 4), ok ? w + (n0 + r) * K + k0 + 8 * p : w,
-                    ok);
+      const bool ok = w_src[i] != nullptr && k0 + 8 * p < K;
+      cp_async16_to(slot + T::kXRaw + r * 64 + (p << 4), ok ? w_src[i] + k0 : w, ok);
     }
   };
   // Step s's x (slot s % kStages) into plane buffer s & 1: this thread's units are
@@ -171,20 +183,29 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, BM == 128 ? 1 : 2)
 #pragma unroll
     for (int j = 0; j < 4; ++j)
       b[j] = *reinterpret_cast<const uint4*>(wr + (wn * 32 + j * 8 + g) * kBK + 8 * t);
+    // Six (q, plane) groups — q = 0 then 1, each lo, mid, hi — of RTW × 4 MMAs; a
+    // group's A fragments are read while the group before runs.
+    uint4 a[2][RTW];
+    auto load_a = [&](int buf, int grp) {
+      const int q = grp / 3, pl = 2 - grp % 3;
 #pragma unroll
-    for (int q = 0; q < 2; ++q)
+      for (int i = 0; i < RTW; ++i)
+        a[buf][i] = pb[((pl * T::kRowTiles + wm * RTW + i) * 2 + q) * 32 + lane];
+    };
+    load_a(0, 0);
 #pragma unroll
-      for (int pl = 2; pl >= 0; --pl) {  // lo, mid, hi
-        if (pl >= planes) continue;      // gemm_planes() (uniform)
+    for (int grp = 0; grp < 6; ++grp) {
+      const int q = grp / 3, pl = 2 - grp % 3;
+      if (grp + 1 < 6) load_a((grp + 1) & 1, grp + 1);
+      if (pl >= planes) continue;  // gemm_planes() (uniform)
 #pragma unroll
-        for (int i = 0; i < RTW; ++i) {
-          const uint4 a = pb[((pl * T::kRowTiles + wm * RTW + i) * 2 + q) * 32 + lane];
-          const uint32_t af[4] = {a.x, a.y, a.z, a.w};
+      for (int i = 0; i < RTW; ++i) {
+        const uint32_t af[4] = {a[grp & 1][i].x, a[grp & 1][i].y, a[grp & 1][i].z, a[grp & 1][i].w};
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            mma_bf16(acc[i][j], af, q ? b[j].z : b[j].x, q ? b[j].w : b[j].y);
-        }
+        for (int j = 0; j < 4; ++j)
+          mma_bf16(acc[i][j], af, q ? b[j].z : b[j].x, q ? b[j].w : b[j].y);
       }
+    }
     // Step s + 1's planes, after this step's MMAs are issued (so the split's shared
     // loads wait under them; measured: 1.03–1.04× against splitting before them).
     if (s + 1 < steps) split_step(s + 1);
