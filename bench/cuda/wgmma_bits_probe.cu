@@ -3,9 +3,10 @@
 // path shares.)
 //
 // One warpgroup multiplies the same bf16 operands two ways — four warps each issuing
-// mma.sync.m16n8k16 (A and B from registers), and one wgmma.m64n8k16 (A from the
-// same registers, B from shared memory through a matrix descriptor: two 8 × 16-byte
-// core matrices, K-major, no swizzle, the second 128 bytes after the first) — onto
+// mma.sync.m16n8k16 (the exact kernels' mma_bf16, gemm_common.cuh; A and B from
+// registers), and one wgmma.m64n8k16 (A from the same registers, B from shared
+// memory through a matrix descriptor: two 8 × 16-byte core matrices, K-major, no
+// swizzle, the second 128 bytes after the first) — onto
 // the same f32 accumulators, chained over 8 k steps, and compares the results bit
 // for bit, and both against a double-precision reference (a layout error shows as
 // large differences). 400 trials of 64 × 8 outputs: normal operands, exponents
@@ -24,18 +25,13 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/gemm_common.cuh"
+
 namespace {
 
-constexpr int kSteps = 8, kTrials = 400;
+using pagedkv::backend::cuda::gemm_detail::mma_bf16;  // the exact kernels' MMA
 
-__device__ __forceinline__ void mma_sync(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+constexpr int kSteps = 8, kTrials = 400;
 
 // A wgmma shared-memory matrix descriptor: start address, leading-dimension byte offset
 // (between the core matrices along K), stride byte offset (along N), no swizzle.
@@ -66,7 +62,7 @@ __global__ void probe(const uint16_t* A, const uint16_t* B, const float* C, floa
                            pack(a_s[(r + 8) * 16 + 2 * t], a_s[(r + 8) * 16 + 2 * t + 1]),
                            pack(a_s[r * 16 + 2 * t + 8], a_s[r * 16 + 2 * t + 9]),
                            pack(a_s[(r + 8) * 16 + 2 * t + 8], a_s[(r + 8) * 16 + 2 * t + 9])};
-    mma_sync(cm, a, pack(b_s[g * 16 + 2 * t], b_s[g * 16 + 2 * t + 1]),
+    mma_bf16(cm, a, pack(b_s[g * 16 + 2 * t], b_s[g * 16 + 2 * t + 1]),
              pack(b_s[g * 16 + 2 * t + 8], b_s[g * 16 + 2 * t + 9]));
     __syncthreads();  // the step before's wgmma has read bs
     for (int i = tid; i < 128; i += blockDim.x) {
@@ -124,7 +120,8 @@ int main() {
   float *dC = nullptr, *dm = nullptr, *dw = nullptr;
   if (!ok(cudaMalloc(&dA, kSteps * 64 * 16 * 2), "cudaMalloc") ||
       !ok(cudaMalloc(&dB, kSteps * 8 * 16 * 2), "cudaMalloc") ||
-      !ok(cudaMalloc(&dC, 64 * 8 * 4), "cudaMalloc") || !ok(cudaMalloc(&dm, 64 * 8 * 4), "cudaMalloc") ||
+      !ok(cudaMalloc(&dC, 64 * 8 * 4), "cudaMalloc") ||
+      !ok(cudaMalloc(&dm, 64 * 8 * 4), "cudaMalloc") ||
       !ok(cudaMalloc(&dw, 64 * 8 * 4), "cudaMalloc"))
     return 2;
   long long outputs = 0, differ = 0, far = 0;
@@ -142,7 +139,8 @@ int main() {
     if (mode == 2)  // even columns: k 8–15 the negation of k 0–7
       for (int s = 0; s < kSteps; ++s)
         for (int n = 0; n < 8; n += 2)
-          for (int k = 8; k < 16; ++k) B[s * 128 + n * 16 + k] = B[s * 128 + n * 16 + k - 8] ^ 0x8000;
+          for (int k = 8; k < 16; ++k)
+            B[s * 128 + n * 16 + k] = B[s * 128 + n * 16 + k - 8] ^ 0x8000;
     for (auto& c : C) c = mode == 1 ? std::ldexp(normal(rng), exponent(rng)) : normal(rng);
     cudaMemcpy(dA, A.data(), A.size() * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(dB, B.data(), B.size() * 2, cudaMemcpyHostToDevice);
@@ -164,9 +162,10 @@ int main() {
         ++outputs;
       }
   }
-  std::printf("wgmma m64n8k16 vs mma.sync m16n8k16 (bf16 in, f32 accumulate, %d chained k steps): "
-              "%lld of %lld outputs differ in bits; %lld normal-mode outputs far from the "
-              "double reference\n",
-              kSteps, differ, outputs, far);
+  std::printf(
+      "wgmma m64n8k16 vs mma.sync m16n8k16 (bf16 in, f32 accumulate, %d chained k steps): "
+      "%lld of %lld outputs differ in bits; %lld normal-mode outputs far from the "
+      "double reference\n",
+      kSteps, differ, outputs, far);
   return differ == 0 && far == 0 ? 0 : 1;
 }

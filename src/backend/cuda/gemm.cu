@@ -81,18 +81,6 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = total[i][j][e] = 0.0f;
-  // total = total + (this chunk's partial); the partial restarts from zero.
-  auto fold = [&] {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          total[i][j][e] = total[i][j][e] + acc[i][j][e];
-          acc[i][j][e] = 0.0f;
-        }
-  };
 
   // Software pipeline: the next stage's x (float4) and w (16 bytes) are loaded into
   // registers while this stage's MMAs run; the numbers are the same either way. This
@@ -116,7 +104,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
   };
   fetch(0);
   for (int64_t k0 = 0; k0 < K; k0 += kBK) {
-    if (k0 > 0 && k0 % kKChunk == 0) fold();
+    if (k0 > 0 && k0 % kKChunk == 0) fold_chunk(total, acc);
       // Stage x (64 rows × 32 k, split into 3 bf16 planes) and w (64 rows × 32 k).
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
@@ -154,7 +142,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
     }
     __syncthreads();
   }
-  fold();
+  fold_chunk(total, acc);
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll

@@ -69,6 +69,21 @@ __device__ __forceinline__ void split_fragment(const float4& x_g, const float4& 
   for (int pl = 0; pl < 3; ++pl) planes[pl] = make_uint4(p[pl][0], p[pl][1], p[pl][2], p[pl][3]);
 }
 
+// A chunk boundary of the bf16 kernels' accumulation: total = total + (the chunk's
+// partial), and the partial restarts from zero (r = ((0 + p0) + p1) + …).
+template <int R, int J>
+__device__ __forceinline__ void fold_chunk(float (&total)[R][J][4], float (&acc)[R][J][4]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        total[i][j][e] = total[i][j][e] + acc[i][j][e];
+        acc[i][j][e] = 0.0f;
+      }
+}
+
 // Eight consecutive bf16 weights of row n from k (zero past N and K).
 __device__ __forceinline__ uint4 load_w8(const __nv_bfloat16* __restrict__ w, int64_t N, int64_t K,
                                          int64_t n, int64_t k, bool vec) {

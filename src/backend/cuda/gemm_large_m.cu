@@ -164,17 +164,7 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, BM == 128 ? 1 : 2)
                       // done, so its plane buffer and raw slot are free
     if (s + kStages - 1 < steps) load_step(s + kStages - 1);  // into step s − 1's slot
     cp_async_commit();
-    if (s > 0 && s % kStepsAChunk == 0) {  // a chunk boundary: total += partial, from zero
-#pragma unroll
-      for (int i = 0; i < RTW; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            total[i][j][e] = total[i][j][e] + acc[i][j][e];
-            acc[i][j][e] = 0.0f;
-          }
-    }
+    if (s > 0 && s % kStepsAChunk == 0) fold_chunk(total, acc);  // a chunk boundary
     // The step's MMAs (gemm.cu's order): weights of column wn·32 + 8j + g, k 8t … 8t + 7.
     const auto* wr =
         reinterpret_cast<const __nv_bfloat16*>(smem + (s % kStages) * T::kStage + T::kXRaw);
