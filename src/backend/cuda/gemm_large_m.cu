@@ -1,4 +1,4 @@
-// The pipelined large-M GEMM (bf16 weights, prefill and the LM head past 32 rows):
+// The pipelined large-M GEMM (bf16 weights: prefill, and the LM head from 17 rows):
 // y = x · Wᵀ with the bits of gemm.cu's 64×64-tile kernel, at a larger tile and with
 // the operands' loads several k steps ahead of the MMAs.
 //
