@@ -315,9 +315,9 @@ void bench_gemm(int64_t m, int64_t k, int64_t n, WeightDType dt) {
   const int rows = gemm_large_m_rows(m, k, n);
   run(rows == 0 ? "gemm_bf16w_mma3" : "gemm_bf16w_mma3_pipelined" + std::to_string(rows));
   if (rows != 0) {
-    set_gemm_large_m_rows(0);
+    const int saved = set_gemm_large_m_rows(0);
     run("gemm_bf16w_mma3_tile64");
-    set_gemm_large_m_rows(-1);
+    set_gemm_large_m_rows(saved);
   }
 }
 

@@ -247,8 +247,11 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
 // Forces the pipelined large-M kernel's tile rows for a scope (0: gemm.cu's 64×64 kernel).
 class LargeMRows {
  public:
-  explicit LargeMRows(int rows) { set_gemm_large_m_rows(rows); }
-  ~LargeMRows() { set_gemm_large_m_rows(-1); }
+  explicit LargeMRows(int rows) : saved_(set_gemm_large_m_rows(rows)) {}
+  ~LargeMRows() { set_gemm_large_m_rows(saved_); }
+
+ private:
+  int saved_;
 };
 
 // The pipelined large-M kernel (gemm_large_m.cu) in both tile heights against gemm.cu's

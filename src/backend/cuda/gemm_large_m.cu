@@ -246,7 +246,7 @@ std::atomic<int>& forced_tile_rows() {
 
 }  // namespace
 
-void set_gemm_large_m_rows(int rows) { forced_tile_rows().store(rows); }
+int set_gemm_large_m_rows(int rows) { return forced_tile_rows().exchange(rows); }
 
 int gemm_large_m_rows(int64_t m, int64_t k, int64_t n) {
   if (k % 8 != 0) return 0;
@@ -268,7 +268,8 @@ Status gemm_large_m(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w
   if (rows == 64) return launch_large_m<64>(x, m, k, w, n, y, stream);
   return invalid_argument("cuda gemm_large_m: no tile for m=" + std::to_string(m) +
                           " k=" + std::to_string(k) + " n=" + std::to_string(n) +
-                          " (k must be a multiple of 8)");
+                          " (the pipelined kernel needs k a multiple of 8 and tiles that fill"
+                          " the GPU; gemm() runs the 64×64 kernel otherwise)");
 }
 
 }  // namespace pagedkv::backend::cuda

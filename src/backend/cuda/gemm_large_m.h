@@ -16,8 +16,9 @@ namespace pagedkv::backend::cuda {
 // the 64×64 kernel instead: k not a multiple of 8, or too few tiles to fill the
 // GPU. PAGEDKV_CUDA_GEMM_LARGE_ROWS (read once) or set_gemm_large_m_rows forces 0,
 // 64 or 128 (tests and A/B runs; -1: the automatic choice). Speed only.
+// set_gemm_large_m_rows returns the setting it replaced, for the caller to restore.
 int gemm_large_m_rows(int64_t m, int64_t k, int64_t n);
-void set_gemm_large_m_rows(int rows);
+int set_gemm_large_m_rows(int rows);
 
 Status gemm_large_m(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                     float* y, cudaStream_t stream);
