@@ -87,7 +87,7 @@ bench: deps
 	@bash scripts/run-benchmarks.sh $(BENCH_BUILD)
 
 format:
-	@find include src tests bench \( -name '*.h' -o -name '*.cc' -o -name '*.cu' \) -print0 \
+	@find include src tests bench \( -name '*.h' -o -name '*.cc' -o -name '*.cu' -o -name '*.cuh' \) -print0 \
 	  | xargs -0 -r clang-format -i
 
 clean:

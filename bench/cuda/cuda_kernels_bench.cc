@@ -43,6 +43,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/gemm_large_m.h"
+#include "backend/cuda/gemm_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/half.h"
 
@@ -298,8 +299,9 @@ void bench_prefill(int32_t len) {
 }
 
 // One GEMM's TFLOP/s (2·M·N·K once). bf16 weights: the automatic choice, then
-// (where it differs) gemm.cu's 64×64-tile kernel forced — a same-run A/B of the
-// pipelined large-M kernel (gemm_large_m.cu).
+// (where it differs) the pipelined mma.sync kernel with the wgmma kernel off
+// (gemm_large_m.cu, gemm_wgmma.cu) and gemm.cu's 64×64-tile kernel forced — a
+// same-run A/B of the large-M kernels.
 void bench_gemm(int64_t m, int64_t k, int64_t n, WeightDType dt) {
   auto x = alloc(size_t{4} * m * k), y = alloc(size_t{4} * m * n);
   auto w = alloc((dt == WeightDType::kF32 ? 4 : 2) * size_t{1} * n * k);
@@ -313,8 +315,16 @@ void bench_gemm(int64_t m, int64_t k, int64_t n, WeightDType dt) {
   };
   if (dt != WeightDType::kBF16) return run("gemm_f32w_simt");
   const int rows = gemm_large_m_rows(m, k, n);
-  run(rows == 0 ? "gemm_bf16w_mma3" : "gemm_bf16w_mma3_pipelined" + std::to_string(rows));
+  const bool wgmma = gemm_wgmma_enabled();
+  run(rows == 0 ? "gemm_bf16w_mma3"
+      : wgmma   ? "gemm_bf16w_wgmma3_" + std::to_string(rows)
+                : "gemm_bf16w_mma3_pipelined" + std::to_string(rows));
   if (rows != 0) {
+    if (wgmma) {
+      set_gemm_wgmma(false);
+      run("gemm_bf16w_mma3_pipelined" + std::to_string(rows));
+      set_gemm_wgmma(true);
+    }
     const int saved = set_gemm_large_m_rows(0);
     run("gemm_bf16w_mma3_tile64");
     set_gemm_large_m_rows(saved);

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -27,6 +28,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemm_large_m.h"
 #include "backend/cuda/gemm_small_m.h"
+#include "backend/cuda/gemm_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/half.h"
 #include "cuda_test_util.h"
@@ -254,14 +256,31 @@ class LargeMRows {
   int saved_;
 };
 
-// The pipelined large-M kernel (gemm_large_m.cu) in both tile heights against gemm.cu's
-// 64×64-tile kernel, bit for bit: rows past a tile (65, 130, 200, 257), K with a tail
-// in every unit it works in (a 32-wide step: 200, 1000; past a 128-wide chunk: 1032,
-// 2056) and over several chunks (1024 … 3072, so the chunk folds run), N past a 128-wide
-// tile and odd (the epilogue's single stores), and the LM head's rows at 33 and 64 (the
-// small-M dispatch's large path). K = 37 is not a multiple of 8: both fall back.
+// Turns gemm_large_m()'s wgmma kernel on or off for a scope.
+class WgmmaSwitch {
+ public:
+  explicit WgmmaSwitch(bool on) : saved_(set_gemm_wgmma(on)) {}
+  ~WgmmaSwitch() { set_gemm_wgmma(saved_); }
+
+ private:
+  bool saved_;
+};
+
+// The large-M kernels in both tile heights — the pipelined mma.sync kernel
+// (gemm_large_m.cu) and, on an sm_90 device, the wgmma kernel (gemm_wgmma.cu) — against
+// gemm.cu's 64×64-tile kernel, bit for bit: rows past a tile (65, 130, 200, 257), K with
+// a tail in every unit they work in (a 32-wide step: 200, 1000; past a 128-wide chunk:
+// 1032, 2056) and over several chunks (1024 … 3072, so the chunk folds run), N past a
+// 128-wide tile and odd (the epilogue's single stores), and the LM head's rows at 33 and
+// 64 (the small-M dispatch's large path). K = 37 is not a multiple of 8: all fall back.
 TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
   SmallMPath large(GemmSmallM::kLargeM);
+  {
+    WgmmaSwitch on(true);
+    std::printf("[ wgmma   ] %s\n", gemm_wgmma_enabled()
+                                        ? "this device runs the wgmma kernel: checked too"
+                                        : "no sm_90a image for this device: mma.sync kernels only");
+  }
   struct Shape {
     int64_t m, k, n;
   };
@@ -273,15 +292,18 @@ TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
     auto w = randn(sh.n * sh.k, 51, 0.05f);
     auto W = make_weight(*gpu_, w, sh.n, sh.k, WeightDType::kBF16);
     auto dx = dev(randn(sh.m * sh.k, 52));
-    auto run = [&](int rows) {
+    auto run = [&](int rows, bool wgmma) {
       LargeMRows forced(rows);
+      WgmmaSwitch use(wgmma);
       auto dy = dev_zeros(sh.m * sh.n * 4);
       gpu_->matmul(dx.as<float>(), sh.m, *W.gpu, dy.as<float>());
       return host<float>(dy, sh.m * sh.n);
     };
-    const auto ref = run(0);
-    for (int rows : {64, 128, -1})
-      EXPECT_TRUE(same_bits(run(rows).data(), ref.data(), sh.m * sh.n * 4)) << "rows " << rows;
+    const auto ref = run(0, false);
+    for (bool wgmma : {false, true})
+      for (int rows : {64, 128, -1})
+        EXPECT_TRUE(same_bits(run(rows, wgmma).data(), ref.data(), sh.m * sh.n * 4))
+            << "rows " << rows << (wgmma ? " wgmma" : " mma.sync");
   }
 }
 

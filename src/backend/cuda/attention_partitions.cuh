@@ -21,9 +21,8 @@ struct PartitionWorkspace {
   float* m;
   float* l;
 };
-__host__ __device__ inline PartitionWorkspace partition_workspace(float* base, int32_t T,
-                                                                  int32_t H, int32_t D,
-                                                                  int32_t parts) {
+__host__ __device__ inline PartitionWorkspace partition_workspace(float* base, int32_t T, int32_t H,
+                                                                  int32_t D, int32_t parts) {
   const int64_t n = static_cast<int64_t>(T) * H * parts;
   return PartitionWorkspace{base, base + n * D, base + n * D + n};
 }

@@ -33,9 +33,10 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm_large_m_stage.cuh"
+#include "backend/cuda/gemm_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "util/knobs.h"
@@ -45,32 +46,28 @@ namespace {
 
 using namespace gemm_detail;
 
-constexpr int kBN = 128;    // columns a block: 4 warps of 32
-constexpr int kBK = 32;     // k a step (two 16-wide MMA steps)
-constexpr int kStages = 4;  // raw k steps in shared memory (copies two steps ahead
-                            // of the split, three of the MMAs)
+constexpr int kBN = kLargeMBN;  // columns a block: 4 warps of 32
+constexpr int kBK = kLargeMBK;  // k a step (two 16-wide MMA steps)
+constexpr int kStages = 4;      // raw k steps in shared memory (copies two steps ahead
+                                // of the split, three of the MMAs)
 constexpr int kStepsAChunk = kKChunk / kBK;
 static_assert(kStages >= 3, "the split reads step s + 1 while step s + kStages − 1 loads");
 
-// Shared memory of a BM-row tile: kStages raw steps (x, then w), then two buffers of
-// x's planes in fragment order — unit ((plane · RT + row tile) · 2 + q) · 32 + lane
-// holds lane (g, t)'s A registers {row g, row g + 8} × {k 8t + 4q + 0..1, + 2..3}.
+// Shared memory of a BM-row tile: kStages raw steps (gemm_large_m_stage.cuh), then two
+// buffers of x's planes in fragment order — unit ((plane · RT + row tile) · 2 + q) · 32
+// + lane holds lane (g, t)'s A registers {row g, row g + 8} × {k 8t + 4q + 0..1, + 2..3}.
 template <int BM>
 struct Tile {
   static constexpr int kThreads = 256;           // 8 warps: 2 (rows) × 4 (columns)
   static constexpr int kRowTiles = BM / 16;      // MMA row tiles of 16
   static constexpr int kWarpRowTiles = BM / 32;  // a warp's
-  static constexpr int kXRaw = BM * kBK * 4;     // f32
-  static constexpr int kWRaw = kBN * kBK * 2;    // bf16
-  static constexpr int kStage = kXRaw + kWRaw;
+  using Stage = LargeMStage<BM, kThreads>;
+  static constexpr int kXRaw = Stage::kXBytes;
+  static constexpr int kStage = Stage::kBytes;
   static constexpr int kPlanes = 3 * kRowTiles * 2 * 32 * 16;
   static constexpr int kSmem = kStages * kStage + 2 * kPlanes;  // 144 KB / 88 KB
-  static constexpr int kXPieces = BM * kBK / 4 / kThreads;      // 16-byte copies a thread
-  static constexpr int kWPieces = kBN * kBK / 8 / kThreads;
   static constexpr int kUnits = kRowTiles * 2 * 32 / kThreads;  // fragments a thread splits
-  static_assert(kXPieces * kThreads * 4 == BM * kBK && kWPieces * kThreads * 8 == kBN * kBK &&
-                    kUnits * kThreads == kRowTiles * 64,
-                "every thread copies and splits the same number of pieces");
+  static_assert(kUnits * kThreads == kRowTiles * 64, "every thread splits as many units");
 };
 
 template <int BM>
@@ -88,38 +85,8 @@ __global__ void __launch_bounds__(Tile<BM>::kThreads, BM == 128 ? 1 : 2)
   const unsigned smem_base = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   auto* planes_buf = reinterpret_cast<const uint4*>(smem + kStages * T::kStage);
 
-  // Step s's raw x and w into slot s % kStages (zeros past M, N and K; K % 8 == 0,
-  // so a piece is all in or all out of K). This thread copies x pieces p = idx & 7 of
-  // rows idx >> 3 and weight pieces idx & 3 of rows idx >> 2 (idx = tid + i·kThreads);
-  // their source rows are found once, a step adds 32 to k.
-  const float* x_src[T::kXPieces];
-  const __nv_bfloat16* w_src[T::kWPieces];
-#pragma unroll
-  for (int i = 0; i < T::kXPieces; ++i) {
-    const int idx = tid + i * kThreads, r = idx >> 3;
-    x_src[i] = m0 + r < M ? x + (m0 + r) * K + 4 * (idx & 7) : nullptr;
-  }
-#pragma unroll
-  for (int i = 0; i < T::kWPieces; ++i) {
-    const int idx = tid + i * kThreads, r = idx >> 2;
-    w_src[i] = n0 + r < N ? w + (n0 + r) * K + 8 * (idx & 3) : nullptr;
-  }
-  auto load_step = [&](int s) {
-    const int64_t k0 = int64_t{s} * kBK;
-    const unsigned slot = smem_base + (s % kStages) * T::kStage;
-#pragma unroll
-    for (int i = 0; i < T::kXPieces; ++i) {
-      const int idx = tid + i * kThreads, r = idx >> 3, p = idx & 7;
-      const bool ok = x_src[i] != nullptr && k0 + 4 * p < K;
-      cp_async16_to(slot + r * 128 + ((p ^ (r & 7)) << 4), ok ? x_src[i] + k0 : x, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < T::kWPieces; ++i) {
-      const int idx = tid + i * kThreads, r = idx >> 2, p = idx & 3;
-      const bool ok = w_src[i] != nullptr && k0 + 8 * p < K;
-      cp_async16_to(slot + T::kXRaw + r * 64 + (p << 4), ok ? w_src[i] + k0 : w, ok);
-    }
-  };
+  const LargeMStageCopy<BM, kThreads> copy(x, M, K, w, N, m0, n0, tid);
+  auto load_step = [&](int s) { copy.load(s, smem_base + (s % kStages) * T::kStage); };
   // Step s's x (slot s % kStages) into plane buffer s & 1: this thread's units are
   // (row tile (tid >> 6) + 4u, q = (tid >> 5) & 1, lane), from rows 16·rt + g and + 8,
   // piece 2t + q (k 8t + 4q … + 3), whose place in the row is (2t + q) ^ g.
@@ -264,6 +231,7 @@ int gemm_large_m_rows(int64_t m, int64_t k, int64_t n) {
 Status gemm_large_m(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                     float* y, cudaStream_t stream) {
   const int rows = gemm_large_m_rows(m, k, n);
+  if (rows != 0 && gemm_wgmma_enabled()) return gemm_wgmma(x, m, k, w, n, y, rows, stream);
   if (rows == 128) return launch_large_m<128>(x, m, k, w, n, y, stream);
   if (rows == 64) return launch_large_m<64>(x, m, k, w, n, y, stream);
   return invalid_argument("cuda gemm_large_m: no tile for m=" + std::to_string(m) +

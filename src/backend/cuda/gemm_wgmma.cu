@@ -1,0 +1,291 @@
+// The large-M GEMM on Hopper's warpgroup MMA (prefill, and the LM head from 17 rows):
+// y = x · Wᵀ with the bits of gemm.cu's 64×64-tile kernel, the tensor cores fed by
+// wgmma.mma_async instead of mma.sync.
+//
+// gemm_large_m.cu's pipelined kernel issues mma.sync.m16n8k16 from registers: 96 a
+// warp a step, each with its A fragments read from shared memory, and stalls between
+// them (~90 TFLOP/s counted once on the H200; cuBLAS's plain bf16 reaches 469–712).
+// Here the two operands swap roles, so that the one with the awkward layout goes
+// through registers: a wgmma multiplies A = 64 weight rows (output columns), from
+// registers, by B = the tile's BM x rows (64 or 128) in one of x's bf16 planes, from
+// shared memory through a descriptor. An output element's products and their sum
+// are the same with the operands swapped (bf16 products are exact; the MMA sums the
+// same 16 slots onto the same accumulator), and wgmma gives mma.sync's bits
+// (wgmma.cuh), so each element runs the 64×64 kernel's arithmetic:
+//  - per 128-wide k chunk from zero, per 32-wide step q = 0 then 1, the planes lo,
+//    mid, hi accumulate onto the same registers; the chunk partials fold r = ((0 + p0)
+//    + p1) + … (gemm_common.cuh's fold_chunk);
+//  - slot 2t + e of step q holds k 8t + 4q + e and slot 2t + 8 + e holds k 8t + 4q +
+//    2 + e (t = 0 … 3, e = 0, 1; gemm.cu). The weights' natural 16-byte piece 8t … 8t
+//    + 7 is exactly lane t's A registers of both steps, so A is one 16-byte shared
+//    read a row; x's planes are written by the split straight into that slot order.
+// A block is two warpgroups (64 weight rows each) over one BM × 128 tile:
+//  - the raw operands of kStages steps are in flight (gemm_large_m_stage.cuh);
+//  - after a step's wgmmas are issued the block splits the next step's x into three
+//    plane buffers (B operands: core matrices of 8 x rows × 8 slots, 128 bytes each;
+//    the two of a k16 step 128 bytes apart, row groups 256 apart), so the split runs
+//    on the CUDA cores while the tensor cores multiply; with three buffers a step needs
+//    one barrier (a buffer is rewritten two steps after the wgmmas that read it, which
+//    every thread has waited for by then);
+//  - at a chunk boundary each warpgroup waits for its wgmmas and folds.
+// Compiled for sm_90a alone (the object library pkv_backend_cuda_sm90a): a device
+// without that image keeps the mma.sync kernel (gemm_wgmma_enabled).
+#include "backend/cuda/gemm_wgmma.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/gemm_common.cuh"
+#include "backend/cuda/gemm_large_m_stage.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/wgmma.cuh"
+#include "util/knobs.h"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+using namespace gemm_detail;
+
+constexpr int kThreads = 256;  // two warpgroups
+constexpr int kStages = 4;     // raw k steps in shared memory
+constexpr int kPlaneBuffers = 3;
+constexpr int kStepsAChunk = kKChunk / kLargeMBK;
+static_assert(kStages >= 3, "the split reads step s + 1 while step s + kStages − 1 loads");
+
+// Shared memory of a BM-row tile: kStages raw steps, then three buffers of a step's B
+// operands — (plane, q) at (plane · 2 + q) · kPlaneQ, and in it x row r's 16 slots at
+// (r / 8) · 256 + core · 128 + (r % 8) · 16 (core 0: slots 0–7, core 1: slots 8–15).
+template <int BM>
+struct WgTile {
+  using Stage = LargeMStage<BM, kThreads>;
+  static constexpr int kPlaneQ = BM * 16 * 2;  // BM rows × 16 slots, bf16
+  static constexpr int kPlaneBuffer = 3 * 2 * kPlaneQ;
+  static constexpr int kSmem = kStages * Stage::kBytes + kPlaneBuffers * kPlaneBuffer;
+  static constexpr int kAcc = BM / 2;         // a thread's accumulators: 64 × BM over 128 threads
+  static constexpr int kSplitUnits = 2 * BM;  // (row, q) units a step; one a thread
+  static_assert(kSplitUnits <= kThreads, "one split unit a thread");
+};
+
+template <int BM>
+__device__ __forceinline__ void wgmma_step(float (&d)[BM / 2], const uint32_t (&a)[4],
+                                           uint64_t desc);
+template <>
+__device__ __forceinline__ void wgmma_step<64>(float (&d)[32], const uint32_t (&a)[4],
+                                               uint64_t desc) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  wgmma::wgmma_m64n64k16(d, a, desc);
+#endif
+}
+template <>
+__device__ __forceinline__ void wgmma_step<128>(float (&d)[64], const uint32_t (&a)[4],
+                                                uint64_t desc) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  wgmma::wgmma_m64n128k16(d, a, desc);
+#endif
+}
+
+// kPlanes: gemm_planes() (3; 2 or 1 drop lo, then mid), a template parameter so that
+// the wgmmas of a step are issued back to back without a branch between them.
+template <int BM, int kPlanes>
+__global__ void __launch_bounds__(kThreads, BM == 128 ? 1 : 2)
+    gemm_bf16_wgmma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
+                           const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // never launched: gemm_wgmma_enabled() finds no sm_90a image
+#else
+  using T = WgTile<BM>;
+  constexpr int kStageBytes = T::Stage::kBytes;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * kLargeMBN;
+  const int steps = static_cast<int>((K + kLargeMBK - 1) / kLargeMBK);
+  const unsigned smem_base = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned planes_base = smem_base + kStages * kStageBytes;
+
+  const LargeMStageCopy<BM, kThreads> copy(x, M, K, w, N, m0, n0, tid);
+  auto load_step = [&](int s) { copy.load(s, smem_base + (s % kStages) * kStageBytes); };
+
+  // Step s's x (raw slot s % kStages) into plane buffer s % 3: this thread's unit is x
+  // row r = tid % BM, step q = tid / BM — pieces 2t' + q (k 8t' + 4q … + 3) for t' = 0
+  // … 3, at (2t' + q) ^ (r & 7) in the raw row — written as each plane's two core rows.
+  // (Its shared loads issued before the step's wgmmas instead, in registers until
+  // after them, measured 0.96–0.98×: H200, 2026-12-04.)
+  auto split_step = [&](int s) {
+    if (tid < T::kSplitUnits) {
+      const int r = tid % BM, q = tid / BM;
+      const auto* xr = reinterpret_cast<const float4*>(smem + (s % kStages) * kStageBytes);
+      uint32_t p[3][2][4];  // [plane hi, mid, lo][core][t']
+#pragma unroll
+      for (int tp = 0; tp < 4; ++tp) {
+        const float4 v = xr[r * 8 + ((2 * tp + q) ^ (r & 7))];
+        split_pair(v.x, v.y, p[0][0][tp], p[1][0][tp], p[2][0][tp]);
+        split_pair(v.z, v.w, p[0][1][tp], p[1][1][tp], p[2][1][tp]);
+      }
+      unsigned char* out = smem + kStages * kStageBytes + (s % kPlaneBuffers) * T::kPlaneBuffer +
+                           (r >> 3) * 256 + (r & 7) * 16;
+#pragma unroll
+      for (int pl = 0; pl < 3; ++pl)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          *reinterpret_cast<uint4*>(out + (pl * 2 + q) * T::kPlaneQ + c * 128) =
+              make_uint4(p[pl][c][0], p[pl][c][1], p[pl][c][2], p[pl][c][3]);
+    }
+    wgmma::fence_shared_writes();
+  };
+
+  float acc[T::kAcc], total[T::kAcc];
+#pragma unroll
+  for (int i = 0; i < T::kAcc; ++i) acc[i] = total[i] = 0.0f;
+
+  // Step s's wgmmas: A = this warp's weight rows (wg · 64 + (warp % 4) · 16 + g, + 8),
+  // k 8t … 8t + 7 — step q = 0's registers {row g .x, row g+8 .x, row g .y, row g+8 .y},
+  // q = 1's the .z and .w halves; B = plane buffer s % 3.
+  const int w_row = (warp >> 2) * 64 + (warp & 3) * 16 + g;
+  auto mma_step = [&](int s) {
+    const unsigned char* wr = smem + (s % kStages) * kStageBytes + T::Stage::kXBytes;
+    const uint4 lo = *reinterpret_cast<const uint4*>(wr + w_row * 64 + 16 * t);
+    const uint4 hi = *reinterpret_cast<const uint4*>(wr + (w_row + 8) * 64 + 16 * t);
+    const uint32_t a[2][4] = {{lo.x, hi.x, lo.y, hi.y}, {lo.z, hi.z, lo.w, hi.w}};
+    const unsigned b = planes_base + (s % kPlaneBuffers) * T::kPlaneBuffer;
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+    wgmma::fence();
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+      for (int pl = kPlanes - 1; pl >= 0; --pl) {  // lo, mid, hi
+        wgmma_step<BM>(acc, a[q],
+                       wgmma::k_major_descriptor(b + (pl * 2 + q) * T::kPlaneQ, 128, 256));
+      }
+    wgmma::commit();
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+  };
+
+  enter_kernel();
+  // Steps 0 … kStages − 2 in flight (one commit group a step, empty past K, so the
+  // group count stays a step count); then step 0's planes.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) load_step(s);
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 2>();
+  __syncthreads();
+  split_step(0);
+
+  for (int s = 0; s < steps; ++s) {
+    cp_async_wait<kStages - 3>();  // step s + 1's copies (this thread's)
+    __syncthreads();  // ... and every thread's; step s's planes written; step s − 1's raw
+                      // slot read (weights and split), and the wgmmas that read plane
+                      // buffer (s + 1) % 3, step s − 2's, waited for by every thread
+    if (s > 0 && s % kStepsAChunk == 0) {  // a chunk boundary: its partial is complete
+      wgmma::wait<0>();
+#pragma unroll
+      for (int i = 0; i < T::kAcc; ++i) {
+        wgmma::pin(acc[i]);
+        total[i] = total[i] + acc[i];
+        acc[i] = 0.0f;
+      }
+    }
+    mma_step(s);
+    if (s + 1 < steps) split_step(s + 1);
+    // Step s + kStages − 1 into step s − 1's slot, after the split's proxy fence (which
+    // would otherwise wait for these copies to land).
+    if (s + kStages - 1 < steps) load_step(s + kStages - 1);
+    cp_async_commit();
+    wgmma::wait<1>();  // step s − 1's wgmmas (plane buffer (s + 2) % 3, split next step)
+  }
+  wgmma::wait<0>();
+  cp_async_wait<0>();  // the empty groups' (nothing left to land, but no copy outlives the block)
+
+  // Accumulator i of lane (g, t) in warp (wg, wi): weight row (output column) wg · 64 +
+  // wi · 16 + g + 8h, x row 8j + 2t + e (i = 4j + 2h + e).
+#pragma unroll
+  for (int i = 0; i < T::kAcc; ++i) {
+    wgmma::pin(acc[i]);
+    const int j = i >> 2, h = (i >> 1) & 1, e = i & 1;
+    const int64_t r = m0 + 8 * j + 2 * t + e, c = n0 + w_row + 8 * h;
+    if (r < M && c < N) y[r * N + c] = total[i] + acc[i];
+  }
+#endif
+}
+
+template <int BM, int kPlanes>
+Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                    float* y, cudaStream_t stream) {
+  auto kernel = gemm_bf16_wgmma_kernel<BM, kPlanes>;
+  constexpr int kSmem = WgTile<BM>::kSmem;
+  PKV_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
+                  static_cast<unsigned>((m + BM - 1) / BM));
+  return launch_kernel(
+      BM == 128 ? "gemm_bf16_wgmma_kernel (128 rows)" : "gemm_bf16_wgmma_kernel (64 rows)", kernel,
+      grid, kThreads, kSmem, stream, x, m, k, w, n, y);
+}
+
+// Whether the current device runs the sm_90a image: compute capability 9.0, and the
+// runtime finds the kernel for it. Asked once (one device kind per process).
+bool device_has_wgmma() {
+  static const bool has = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (major != 9 || minor != 0) return false;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, gemm_bf16_wgmma_kernel<128, 3>) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return true;
+  }();
+  return has;
+}
+
+std::atomic<bool>& wgmma_switch() {
+  static std::atomic<bool> on{env_i64("PAGEDKV_CUDA_GEMM_WGMMA").value_or(1) != 0};
+  return on;
+}
+
+}  // namespace
+
+bool gemm_wgmma_enabled() {
+  return wgmma_switch().load(std::memory_order_relaxed) && device_has_wgmma();
+}
+
+bool set_gemm_wgmma(bool on) { return wgmma_switch().exchange(on); }
+
+Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n, float* y,
+                  int rows, cudaStream_t stream) {
+  if (k % 8 != 0 || (rows != 64 && rows != 128))
+    return invalid_argument("cuda gemm_wgmma: k=" + std::to_string(k) +
+                            " rows=" + std::to_string(rows) +
+                            " (needs k a multiple of 8 and a tile of 64 or 128 rows)");
+  switch (gemm_planes() * 1000 + rows) {
+    case 3128:
+      return launch_wgmma<128, 3>(x, m, k, w, n, y, stream);
+    case 3064:
+      return launch_wgmma<64, 3>(x, m, k, w, n, y, stream);
+    case 2128:
+      return launch_wgmma<128, 2>(x, m, k, w, n, y, stream);
+    case 2064:
+      return launch_wgmma<64, 2>(x, m, k, w, n, y, stream);
+    case 1128:
+      return launch_wgmma<128, 1>(x, m, k, w, n, y, stream);
+    default:
+      return launch_wgmma<64, 1>(x, m, k, w, n, y, stream);
+  }
+}
+
+}  // namespace pagedkv::backend::cuda

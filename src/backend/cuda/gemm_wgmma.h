@@ -1,0 +1,28 @@
+// The large-M GEMM on Hopper's warpgroup MMA (gemm_wgmma.cu): y = x · Wᵀ for x [m][k]
+// f32 (16-byte aligned), W [n][k] bf16, y [m][n] f32, with the bits of gemm.cu's
+// 64×64-tile kernel and gemm_large_m.cu's pipelined kernel. gemm_large_m() runs it in
+// their place where the device has it (docs/backend.md, "CUDA").
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "pagedkv/status.h"
+
+namespace pagedkv::backend::cuda {
+
+// Whether gemm_large_m() takes the wgmma kernel: the current device is an sm_90 part
+// (H100 / H200: wgmma is compiled for sm_90a alone, so nothing else has the kernel)
+// and PAGEDKV_CUDA_GEMM_WGMMA (read once) or set_gemm_wgmma did not turn it off.
+// Speed only: both kernels give the same bits. set_gemm_wgmma(false) forces the
+// mma.sync kernel (tests, A/B runs) and returns the setting it replaced.
+bool gemm_wgmma_enabled();
+bool set_gemm_wgmma(bool on);
+
+// rows: the tile's x rows, 128 or 64 (gemm_large_m_rows). K a multiple of 8.
+Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n, float* y,
+                  int rows, cudaStream_t stream);
+
+}  // namespace pagedkv::backend::cuda
