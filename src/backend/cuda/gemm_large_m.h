@@ -1,6 +1,8 @@
-// The pipelined large-M GEMM's launcher (gemm_large_m.cu), called by gemm() in gemm.cu
-// for bf16 weights past the small-M kernels: x [m][k] f32 (16-byte aligned), w [n][k]
-// bf16, y [m][n] f32 — the bits of gemm.cu's 64×64-tile kernel (docs/backend.md, "CUDA").
+// The large-M GEMM's launcher (gemm_large_m.cu), called by gemm() in gemm.cu for bf16
+// weights past the small-M kernels: x [m][k] f32 (16-byte aligned), w [n][k] bf16, y
+// [m][n] f32 — the bits of gemm.cu's 64×64-tile kernel (docs/backend.md, "CUDA"). It
+// runs the wgmma kernel (gemm_wgmma.cu) where the device has it, else the pipelined
+// mma.sync kernel, in the tile rows gemm_large_m_rows chooses.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -1,7 +1,8 @@
 // The raw k steps of the large-M GEMM kernels (gemm_large_m.cu's mma.sync kernel and
 // gemm_wgmma.cu's wgmma kernel): a tile of BM rows of x and kBN rows of the weights,
-// 32 k a step, copied global → shared with cp.async, several steps ahead of the
-// arithmetic. One stage holds
+// 32 k a step, copied global → shared several steps ahead of the arithmetic (here
+// with cp.async, LargeMStageCopy; the wgmma kernel's TMA writes the same layout). One
+// stage holds
 //  - x as f32 rows of 32 (128 bytes); 16-byte piece p of row r sits at p ^ (r & 7),
 //    so a split that reads one piece of eight consecutive rows is conflict-free;
 //  - then the weights as bf16 rows of 32 (64 bytes), in k order.

@@ -20,7 +20,11 @@
 //    + 7 is exactly lane t's A registers of both steps, so A is one 16-byte shared
 //    read a row; x's planes are written by the split straight into that slot order.
 // A block is two warpgroups (64 weight rows each) over one BM × 128 tile:
-//  - the raw operands of kStages steps are in flight (gemm_large_m_stage.cuh);
+//  - the raw operands of kStages steps are in flight (gemm_large_m_stage.cuh's stage
+//    layout), each step's two boxes copied by one thread with the TMA (tma.cuh; x's
+//    box with the 128-byte swizzle, which is that layout's piece ^ (row & 7)) and
+//    awaited on the slot's mbarrier — the copies cost the other threads nothing, and
+//    the split's proxy fence has no copies of its own thread to wait for;
 //  - after a step's wgmmas are issued the block splits the next step's x into three
 //    plane buffers (B operands: core matrices of 8 x rows × 8 slots, 128 bytes each;
 //    the two of a k16 step 128 bytes apart, row groups 256 apart), so the split runs
@@ -28,10 +32,16 @@
 //    one barrier (a buffer is rewritten two steps after the wgmmas that read it, which
 //    every thread has waited for by then);
 //  - at a chunk boundary each warpgroup waits for its wgmmas and folds.
+// Measured and dropped (H200, 2026-12-04; docs/performance.md, "The large-M GEMM on
+// wgmma"): cp.async copies by every thread (0.95× of the TMA), the split's loads before
+// the wgmma issue (0.96–0.98×), a third warpgroup that only splits (0.90×).
 // Compiled for sm_90a alone (the object library pkv_backend_cuda_sm90a): a device
-// without that image keeps the mma.sync kernel (gemm_wgmma_enabled).
+// without that image, or a driver without cuTensorMapEncodeTiled, keeps the mma.sync
+// kernel (gemm_wgmma_enabled).
 #include "backend/cuda/gemm_wgmma.h"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -44,6 +54,7 @@
 #include "backend/cuda/gemm_large_m_stage.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/tma.cuh"
 #include "backend/cuda/wgmma.cuh"
 #include "util/knobs.h"
 
@@ -66,7 +77,10 @@ struct WgTile {
   using Stage = LargeMStage<BM, kThreads>;
   static constexpr int kPlaneQ = BM * 16 * 2;  // BM rows × 16 slots, bf16
   static constexpr int kPlaneBuffer = 3 * 2 * kPlaneQ;
-  static constexpr int kSmem = kStages * Stage::kBytes + kPlaneBuffers * kPlaneBuffer;
+  // + the stages' barriers, + 1 KiB to align the stages to 1,024 bytes (the TMA's
+  // 128-byte swizzle repeats every 8 rows of 128 bytes).
+  static constexpr int kBarriers = kStages * Stage::kBytes + kPlaneBuffers * kPlaneBuffer;
+  static constexpr int kSmem = kBarriers + kStages * 8 + 1024;
   static constexpr int kAcc = BM / 2;         // a thread's accumulators: 64 × BM over 128 threads
   static constexpr int kSplitUnits = 2 * BM;  // (row, q) units a step; one a thread
   static_assert(kSplitUnits <= kThreads, "one split unit a thread");
@@ -95,27 +109,45 @@ __device__ __forceinline__ void wgmma_step<128>(float (&d)[64], const uint32_t (
 template <int BM, int kPlanes>
 __global__ void __launch_bounds__(kThreads, BM == 128 ? 1 : 2)
     gemm_bf16_wgmma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
-                           const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y) {
+                           const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
+                           const __grid_constant__ CUtensorMap x_map,
+                           const __grid_constant__ CUtensorMap w_map) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // never launched: gemm_wgmma_enabled() finds no sm_90a image
 #else
   using T = WgTile<BM>;
   constexpr int kStageBytes = T::Stage::kBytes;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const unsigned raw_base = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
+  const unsigned smem_base = (raw_base + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (smem_base - raw_base);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * kLargeMBN;
   const int steps = static_cast<int>((K + kLargeMBK - 1) / kLargeMBK);
-  const unsigned smem_base = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   const unsigned planes_base = smem_base + kStages * kStageBytes;
+  const unsigned barriers = smem_base + T::kBarriers;  // stage i's at + 8i
 
-  const LargeMStageCopy<BM, kThreads> copy(x, M, K, w, N, m0, n0, tid);
-  auto load_step = [&](int s) { copy.load(s, smem_base + (s % kStages) * kStageBytes); };
+  // Step s into slot s % kStages: thread 0 copies both boxes with the TMA (x's with the
+  // 128-byte swizzle, which is the stage layout's p ^ (r & 7)) and announces their
+  // bytes on the slot's barrier; wait_step(s) returns once they have landed.
+  auto load_step = [&](int s) {
+    if (tid != 0) return;
+    const unsigned slot = smem_base + (s % kStages) * kStageBytes,
+                   bar = barriers + 8 * (s % kStages);
+    tma::arrive_expect_bytes(bar, kStageBytes);
+    tma::load_2d(slot, x_map, s * kLargeMBK, static_cast<int>(m0), bar);
+    tma::load_2d(slot + T::Stage::kXBytes, w_map, s * kLargeMBK, static_cast<int>(n0), bar);
+  };
+  auto wait_step = [&](int s) { tma::wait_phase(barriers + 8 * (s % kStages), (s / kStages) & 1); };
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) tma::barrier_init(barriers + 8 * i, 1);
+    tma::barrier_init_fence();
+  }
+  __syncthreads();
 
   // Step s's x (raw slot s % kStages) into plane buffer s % 3: this thread's unit is x
   // row r = tid % BM, step q = tid / BM — pieces 2t' + q (k 8t' + 4q … + 3) for t' = 0
   // … 3, at (2t' + q) ^ (r & 7) in the raw row — written as each plane's two core rows.
-  // (Its shared loads issued before the step's wgmmas instead, in registers until
-  // after them, measured 0.96–0.98×: H200, 2026-12-04.)
   auto split_step = [&](int s) {
     if (tid < T::kSplitUnits) {
       const int r = tid % BM, q = tid / BM;
@@ -152,7 +184,10 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 1 : 2)
     const uint4 lo = *reinterpret_cast<const uint4*>(wr + w_row * 64 + 16 * t);
     const uint4 hi = *reinterpret_cast<const uint4*>(wr + (w_row + 8) * 64 + 16 * t);
     const uint32_t a[2][4] = {{lo.x, hi.x, lo.y, hi.y}, {lo.z, hi.z, lo.w, hi.w}};
-    const unsigned b = planes_base + (s % kPlaneBuffers) * T::kPlaneBuffer;
+    // The step's six descriptors differ only in their start address (the low 14 bits,
+    // in 16-byte units, which no offset here carries past).
+    const uint64_t desc =
+        wgmma::k_major_descriptor(planes_base + (s % kPlaneBuffers) * T::kPlaneBuffer, 128, 256);
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
     wgmma::fence();
@@ -160,8 +195,7 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 1 : 2)
     for (int q = 0; q < 2; ++q)
 #pragma unroll
       for (int pl = kPlanes - 1; pl >= 0; --pl) {  // lo, mid, hi
-        wgmma_step<BM>(acc, a[q],
-                       wgmma::k_major_descriptor(b + (pl * 2 + q) * T::kPlaneQ, 128, 256));
+        wgmma_step<BM>(acc, a[q], desc + static_cast<uint64_t>((pl * 2 + q) * T::kPlaneQ / 16));
       }
     wgmma::commit();
 #pragma unroll
@@ -169,22 +203,20 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 1 : 2)
   };
 
   enter_kernel();
-  // Steps 0 … kStages − 2 in flight (one commit group a step, empty past K, so the
-  // group count stays a step count); then step 0's planes.
+  // Steps 0 … kStages − 2 in flight; then step 0's planes.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < steps) load_step(s);
-    cp_async_commit();
   }
-  cp_async_wait<kStages - 2>();
+  wait_step(0);
   __syncthreads();
   split_step(0);
 
   for (int s = 0; s < steps; ++s) {
-    cp_async_wait<kStages - 3>();  // step s + 1's copies (this thread's)
-    __syncthreads();  // ... and every thread's; step s's planes written; step s − 1's raw
-                      // slot read (weights and split), and the wgmmas that read plane
-                      // buffer (s + 1) % 3, step s − 2's, waited for by every thread
+    if (s + 1 < steps) wait_step(s + 1);
+    __syncthreads();  // step s's planes written; step s − 1's raw slot read (weights and
+                      // split), and the wgmmas that read plane buffer (s + 1) % 3, step
+                      // s − 2's, waited for by every thread
     if (s > 0 && s % kStepsAChunk == 0) {  // a chunk boundary: its partial is complete
       wgmma::wait<0>();
 #pragma unroll
@@ -196,14 +228,11 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 1 : 2)
     }
     mma_step(s);
     if (s + 1 < steps) split_step(s + 1);
-    // Step s + kStages − 1 into step s − 1's slot, after the split's proxy fence (which
-    // would otherwise wait for these copies to land).
+    // Step s + kStages − 1 into step s − 1's slot.
     if (s + kStages - 1 < steps) load_step(s + kStages - 1);
-    cp_async_commit();
     wgmma::wait<1>();  // step s − 1's wgmmas (plane buffer (s + 2) % 3, split next step)
   }
   wgmma::wait<0>();
-  cp_async_wait<0>();  // the empty groups' (nothing left to land, but no copy outlives the block)
 
   // Accumulator i of lane (g, t) in warp (wg, wi): weight row (output column) wg · 64 +
   // wi · 16 + g + 8h, x row 8j + 2t + e (i = 4j + 2h + e).
@@ -217,6 +246,41 @@ __global__ void __launch_bounds__(kThreads, BM == 128 ? 1 : 2)
 #endif
 }
 
+// cuTensorMapEncodeTiled from the driver (through the runtime: nothing links the
+// driver library), or null.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A row-major [rows][cols] tensor's map for boxes of box_rows × 32 elements.
+Status encode_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, int64_t rows,
+                  int64_t cols, int elem_bytes, int box_rows, CUtensorMapSwizzle swizzle) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * elem_bytes};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kLargeMBK), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r =
+      tensor_map_encoder()(map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return internal_error("cuda gemm_wgmma: cuTensorMapEncodeTiled failed (CUresult " +
+                          std::to_string(static_cast<int>(r)) + ") for a " + std::to_string(rows) +
+                          " × " + std::to_string(cols) + " tensor");
+  return ok_status();
+}
+
 template <int BM, int kPlanes>
 Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                     float* y, cudaStream_t stream) {
@@ -224,11 +288,16 @@ Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w
   constexpr int kSmem = WgTile<BM>::kSmem;
   PKV_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CUtensorMap x_map{}, w_map{};
+  PKV_RETURN_IF_ERROR(encode_map(&x_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, x, m, k, 4, BM,
+                                 CU_TENSOR_MAP_SWIZZLE_128B));
+  PKV_RETURN_IF_ERROR(encode_map(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, n, k, 2, kLargeMBN,
+                                 CU_TENSOR_MAP_SWIZZLE_NONE));
   const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
                   static_cast<unsigned>((m + BM - 1) / BM));
   return launch_kernel(
       BM == 128 ? "gemm_bf16_wgmma_kernel (128 rows)" : "gemm_bf16_wgmma_kernel (64 rows)", kernel,
-      grid, kThreads, kSmem, stream, x, m, k, w, n, y);
+      grid, kThreads, kSmem, stream, x, m, k, w, n, y, x_map, w_map);
 }
 
 // Whether the current device runs the sm_90a image: compute capability 9.0, and the
@@ -242,7 +311,7 @@ bool device_has_wgmma() {
       (void)cudaGetLastError();
       return false;
     }
-    if (major != 9 || minor != 0) return false;
+    if (major != 9 || minor != 0 || tensor_map_encoder() == nullptr) return false;
     cudaFuncAttributes attr{};
     if (cudaFuncGetAttributes(&attr, gemm_bf16_wgmma_kernel<128, 3>) != cudaSuccess) {
       (void)cudaGetLastError();
