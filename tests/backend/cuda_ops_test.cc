@@ -271,8 +271,9 @@ class WgmmaSwitch {
 // gemm.cu's 64×64-tile kernel, bit for bit: rows past a tile (65, 130, 200, 257), K with
 // a tail in every unit they work in (a 32-wide step: 200, 1000; past a 128-wide chunk:
 // 1032, 2056) and over several chunks (1024 … 3072, so the chunk folds run), N past a
-// 128-wide tile and odd (the epilogue's single stores), and the LM head's rows at 33 and
-// 64 (the small-M dispatch's large path). K = 37 is not a multiple of 8: all fall back.
+// 128-wide tile and odd (the epilogue's single stores), the LM head's rows at 33 and 64
+// (the small-M dispatch's large path), and 9 and 30 rows (the wgmma kernel's 16- and
+// 32-row tiles in place of a 64-row one). K = 37 is not a multiple of 8: all fall back.
 TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
   SmallMPath large(GemmSmallM::kLargeM);
   {
@@ -286,7 +287,8 @@ TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
   };
   for (const Shape& sh :
        {Shape{65, 200, 136}, Shape{130, 1024, 300}, Shape{200, 1032, 1001}, Shape{257, 3072, 264},
-        Shape{96, 1000, 2100}, Shape{300, 37, 100}, Shape{33, 2056, 520}, Shape{64, 2048, 8200}}) {
+        Shape{96, 1000, 2100}, Shape{300, 37, 100}, Shape{33, 2056, 520}, Shape{64, 2048, 8200},
+        Shape{9, 1032, 520}, Shape{30, 2048, 300}}) {
     SCOPED_TRACE("M=" + std::to_string(sh.m) + " K=" + std::to_string(sh.k) +
                  " N=" + std::to_string(sh.n));
     auto w = randn(sh.n * sh.k, 51, 0.05f);

@@ -35,6 +35,7 @@
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_large_m.h"
 #include "backend/cuda/gemm_small_m.h"
+#include "backend/cuda/gemm_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "util/knobs.h"
@@ -462,13 +463,17 @@ int64_t cluster_tile_min_m() {
 }
 
 // Rows from which outputs at least 8,192 wide (the LM head) take the large-M kernel
-// (PAGEDKV_CUDA_GEMM_WIDE_LARGE_MIN_M, default 17; read once). Speed only. Measured
-// on the H200 (docs/performance.md, "The pipelined large-M GEMM"): the LM head at
-// 32 rows 329 µs in the warp kernel's two 16-row bands, 231 µs in the pipelined
-// kernel's 64-row tiles; 32 requests end to end 1.03–1.05×.
+// (PAGEDKV_CUDA_GEMM_WIDE_LARGE_MIN_M; read once): by default 1 where the wgmma kernel
+// runs (gemm_wgmma.h), else 17. Speed only. Measured on the H200 (docs/performance.md):
+// the pipelined mma.sync kernel's 64-row tiles won from 17 rows (the LM head at 32
+// rows 231 against the warp kernel's 329 µs); the wgmma kernel's 16- and 32-row tiles
+// win from one row (1 row 89 against 106 µs, 8 rows 91 against 115, 32 rows 99).
 int64_t wide_large_min_m() {
-  static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_WIDE_LARGE_MIN_M", 17);
-  return min_m;
+  static const std::optional<int64_t> forced = [] {
+    const std::optional<int64_t> v = env_i64("PAGEDKV_CUDA_GEMM_WIDE_LARGE_MIN_M");
+    return v && *v > 0 ? v : std::nullopt;
+  }();
+  return forced ? *forced : gemm_wgmma_enabled() ? 1 : 17;
 }
 
 // The kernel for m ≤ 64 rows when none is forced (speed only; docs/performance.md).
@@ -477,11 +482,13 @@ int64_t wide_large_min_m() {
 // kernel's 8-column blocks for K ≤ 1024 (one round of chunks: q/k/v, gate/up) and
 // loses for longer K, but not over its 16-column blocks (outputs ≥ 4096 wide);
 // for the LM head's width the large-M kernel wins from wide_large_min_m() rows (17:
-// the pipelined kernel's 64-row tiles, gemm_large_m.cu). From
+// the large-M kernels' tiles, gemm_large_m.cu; from one row on wgmma). From
 // cluster_tile_min_m() rows (49) the layer projections take the cluster tile kernel.
 GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
+  if (n >= 8192)
+    return m >= wide_large_min_m() && gemm_large_m_rows(m, k, n) != 0 ? GemmSmallM::kLargeM
+                                                                      : GemmSmallM::kWarpChunks;
   if (m <= 16) return GemmSmallM::kWarpChunks;
-  if (n >= 8192) return m >= wide_large_min_m() ? GemmSmallM::kLargeM : GemmSmallM::kWarpChunks;
   if (m >= cluster_tile_min_m() && gemm_cluster_tile_supports(m, k))
     return GemmSmallM::kClusterTile;
   // 16 columns a block (decode_wide_min_n): 1.10–1.15× the cluster kernel at 32–64

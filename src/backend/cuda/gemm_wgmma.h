@@ -21,7 +21,8 @@ namespace pagedkv::backend::cuda {
 bool gemm_wgmma_enabled();
 bool set_gemm_wgmma(bool on);
 
-// rows: the tile's x rows, 128 or 64 (gemm_large_m_rows). K a multiple of 8.
+// rows: the tile's x rows, 128 or 64 (gemm_large_m_rows; at most 32 rows take a tile of
+// 16 or 32 instead of 64). K a multiple of 8.
 Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n, float* y,
                   int rows, cudaStream_t stream);
 
