@@ -94,38 +94,6 @@ struct WgTile {
   static_assert(kSplitUnits <= kThreads, "one split unit a thread");
 };
 
-template <int BM>
-__device__ __forceinline__ void wgmma_step(float (&d)[BM / 2], const uint32_t (&a)[4],
-                                           uint64_t desc);
-template <>
-__device__ __forceinline__ void wgmma_step<16>(float (&d)[8], const uint32_t (&a)[4],
-                                               uint64_t desc) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  wgmma::wgmma_m64n16k16(d, a, desc);
-#endif
-}
-template <>
-__device__ __forceinline__ void wgmma_step<32>(float (&d)[16], const uint32_t (&a)[4],
-                                               uint64_t desc) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  wgmma::wgmma_m64n32k16(d, a, desc);
-#endif
-}
-template <>
-__device__ __forceinline__ void wgmma_step<64>(float (&d)[32], const uint32_t (&a)[4],
-                                               uint64_t desc) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  wgmma::wgmma_m64n64k16(d, a, desc);
-#endif
-}
-template <>
-__device__ __forceinline__ void wgmma_step<128>(float (&d)[64], const uint32_t (&a)[4],
-                                                uint64_t desc) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  wgmma::wgmma_m64n128k16(d, a, desc);
-#endif
-}
-
 // kPlanes: gemm_planes() (3; 2 or 1 drop lo, then mid), a template parameter so that
 // the wgmmas of a step are issued back to back without a branch between them.
 template <int BM, int kPlanes>
@@ -217,7 +185,8 @@ __global__ void __launch_bounds__(kThreads, WgTile<BM>::kBlocksAnSm)
     for (int q = 0; q < 2; ++q)
 #pragma unroll
       for (int pl = kPlanes - 1; pl >= 0; --pl) {  // lo, mid, hi
-        wgmma_step<BM>(acc, a[q], desc + static_cast<uint64_t>((pl * 2 + q) * T::kPlaneQ / 16));
+        wgmma::mma_m64k16<BM>(acc, a[q],
+                              desc + static_cast<uint64_t>((pl * 2 + q) * T::kPlaneQ / 16));
       }
     wgmma::commit();
 #pragma unroll

@@ -125,4 +125,19 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
 }
 
+// The m64nNk16 above for N = 16, 32, 64 or 128.
+template <int N>
+__device__ __forceinline__ void mma_m64k16(float (&d)[N / 2], const uint32_t (&a)[4],
+                                           uint64_t b_desc) {
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128, "wgmma shapes wrapped here");
+  if constexpr (N == 16)
+    wgmma_m64n16k16(d, a, b_desc);
+  else if constexpr (N == 32)
+    wgmma_m64n32k16(d, a, b_desc);
+  else if constexpr (N == 64)
+    wgmma_m64n64k16(d, a, b_desc);
+  else
+    wgmma_m64n128k16(d, a, b_desc);
+}
+
 }  // namespace pagedkv::backend::cuda::wgmma
