@@ -87,8 +87,8 @@ struct WgTile {
   static constexpr int kPlaneBuffer = 3 * 2 * kPlaneQ;
   // + the stages' barriers, + 1 KiB to align the stages to 1,024 bytes (the TMA's
   // 128-byte swizzle repeats every 8 rows of 128 bytes).
-  static constexpr int kBarriers = kStages * Stage::kBytes + kPlaneBuffers * kPlaneBuffer;
-  static constexpr int kSmem = kBarriers + kStages * 8 + 1024;
+  static constexpr int kBarrierOffset = kStages * Stage::kBytes + kPlaneBuffers * kPlaneBuffer;
+  static constexpr int kSmem = kBarrierOffset + kStages * 8 + 1024;
   static constexpr int kAcc = BM / 2;         // a thread's accumulators: 64 × BM over 128 threads
   static constexpr int kSplitUnits = 2 * BM;  // (row, q) units a step; one a thread
   static_assert(kSplitUnits <= kThreads, "one split unit a thread");
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, WgTile<BM>::kBlocksAnSm)
   const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * kLargeMBN;
   const int steps = static_cast<int>((K + kLargeMBK - 1) / kLargeMBK);
   const unsigned planes_base = smem_base + kStages * kStageBytes;
-  const unsigned barriers = smem_base + T::kBarriers;  // stage i's at + 8i
+  const unsigned barriers = smem_base + T::kBarrierOffset;  // stage i's at + 8i
 
   // Step s into slot s % kStages: thread 0 copies both boxes with the TMA (x's with the
   // 128-byte swizzle, which is the stage layout's p ^ (r & 7)) and announces their
@@ -284,9 +284,12 @@ Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w
                                  CU_TENSOR_MAP_SWIZZLE_NONE));
   const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
                   static_cast<unsigned>((m + BM - 1) / BM));
-  return launch_kernel(
-      BM == 128 ? "gemm_bf16_wgmma_kernel (128 rows)" : "gemm_bf16_wgmma_kernel (64 rows)", kernel,
-      grid, kThreads, kSmem, stream, x, m, k, w, n, y, x_map, w_map);
+  constexpr const char* kName = BM == 128  ? "gemm_bf16_wgmma_kernel (128 rows)"
+                                : BM == 64 ? "gemm_bf16_wgmma_kernel (64 rows)"
+                                : BM == 32 ? "gemm_bf16_wgmma_kernel (32 rows)"
+                                           : "gemm_bf16_wgmma_kernel (16 rows)";
+  return launch_kernel(kName, kernel, grid, kThreads, kSmem, stream, x, m, k, w, n, y, x_map,
+                       w_map);
 }
 
 // Whether the current device runs the sm_90a image: compute capability 9.0, and the
