@@ -9,7 +9,9 @@
 //                                       PKV_BENCH_PREFILL_ONLY=1: the copy and the
 //                                       prefill attention rows only; =mma: only the
 //                                       tensor-core kernel's, both operand modes;
-//                                       =mma_bf16: its bf16-operand mode only)
+//                                       =mma_bf16: its bf16-operand mode only; the
+//                                       tensor-core rows run their prefill blocks on
+//                                       wgmma, `_wgmma`, then on mma.sync)
 //
 // Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
 // step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/32/64 rows; launched and graph-
@@ -40,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/attention_wgmma.h"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/gemm_large_m.h"
@@ -292,9 +295,22 @@ void bench_prefill(int32_t len) {
     if (only != nullptr && std::string(only) != "1" &&
         std::string(suffix).rfind(std::string("_") + only, 0) != 0)
       continue;
-    const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs, fn);
-    report(std::string("prefill_attn_paged") + suffix, "1 x " + std::to_string(len) + " causal", ms,
-           flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+    auto run = [&](const std::string& name) {
+      const double ms = attention_ms(1, len, len, true, kc, vc, dt, len / bs, fn);
+      report("prefill_attn_paged" + name, "1 x " + std::to_string(len) + " causal", ms,
+             flops / (ms * 1e-3) / 1e12, "TFLOP/s");
+    };
+    // The tensor-core kernel's prefill blocks on wgmma (attention_wgmma.cu: `_wgmma`)
+    // where the device has it, then on mma.sync: a same-run A/B.
+    const bool mma = std::string(suffix).rfind("_mma", 0) == 0;
+    if (mma && attention_wgmma_enabled()) {
+      run(std::string(suffix) + "_wgmma");
+      set_attention_wgmma(false);
+      run(suffix);
+      set_attention_wgmma(true);
+    } else {
+      run(suffix);
+    }
   }
 }
 

@@ -9,7 +9,10 @@
 // rescaling matters) stay within the CPU tolerance (2e-5 · (1 + |cpu|), as in cuda_ops_test). The
 // tensor-core kernel runs every test once more with bf16 operands (MmaOperands::kBf16), checked
 // against a double-precision reference of bf16-rounded q within the bound the weights' bf16
-// rounding allows (expect_close_bf16). Every test SKIPs without a GPU.
+// rounding allows (expect_close_bf16). On an sm_90 GPU its prefill blocks run on wgmma
+// (attention_wgmma.cu), so its prefill-vs-decode tests compare the wgmma kernel with the
+// mma.sync decode kernels; mma_sync_prefill runs them once more with the mma.sync prefill
+// blocks. Every test SKIPs without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/attention_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/half.h"
 #include "cuda_test_util.h"
@@ -51,7 +55,8 @@ enum class Kernel {
   kMmaPacked,
   kMmaPackedWide,
   kMmaPackedWideTwoRounds,
-  kMmaPackedFirstPartition
+  kMmaPackedFirstPartition,
+  kMmaSyncPrefill
 };
 template <MmaDecodeShape S>
 Status mma_forced(const PagedAttentionParams& p, cudaStream_t stream) {
@@ -63,6 +68,14 @@ Status mma_packed_first_partition(const PagedAttentionParams& p, cudaStream_t st
   PagedAttentionParams first = p;
   first.packed_partitions = 1;
   return paged_attention_mma(first, stream);
+}
+// The tensor-core kernel with its prefill blocks on mma.sync where the wgmma kernel
+// (attention_wgmma.cu) would run them: both must give the decode launches' bits.
+Status mma_sync_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
+  const bool was = set_attention_wgmma(false);
+  const Status s = paged_attention_mma(p, stream);
+  set_attention_wgmma(was);
+  return s;
 }
 AttnFn kernel_fn_of(Kernel k) {
   switch (k) {
@@ -84,6 +97,8 @@ AttnFn kernel_fn_of(Kernel k) {
       return mma_forced<MmaDecodeShape::kPackedWideTwoRounds>;
     case Kernel::kMmaPackedFirstPartition:
       return mma_packed_first_partition;
+    case Kernel::kMmaSyncPrefill:
+      return mma_sync_prefill;
     default:
       return paged_attention;
   }
@@ -108,6 +123,8 @@ std::string kernel_name_of(Kernel k) {
       return "mma_decode_packed_wide_two_rounds";
     case Kernel::kMmaPackedFirstPartition:
       return "mma_packed_first_partition";
+    case Kernel::kMmaSyncPrefill:
+      return "mma_sync_prefill";
     default:
       return "thread_per_key";
   }
@@ -557,7 +574,9 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{32, 2, 128, 100}, Shape{8, 8, 64, 30},
                                          Shape{16, 4, 128, 45}, Shape{16, 16, 128, 0},
                                          Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
-                       ::testing::Values(KernelCase{Kernel::kMma}, bf16(Kernel::kMma))),
+                       ::testing::Values(KernelCase{Kernel::kMma}, bf16(Kernel::kMma),
+                                         KernelCase{Kernel::kMmaSyncPrefill},
+                                         bf16(Kernel::kMmaSyncPrefill))),
     [](const auto& info) {
       return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
     });
@@ -585,7 +604,8 @@ INSTANTIATE_TEST_SUITE_P(
                       bf16(Kernel::kMmaOneWarp), bf16(Kernel::kMmaWide),
                       bf16(Kernel::kMmaWideTwoRounds), bf16(Kernel::kMmaPacked),
                       bf16(Kernel::kMmaPackedWide), bf16(Kernel::kMmaPackedWideTwoRounds),
-                      bf16(Kernel::kMmaPackedFirstPartition)),
+                      bf16(Kernel::kMmaPackedFirstPartition), KernelCase{Kernel::kMmaSyncPrefill},
+                      bf16(Kernel::kMmaSyncPrefill)),
     [](const auto& info) { return kernel_name(info.param); });
 
 class CudaAttentionMmaTest : public CudaTest {};

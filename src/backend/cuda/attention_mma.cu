@@ -31,7 +31,10 @@
 // the run's range zero-filled) and every warp applies them to its 16 rows. Decode
 // launches use one warp and one token a block; prefill launches four warps of
 // 16 / group tokens each, so a chunk of K/V serves 64 query rows. The launch shape
-// (dispatch_shape) changes no bit.
+// (dispatch_shape) changes no bit. On an sm_90 GPU the prefill blocks at head_dim 64
+// and 128 run attention_wgmma.cu's kernel instead: the same rows, operations and
+// order on wgmma, so the same bits. The steps of the order both share are in
+// attention_mma_common.cuh.
 //
 // Supported: bf16 KV, head_dim 16, 32, 64 or 128, group (query heads per KV head) 1, 2, 4, 8
 // or 16, block table or contiguous layout; anything else is an invalid_argument.
@@ -45,7 +48,9 @@
 #include <string>
 
 #include "backend/cuda/attention_check.h"
+#include "backend/cuda/attention_mma_common.cuh"
 #include "backend/cuda/attention_partitions.cuh"
+#include "backend/cuda/attention_wgmma.h"
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemm_common.cuh"
@@ -56,23 +61,9 @@
 namespace pagedkv::backend::cuda {
 namespace {
 
-using gemm_detail::bf16_high;
-using gemm_detail::bf16_low;
-using gemm_detail::bf16x2_rn;
 using gemm_detail::mma_bf16;
-using gemm_detail::split_pair;
+using namespace attention_mma_detail;
 
-// Planes of q and of the softmax weights P an operand mode multiplies.
-__host__ __device__ constexpr int q_planes(MmaOperands o) {
-  return o == MmaOperands::kSplit ? 3 : 1;
-}
-__host__ __device__ constexpr int p_planes(MmaOperands o) {
-  return o == MmaOperands::kSplit ? 2 : 1;
-}
-
-constexpr int kP = kAttnPartition;
-constexpr int kChunk = 32;             // keys a softmax step
-constexpr int kPad = 8;                // bf16 elements of padding a shared row (bank spread)
 constexpr int kDecodeMaxQueryLen = 1;  // launches with no longer run use decode blocks
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
@@ -86,22 +77,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(s));
-}
-
-// p = hi + lo (bf16 planes) of two consecutive weights, as MMA registers.
-__device__ __forceinline__ void split2_pair(float v0, float v1, uint32_t& hi, uint32_t& lo) {
-  hi = bf16x2_rn(v0, v1);
-  lo = bf16x2_rn(v0 - bf16_low(hi), v1 - bf16_high(hi));
-}
-
-constexpr int kChunks = kP / kChunk;  // chunks a partition
-
-// Shared q rows a warp stages: its tokens_per_warp · group rows holding a query, then
-// (when that is under 16) one zero row that the MMA rows past them read. Decode
-// blocks (one token: `group` rows) so hold a 16-row tile in group + 1 shared rows,
-// which leaves room for more blocks an SM; the A operand's values are the same.
-__host__ __device__ constexpr int q_rows_per_warp(int tokens_per_warp, int group) {
-  return tokens_per_warp * group >= 16 ? 16 : tokens_per_warp * group + 1;
 }
 
 template <int D, MmaOperands O>
@@ -140,132 +115,6 @@ __device__ __forceinline__ void cp_async_wait_upto(int left) {
   }
 }
 
-constexpr int kKeyTiles = kChunk / 8;  // 8-key column tiles of a chunk's scores
-
-// The q planes (hi, mid, lo: split_pair; kBf16: hi alone) of `warps` · `rpw` shared
-// rows, [q_planes(O)][warps · rpw][D + kPad] (rpw = q_rows_per_warp): row r is warp
-// r / rpw's row rr = r % rpw, token slot rr / group of that warp's tokens_per_warp
-// from t0, head h0 + rr % group; rows without a token are zero.
-// kInFlight: the float4 loads a thread issues before it converts any (the wide decode
-// blocks' 256 threads have two each).
-template <int D, MmaOperands O, int kInFlight = 8>
-__device__ __forceinline__ void stage_q_planes(const PagedAttentionParams& p, __nv_bfloat16* qs,
-                                               int warps, int rpw, int32_t t0,
-                                               int32_t tokens_per_warp, int32_t t_end,
-                                               int32_t group, int32_t h0, int tid, int threads) {
-  constexpr int RS = D + kPad;
-  const int rows = warps * rpw, total = rows * (D / 4);
-  for (int first = tid; first < total; first += threads * kInFlight) {
-    float4 v[kInFlight];
-#pragma unroll
-    for (int b = 0; b < kInFlight; ++b) {
-      const int idx = first + b * threads;
-      const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
-      const int w = r / rpw, rr = r % rpw, slot = rr / group;
-      const int32_t t = t0 + w * tokens_per_warp + slot;
-      v[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (idx < total && slot < tokens_per_warp && t < t_end)
-        v[b] = *reinterpret_cast<const float4*>(
-            p.q + (static_cast<int64_t>(t) * p.num_heads + h0 + rr % group) * D + d);
-    }
-#pragma unroll
-    for (int b = 0; b < kInFlight; ++b) {
-      const int idx = first + b * threads;
-      if (idx >= total) break;
-      const int r = idx / (D / 4), d = (idx % (D / 4)) * 4;
-      // Four dims a plane in one 8-byte store (rows are RS · 2 = 16-byte multiples).
-      if constexpr (O == MmaOperands::kBf16) {
-        *reinterpret_cast<uint2*>(qs + r * RS + d) =
-            make_uint2(bf16x2_rn(v[b].x, v[b].y), bf16x2_rn(v[b].z, v[b].w));
-      } else {
-        uint32_t pl[3][2];
-        split_pair(v[b].x, v[b].y, pl[0][0], pl[1][0], pl[2][0]);
-        split_pair(v[b].z, v[b].w, pl[0][1], pl[1][1], pl[2][1]);
-#pragma unroll
-        for (int k = 0; k < 3; ++k)
-          *reinterpret_cast<uint2*>(qs + (k * rows + r) * RS + d) = make_uint2(pl[k][0], pl[k][1]);
-      }
-    }
-  }
-}
-
-// The first key a query at `pos` attends to: its sliding window's start (0 without one).
-__device__ __forceinline__ int32_t window_start(const PagedAttentionParams& p, int32_t pos) {
-  return p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
-}
-
-// The keys tokens [b, e) reach together: from the lowest window start to the
-// highest position (hi_pos −1 when the range is empty).
-struct RunKeys {
-  int32_t lo_start, hi_pos;
-};
-__device__ __forceinline__ RunKeys run_keys(const PagedAttentionParams& p, int32_t b, int32_t e) {
-  RunKeys r{INT32_MAX, -1};
-  for (int32_t t = b; t < e; ++t) {
-    const int32_t pos = p.positions[t];
-    r.lo_start = min(r.lo_start, window_start(p, pos));
-    r.hi_pos = max(r.hi_pos, pos);
-  }
-  return r;
-}
-
-// The runs of consecutive tokens of one sequence among a block's tokens [t0, t0 + n)
-// (n ≤ kMaxTok ≤ the block's threads), found by the whole block at once: a run
-// starting at tile offset b holds offsets [b, end[b]), belongs to sequence seq[b] and
-// reaches keys lo[b] … hi[b] (run_keys of its tokens: the same integers in any order).
-template <int kMaxTok>
-struct RunTable {
-  static constexpr int kWarps = (kMaxTok + 31) / 32;  // warps that can hold a token
-  int32_t seq[kMaxTok], end[kMaxTok], lo[kMaxTok], hi[kMaxTok];
-  int32_t last_start[kWarps];  // per warp: its last run start (−1: none)
-};
-
-template <int kMaxTok>
-__device__ void find_runs(const PagedAttentionParams& p, int32_t t0, int32_t n, int tid,
-                          RunTable<kMaxTok>& rt) {
-  const int lane = tid & 31, warp = tid >> 5;
-  const bool live = tid < n;
-  const int32_t sq = live ? (p.token_seq != nullptr ? p.token_seq[t0 + tid] : 0) : 0;
-  const int32_t pos = live ? p.positions[t0 + tid] : -1;
-  if (live) rt.seq[tid] = sq;
-  __syncthreads();
-  const bool starts = live && (tid == 0 || rt.seq[tid - 1] != sq);
-  const uint32_t starters = __ballot_sync(0xffffffffu, starts);
-  if (lane == 0 && warp < RunTable<kMaxTok>::kWarps)
-    rt.last_start[warp] = starters != 0 ? warp * 32 + 31 - __clz(starters) : -1;
-  if (starts) {
-    rt.end[tid] = tid + 1;
-    rt.lo[tid] = INT32_MAX;
-    rt.hi[tid] = -1;
-  }
-  __syncthreads();
-  if (live) {  // into the run of the nearest start at or before this token
-    const uint32_t upto = starters & (0xffffffffu >> (31 - lane));
-    int b = upto != 0 ? warp * 32 + 31 - __clz(upto) : -1;
-    for (int w = warp - 1; b < 0 && w >= 0; --w) b = rt.last_start[w];
-    atomicMax(&rt.end[b], tid + 1);
-    atomicMin(&rt.lo[b], window_start(p, pos));
-    atomicMax(&rt.hi[b], pos);
-  }
-  __syncthreads();
-}
-
-// Element offset of KV head kvh's K (or V) row of (seq, key).
-template <int D, KvLayout L>
-__device__ __forceinline__ int64_t key_offset(const PagedAttentionParams& p, int32_t seq,
-                                              int32_t key, int32_t kvh) {
-  const int64_t row_elems = static_cast<int64_t>(p.num_kv_heads) * D;
-  int64_t off;
-  if constexpr (L == KvLayout::kBlockTable) {
-    const int32_t blk =
-        p.block_tables[static_cast<int64_t>(seq) * p.max_blocks_per_seq + key / p.block_size];
-    off = (static_cast<int64_t>(blk) * p.block_size + key % p.block_size) * row_elems;
-  } else {
-    off = (seq * p.seq_capacity + key) * row_elems;
-  }
-  return off + static_cast<int64_t>(kvh) * D;
-}
-
 // S = q·Kᵀ of one chunk for a warp's 16 MMA rows, staged from shared row qrow0 of
 // the q planes (q_rows rows a plane) with rpw rows (q_rows_per_warp): MMA row rr
 // reads shared row min(rr, rpw − 1), the zero row past the live ones when rpw < 16.
@@ -302,96 +151,6 @@ __device__ __forceinline__ void chunk_scores(const __nv_bfloat16* qs, int q_rows
         mma_bf16(s[2 * np], a[cur][pl], b[cur][np][0], b[cur][np][1]);
         mma_bf16(s[2 * np + 1], a[cur][pl], b[cur][np][2], b[cur][np][3]);
       }
-  }
-}
-
-// s·scale, −∞ for keys outside [start, pos] of the thread's rows (g, g + 8) or rows
-// not live; mx = each row's max over the chunk (quad-reduced). When every row of the
-// warp is live and reaches the whole chunk (a causal prompt's chunks below the
-// diagonal) no key is masked, and the per-key tests are skipped: the same values.
-__device__ __forceinline__ void mask_and_max(float (&s)[kKeyTiles][4], int32_t key0, int q4,
-                                             const bool (&live)[2], const int32_t (&start)[2],
-                                             const int32_t (&pos)[2], float scale, float (&mx)[2]) {
-  mx[0] = mx[1] = -INFINITY;
-  const int32_t key_last = key0 + kKeyTiles * 8 - 1;
-  const bool whole =
-      __all_sync(0xffffffffu, live[0] && live[1] && key0 >= start[0] && key0 >= start[1] &&
-                                  key_last <= pos[0] && key_last <= pos[1]);
-  if (whole) {
-#pragma unroll
-    for (int nt = 0; nt < kKeyTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = s[nt][e] * scale;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
-      }
-  } else {
-#pragma unroll
-    for (int nt = 0; nt < kKeyTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e >> 1;
-        const int32_t key = key0 + nt * 8 + 2 * q4 + (e & 1);
-        const bool valid = live[i] && key >= start[i] && key <= pos[i];
-        s[nt][e] = valid ? s[nt][e] * scale : -INFINITY;
-        mx[i] = fmaxf(mx[i], s[nt][e]);
-      }
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-  }
-}
-
-// The online-softmax step from the running max m (before the chunk) and the chunk's
-// max: base (0 while nothing was seen), α = e^(m − base); m becomes the new max.
-__device__ __forceinline__ void softmax_step(float (&m)[2], const float (&mx)[2], float (&base)[2],
-                                             float (&alpha)[2]) {
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float m_new = fmaxf(m[i], mx[i]);
-    base[i] = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[i] = expf(m[i] - base[i]);
-    m[i] = m_new;
-  }
-}
-
-// p = e^(s − base) in place; rs = each row's sum (the thread's values in key-tile
-// order, then xor 1, xor 2).
-__device__ __forceinline__ void weights_and_sums(float (&s)[kKeyTiles][4], const float (&base)[2],
-                                                 float (&rs)[2]) {
-  rs[0] = rs[1] = 0.0f;
-#pragma unroll
-  for (int nt = 0; nt < kKeyTiles; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = e >> 1;
-      s[nt][e] = expf(s[nt][e] - base[i]);
-      rs[i] = rs[i] + s[nt][e];
-    }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    rs[i] = rs[i] + __shfl_xor_sync(0xffffffffu, rs[i], 1);
-    rs[i] = rs[i] + __shfl_xor_sync(0xffffffffu, rs[i], 2);
-  }
-}
-
-// The planes of key step kk's weights (16 keys) as MMA A registers: a[0] hi, a[1]
-// lo (kBf16: a[0], the weights' bf16 rounding, alone).
-template <MmaOperands O>
-__device__ __forceinline__ void weight_planes(const float (&s)[kKeyTiles][4], int kk,
-                                              uint32_t (&a)[p_planes(O)][4]) {
-  if constexpr (O == MmaOperands::kBf16) {
-    a[0][0] = bf16x2_rn(s[2 * kk][0], s[2 * kk][1]);
-    a[0][1] = bf16x2_rn(s[2 * kk][2], s[2 * kk][3]);
-    a[0][2] = bf16x2_rn(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[0][3] = bf16x2_rn(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-  } else {
-    split2_pair(s[2 * kk][0], s[2 * kk][1], a[0][0], a[1][0]);
-    split2_pair(s[2 * kk][2], s[2 * kk][3], a[0][1], a[1][1]);
-    split2_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], a[0][2], a[1][2]);
-    split2_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], a[0][3], a[1][3]);
   }
 }
 
@@ -583,22 +342,17 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
     }
 
     if (!staged || kPacked) {
-      stage_q_planes<D, O>(p, qs, W, rpw, t0, tokens_per_warp, t_end, group, h0, tid, W * 32);
+      stage_q_planes<D, O>(p, qs, W, rpw, t0, tokens_per_warp, t_end, group, h0, tid, W * 32,
+                           PaddedQRows<D>{W * rpw});
       staged = true;
     }
 
     // This thread's two rows (g and g + 8 of its warp's 16).
     const int g = lane >> 2, q4 = lane & 3;
-    int32_t row_tok[2], row_pos[2], row_start[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int rr = g + 8 * i, slot = rr / group;
-      const int32_t t = t0 + warp * tokens_per_warp + slot;
-      const bool live = slot < tokens_per_warp && t < t_end;
-      row_tok[i] = live ? t : -1;
-      row_pos[i] = live ? p.positions[t] : -1;
-      row_start[i] = window_start(p, row_pos[i]);
-    }
+    const ThreadRows rows = thread_rows(p, t0, warp, tokens_per_warp, t_end, group, g);
+    const int32_t(&row_tok)[2] = rows.tok;
+    const int32_t(&row_pos)[2] = rows.pos;
+    const int32_t(&row_start)[2] = rows.start;
     const PartitionWorkspace ws =
         partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
 
@@ -641,10 +395,8 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
       // a chunk's work.
       static_assert(kChunk <= 32, "a thread a key");
       auto offset_of = [&](int c) -> int64_t {
-        const int32_t key = p_begin + c * kChunk + tid;
-        return tid < kChunk && key >= kb && key < ke
-                   ? key_offset<D, L>(p, seq, key, kvh) * int64_t{sizeof(__nv_bfloat16)}
-                   : -1;
+        return tid < kChunk ? key_bytes_in<D, L>(p, seq, p_begin + c * kChunk + tid, kvh, kb, ke)
+                            : -1;
       };
       // Chunk c's offsets into key_off[c & 1] (or, every chunk at once, key_off[c]).
       auto fill_offsets = [&](int c, int64_t off) {
@@ -718,19 +470,8 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
         }
 
         // Scale, mask, the online softmax step, acc += P·V.
-        float mx[2], base[2], alpha[2], rs[2];
-        mask_and_max(s, p_begin + c * kChunk, q4, in_run, row_start, row_pos, p.scale, mx);
-        softmax_step(m, mx, base, alpha);
-        weights_and_sums(s, base, rs);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) l[i] = __fmaf_rn(l[i], alpha[i], rs[i]);
-#pragma unroll
-        for (int nt = 0; nt < kDimTiles; ++nt) {
-          acc[nt][0] *= alpha[0];
-          acc[nt][1] *= alpha[0];
-          acc[nt][2] *= alpha[1];
-          acc[nt][3] *= alpha[1];
-        }
+        softmax_chunk<D>(s, p_begin + c * kChunk, q4, in_run, row_start, row_pos, p.scale, m, l,
+                         acc);
 #pragma unroll
         for (int kk = 0; kk < kChunk / 16; ++kk) {
           uint32_t a[p_planes(O)][4];
@@ -749,22 +490,8 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
         }
       }
 
-      // The partition's (m, l, acc) of the run's rows that reach it.
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        if (!in_run[i] || row_pos[i] < p_begin) continue;
-        const int rr = g + 8 * i;
-        const int64_t slot =
-            (static_cast<int64_t>(row_tok[i]) * p.num_heads + h0 + rr % group) * parts + part;
-        if (q4 == 0) {
-          ws.m[slot] = m[i];
-          ws.l[slot] = l[i];
-        }
-#pragma unroll
-        for (int nt = 0; nt < kDimTiles; ++nt)
-          *reinterpret_cast<float2*>(ws.acc + slot * D + nt * 8 + 2 * q4) =
-              make_float2(acc[nt][2 * i], acc[nt][2 * i + 1]);
-      }
+      store_partition_rows<D>(p, ws, rows, in_run, p_begin, group, h0, parts, part, lane, m, l,
+                              acc);
       __syncthreads();  // key_off and the buffers are refilled by the next run
       run_begin = run_end;
     }
@@ -874,7 +601,8 @@ __global__ void __launch_bounds__(kChunks * 32)
       cp_async_commit();
     };
     load_round(0);
-    stage_q_planes<D, O, 2>(p, qs, 1, 16, t0, tpw, t_end, group, h0, tid, kChunks * 32);
+    stage_q_planes<D, O, 2>(p, qs, 1, 16, t0, tpw, t_end, group, h0, tid, kChunks * 32,
+                            PaddedQRows<D>{16});
 
     // This thread's rows g and g + 8, and the token of row r.
     auto token_of = [&](int r) { return t0 + r / group; };
@@ -1001,14 +729,25 @@ dim3 part_grid(const PagedAttentionParams& p, int32_t x, const PartRange& r) {
 
 // parts_per_block: partitions a block computes one after another (grid.y is the
 // range's partitions divided by it, rounded up).
+// wgmma: a four-warp block of 16 / group tokens a warp takes attention_wgmma.cu's
+// kernel where the device has it (the same bits).
 template <int D, int W, int STAGES, KvLayout L, MmaOperands O>
 Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const PartRange& r,
-              cudaStream_t stream, bool beside_prior = false, int32_t parts_per_block = 1) {
+              cudaStream_t stream, bool beside_prior = false, int32_t parts_per_block = 1,
+              bool wgmma = false) {
   if (tokens_per_warp < 1 || tokens_per_warp > 16)  // the kernel's run table holds W · 16
     return invalid_argument("cuda paged_attention_mma: 1 to 16 tokens a warp");
   const int32_t group = p.num_heads / p.num_kv_heads;
-  const size_t smem = smem_bytes<D, O>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
-  auto kernel = attn_mma_kernel<D, W, STAGES, L, O>;
+  size_t smem = smem_bytes<D, O>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
+  AttnBlockKernel kernel = attn_mma_kernel<D, W, STAGES, L, O>;
+  const char* name = "attn_mma_kernel";
+  if (wgmma && W == 4 && STAGES == 1 && tokens_per_warp * group == 16) {
+    if (const AttnWgmmaPrefill wg = attention_wgmma_prefill(D, L, O); wg.kernel != nullptr) {
+      kernel = wg.kernel;
+      smem = wg.smem_bytes;
+      name = "attn_wgmma_prefill_kernel";
+    }
+  }
   if (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -1036,9 +775,8 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const Part
       parts_per_block /= 2;
   }
   grid.y = static_cast<unsigned>((r.count + parts_per_block - 1) / parts_per_block);
-  return launch_kernel("attn_mma_kernel", kernel, grid, W * 32, smem, stream, p, group,
-                       tokens_per_warp, r.total, r.first, r.first + r.count, parts_per_block,
-                       beside_prior);
+  return launch_kernel(name, kernel, grid, W * 32, smem, stream, p, group, tokens_per_warp, r.total,
+                       r.first, r.first + r.count, parts_per_block, beside_prior);
 }
 
 // The runs packed_run forms (a test hook: packed_decode_runs).
@@ -1224,7 +962,7 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
     const PartRange all{parts, 0, parts};
     const int32_t tpw = 16 / (p.num_heads / p.num_kv_heads);
     PKV_RETURN_IF_ERROR(
-        (launch<D, 4, 1, L, O>(p, tpw, all, stream, false, prefill_parts_per_block())));
+        (launch<D, 4, 1, L, O>(p, tpw, all, stream, false, prefill_parts_per_block(), true)));
     return combine_partitions(p, parts, stream);
   }
   int32_t packed = 0;  // leading partitions with packed blocks

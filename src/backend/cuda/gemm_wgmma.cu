@@ -292,25 +292,12 @@ Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w
                        w_map);
 }
 
-// Whether the current device runs the sm_90a image: compute capability 9.0, and the
-// runtime finds the kernel for it. Asked once (one device kind per process).
+// Whether the current device runs the sm_90a image (and the driver encodes tensor
+// maps). Asked once (one device kind per process).
 bool device_has_wgmma() {
-  static const bool has = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    if (major != 9 || minor != 0 || tensor_map_encoder() == nullptr) return false;
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, gemm_bf16_wgmma_kernel<128, 3>) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return true;
-  }();
+  static const bool has =
+      tensor_map_encoder() != nullptr &&
+      device_runs_kernel(9, 0, reinterpret_cast<const void*>(gemm_bf16_wgmma_kernel<128, 3>));
   return has;
 }
 

@@ -1,5 +1,5 @@
-// The process-wide switch of launch.cuh's programmatic dependent launch, and the
-// device's SM count.
+// The process-wide switch of launch.cuh's programmatic dependent launch, the device's
+// SM count, and whether it runs a kernel's architecture-specific image.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -35,6 +35,23 @@ int sm_count() {
     counts[dev].store(n, std::memory_order_relaxed);
   }
   return n;
+}
+
+bool device_runs_kernel(int major, int minor, const void* kernel) {
+  int dev = 0, got_major = 0, got_minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&got_major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&got_minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (got_major != major || got_minor != minor) return false;
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
 }
 
 }  // namespace pagedkv::backend::cuda

@@ -1,6 +1,7 @@
 // The switch of programmatic dependent launch for every kernel of the CUDA backend
 // (launch.cuh explains what it does and why it never changes a result), and the
-// device fact that launch shapes are chosen by (the SM count).
+// device facts that launch choices depend on (the SM count; whether the device runs an
+// architecture-specific image such as the sm_90a wgmma kernels).
 #pragma once
 
 namespace pagedkv::backend::cuda {
@@ -14,5 +15,11 @@ void set_programmatic_launch(bool on);
 // SMs of the current device (asked once per device; 132, an H100/H200's, when it
 // cannot be read). Launch shapes only: no kernel's bits depend on it.
 int sm_count();
+
+// Whether the current device has compute capability major.minor and the runtime finds
+// `kernel`'s image for it — an architecture-specific image (sm_90a) loads on that
+// architecture alone, so a kernel compiled only for it runs nowhere else. Each wgmma
+// kernel's caller asks once (one device kind per process).
+bool device_runs_kernel(int major, int minor, const void* kernel);
 
 }  // namespace pagedkv::backend::cuda

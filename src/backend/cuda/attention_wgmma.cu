@@ -1,0 +1,340 @@
+// The tensor-core attention's prefill blocks on Hopper's warpgroup MMA (sm_90a): a
+// block is one warpgroup of four warps, its 64 MMA rows the four warps' 16 rows of
+// attention_mma.cu's four-warp prefill block (16 / group tokens a warp, every query
+// head of the KV head's group), and it runs that block's operations on them in the
+// same order (attention_mma.cu's file comment):
+//  - S = q·Kᵀ of a 32-key chunk is one m64n32k16 wgmma a (16-dim step, q plane), d
+//    ascending, hi, mid, lo (kBf16: the one plane), onto accumulators zeroed for the
+//    chunk: for each element the MMAs of mma.sync's 8-key tiles in their order (a
+//    wgmma's output columns are independent, as its rows are). A is q's plane in
+//    shared memory, B the chunk's K rows, both K-major.
+//  - The accumulator fragments are mma.sync's (wgmma.cuh), so the masking, the online
+//    softmax step, the weights' planes and l are attention_mma_common.cuh's functions
+//    on the same registers.
+//  - acc += P·V is one m64nDk16 wgmma a (16-key step, P plane), keys ascending, hi then
+//    lo: P from registers (the planes of weight_planes, mma.sync's A fragments), V's
+//    rows from shared memory as an MN-major B (each 16-byte piece is 8 dims of a key).
+// head_dim 64 and 128 (whole 128-byte rows); 16 and 32 keep the mma.sync blocks.
+// wgmma gives mma.sync.m16n8k16's bits for the same operands in the same slots
+// (docs/performance.md, "wgmma against mma.sync, bit for bit"), so every row gets the
+// mma.sync kernel's bits — which the attention order tests and the engine's recorded
+// logits check on the device. What changes is the instruction stream: no ldmatrix, the
+// operands read by the tensor cores from shared memory.
+//
+// Shared memory, in wgmma's 128-byte swizzle (wgmma.cuh): q plane k's 64 rows, and each
+// chunk's 32 K and 32 V rows, as column halves of 64 dims, a row's 16-byte piece c at
+// c ^ (row % 8). The same bytes serve S's K-major B and P·V's MN-major B. The copies
+// (cp.async) move whole 256-byte key rows a warp instruction, as the mma.sync kernel's
+// do: laid out as interleaved core matrices instead, eight keys a warp instruction
+// made it 0.8× as fast as the mma.sync kernel (docs/performance.md). Two K buffers and
+// one V buffer: chunk c's V and chunk c + 1's K go out while the tensor cores compute
+// chunk c's S (two V buffers, 8 KB more a block, cost the split operands a block an SM:
+// 0.91×).
+#include "backend/cuda/attention_wgmma.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "backend/cuda/attention_mma_common.cuh"
+#include "backend/cuda/cp_async.cuh"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/wgmma.cuh"
+#include "util/knobs.h"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+using namespace attention_mma_detail;
+
+constexpr int kWarps = 4;  // one warpgroup: 64 MMA rows
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = kWarps * 16;
+
+// The block's shared memory, in bytes from its (1,024-byte aligned) start: the q
+// planes, two K buffers (chunk c in buffer c & 1) and one V buffer, the chunks' key
+// offsets, the run table.
+template <int D, MmaOperands O>
+struct WgAttnSmem {
+  static constexpr int kQPlane = kRows * D * 2;  // a q plane's 64 rows
+  static constexpr int kKV = kChunk * D * 2;     // a chunk's K (or V) rows
+  static constexpr int kK = q_planes(O) * kQPlane;
+  static constexpr int kV = kK + 2 * kKV;   // K buffer b at kK + b · kKV, V's at kV + …
+  static constexpr int kKeyOff = kV + kKV;  // int64 [2][kChunk], by chunk parity
+  static constexpr int kRuns = kKeyOff + 2 * kChunk * 8;
+  static constexpr int kBytes = kRuns + static_cast<int>(sizeof(RunTable<kRows>));
+};
+
+// The 128-byte swizzle (wgmma's and the TMA's): a row of 64 bf16 (128 bytes) holds its
+// eight 16-byte pieces c at c ^ (row % 8); 8 rows (1,024 bytes) make a swizzle atom.
+// A matrix of `rows` rows × D dims is D / 64 such column halves, each rows × 128
+// bytes. Byte offset of (row, dims 8c … 8c + 7):
+template <int rows>
+__device__ __forceinline__ int swizzled_piece(int row, int c) {
+  return (c >> 3) * (rows * 128) + row * 128 + (((c & 7) ^ (row & 7)) << 4);
+}
+
+// stage_q_planes's element offset of plane k, row r, dims d … d + 3.
+template <int D>
+struct SwizzledQRows {
+  __device__ __forceinline__ int operator()(int k, int r, int d) const {
+    return (k * kRows * D * 2 + swizzled_piece<kRows>(r, d >> 3)) / 2 + (d & 7);
+  }
+};
+
+// Blocks an SM the registers must leave room for: what shared memory allows at
+// head_dim 128 (three with the split q planes' 48 KB, four with bf16 operands).
+template <MmaOperands O>
+constexpr int min_blocks_per_sm() {
+  return O == MmaOperands::kBf16 ? 4 : 3;
+}
+
+template <int D, KvLayout L, MmaOperands O>
+__global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
+    attn_wgmma_prefill_kernel(const PagedAttentionParams p, int32_t group, int32_t tokens_per_warp,
+                              int32_t parts, int32_t part0, int32_t part_end,
+                              int32_t parts_per_block, bool beside_prior) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // never launched: attention_wgmma_enabled() finds no sm_90a image
+#else
+  using S = WgAttnSmem<D, O>;
+  const KernelBesidePrior entry(beside_prior);
+  constexpr int QP = q_planes(O), PP = p_planes(O), kSteps = D / 16, kKeySteps = kChunk / 16;
+  constexpr int kDimTiles = D / 8;
+  static_assert(D == 64 || D == 128, "whole 128-byte rows");
+  // The swizzle atoms need 1,024-byte alignment (the launch adds the slack).
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const unsigned raw_base = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
+  const unsigned smem_base = (raw_base + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (smem_base - raw_base);
+  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem);
+  int64_t* key_off = reinterpret_cast<int64_t*>(smem + S::kKeyOff);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t kvh = blockIdx.z, h0 = kvh * group;
+  const int32_t part_lo = part0 + blockIdx.y * parts_per_block;
+  const int32_t part_hi = min(part_end, part_lo + parts_per_block);
+  const int32_t t0 = blockIdx.x * kWarps * tokens_per_warp;
+  const int32_t t_end = min(p.num_tokens, t0 + kWarps * tokens_per_warp);
+  RunTable<kRows>& runs = *reinterpret_cast<RunTable<kRows>*>(smem + S::kRuns);
+  find_runs(p, t0, t_end - t0, tid, runs);
+
+  // This thread's two rows (g and g + 8 of its warp's 16).
+  const int g = lane >> 2, q4 = lane & 3;
+  const ThreadRows rows = thread_rows(p, t0, warp, tokens_per_warp, t_end, group, g);
+  // This thread's K/V copies: piece tid % (D / 8) of keys tid / (D / 8) + pass ·
+  // kKeysAPass — a warp instruction copies whole rows, and eight consecutive threads
+  // fill one swizzled 128-byte row.
+  constexpr int kKeyPieces = D / 8, kKeysAPass = kThreads / kKeyPieces;
+  static_assert(kChunk % kKeysAPass == 0, "whole passes");
+  const int load_piece = tid % kKeyPieces, load_key = tid / kKeyPieces;
+
+  bool staged = false;
+  for (int32_t part = part_lo; part < part_hi; ++part) {
+    const int32_t p_begin = part * kP;
+    // Does any token of the tile reach this partition? (Partitions ascend.)
+    const bool reaches = tid < t_end - t0 && p.positions[t0 + tid] >= p_begin;
+    if (!__syncthreads_or(reaches)) break;
+    if (!staged) {
+      stage_q_planes<D, O>(p, qs, kWarps, 16, t0, tokens_per_warp, t_end, group, h0, tid, kThreads,
+                           SwizzledQRows<D>{});
+      wgmma::fence_shared_writes();  // published to wgmma by the chunk loop's barrier
+      staged = true;
+    }
+    const PartitionWorkspace ws =
+        partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
+
+    for (int32_t run_begin = t0; run_begin < t_end;) {
+      const int b = run_begin - t0;
+      const int32_t seq = runs.seq[b], run_end = t0 + runs.end[b];
+      const int32_t lo_start = runs.lo[b], hi_pos = runs.hi[b];
+      if (hi_pos < p_begin) {
+        run_begin = run_end;
+        continue;
+      }
+      const int32_t kb = max(p_begin, lo_start), ke = min(p_begin + kP, hi_pos + 1);
+      const bool in_run[2] = {rows.tok[0] >= run_begin && rows.tok[0] < run_end,
+                              rows.tok[1] >= run_begin && rows.tok[1] < run_end};
+
+      float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+      float acc[kDimTiles][4];
+#pragma unroll
+      for (int nt = 0; nt < kDimTiles; ++nt)
+        acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+      float(&acc_flat)[D / 2] = reinterpret_cast<float(&)[D / 2]>(acc);
+
+      const int c_first = kb < ke ? (kb - p_begin) / kChunk : 0;
+      const int c_last = kb < ke ? (ke - 1 - p_begin) / kChunk : -1;
+      // Byte offset of key tid of chunk c's K/V rows (−1: outside [kb, ke), zero-
+      // filled), stored ahead into key_off[c & 1].
+      auto offset_of = [&](int c) -> int64_t {
+        return tid < kChunk ? key_bytes_in<D, L>(p, seq, p_begin + c * kChunk + tid, kvh, kb, ke)
+                            : -1;
+      };
+      auto fill_offsets = [&](int c, int64_t off) {
+        if (c <= c_last && tid < kChunk) key_off[(c & 1) * kChunk + tid] = off;
+      };
+      // Chunk c's K (which 0) or V (1) into its buffer (the caller commits).
+      auto load = [&](int which, int c) {
+        const int64_t* offs = key_off + (c & 1) * kChunk;
+        const unsigned dst = smem_base + (which == 0 ? S::kK + (c & 1) * S::kKV : S::kV);
+        const char* src =
+            static_cast<const char*>(which == 0 ? p.k_cache : p.v_cache) + load_piece * 16;
+#pragma unroll
+        for (int i = 0; i < kChunk / kKeysAPass; ++i) {
+          const int n = load_key + i * kKeysAPass;
+          const int64_t off = offs[n];
+          const bool outside = off < 0;
+          cp_async16_to(dst + swizzled_piece<kChunk>(n, load_piece), src + (outside ? 0 : off),
+                        !outside);
+        }
+      };
+
+      fill_offsets(c_first, offset_of(c_first));
+      fill_offsets(c_first + 1, offset_of(c_first + 1));
+      __syncthreads();
+      if (c_first <= c_last) {
+        load(0, c_first);
+        cp_async_commit();
+      }
+      for (int c = c_first; c <= c_last; ++c) {
+        const int64_t ahead = offset_of(c + 2);  // stored after P·V
+        cp_async_wait<0>();                      // chunk c's K landed
+        wgmma::fence_shared_writes();
+        __syncthreads();
+        const unsigned k_base = smem_base + S::kK + (c & 1) * S::kKV;
+        const unsigned v_base = smem_base + S::kV;
+
+        // S = q·Kᵀ: per 16-dim step, the q planes in order.
+        float s[kKeyTiles][4];
+#pragma unroll
+        for (int nt = 0; nt < kKeyTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        float(&s_flat)[kChunk / 2] = reinterpret_cast<float(&)[kChunk / 2]>(s);
+#pragma unroll
+        for (int e = 0; e < kChunk / 2; ++e) wgmma::pin(s_flat[e]);
+        wgmma::fence();
+#pragma unroll
+        for (int ks = 0; ks < kSteps; ++ks) {
+          // Dims 16ks … 16ks + 15: column half ks / 4, 32 bytes into its rows.
+          const uint64_t k_desc =
+              wgmma::sw128_k_major_descriptor(k_base + (ks >> 2) * (kChunk * 128) + (ks & 3) * 32);
+#pragma unroll
+          for (int pl = 0; pl < QP; ++pl)
+            wgmma::mma_m64n32k16_ss(
+                s_flat,
+                wgmma::sw128_k_major_descriptor(smem_base + pl * S::kQPlane +
+                                                (ks >> 2) * (kRows * 128) + (ks & 3) * 32),
+                k_desc);
+        }
+        wgmma::commit();
+        // While the tensor cores multiply, chunk c's V and chunk c + 1's K go out: every
+        // warp waited for chunk c − 1's S and P·V before the barrier, so the V buffer and
+        // K buffer (c + 1) & 1 are free. V lands during the softmax.
+        load(1, c);
+        if (c < c_last) load(0, c + 1);
+        cp_async_commit();
+        wgmma::wait<0>();
+#pragma unroll
+        for (int e = 0; e < kChunk / 2; ++e) wgmma::pin(s_flat[e]);
+
+        // Scale, mask, the online softmax step, acc += P·V.
+        softmax_chunk<D>(s, p_begin + c * kChunk, q4, in_run, rows.start, rows.pos, p.scale, m, l,
+                         acc);
+        uint32_t a[kKeySteps][PP][4];
+#pragma unroll
+        for (int kk = 0; kk < kKeySteps; ++kk) weight_planes<O>(s, kk, a[kk]);
+        cp_async_wait<0>();  // V(c) (and K(c + 1)) landed
+        wgmma::fence_shared_writes();
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < D / 2; ++e) wgmma::pin(acc_flat[e]);
+#pragma unroll
+        for (int kk = 0; kk < kKeySteps; ++kk)
+#pragma unroll
+          for (int pl = 0; pl < PP; ++pl)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) wgmma::pin(a[kk][pl][r]);
+        wgmma::fence();
+#pragma unroll
+        for (int kk = 0; kk < kKeySteps; ++kk) {
+          // Keys 16kk … 16kk + 15: their rows; the next 64 dims a column half on.
+          const uint64_t v_desc =
+              wgmma::sw128_mn_major_descriptor(v_base + kk * 16 * 128, kChunk * 128);
+#pragma unroll
+          for (int pl = 0; pl < PP; ++pl) wgmma::mma_m64k16<D, 1>(acc_flat, a[kk][pl], v_desc);
+        }
+        wgmma::commit();
+        wgmma::wait<0>();
+#pragma unroll
+        for (int e = 0; e < D / 2; ++e) wgmma::pin(acc_flat[e]);
+        // Into key_off[c & 1]: load(c) read it before this chunk's barrier, load(c + 2)
+        // reads it after the next one.
+        fill_offsets(c + 2, ahead);
+      }
+
+      store_partition_rows<D>(p, ws, rows, in_run, p_begin, group, h0, parts, part, lane, m, l,
+                              acc);
+      __syncthreads();  // key_off and the buffers are refilled by the next run
+      run_begin = run_end;
+    }
+  }  // partitions
+#endif
+}
+
+template <int D, KvLayout L, MmaOperands O>
+AttnWgmmaPrefill prefill_kernel() {
+  // + 1,024: the kernel aligns its base for the swizzle atoms.
+  return AttnWgmmaPrefill{attn_wgmma_prefill_kernel<D, L, O>,
+                          static_cast<size_t>(WgAttnSmem<D, O>::kBytes) + 1024};
+}
+
+template <int D>
+AttnWgmmaPrefill prefill_kernel_for(KvLayout layout, MmaOperands operands) {
+  const bool bf16 = operands == MmaOperands::kBf16;
+  if (layout == KvLayout::kBlockTable)
+    return bf16 ? prefill_kernel<D, KvLayout::kBlockTable, MmaOperands::kBf16>()
+                : prefill_kernel<D, KvLayout::kBlockTable, MmaOperands::kSplit>();
+  if (layout == KvLayout::kContiguous)
+    return bf16 ? prefill_kernel<D, KvLayout::kContiguous, MmaOperands::kBf16>()
+                : prefill_kernel<D, KvLayout::kContiguous, MmaOperands::kSplit>();
+  return {};
+}
+
+// Whether the current device runs the sm_90a image. Asked once (one device kind per
+// process).
+bool device_has_sm90a() {
+  static const bool has = device_runs_kernel(
+      9, 0,
+      reinterpret_cast<const void*>(
+          attn_wgmma_prefill_kernel<128, KvLayout::kBlockTable, MmaOperands::kSplit>));
+  return has;
+}
+
+std::atomic<bool>& wgmma_switch() {
+  static std::atomic<bool> on{env_i64("PAGEDKV_CUDA_ATTN_WGMMA").value_or(1) != 0};
+  return on;
+}
+
+}  // namespace
+
+bool attention_wgmma_enabled() {
+  return wgmma_switch().load(std::memory_order_relaxed) && device_has_sm90a();
+}
+
+bool set_attention_wgmma(bool on) { return wgmma_switch().exchange(on); }
+
+AttnWgmmaPrefill attention_wgmma_prefill(int32_t head_dim, KvLayout layout, MmaOperands operands) {
+  if (!attention_wgmma_enabled()) return {};
+  switch (head_dim) {
+    case 64:
+      return prefill_kernel_for<64>(layout, operands);
+    case 128:
+      return prefill_kernel_for<128>(layout, operands);
+    default:
+      return {};
+  }
+}
+
+}  // namespace pagedkv::backend::cuda

@@ -1,0 +1,37 @@
+// The tensor-core attention's prefill blocks on Hopper's warpgroup MMA
+// (attention_wgmma.cu, sm_90a): the same operations in the same order as
+// attention_mma.cu's four-warp prefill blocks, so the same bits, with the MMAs' operands
+// read from shared memory by wgmma instead of through ldmatrix. attention_mma.cu's
+// prefill launch takes the kernel from here where the device has it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace pagedkv::backend::cuda {
+
+// The parameter list of attention_mma.cu's attn_mma_kernel, which the wgmma kernel
+// shares so that one launcher starts either: (params, group, tokens_per_warp, parts,
+// part0, part_end, parts_per_block, beside_prior).
+using AttnBlockKernel = void (*)(PagedAttentionParams, int32_t, int32_t, int32_t, int32_t, int32_t,
+                                 int32_t, bool);
+
+struct AttnWgmmaPrefill {
+  AttnBlockKernel kernel = nullptr;  // null: not available (the caller keeps mma.sync)
+  size_t smem_bytes = 0;             // dynamic shared memory a block
+};
+
+// The wgmma prefill kernel for head_dim 16, 32, 64 or 128, the layout and operand mode,
+// with 16 / group tokens a warp; null where attention_wgmma_enabled() is false.
+AttnWgmmaPrefill attention_wgmma_prefill(int32_t head_dim, KvLayout layout, MmaOperands operands);
+
+// Whether the prefill blocks take the wgmma kernel: the current device is an sm_90 part
+// whose sm_90a image the runtime finds, and PAGEDKV_CUDA_ATTN_WGMMA (read once) or
+// set_attention_wgmma did not turn it off. Speed only: the same bits either way.
+// set_attention_wgmma returns the setting it replaced (tests, A/B runs).
+bool attention_wgmma_enabled();
+bool set_attention_wgmma(bool on);
+
+}  // namespace pagedkv::backend::cuda
