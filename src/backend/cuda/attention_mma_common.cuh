@@ -68,7 +68,7 @@ struct PaddedQRows {
 // rows (rpw = q_rows_per_warp): row r is warp r / rpw's row rr = r % rpw, token slot
 // rr / group of that warp's tokens_per_warp from t0, head h0 + rr % group; rows
 // without a token are zero. Plane k's row r, dims d … d + 3 (d a multiple of 4) go to
-// qs + at(k, r, d): PaddedQRows below, or the wgmma kernel's core matrices.
+// qs + at(k, r, d): PaddedQRows above, or attention_wgmma.cu's swizzled rows (SwizzledQRows).
 // kInFlight: the float4 loads a thread issues before it converts any (the wide decode
 // blocks' 256 threads have two each).
 template <int D, MmaOperands O, int kInFlight = 8, class QAt>
