@@ -14,7 +14,7 @@
 //                                       wgmma, `_wgmma`, then on mma.sync)
 //
 // Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
-// step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/32/64 rows; launched and graph-
+// step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/16/32/48/64 rows; launched and graph-
 // replayed; per small-M kernel, with per-GEMM µs for the model's fused shapes) plus
 // the LM head, paged decode attention (bf16 KV, Qwen3-0.6B head
 // shape: 16 query heads, 8 KV heads, head_dim 128, block 16, block tables randomly
@@ -417,7 +417,8 @@ void bench_step_gemms(int64_t m) {
   const std::pair<GemmSmallM, const char*> paths[] = {
       {GemmSmallM::kWarpChunks8, "warps8"}, {GemmSmallM::kWarpChunks, "warps"},
       {GemmSmallM::kCluster, "cluster"},    {GemmSmallM::kClusterTile, "tiles"},
-      {GemmSmallM::kLargeM, "large"},       {GemmSmallM::kAuto, "auto"}};
+      {GemmSmallM::kWgmmaTile, "wgtiles"},  {GemmSmallM::kLargeM, "large"},
+      {GemmSmallM::kAuto, "auto"}};
   const GemmSmallM saved = gemm_small_m();
   for (const auto& [path, pname] : paths) {
     set_gemm_small_m(path);
@@ -489,7 +490,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!attn_only)
-    for (int64_t m : {1, 8, 32, 64})
+    for (int64_t m : {1, 8, 16, 32, 48, 64})
       if (gemm_rows_wanted(m)) bench_step_gemms(m);
   if (const char* g = std::getenv("PKV_BENCH_GEMM_ONLY"); g != nullptr) {
     if (std::string(g) == "large") {  // the batch-invariant GEMM's rows (prefill shapes)

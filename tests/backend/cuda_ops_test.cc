@@ -29,6 +29,7 @@
 #include "backend/cuda/gemm_large_m.h"
 #include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/gemm_wgmma.h"
+#include "backend/cuda/gemm_wgmma_tile.h"
 #include "backend/cuda/kernels.h"
 #include "backend/half.h"
 #include "cuda_test_util.h"
@@ -199,11 +200,14 @@ class SmallMPath {
 // 200, 3072, 1024, 2048 and 2056; the others fall back to the warp kernel): a 64 × 128 tile a
 // cluster, the same chunk rounds (clusters of 16 CTAs past 8 chunks where the GPU holds them:
 // 2048 in one round, 2056 and 3072 in two), N = 136, 40, 6150 and 264 past a tile, and at most 8
-// chunks in each tile width, 128 and 224 (K = 1000 with N = 2100: tails in K and N). Also the
-// large kernel forced for m ≤ 64 and the automatic choice. K has a tail in every unit the kernels
-// work in (32-wide blocks, 8-wide weight loads, 4-wide x loads), N past a column tile, a cluster's
-// 64 columns and the warp kernel's 16-column switch (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096 by default:
-// N = 6150, 8195 and 8200 take 16 columns, with a partial last block).
+// chunks in each tile width, 128 and 224 (K = 1000 with N = 2100: tails in K and N). The cluster
+// tile kernel on wgmma (sm_90 only, up to 32 rows; elsewhere it falls back to the mma.sync tile
+// kernel): the same chunk rounds in tiles of 16 and 32 x rows (the 17 switch) and 128 or 256
+// columns.
+// Also the large kernel forced for m ≤ 64 and the automatic choice. K has a tail in every unit the
+// kernels work in (32-wide blocks, 8-wide weight loads, 4-wide x loads), N past a column tile, a
+// cluster's 64 columns and the warp kernel's 16-column switch (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096
+// by default: N = 6150, 8195 and 8200 take 16 columns, with a partial last block).
 TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
   for (const auto& [K, N] :
        {std::pair<int64_t, int64_t>{200, 136},
@@ -225,13 +229,17 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
     gpu_->matmul(dx.as<float>(), big, *W.gpu, dy.as<float>());
     auto ref = host<float>(dy, big * N);
     for (GemmSmallM path : {GemmSmallM::kWarpChunks, GemmSmallM::kWarpChunks8, GemmSmallM::kCluster,
-                            GemmSmallM::kClusterTile, GemmSmallM::kLargeM, GemmSmallM::kAuto}) {
+                            GemmSmallM::kClusterTile, GemmSmallM::kWgmmaTile, GemmSmallM::kLargeM,
+                            GemmSmallM::kAuto}) {
       SmallMPath forced(path);
-      // The cluster tile kernel in each tile width (0: its own choice).
+      // The cluster tile kernels in each tile width (0: their own choice).
       const std::vector<int> widths =
-          path == GemmSmallM::kClusterTile ? std::vector<int>{0, 128, 224} : std::vector<int>{0};
+          path == GemmSmallM::kClusterTile ? std::vector<int>{0, 128, 224}
+          : path == GemmSmallM::kWgmmaTile ? std::vector<int>{0, 128, 256}
+                                           : std::vector<int>{0};
       for (int cols : widths) {
-        set_gemm_tile_cols(cols);
+        set_gemm_tile_cols(path == GemmSmallM::kClusterTile ? cols : 0);
+        set_gemm_wgmma_tile_cols(path == GemmSmallM::kWgmmaTile ? cols : 0);
         for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 32, 33, 48, 49, 64}) {
           auto dxm = dev(std::vector<float>(x.begin(), x.begin() + m * K));
           auto dym = dev_zeros(m * N * 4);
@@ -242,6 +250,7 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
         }
       }
       set_gemm_tile_cols(0);
+      set_gemm_wgmma_tile_cols(0);
     }
   }
 }

@@ -36,6 +36,7 @@
 #include "backend/cuda/gemm_large_m.h"
 #include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/gemm_wgmma.h"
+#include "backend/cuda/gemm_wgmma_tile.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "util/knobs.h"
@@ -451,14 +452,28 @@ __global__ void __launch_bounds__(kSimtThreads)
 }
 
 // Rows from which auto_small_m() runs the layer projections (outputs narrower than
-// 8192) in the cluster tile kernel (PAGEDKV_CUDA_GEMM_TILES_MIN_M, default 49; read
-// once; 65 never). Speed only: the same bits. Measured on the H200
-// (docs/performance.md): its time hardly depends on the rows (it always computes a
-// 64-row tile; q/k/v 18 µs, gate/up 23, o 15, down 22), while the warp kernel's grows
-// with its 16-row bands — 4 bands (49–64 rows: q/k/v 20 µs, gate/up 28, o 18, down
-// 26) lose to it, 2 bands (32 rows: 11, 15, 10, 14) win, 3 lie between.
+// 8192) in the cluster tile kernel (PAGEDKV_CUDA_GEMM_TILES_MIN_M, default 33; read
+// once; 65 never). Speed only: the same bits. Measured on the H200 (docs/performance.md,
+// "The cluster tile GEMM on wgmma"): its time hardly depends on the rows (it always
+// computes a 64-row tile), while the warp kernel's grows with its 16-row bands — the
+// engine's fused projections a layer at 48 rows (3 bands) 59.8 µs against the warp
+// kernel's 73.4, at 64 rows 61.2 against 84.2; at 32 rows the wgmma tile kernel (or the
+// warp kernel's 2 bands) wins. (Before 2026-12-04 the default was 49, from 2026-12-02
+// figures in which 3 bands lay between.)
 int64_t cluster_tile_min_m() {
-  static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_TILES_MIN_M", 49);
+  static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_TILES_MIN_M", 33);
+  return min_m;
+}
+
+// Rows from which auto_small_m() runs the layer projections (outputs narrower than
+// 8192) in the cluster tile kernel on wgmma where the device runs it and the rows fit
+// its tiles (≤ 32; PAGEDKV_CUDA_GEMM_WGMMA_TILE_MIN_M, default 17; read once; 33 never).
+// Speed only. Measured on the H200 (docs/performance.md, "The cluster tile GEMM on
+// wgmma"), the engine's fused projections (q/k/v, o, gate/up, down) a layer: at 32 rows
+// 38.0 µs against the warp kernel's 44.6 (its two 16-row bands); at 16 rows 30.8 against
+// 29.2, at 8 rows 29.9 against 19.2 (one band, or a half tile).
+int64_t wgmma_tile_min_m() {
+  static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_WGMMA_TILE_MIN_M", 17);
   return min_m;
 }
 
@@ -478,19 +493,22 @@ int64_t wide_large_min_m() {
 
 // The kernel for m ≤ 64 rows when none is forced (speed only; docs/performance.md).
 // Measured on the H200 (docs/performance.md, "cluster decode GEMM"): up to 16 rows
-// the warp kernel wins everywhere; above, the cluster kernel wins over the warp
-// kernel's 8-column blocks for K ≤ 1024 (one round of chunks: q/k/v, gate/up) and
-// loses for longer K, but not over its 16-column blocks (outputs ≥ 4096 wide);
+// the warp kernel wins over the mma.sync kernels; above, the cluster kernel wins over
+// the warp kernel's 8-column blocks for K ≤ 1024 (one round of chunks: q/k/v, gate/up)
+// and loses for longer K, but not over its 16-column blocks (outputs ≥ 4096 wide);
 // for the LM head's width the large-M kernel wins from wide_large_min_m() rows (17:
-// the large-M kernels' tiles, gemm_large_m.cu; from one row on wgmma). From
-// cluster_tile_min_m() rows (49) the layer projections take the cluster tile kernel.
+// the large-M kernels' tiles, gemm_large_m.cu; from one row on wgmma). The layer
+// projections take the cluster tile kernel from cluster_tile_min_m() rows (33), and
+// below that, where the device has it, the cluster tile kernel on wgmma from
+// wgmma_tile_min_m() rows (17).
 GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
   if (n >= 8192)
     return m >= wide_large_min_m() && gemm_large_m_rows(m, k, n) != 0 ? GemmSmallM::kLargeM
                                                                       : GemmSmallM::kWarpChunks;
-  if (m <= 16) return GemmSmallM::kWarpChunks;
-  if (m >= cluster_tile_min_m() && gemm_cluster_tile_supports(m, k))
+  if (m > 16 && m >= cluster_tile_min_m() && gemm_cluster_tile_supports(m, k))
     return GemmSmallM::kClusterTile;
+  if (m >= wgmma_tile_min_m() && gemm_wgmma_tile_supports(m, k)) return GemmSmallM::kWgmmaTile;
+  if (m <= 16) return GemmSmallM::kWarpChunks;
   // 16 columns a block (decode_wide_min_n): 1.10–1.15× the cluster kernel at 32–64
   // rows for the fused q/k/v and gate/up projections (H200, 2026-12-02).
   if (n >= decode_wide_min_n()) return GemmSmallM::kWarpChunks;
@@ -505,6 +523,7 @@ GemmSmallM small_m_from_env() {
   if (v == "warps8") return GemmSmallM::kWarpChunks8;
   if (v == "cluster") return GemmSmallM::kCluster;
   if (v == "tiles") return GemmSmallM::kClusterTile;
+  if (v == "wgtiles") return GemmSmallM::kWgmmaTile;
   if (v == "large") return GemmSmallM::kLargeM;
   return GemmSmallM::kAuto;
 }
@@ -543,6 +562,9 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
       GemmSmallM path = gemm_small_m();
       if (path == GemmSmallM::kAuto) path = auto_small_m(m, k, n);
       if (path == GemmSmallM::kCluster) return gemm_cluster(x, m, k, wb, n, y, stream);
+      if (path == GemmSmallM::kWgmmaTile && gemm_wgmma_tile_supports(m, k))
+        return gemm_wgmma_tile(x, m, k, wb, n, y, stream);
+      if (path == GemmSmallM::kWgmmaTile) path = GemmSmallM::kClusterTile;
       if (path == GemmSmallM::kClusterTile && gemm_cluster_tile_supports(m, k))
         return gemm_cluster_tile(x, m, k, wb, n, y, stream);
       if (path == GemmSmallM::kClusterTile) path = GemmSmallM::kWarpChunks;

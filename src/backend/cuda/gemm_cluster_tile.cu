@@ -1,5 +1,7 @@
-// The cluster tile decode GEMM (bf16 weights, 17–64 rows): y = x · Wᵀ with the bits
-// of the large-M kernel (gemm.cu), for decode steps of many rows.
+// The cluster tile decode GEMM (bf16 weights, up to 64 rows; the automatic choice from
+// 33): y = x · Wᵀ with the bits of the large-M kernel (gemm.cu), for decode steps of
+// many rows. (gemm_wgmma_tile.cu runs the same structure on wgmma for 9–32 rows; the
+// weight copies and the fold both use are in gemm_cluster_tile.cuh.)
 //
 // The warp decode kernel (gemm.cu) gives each warp one k chunk of 16 rows × 16
 // columns: above 16 rows its blocks re-read the weights once a 16-row band and x once
@@ -37,10 +39,12 @@
 
 #include "backend/cuda/cp_async.cuh"
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/gemm_cluster_tile.cuh"
 #include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/gemm_small_m.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/launch.h"
 #include "util/knobs.h"
 
 namespace pagedkv::backend::cuda {
@@ -49,12 +53,14 @@ namespace {
 namespace cg = cooperative_groups;
 using namespace gemm_detail;
 
-constexpr int kRows = 64;                  // a cluster's output tile: 64 rows ×
-                                           // kCols (128 or 224) columns
-constexpr int kThreads = 256;              // 8 warps: 2 (rows) × 4 (columns)
-constexpr int kStage = 32;                 // k a stage (one 32-wide MMA block)
-constexpr int kStages = kKChunk / kStage;  // 4 stages a chunk
-constexpr int kRowTiles = kRows / 16;      // MMA row tiles of 16
+using cluster_tile::kStage;
+using cluster_tile::kStages;
+using cluster_tile::kThreads;  // 8 warps: 2 (rows) × 4 (columns)
+using cluster_tile::w_at;
+
+constexpr int kRows = 64;              // a cluster's output tile: 64 rows × kCols (128 or
+                                       // 224) columns
+constexpr int kRowTiles = kRows / 16;  // MMA row tiles of 16
 
 // x's bf16 planes in MMA-fragment order: one 16-byte unit for each (plane, row
 // tile, stage, step q, lane) holds lane (g, t)'s A registers {row g, row g + 8} ×
@@ -64,12 +70,6 @@ constexpr int kXsBytes = 3 * kRowTiles * kStages * 2 * 32 * 16;
 __device__ __forceinline__ int x_unit(int plane, int rt, int s, int q, int lane) {
   return (((plane * kRowTiles + rt) * kStages + s) * 2 + q) * 32 + lane;
 }
-
-// The chunk's weights are kCols rows of 16 16-byte pieces (256 bytes, no
-// padding); piece p of row r sits at piece p ^ 4·(r & 1), so the eight lanes of a
-// quarter warp (rows g, g + 1; pieces 4s + t) and the copies' writes hit eight
-// different 16-byte bank groups.
-__device__ __forceinline__ int w_at(int r, int p) { return r * kKChunk + 8 * (p ^ ((r & 1) << 2)); }
 
 template <int kCols>
 __host__ __device__ constexpr int smem_bytes() {  // 81,920 (128) / 106,496 (224): two CTAs an SM
@@ -84,15 +84,9 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
                                   const __nv_bfloat16* __restrict__ w, int64_t N,
                                   float* __restrict__ y, int planes) {
   constexpr int kWarpCols = kCols / 4, kJ = kWarpCols / 8;  // a warp's columns, n8 tiles
-  // The fold: CTA z owns kOwnRows rows of the tile, each row kWarpsARow warps, a lane
-  // kOwn columns 32 apart (reads of a partial row and stores of y: whole warps in a row).
-  constexpr int kOwnRows = kRows / kCl, kWarpsARow = 8 / kOwnRows;
-  constexpr int kOwn = kCols / (32 * kWarpsARow);
-  static_assert(kOwnRows * kCl == kRows && kOwn * 32 * kWarpsARow == kCols,
-                "the fold's rows and columns tile the outputs");
-  constexpr int kPLd = kCols + 8;  // the partial's row stride (floats)
+  constexpr int kPLd = kCols + 8;                           // the partial's row stride (floats)
+  using Fold = cluster_tile::Fold<kCl, kRows, kCols, kPLd>;
   static_assert(kRows * kPLd * 4 <= smem_bytes<kCols>(), "the partial fits in x, w");
-  constexpr int kWRows = (kCols + 63) / 64;  // weight rows a thread copies (64 apart)
   extern __shared__ __align__(16) unsigned char smem[];
   auto* xs = reinterpret_cast<uint4*>(smem);        // x_unit(...)
   float* partial = reinterpret_cast<float*>(smem);  // [kRows][kPLd] over x and w, once
@@ -105,37 +99,7 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
   const int64_t n0 = int64_t{blockIdx.x} * kCols;
   const int chunks = static_cast<int>((K + kKChunk - 1) / kKChunk);
 
-  // Chunk c's weights, one commit group a stage: this thread copies piece 4s + (tid & 3)
-  // of rows (tid >> 2) + 64j (zeros past N and K; K % 8 == 0: whole pieces). The rows
-  // share their parity, so a piece's swizzled place is the same in each; a row's
-  // source address is made once, the stages step it by an immediate.
-  auto load_w = [&](int c) {
-    const int piece = tid & 3, r0 = (tid & (kThreads - 1)) >> 2;  // r0 < 64, known
-    const int64_t k = int64_t{c} * kKChunk + 8 * piece;
-    const unsigned dst =
-        static_cast<unsigned>(__cvta_generic_to_shared(wraw + r0 * kKChunk)) + 16 * piece;
-    const int swz = (r0 & 1) << 2;  // 4 · parity (pieces)
-    const __nv_bfloat16* src[kWRows];
-    bool row_ok[kWRows];
-#pragma unroll
-    for (int j = 0; j < kWRows; ++j) {
-      const int64_t n = n0 + r0 + 64 * j;
-      row_ok[j] = (kCols % 64 == 0 || r0 + 64 * j < kCols) && n < N;
-      src[j] = w + (row_ok[j] ? n * K + k : 0);
-    }
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      const bool k_ok = k + kStage * s < K;
-#pragma unroll
-      for (int j = 0; j < kWRows; ++j) {
-        if (kCols % 64 != 0 && j == kWRows - 1 && r0 + 64 * j >= kCols) continue;
-        const bool ok = row_ok[j] && k_ok;
-        cp_async16_to(dst + (64 * j * kKChunk + 8 * ((4 * s) ^ swz)) * 2,
-                      ok ? src[j] + kStage * s : w, ok);
-      }
-      cp_async_commit();
-    }
-  };
+  auto load_w = [&](int c) { cluster_tile::copy_weight_chunk<kCols>(wraw, w, N, K, n0, c, tid); };
   // Chunk c's x, split into its bf16 planes in fragment order: this thread makes the
   // units (plane, tid >> 6, s, (tid >> 5) & 1, lane) of every stage s, from rows
   // 16·(tid >> 6) + g and + 8 (zeros past M and K). Every load is issued first.
@@ -160,9 +124,9 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
     }
   };
 
-  float total[kOwn];
+  float total[Fold::kOwn];
 #pragma unroll
-  for (int i = 0; i < kOwn; ++i) total[i] = 0.0f;
+  for (int i = 0; i < Fold::kOwn; ++i) total[i] = 0.0f;
 
   // Round 0's weights before the programmatic-launch wait (no kernel writes them):
   // groups 0–3, stage s waits for all but the 3 − s newest.
@@ -170,10 +134,8 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
   // The later rounds' weights on their way to L2 (a 128-byte line a thread a
   // round), so those rounds' copies need not wait for HBM.
   if constexpr (kCols == 128) {
-    for (int c = z + kCl; c < chunks; c += kCl) {
-      const int64_t n = n0 + (tid >> 1), k = int64_t{c} * kKChunk + 64 * (tid & 1);
-      if (n < N && k < K) asm volatile("prefetch.global.L2 [%0];" ::"l"(w + n * K + k));
-    }
+    for (int c = z + kCl; c < chunks; c += kCl)
+      cluster_tile::prefetch_weight_chunk_l2<kCols>(w, N, K, n0, c, tid);
   }
   enter_kernel();  // x and y: after the wait
   // One round when 224-column tiles run (≤ 8 chunks): a loop the compiler sees once.
@@ -193,21 +155,8 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
       const int64_t kc = int64_t{c} * kKChunk;
 #pragma unroll 1
       for (int s = 0; s < kStages; ++s) {
-        if (kc + s * kStage >= K) break;  // no 32-block at or past K (uniform)
-        switch (s) {                      // the stage's weights (all but the 3 − s newest)
-          case 0:
-            cp_async_wait<3>();
-            break;
-          case 1:
-            cp_async_wait<2>();
-            break;
-          case 2:
-            cp_async_wait<1>();
-            break;
-          default:
-            cp_async_wait<0>();
-            break;
-        }
+        if (kc + s * kStage >= K) break;     // no 32-block at or past K (uniform)
+        cluster_tile::wait_weight_stage(s);  // the stage's weights (all but the 3 − s newest)
         __syncthreads();  // the stage's weights from every thread (stage 0: and x's planes)
         // The stage's MMAs, in the large kernel's order (gemm.cu's k → slot layout: a
         // lane's k of a row for step q are 8t + 4q … 8t + 4q + 3). Per accumulator
@@ -252,42 +201,11 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
     }
     cluster.sync();  // every CTA's partial of this round is written and visible
     const int in_round = chunks - round0 < kCl ? chunks - round0 : kCl;
-    // This thread's outputs in a partial: row kOwnRows·z + warp / kWarpsARow, columns
-    // (warp % kWarpsARow)·kCols / kWarpsARow + lane + 32i. Per output the CTAs' values
-    // are read first (the distributed shared memory latencies overlap), then added in
-    // ascending chunk order: chunk round0 + p. The shared::cluster addresses are made
-    // here, not hoisted out of the round loop (live across the MMAs).
-    const unsigned own = static_cast<unsigned>(
-        __cvta_generic_to_shared(partial + (kOwnRows * z + warp / kWarpsARow) * kPLd +
-                                 (warp % kWarpsARow) * (kCols / kWarpsARow) + lane));
-#pragma unroll
-    for (int p0 = 0; p0 < kCl; p0 += 8) {
-      float part[8][kOwn];
-#pragma unroll
-      for (int p = 0; p < 8; ++p) {
-        if (p0 + p >= in_round) continue;
-        unsigned at;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"(own), "r"(p0 + p));
-#pragma unroll
-        for (int i = 0; i < kOwn; ++i)
-          asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(part[p][i]) : "r"(at + 128 * i));
-      }
-#pragma unroll
-      for (int p = 0; p < 8; ++p)
-#pragma unroll
-        for (int i = 0; i < kOwn; ++i)
-          if (p0 + p < in_round) total[i] = total[i] + part[p][i];
-    }
+    Fold::add_round(partial, z, warp, lane, in_round, total);
     cluster.sync();  // the partials are free for the next round's x and w (and no CTA
                      // leaves while another still reads its shared memory)
   }
-  const int64_t row = kOwnRows * z + warp / kWarpsARow;
-  const int64_t col = n0 + (warp % kWarpsARow) * (kCols / kWarpsARow) + lane;
-  if (row < M) {
-#pragma unroll
-    for (int i = 0; i < kOwn; ++i)
-      if (col + 32 * i < N) y[row * N + col + 32 * i] = total[i];
-  }
+  Fold::store(y, M, N, n0, z, warp, lane, total);
 }
 
 }  // namespace
@@ -296,36 +214,12 @@ bool gemm_cluster_tile_supports(int64_t m, int64_t k) { return m <= kRows && k %
 
 namespace {
 
-// How many clusters of the <kCl, kCols> kernel the GPU holds at once
-// (cudaOccupancyMaxActiveClusters; per device, asked once; 0 when it refuses).
+// How many clusters of the <kCl, kCols> kernel the GPU holds at once (launch.h).
 template <int kCl, int kCols>
 int resident_clusters() {
-  static std::atomic<int> known[64];  // clusters + 1; 0 unknown
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int v = known[dev].load(std::memory_order_relaxed);
-  if (v == 0) {
-    auto kernel = gemm_bf16_cluster_tile_kernel<kCl, kCols>;
-    constexpr int kSmem = smem_bytes<kCols>();
-    int clusters = 0;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, 1, kCl);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kSmem;
-    const bool ok =
-        (kCl <= 8 || cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
-                                          1) == cudaSuccess) &&
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) ==
-            cudaSuccess &&
-        cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess;
-    if (!ok) {
-      (void)cudaGetLastError();  // a refusal is an answer, not a sticky error
-      clusters = 0;
-    }
-    v = clusters + 1;
-    known[dev].store(v, std::memory_order_relaxed);
-  }
-  return v - 1;
+  return cuda::resident_clusters(
+      reinterpret_cast<const void*>(gemm_bf16_cluster_tile_kernel<kCl, kCols>), kCl, kThreads,
+      smem_bytes<kCols>());
 }
 
 // Whether launches of more than 8 k chunks take clusters of 16 CTAs: the knob
@@ -363,19 +257,12 @@ int tile_cols(int64_t n) {
 template <int kCl, int kCols>
 Status launch_tile(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                    float* y, cudaStream_t stream) {
-  auto kernel = gemm_bf16_cluster_tile_kernel<kCl, kCols>;
-  constexpr int kSmem = smem_bytes<kCols>();
-  if constexpr (kCl > 8) {
-    PKV_CUDA_RETURN_IF_ERROR(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  }
-  PKV_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols), 1, kCl);
-  return launch_kernel(kCl > 8       ? "gemm_bf16_cluster_tile_kernel (16)"
-                       : kCols > 128 ? "gemm_bf16_cluster_tile_kernel (224 columns)"
-                                     : "gemm_bf16_cluster_tile_kernel",
-                       kernel, grid, kThreads, kSmem, stream, x, m, k, w, n, y, gemm_planes());
+  return launch_cluster_kernel(kCl > 8       ? "gemm_bf16_cluster_tile_kernel (16)"
+                               : kCols > 128 ? "gemm_bf16_cluster_tile_kernel (224 columns)"
+                                             : "gemm_bf16_cluster_tile_kernel",
+                               gemm_bf16_cluster_tile_kernel<kCl, kCols>, kCl, grid, kThreads,
+                               smem_bytes<kCols>(), stream, x, m, k, w, n, y, gemm_planes());
 }
 
 }  // namespace

@@ -170,6 +170,16 @@ __global__ void __launch_bounds__(kThreads, WgTile<BM>::kBlocksAnSm)
   // q = 1's the .z and .w halves; B = plane buffer s % 3.
   const int w_row = (warp >> 2) * 64 + (warp & 3) * 16 + g;
   auto mma_step = [&](int s) {
+    // Step s − 1's wgmmas read their A registers asynchronously, and step s's A are the
+    // same registers (the step loop is not unrolled): PTX leaves writing a pending
+    // wgmma's A registers undefined, so they are waited for first — they ran under the
+    // split, the copies and the barrier since. (gemm_wgmma_tile.cu gave wrong sums at 64
+    // x rows without such a wait; here the tests had passed without it. Two A arrays
+    // for even and odd steps, with step s − 1 still running, measured 0.96–0.97× of
+    // this on the H200: docs/performance.md.)
+    wgmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
     const unsigned char* wr = smem + (s % kStages) * kStageBytes + T::Stage::kXBytes;
     const uint4 lo = *reinterpret_cast<const uint4*>(wr + w_row * 64 + 16 * t);
     const uint4 hi = *reinterpret_cast<const uint4*>(wr + (w_row + 8) * 64 + 16 * t);
@@ -215,11 +225,10 @@ __global__ void __launch_bounds__(kThreads, WgTile<BM>::kBlocksAnSm)
         acc[i] = 0.0f;
       }
     }
-    mma_step(s);
+    mma_step(s);  // waits for step s − 1's wgmmas first
     if (s + 1 < steps) split_step(s + 1);
     // Step s + kStages − 1 into step s − 1's slot.
     if (s + kStages - 1 < steps) load_step(s + kStages - 1);
-    wgmma::wait<1>();  // step s − 1's wgmmas (plane buffer (s + 2) % 3, split next step)
   }
   wgmma::wait<0>();
 
@@ -336,14 +345,7 @@ Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, 
         return launch_wgmma<16, P>(x, m, k, w, n, y, stream);
     }
   };
-  switch (gemm_planes()) {
-    case 1:
-      return launch(std::integral_constant<int, 1>{});
-    case 2:
-      return launch(std::integral_constant<int, 2>{});
-    default:
-      return launch(std::integral_constant<int, 3>{});
-  }
+  return with_gemm_planes(launch);
 }
 
 }  // namespace pagedkv::backend::cuda

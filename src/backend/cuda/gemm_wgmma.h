@@ -8,7 +8,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "backend/cuda/kernels.h"
 #include "pagedkv/status.h"
 
 namespace pagedkv::backend::cuda {
@@ -20,6 +22,21 @@ namespace pagedkv::backend::cuda {
 // mma.sync kernel (tests, A/B runs) and returns the setting it replaced.
 bool gemm_wgmma_enabled();
 bool set_gemm_wgmma(bool on);
+
+// Calls launch(std::integral_constant<int, P>{}) with P = gemm_planes() (1, 2 or 3): the
+// wgmma kernels take the plane count as a template parameter, so that a step's wgmmas are
+// issued back to back without a branch between them.
+template <typename Launch>
+Status with_gemm_planes(Launch&& launch) {
+  switch (gemm_planes()) {
+    case 1:
+      return launch(std::integral_constant<int, 1>{});
+    case 2:
+      return launch(std::integral_constant<int, 2>{});
+    default:
+      return launch(std::integral_constant<int, 3>{});
+  }
+}
 
 // rows: the tile's x rows, 128 or 64 (gemm_large_m_rows; at most 32 rows take a tile of
 // 16 or 32 instead of 64). K a multiple of 8.

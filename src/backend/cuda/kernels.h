@@ -76,10 +76,11 @@ int gemm_planes();
 // kWarpChunks8 the same with main's dispatch before the cluster kernel (8 warps a
 // block whatever K: the A/B baseline), kCluster the cluster kernel
 // (gemm_small_m.cu), kClusterTile the cluster tile kernel (gemm_cluster_tile.cu: a
-// 64 × 128 tile a cluster; the warp kernel where it does not apply), kLargeM the
+// 64 × 128 tile a cluster; the warp kernel where it does not apply), kWgmmaTile the
+// same structure on wgmma (gemm_wgmma_tile.cu; sm_90 only, else kClusterTile), kLargeM the
 // large-M kernels (gemm_large_m.cu's pipelined tiles where they fill the GPU, else
 // gemm.cu's 64×64 tiles). Process-wide; the first call reads PAGEDKV_CUDA_GEMM_SMALL_M
-// (auto | warps | warps8 | cluster | tiles | large);
+// (auto | warps | warps8 | cluster | tiles | wgtiles | large);
 // set_gemm_small_m overrides it (tests, the kernel bench's A/B).
 enum class GemmSmallM : uint8_t {
   kAuto = 0,
@@ -87,7 +88,8 @@ enum class GemmSmallM : uint8_t {
   kCluster = 2,
   kLargeM = 3,
   kWarpChunks8 = 4,
-  kClusterTile = 5
+  kClusterTile = 5,
+  kWgmmaTile = 6
 };
 void set_gemm_small_m(GemmSmallM path);
 GemmSmallM gemm_small_m();

@@ -5,6 +5,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "backend/cuda/launch.h"
 
@@ -52,6 +55,36 @@ bool device_runs_kernel(int major, int minor, const void* kernel) {
     return false;
   }
   return true;
+}
+
+int resident_clusters(const void* kernel, int cluster_size, int threads, int smem_bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> known;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find({dev, kernel});
+  if (it != known.end()) return it->second;
+  int clusters = 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1, 1, static_cast<unsigned>(cluster_size));
+  cfg.blockDim = dim3(static_cast<unsigned>(threads));
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  const bool ok = (cluster_size <= 8 ||
+                   cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                        1) == cudaSuccess) &&
+                  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       smem_bytes) == cudaSuccess &&
+                  cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess;
+  if (!ok) {
+    (void)cudaGetLastError();  // a refusal is an answer, not a sticky error
+    clusters = 0;
+  }
+  known[{dev, kernel}] = clusters;
+  return clusters;
 }
 
 }  // namespace pagedkv::backend::cuda

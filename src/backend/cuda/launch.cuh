@@ -94,4 +94,20 @@ Status launch_kernel(const char* name, void (*kernel)(Params...), dim3 grid, dim
   return cuda_status(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), name);
 }
 
+// launch_kernel for a __cluster_dims__(1, 1, cluster_size) kernel of `smem` bytes of
+// dynamic shared memory: first allows both (a cluster past 8 CTAs is non-portable; shared
+// memory past 48 KiB must be asked for).
+template <typename... Params, typename... Args>
+Status launch_cluster_kernel(const char* name, void (*kernel)(Params...), int cluster_size,
+                             dim3 grid, dim3 block, int smem, cudaStream_t stream, Args&&... args) {
+  if (cluster_size > 8) {
+    PKV_CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
+  PKV_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  return launch_kernel(name, kernel, grid, block, static_cast<size_t>(smem), stream,
+                       std::forward<Args>(args)...);
+}
+
 }  // namespace pagedkv::backend::cuda

@@ -22,4 +22,11 @@ int sm_count();
 // kernel's caller asks once (one device kind per process).
 bool device_runs_kernel(int major, int minor, const void* kernel);
 
+// How many clusters of `cluster_size` CTAs (threads and dynamic shared memory bytes
+// each) of `kernel`, a __cluster_dims__(1, 1, cluster_size) kernel, the current device
+// holds at once (cudaOccupancyMaxActiveClusters; sizes past 8 are allowed as
+// non-portable first). Asked once per (device, kernel); 0 when the runtime refuses.
+// The cluster tile GEMMs choose their tile width by it (speed only).
+int resident_clusters(const void* kernel, int cluster_size, int threads, int smem_bytes);
+
 }  // namespace pagedkv::backend::cuda
