@@ -203,11 +203,11 @@ class SmallMPath {
 // chunks in each tile width, 128 and 224 (K = 1000 with N = 2100: tails in K and N). The cluster
 // tile kernel on wgmma (sm_90 only, up to 32 rows; elsewhere it falls back to the mma.sync tile
 // kernel): the same chunk rounds in tiles of 16 and 32 x rows (the 17 switch) and 128 or 256
-// columns.
-// Also the large kernel forced for m ≤ 64 and the automatic choice. K has a tail in every unit the
-// kernels work in (32-wide blocks, 8-wide weight loads, 4-wide x loads), N past a column tile, a
-// cluster's 64 columns and the warp kernel's 16-column switch (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096
-// by default: N = 6150, 8195 and 8200 take 16 columns, with a partial last block).
+// columns. Also the large kernel forced for m ≤ 64 and the automatic choice. K has a tail in every
+// unit the kernels work in (32-wide blocks, 8-wide weight loads, 4-wide x loads), N past a column
+// tile, a cluster's 64 columns and the warp kernel's 16-column switch
+// (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096 by default: N = 6150, 8195 and 8200 take 16 columns, with a
+// partial last block).
 TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
   for (const auto& [K, N] :
        {std::pair<int64_t, int64_t>{200, 136},
