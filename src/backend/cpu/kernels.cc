@@ -111,12 +111,18 @@ PKV_INLINE v8f hsum8_pairs(v8f x, v8f y) {
   return __builtin_shufflevector(x, y, 0, 1, 8, 9, 4, 5, 12, 13) +
          __builtin_shufflevector(x, y, 2, 3, 10, 11, 6, 7, 14, 15);
 }
-PKV_INLINE v8f hsum8x8(const v8f* s) {
-  const v8f w0 = hsum8_pairs(hsum8_lohi(s[0], s[1]), hsum8_lohi(s[2], s[3]));
-  const v8f w1 = hsum8_pairs(hsum8_lohi(s[4], s[5]), hsum8_lohi(s[6], s[7]));
+// hsum8x8 in two halves: the pairs of four keys' sums (keys 0–3 from s[0..3],
+// keys 4–7 from s[4..7]), then the eight sums from the two halves.
+PKV_INLINE v8f hsum8x4_pairs(const v8f* s) {
+  return hsum8_pairs(hsum8_lohi(s[0], s[1]), hsum8_lohi(s[2], s[3]));
+}
+PKV_INLINE v8f hsum8x8_join(v8f w0, v8f w1) {
   // sK = bK[0] + bK[1], in key order.
   return __builtin_shufflevector(w0, w1, 0, 4, 2, 6, 8, 12, 10, 14) +
          __builtin_shufflevector(w0, w1, 1, 5, 3, 7, 9, 13, 11, 15);
+}
+PKV_INLINE v8f hsum8x8(const v8f* s) {
+  return hsum8x8_join(hsum8x4_pairs(s), hsum8x4_pairs(s + 4));
 }
 
 typedef int32_t v8i32 __attribute__((vector_size(32)));
@@ -572,7 +578,8 @@ PKV_INLINE void dot_keys2(const float* q0, const float* q1, const void* kt, int6
 // interleave. Each row's operations and their order are row_scores's (8 keys at
 // a time through hsum8x8, then 4 through hsum, then dot_kv), so the bits are.
 // Used on the 16-float build only (two rows × eight keys of 8-float accumulators
-// need its 32 vector registers).
+// need its 32 vector registers; on 8-float AVX2, four keys at a time read in place
+// measured slower with eight decode rows than one row at a time).
 template <int HD, int KD>
 PKV_INLINE void row_scores2(const float* q0, const float* q1, const void* kt, int64_t off,
                             int64_t stride, int32_t kb, int32_t ke, float scale, float* sc0,
@@ -658,6 +665,48 @@ PKV_INLINE void row_values2(float* acc0, float alpha0, const float* p0, float* a
   }
 }
 
+// tm[r] = the maximum of tm[r] and row r's scores sv[r] of the 8-key block blk
+// whose keys lie in [klo[r], khi[r]), in key order. Lanes of keys outside the
+// range become −inf, which std::max(tm, −inf) leaves as tm (NaN included): the
+// same fold as skipping them, without a branch a key (with the branches, GCC kept
+// an AVX2 row's tm on the stack: a store and a reload a key, ~14% of a prompt's
+// attention on the 2-vCPU AVX2 host).
+template <int R>
+PKV_INLINE void fold_block_max(const v8f (&sv)[R], int32_t blk, const int32_t (&klo)[R],
+                               const int32_t (&khi)[R], float (&tm)[R]) {
+  const v8i32 key = v8i32{0, 1, 2, 3, 4, 5, 6, 7} + 8 * blk;
+  const v8f neg_inf = splat8(-std::numeric_limits<float>::infinity());
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+    const v8f in_range = (key >= klo[r]) & (key < khi[r]) ? sv[r] : neg_inf;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) tm[r] = std::max(tm[r], in_range[i]);
+  }
+}
+
+// acc[r][i] = row r's dot_kv lanes with key key0 + i of a packed K block (kp's
+// layout below, eight keys), NK keys from key0: per lane the sum over c of
+// q[8c+i]·k[8c+i], multiply then add, c ascending, from 0.
+template <int HD, int R, int NK>
+PKV_INLINE void packed_key_dots(const float* const* q, const float* kblk, int key0,
+                                v8f (&acc)[R][NK]) {
+  constexpr int C = HD / 8;
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < NK; ++i) acc[r][i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
+#pragma GCC unroll 32
+  for (int c = 0; c < C; ++c) {
+    v8f qv[R];
+    for (int r = 0; r < R; ++r) qv[r] = load8(q[r] + 8 * c);
+#pragma GCC unroll 8
+    for (int i = 0; i < NK; ++i) {
+      const int key = key0 + i;
+      const v8f kv = load8(kblk + ((key / 2) * C + c) * 16 + (key % 2) * 8);
+      for (int r = 0; r < R; ++r) acc[r][i] += qv[r] * kv;
+    }
+  }
+}
+
 // The packed K layout (attention_fixed's kp): key j's chunk c (elements 8c … 8c+7)
 // at kp[((j/2)·HD/8 + c)·16 + (j%2)·8], so keys 2i and 2i+1 of a chunk are one
 // 16-float vector. Scores of rows q[0 … R-1] (R = 1 or 2) for the 8-key blocks
@@ -666,7 +715,7 @@ PKV_INLINE void row_values2(float* acc0, float alpha0, const float* p0, float* a
 // lanes are dot_kv's eight chains (lane i: Σ over c of q[8c+i]·k[8c+i], multiply
 // then add, c ascending, from 0), reduced by hsum8x8 (hsum's tree) and scaled: the
 // bits of dot_kv · scale. W = 16 runs two keys per 16-float operation (the same
-// per-lane operations), and two rows share each K load.
+// per-lane operations); two rows share each K load (W = 8: four keys at a time).
 template <int HD, int W, int R>
 PKV_INLINE void packed_scores(const float* const* q, const float* kp, int32_t blo, int32_t bhi,
                               float scale, float* const* sc, const int32_t* kb, const int32_t* ke,
@@ -684,7 +733,7 @@ PKV_INLINE void packed_scores(const float* const* q, const float* kp, int32_t bl
   }
   for (int32_t blk = blo; blk < bhi; ++blk) {
     const float* kblk = kp + static_cast<int64_t>(blk) * 4 * C * 16;
-    v8f s8[R][8];
+    v8f sums[R];  // the block's eight dot products a row (hsum8x8's tree)
     if constexpr (W == 16) {
       v16f acc[R][4];
 #pragma GCC unroll 8
@@ -705,43 +754,41 @@ PKV_INLINE void packed_scores(const float* const* q, const float* kp, int32_t bl
           for (int r = 0; r < R; ++r) acc[r][p] += qq[r] * kv;
         }
       }
-      for (int r = 0; r < R; ++r)
+      for (int r = 0; r < R; ++r) {
+        v8f s8[8];
         for (int p = 0; p < 4; ++p) {
-          s8[r][2 * p] = __builtin_shufflevector(acc[r][p], acc[r][p], 0, 1, 2, 3, 4, 5, 6, 7);
-          s8[r][2 * p + 1] =
+          s8[2 * p] = __builtin_shufflevector(acc[r][p], acc[r][p], 0, 1, 2, 3, 4, 5, 6, 7);
+          s8[2 * p + 1] =
               __builtin_shufflevector(acc[r][p], acc[r][p], 8, 9, 10, 11, 12, 13, 14, 15);
         }
-    } else {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-        for (int i = 0; i < 8; ++i) s8[r][i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-#pragma GCC unroll 32
-      for (int c = 0; c < C; ++c) {
-        v8f qv[R];
-        for (int r = 0; r < R; ++r) qv[r] = load8(q[r] + 8 * c);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) {
-          const v8f kv = load8(kblk + ((i / 2) * C + c) * 16 + (i % 2) * 8);
-          for (int r = 0; r < R; ++r) s8[r][i] += qv[r] * kv;
-        }
+        sums[r] = hsum8x8(s8);
       }
+    } else if constexpr (R == 2) {
+      // Two rows on 8-float vectors: 16 accumulators for the block's eight keys
+      // would spill (16 ymm registers), so four keys at a time, each half reduced
+      // to its key pairs (hsum8x4_pairs) before the next; hsum8x8_join finishes
+      // them below — hsum8x8's operations on the same values.
+      v8f w[R][2];
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        v8f a4[R][4];
+        packed_key_dots<HD, R, 4>(q, kblk, 4 * h, a4);
+        for (int r = 0; r < R; ++r) w[r][h] = hsum8x4_pairs(a4[r]);
+      }
+      for (int r = 0; r < R; ++r) sums[r] = hsum8x8_join(w[r][0], w[r][1]);
+    } else {
+      v8f s8[R][8];
+      packed_key_dots<HD, R, 8>(q, kblk, 0, s8);
+      for (int r = 0; r < R; ++r) sums[r] = hsum8x8(s8[r]);
     }
-    // Each row's maximum over its keys of the block, in key order. The loops are
-    // unrolled so tm[r] stays in a register: with a run-time r (GCC left R = 2
-    // rolled), every key's max went through the stack, a store and a reload a key
-    // (~10% of attention's samples on the 2-vCPU Xeon, small preset at 8 clients).
+    // The block's scores, then each row's maximum over its keys in key order.
     v8f sv[R];
 #pragma GCC unroll 2
     for (int r = 0; r < R; ++r) {
-      sv[r] = hsum8x8(s8[r]) * splat8(scale);
+      sv[r] = sums[r] * splat8(scale);
       store8(sc[r] + 8 * blk, sv[r]);
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-#pragma GCC unroll 2
-      for (int r = 0; r < R; ++r)
-        if (8 * blk + i >= klo[r] && 8 * blk + i < khi[r]) tm[r] = std::max(tm[r], sv[r][i]);
-    }
+    fold_block_max<R>(sv, blk, klo, khi, tm);
   }
   for (int r = 0; r < R; ++r) tmax[r] = tm[r];
 }
@@ -750,10 +797,17 @@ PKV_INLINE void packed_scores(const float* const* q, const float* kp, int32_t bl
 // the packed V (vp[j·HD + d]): keys in ascending order for each row; over the keys
 // both rows use, each V vector is loaded once for the two. accs already hold the
 // rescaled accumulators; each element sees acc = acc + p_j·v_j[d] per key.
-template <int HD>
+// W = 16: 16-float vectors, the whole head a pass (head_dim ≤ 128); W = 8: 8-float
+// vectors, 32 elements a pass (two rows' 4 + 4 accumulators fit the 16 ymm
+// registers beside the weights and V) — which elements share a pass changes no
+// element's sequence.
+template <int HD, int W>
 PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_t ka1, float* accb,
                                const float* pb, int32_t kb0, int32_t kb1, const float* vp) {
-  constexpr int C16 = HD / 16;
+  using V = std::conditional_t<W == 16, v16f, v8f>;
+  constexpr int CH = HD / W;            // vectors a row
+  constexpr int CB = W == 16 ? CH : 4;  // vectors a pass
+  static_assert(HD % W == 0 && CH % CB == 0);
   // Each row: its keys before the common range alone, the common range [lo, hi)
   // together, then its keys after it alone.
   int32_t lo = std::max(ka0, kb0), hi = std::min(ka1, kb1);
@@ -763,44 +817,46 @@ PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_
     pre_b = post_b = kb1;
     lo = hi = 0;
   }
-  v16f a[C16], b[C16];
+  for (int c0 = 0; c0 < CH; c0 += CB) {
+    V a[CB], b[CB];
 #pragma GCC unroll 16
-  for (int c = 0; c < C16; ++c) {
-    std::memcpy(&a[c], acca + 16 * c, sizeof(v16f));
-    std::memcpy(&b[c], accb + 16 * c, sizeof(v16f));
-  }
-  auto one = [&](v16f* acc, float pj, int32_t j) {
-    v16f pv;
-    for (int i = 0; i < 16; ++i) pv[i] = pj;
-#pragma GCC unroll 16
-    for (int c = 0; c < C16; ++c) {
-      v16f v;
-      std::memcpy(&v, vp + static_cast<int64_t>(j) * HD + 16 * c, sizeof(v));
-      acc[c] = acc[c] + pv * v;
+    for (int c = 0; c < CB; ++c) {
+      std::memcpy(&a[c], acca + W * (c0 + c), sizeof(V));
+      std::memcpy(&b[c], accb + W * (c0 + c), sizeof(V));
     }
-  };
-  for (int32_t j = ka0; j < pre_a; ++j) one(a, pa[j], j);
-  for (int32_t j = kb0; j < pre_b; ++j) one(b, pb[j], j);
-  for (int32_t j = lo; j < hi; ++j) {
-    v16f pva, pvb;
-    for (int i = 0; i < 16; ++i) {
-      pva[i] = pa[j];
-      pvb[i] = pb[j];
-    }
+    auto one = [&](V* acc, float pj, int32_t j) {
+      V pv;
+      for (int i = 0; i < W; ++i) pv[i] = pj;
 #pragma GCC unroll 16
-    for (int c = 0; c < C16; ++c) {
-      v16f v;
-      std::memcpy(&v, vp + static_cast<int64_t>(j) * HD + 16 * c, sizeof(v));
-      a[c] = a[c] + pva * v;
-      b[c] = b[c] + pvb * v;
-    }
-  }
-  for (int32_t j = post_a; j < ka1; ++j) one(a, pa[j], j);
-  for (int32_t j = post_b; j < kb1; ++j) one(b, pb[j], j);
+      for (int c = 0; c < CB; ++c) {
+        V v;
+        std::memcpy(&v, vp + static_cast<int64_t>(j) * HD + W * (c0 + c), sizeof(v));
+        acc[c] = acc[c] + pv * v;
+      }
+    };
+    for (int32_t j = ka0; j < pre_a; ++j) one(a, pa[j], j);
+    for (int32_t j = kb0; j < pre_b; ++j) one(b, pb[j], j);
+    for (int32_t j = lo; j < hi; ++j) {
+      V pva, pvb;
+      for (int i = 0; i < W; ++i) {
+        pva[i] = pa[j];
+        pvb[i] = pb[j];
+      }
 #pragma GCC unroll 16
-  for (int c = 0; c < C16; ++c) {
-    std::memcpy(acca + 16 * c, &a[c], sizeof(v16f));
-    std::memcpy(accb + 16 * c, &b[c], sizeof(v16f));
+      for (int c = 0; c < CB; ++c) {
+        V v;
+        std::memcpy(&v, vp + static_cast<int64_t>(j) * HD + W * (c0 + c), sizeof(v));
+        a[c] = a[c] + pva * v;
+        b[c] = b[c] + pvb * v;
+      }
+    }
+    for (int32_t j = post_a; j < ka1; ++j) one(a, pa[j], j);
+    for (int32_t j = post_b; j < kb1; ++j) one(b, pb[j], j);
+#pragma GCC unroll 16
+    for (int c = 0; c < CB; ++c) {
+      std::memcpy(acca + W * (c0 + c), &a[c], sizeof(V));
+      std::memcpy(accb + W * (c0 + c), &b[c], sizeof(V));
+    }
   }
 }
 
@@ -863,6 +919,8 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
   const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * HD;
   const int32_t head_blocks = a.num_heads / plan.hb;
   constexpr int C = HD / 8;
+  // Two rows' value updates share each V load (packed_values2's shapes).
+  constexpr bool kValues2 = W == 16 ? HD % 16 == 0 && HD <= 128 : HD % 32 == 0;
   const int32_t T = a.tile, pstride = (a.tile + 7) / 8 * 8 + 8;
   for (int64_t task = b; task < e; ++task) {
     const bool cross = nargs > 1;
@@ -941,12 +999,10 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
             float* kd = kp + static_cast<int64_t>(j / 2) * C * 16 + (j % 2) * 8;
 #pragma GCC unroll 32
             for (int c = 0; c < C; ++c) store8(kd + c * 16, load_kv<KD>(kt, o + 8 * c));
-            if constexpr (KD == 0) {
-              std::memcpy(vp + j * HD, static_cast<const float*>(vt) + o, HD * sizeof(float));
-            } else {
+              // Vector copies for f32 too: a 512-byte memcpy here ran as `rep movsq`,
+              // 8% of a prompt's attention on the 2-vCPU AVX2 host.
 #pragma GCC unroll 32
-              for (int c = 0; c < C; ++c) store8(vp + j * HD + 8 * c, load_kv<KD>(vt, o + 8 * c));
-            }
+            for (int c = 0; c < C; ++c) store8(vp + j * HD + 8 * c, load_kv<KD>(vt, o + 8 * c));
           }
         }
         // The group's active rows; row r's keys [kb[r], ke[r]) of the tile, its
@@ -976,7 +1032,7 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
             tmaxr[r] =
                 row_scores<HD, KD>(qr[r], kt, koff, kv_row, kb[r], ke[r], a.scale, p + kb[r]);
             ++i;
-          } else if (W == 16 && i + 1 < na) {
+          } else if (i + 1 < na) {
             const int r2 = act[i + 1];
             const float* q2[2] = {qr[r], qr[r2]};
             float* s2[2] = {p, ps + r2 * pstride};
@@ -1058,7 +1114,7 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
           } else if (!packed) {
             row_values<HD, KD, W>(ws + r * HD, alpha[r], p + kb[r], vt, koff, kv_row, kb[r], ke[r]);
             ++i;
-          } else if (W == 16 && HD % 16 == 0 && HD <= 128 && i + 1 < na) {
+          } else if (kValues2 && i + 1 < na) {
             const int r2 = act[i + 1];
             for (int rr : {r, r2}) {
               const v8f av = splat8(alpha[rr]);
@@ -1066,8 +1122,9 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
 #pragma GCC unroll 32
               for (int c = 0; c < C; ++c) store8(accp + 8 * c, load8(accp + 8 * c) * av);
             }
-            packed_values2<HD>(ws + r * HD, p, kb[r], ke[r], ws + r2 * HD, ps + r2 * pstride,
-                               kb[r2], ke[r2], vp);
+            if constexpr (kValues2)
+              packed_values2<HD, W>(ws + r * HD, p, kb[r], ke[r], ws + r2 * HD, ps + r2 * pstride,
+                                    kb[r2], ke[r2], vp);
             i += 2;
           } else {
             row_values<HD, 0, W>(ws + r * HD, alpha[r], p + kb[r], vp, 0, HD, kb[r], ke[r]);
