@@ -1342,12 +1342,15 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
   // done alone (qwen3-0.6B's smallest decode projection, 1024×1024, still splits).
   const bool split = pool != nullptr && pool->num_threads() > 1 && m * n * k >= (int64_t{1} << 20);
   if (split && simd != nullptr && m >= kPackMinRows && g_matmul_packing) {
-    // The packed (prefill) nest: column chunks of 64–128 (about four per thread),
-    // handed out first come, first served, so a thread that starts late or runs
-    // slower (a shared host) does less of the call instead of the others waiting
-    // for it. Which thread computes a column never changes its bits.
+    // The packed (prefill) nest: column chunks of 64–128 (about four per thread;
+    // whole column groups: 126, not 128, on AVX2), handed out first come, first
+    // served, so a thread that starts late or runs slower (a shared host) does less
+    // of the call instead of the others waiting for it. Which thread computes a
+    // column never changes its bits.
+    const int64_t group =
+        matmul_isa() == Isa::kAvx512 ? kMatmulGroupColsAvx512 : kMatmulGroupColsAvx2;
     const int64_t per = n / (4 * int64_t{pool->num_threads()}) / 16 * 16;
-    const int64_t grain = std::clamp<int64_t>(per, 64, kMatmulPanelCols);
+    const int64_t grain = std::clamp<int64_t>(per, 64, kMatmulPanelCols) / group * group;
     pool->parallel_dynamic(n, grain, [&](int64_t b, int64_t e) { cols(a, b, e); });
   } else if (split && m == 1 && decode_chunks_per_thread() > 1) {
     // One row (a lone decode request): column chunks of at least 16, about

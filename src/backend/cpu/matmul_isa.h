@@ -41,16 +41,23 @@ struct MatmulArgs {
 
 // The packed (prefill) loop nest: used from this many rows on (K a multiple of 8);
 // K blocks and row blocks as MatmulArgs says, column panels of up to
-// kMatmulPanelCols. Its per-thread lane buffer (64-byte aligned) holds
-// kMatmulScratchFloats floats.
+// kMatmulPanelCols. Its per-thread scratch (64-byte aligned) holds
+// kMatmulScratchFloats floats: the lane buffer (kMatmulLaneFloats), then room for
+// one K block of a whole panel's widened weights (kMatmulPanelFloats).
 inline constexpr int64_t kPackMinRows = 16;
 inline constexpr int64_t kMatmulMaxKc = 512;
 inline constexpr int64_t kMatmulMaxRowBlock = 192;
 inline constexpr int64_t kMatmulPanelCols = 128;
-inline constexpr int64_t kMatmulScratchFloats = kMatmulMaxRowBlock * kMatmulPanelCols * 8;
+inline constexpr int64_t kMatmulLaneFloats = kMatmulMaxRowBlock * kMatmulPanelCols * 8;
+inline constexpr int64_t kMatmulPanelFloats = kMatmulMaxKc * kMatmulPanelCols;
+inline constexpr int64_t kMatmulScratchFloats = kMatmulLaneFloats + kMatmulPanelFloats;
+// The packed nest's column group (one register tile's columns) per build: a
+// thread's column chunk is best a whole number of them, or its last group computes
+// empty columns.
+inline constexpr int64_t kMatmulGroupColsAvx2 = 3, kMatmulGroupColsAvx512 = 8;
 
-// Computes y[0..m)[nb..ne). scratch: a per-thread lane buffer of
-// kMatmulScratchFloats floats, or null (then only the direct loop nest runs).
+// Computes y[0..m)[nb..ne). scratch: a per-thread buffer of kMatmulScratchFloats
+// floats, or null (then only the direct loop nest runs).
 void matmul_cols_avx512(const MatmulArgs& a, int64_t nb, int64_t ne, float* scratch);
 void matmul_cols_avx2(const MatmulArgs& a, int64_t nb, int64_t ne, float* scratch);
 void matmul_cols_generic(const MatmulArgs& a, int64_t nb, int64_t ne);

@@ -82,6 +82,13 @@ struct Vec {
   static constexpr int kDecRows = F == 16 ? 2 : 3, kDecVecs = 4;
   static constexpr int kRows = F == 16 ? 8 : 4, kVecs = 3;
   static constexpr int kPackRows = F == 16 ? 6 : 4, kPackVecs = F == 16 ? 4 : 3;
+  // The packed nest's order inside a K block: a ymm tile's x (4 rows) streamed
+  // from L2 for each 3-column group held the AVX2 tile at ~73% of the FMA peak (one
+  // L2 load per three FMAs); row tiles outer, each x tile kept in L1 over the
+  // whole panel, runs it at ~84–88% (docs/performance.md, "The AVX2 packed GEMM:
+  // row tiles outer"). The zmm tile, measured on AVX-512 hosts only with groups
+  // outer, keeps that order.
+  static constexpr bool kRowTilesOuter = F == 8;
   static PKV_AI V set1(float f) {
     if constexpr (F == 16)
       return _mm512_set1_ps(f);
@@ -352,6 +359,18 @@ PKV_AI void pack_w(const void* w, int64_t k, int64_t g0, int ncols, int64_t kc0,
   }
 }
 
+// Asks for columns [c0, c0 + ncols) × K range [kc0, kc1) of w (speed only): the
+// packing of the group before them runs while they arrive from DRAM.
+template <int D>
+PKV_AI void prefetch_cols(const void* w, int64_t k, int64_t c0, int64_t ncols, int64_t kc0,
+                          int64_t kc1) {
+  constexpr int64_t kBytes = D == 0 ? 4 : 2;
+  const char* wb = static_cast<const char*>(w);
+  for (int64_t c = c0; c < c0 + ncols; ++c)
+    for (int64_t off = kc0 * kBytes; off < kc1 * kBytes; off += 64)
+      _mm_prefetch(wb + c * k * kBytes + off, _MM_HINT_T0);
+}
+
 // MT rows × NV vectors over `steps` 8-chunks of K: lanes start from zero (first)
 // or from lb, and end in lb (!last) or reduced into y (last).
 template <class T, int MT, int NV>
@@ -398,9 +417,12 @@ void packed_cols(const MatmulArgs& a, int64_t nb, int64_t ne, float* scratch) {
   using T = Main;
   constexpr int MT = T::kPackRows, NV = T::kPackVecs, F = T::kFloats;
   constexpr int64_t G = NV * T::kCols;  // columns per group
+  static_assert(G == (PKV_MM_ZMM ? kMatmulGroupColsAvx512 : kMatmulGroupColsAvx2));
   constexpr int64_t P = (kMatmulPanelCols / G) * G;
   static_assert(24 % MT == 0);
-  alignas(64) float wp[kMatmulMaxKc / 8 * NV * F];
+  float* const lanes = scratch;
+  float* const panel = scratch + kMatmulLaneFloats;
+  static_assert(kMatmulPanelFloats >= kMatmulMaxKc / 8 * P / G * NV * F);
   const int64_t kc = a.kc, mb = a.mb;
   const int64_t m = a.m, k = a.k, n = a.n;
   for (int64_t p0 = nb; p0 < ne; p0 += P) {
@@ -411,15 +433,37 @@ void packed_cols(const MatmulArgs& a, int64_t nb, int64_t ne, float* scratch) {
         const int64_t kc1 = kc0 + kc < k ? kc0 + kc : k;
         const bool first = kc0 == 0, last = kc1 == k;
         const int64_t steps = (kc1 - kc0) / 8;
-        for (int64_t g0 = p0; g0 < p1; g0 += G) {
-          const int nc = static_cast<int>(p1 - g0 < G ? p1 - g0 : G);
-          pack_w<T, D, NV>(a.w, k, g0, nc, kc0, kc1, wp);
-          float* lb = scratch + (g0 - p0) / G * (mb * NV * F);
-          const float* xb = a.x + kc0;
+        const float* xb = a.x + kc0;
+        // Group g's lanes for row i: lanes + (g·mb + i - m0)·NV·F.
+        auto group_cols = [&](int64_t g0) { return static_cast<int>(p1 - g0 < G ? p1 - g0 : G); };
+        if constexpr (T::kRowTilesOuter) {
+          // The panel's K block widened once; each row tile's x then stays in L1
+          // while it runs over every group (the weights come from L2).
+          const int64_t gstride = steps * NV * F;
+          for (int64_t g0 = p0; g0 < p1; g0 += G) {
+            if (g0 + G < p1) prefetch_cols<D>(a.w, k, g0 + G, group_cols(g0 + G), kc0, kc1);
+            pack_w<T, D, NV>(a.w, k, g0, group_cols(g0), kc0, kc1, panel + (g0 - p0) / G * gstride);
+          }
           for_row_tiles<MT>(m0, m1, [&]<int R>(int64_t i) {
-            packed_tile<T, R, NV>(xb + i * k, k, wp, steps, lb + (i - m0) * NV * F, first, last,
-                                  a.y + i * n + g0, n, nc);
+            for (int64_t g0 = p0; g0 < p1; g0 += G) {
+              const int64_t g = (g0 - p0) / G;
+              packed_tile<T, R, NV>(xb + i * k, k, panel + g * gstride, steps,
+                                    lanes + (g * mb + i - m0) * NV * F, first, last,
+                                    a.y + i * n + g0, n, group_cols(g0));
+            }
           });
+        } else {
+          // One group's K block widened into wp (L1) and reused by every row tile
+          // of the row block (their x from L2).
+          alignas(64) float wp[kMatmulMaxKc / 8 * NV * F];
+          for (int64_t g0 = p0; g0 < p1; g0 += G) {
+            const int64_t g = (g0 - p0) / G;
+            pack_w<T, D, NV>(a.w, k, g0, group_cols(g0), kc0, kc1, wp);
+            for_row_tiles<MT>(m0, m1, [&]<int R>(int64_t i) {
+              packed_tile<T, R, NV>(xb + i * k, k, wp, steps, lanes + (g * mb + i - m0) * NV * F,
+                                    first, last, a.y + i * n + g0, n, group_cols(g0));
+            });
+          }
         }
       }
     }
