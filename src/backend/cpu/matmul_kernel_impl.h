@@ -15,12 +15,14 @@
 //    weights widened from bf16/f16 in the inner loop (each weight is used by at
 //    most a few rows, so widening it once per use costs nothing extra).
 //  * packed (M >= kPackMinRows, K % 8 == 0; prefill): BLIS-style. For a block of
-//    block of K (MatmulArgs::kc) and a group of NV vectors' columns the weights
-//    are widened once into a small f32 buffer laid out in the order the kernel
-//    reads them (it stays in L1) and reused by every row tile of a row block; the
-//    tile's lane accumulators are stored to a per-thread lane buffer between K
-//    blocks and reloaded exactly (an f32 store/load is the identity), so
-//    splitting K into blocks does not change a lane's FMA sequence.
+//    K (MatmulArgs::kc) and a group of NV vectors' columns the weights are
+//    widened once into an f32 buffer laid out in the order the kernel reads them
+//    and reused by every row tile of a row block (zmm: one group at a time, the
+//    buffer in L1; ymm: the whole panel's groups first, the buffer in L2, then
+//    each row tile over all of them — Vec::kRowTilesOuter); the tile's lane
+//    accumulators are stored to a per-thread lane buffer between K blocks and
+//    reloaded exactly (an f32 store/load is the identity), so splitting K into
+//    blocks does not change a lane's FMA sequence.
 //
 // Include only after <immintrin.h> and the target pragma.
 #pragma once
