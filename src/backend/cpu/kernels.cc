@@ -996,11 +996,11 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
         if (packed) {
           for (int32_t j = k0; j < k1; ++j) {
             const int64_t o = j * kv_row + koff;
+            // K and V by vector stores, f32 too (a 512-byte V memcpy ran as `rep
+            // movsq`, 8% of a prompt's attention on the 2-vCPU AVX2 host).
             float* kd = kp + static_cast<int64_t>(j / 2) * C * 16 + (j % 2) * 8;
 #pragma GCC unroll 32
             for (int c = 0; c < C; ++c) store8(kd + c * 16, load_kv<KD>(kt, o + 8 * c));
-              // Vector copies for f32 too: a 512-byte memcpy here ran as `rep movsq`,
-              // 8% of a prompt's attention on the 2-vCPU AVX2 host.
 #pragma GCC unroll 32
             for (int c = 0; c < C; ++c) store8(vp + j * HD + 8 * c, load_kv<KD>(vt, o + 8 * c));
           }
@@ -1316,12 +1316,15 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
   a.prefetch = matmul_weight_prefetch(k, n, wdt);
   void (*simd)(const MatmulArgs&, int64_t, int64_t, float*) = nullptr;
   void (*generic)(const MatmulArgs&, int64_t, int64_t) = nullptr;
+  int64_t group = 1;  // the packed nest's column group on this ISA
   switch (matmul_isa()) {
     case Isa::kAvx512:
       simd = matmul_cols_avx512;
+      group = kMatmulGroupColsAvx512;
       break;
     case Isa::kAvx2:
       simd = matmul_cols_avx2;
+      group = kMatmulGroupColsAvx2;
       break;
     default:
       generic = wdt == WeightDType::kF32    ? cols_generic<WeightDType::kF32>
@@ -1347,8 +1350,6 @@ void matmul(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     // served, so a thread that starts late or runs slower (a shared host) does less
     // of the call instead of the others waiting for it. Which thread computes a
     // column never changes its bits.
-    const int64_t group =
-        matmul_isa() == Isa::kAvx512 ? kMatmulGroupColsAvx512 : kMatmulGroupColsAvx2;
     const int64_t per = n / (4 * int64_t{pool->num_threads()}) / 16 * 16;
     const int64_t grain = std::clamp<int64_t>(per, 64, kMatmulPanelCols) / group * group;
     pool->parallel_dynamic(n, grain, [&](int64_t b, int64_t e) { cols(a, b, e); });
