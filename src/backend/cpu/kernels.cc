@@ -455,7 +455,17 @@ struct AttnPlan {
     return static_cast<int64_t>((a.num_tokens + qb - 1) / qb) * (a.num_heads / hb);
   }
 };
-constexpr int kAttnMaxRows = 16;  // qb × hb
+// A task's query rows (qb × hb) share each K/V tile's copy (attention_fixed), so
+// the more rows, the fewer copies — each K/V row of one head lies a whole token
+// row from the next and misses the cache — but the more partly idle rows at the
+// causal diagonal. kAttnRows by default (decode, short prompts); kAttnMaxRows for
+// a prompt of at least kAttnLongTokens tokens reading kAttnLongContext keys or
+// more (a 4,096-token prompt's attention 1.2× faster on the 2-vCPU AVX2 host,
+// the small preset's 96 × 320 kernel case slower; docs/performance.md). Which
+// task holds a row changes none of its bits.
+constexpr int kAttnRows = 16;
+constexpr int kAttnMaxRows = 32;
+constexpr int32_t kAttnLongTokens = 64, kAttnLongContext = 512;
 
 // Scores of one query row against keys kb … ke-1 of a tile whose key j starts at
 // element off + j·stride of kt (dtype KD): the row's dot_kv sums, times scale,
@@ -694,8 +704,7 @@ PKV_INLINE void packed_key_dots(const float* const* q, const float* kblk, int ke
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < NK; ++i) acc[r][i] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
-#pragma GCC unroll 32
-  for (int c = 0; c < C; ++c) {
+  auto chunk = [&](int c) __attribute__((always_inline)) {
     v8f qv[R];
     for (int r = 0; r < R; ++r) qv[r] = load8(q[r] + 8 * c);
 #pragma GCC unroll 8
@@ -704,6 +713,18 @@ PKV_INLINE void packed_key_dots(const float* const* q, const float* kblk, int ke
       const v8f kv = load8(kblk + ((key / 2) * C + c) * 16 + (key % 2) * 8);
       for (int r = 0; r < R; ++r) acc[r][i] += qv[r] * kv;
     }
+  };
+  // Past four chunks, two an iteration rather than the whole head: fully unrolled,
+  // GCC (12, -O3) issued every K and q load of the block before the first multiply
+  // and spilled them (246 stack references for head_dim 128); as a loop the
+  // accumulators stay in registers (1.2× a prompt's attention on the 2-vCPU AVX2
+  // host). Head_dim 32's four chunks measured faster unrolled.
+  if constexpr (C <= 4) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) chunk(c);
+  } else {
+#pragma GCC unroll 2
+    for (int c = 0; c < C; ++c) chunk(c);
   }
 }
 
@@ -1511,14 +1532,18 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
   auto plan_for = [](const AttentionArgs& a, bool grouped) {
     AttnPlan p;
     if (!grouped) return p;
+    int32_t context = 0;
+    for (int32_t t = 0; t < a.num_tokens; ++t) context = std::max(context, a.positions[t] + 1);
+    const int32_t rows =
+        a.num_tokens >= kAttnLongTokens && context >= kAttnLongContext ? kAttnMaxRows : kAttnRows;
     const int32_t group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1;
-    for (int32_t hb = std::min<int32_t>(group, kAttnMaxRows); hb >= 1; --hb) {
+    for (int32_t hb = std::min<int32_t>(group, rows); hb >= 1; --hb) {
       if (group % hb == 0) {
         p.hb = hb;
         break;
       }
     }
-    p.qb = kAttnMaxRows / p.hb;
+    p.qb = rows / p.hb;
     return p;
   };
   auto same_shape = [](const AttentionArgs& x, const AttentionArgs& y) {
@@ -1550,7 +1575,7 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     for (size_t i = 0; i < count;) {
       Unit u{i, 1, plan_for(args[i], mode < 2)};
       if (mode == 0) {
-        const int max_args = kAttnMaxRows / u.plan.hb;
+        const int max_args = kAttnRows / u.plan.hb;
         while (u.nargs < max_args && i + u.nargs < count && same_shape(args[i], args[i + u.nargs]))
           ++u.nargs;
       }
