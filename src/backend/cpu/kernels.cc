@@ -460,9 +460,9 @@ struct AttnPlan {
 // row from the next and misses the cache — but the more partly idle rows at the
 // causal diagonal. kAttnRows by default (decode, short prompts); kAttnMaxRows for
 // a prompt of at least kAttnLongTokens tokens reading kAttnLongContext keys or
-// more (a 4,096-token prompt's attention 1.2× faster on the 2-vCPU AVX2 host,
-// the small preset's 96 × 320 kernel case slower; docs/performance.md). Which
-// task holds a row changes none of its bits.
+// more (with 32 rows a 4,096-token prompt's attention ran 1.2× faster on the
+// 2-vCPU AVX2 host, while the small preset's 96 × 320 kernel case ran 7% slower;
+// docs/performance.md). Which task holds a row changes none of its bits.
 constexpr int kAttnRows = 16;
 constexpr int kAttnMaxRows = 32;
 constexpr int32_t kAttnLongTokens = 64, kAttnLongContext = 512;
