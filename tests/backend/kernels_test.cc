@@ -807,8 +807,10 @@ TEST(AttentionBatchTest, SpecializedKernelsEqualTheOneRowReference) {
 // reference's bits for block sizes that are not a multiple of 8 or exceed 16, the
 // qwen3-0.6B head shape (16/8 heads, head_dim 128), rows whose key ranges in a tile
 // differ (causal diagonal, sliding window), f32 and bf16 KV, every ISA and 1–3
-// threads; with 16-token blocks also a 64-token chunk after 460 cached tokens,
-// which the long-prompt plan (32 rows a task) computes.
+// threads; with 16-token blocks also a 64-token chunk after 460 cached tokens and
+// (also with 12-token blocks) a 130-token chunk after 200, which the long-prompt
+// plans compute (128, 64 or 32 rows a task by the shape and thread count; the last
+// token block short).
 TEST(AttentionBatchTest, TileCopyKernelsEqualTheOneRowReferenceForAnyBlockSize) {
   ThreadPool p2(2), p3(3);
   struct Shape {
@@ -818,6 +820,7 @@ TEST(AttentionBatchTest, TileCopyKernelsEqualTheOneRowReferenceForAnyBlockSize) 
     for (Shape sh : {Shape{16, 8, 128}, Shape{4, 2, 64}, Shape{8, 1, 32}}) {
       std::vector<std::pair<int32_t, int32_t>> rows = {{0, 45}, {29, 19}, {70, 1}, {3, 1}};
       if (block == 16) rows.push_back({460, 64});
+      if (block == 16 || block == 12) rows.push_back({200, 130});
       KvRows d(sh.hd, rows, sh.nh, sh.kvh, block);
       const size_t R = d.k.size();
       for (int kvd = 0; kvd < 2; ++kvd) {

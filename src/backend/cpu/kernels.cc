@@ -457,15 +457,18 @@ struct AttnPlan {
 };
 // A task's query rows (qb × hb) share each K/V tile's copy (attention_fixed), so
 // the more rows, the fewer copies — each K/V row of one head lies a whole token
-// row from the next and misses the cache — but the more partly idle rows at the
-// causal diagonal. kAttnRows by default (decode, short prompts); kAttnMaxRows for
-// a prompt of at least kAttnLongTokens tokens reading kAttnLongContext keys or
-// more (with 32 rows a 4,096-token prompt's attention ran 1.2× faster on the
-// 2-vCPU AVX2 host, while the small preset's 96 × 320 kernel case ran 7% slower;
-// docs/performance.md). Which task holds a row changes none of its bits.
+// row from the next and misses the cache. kAttnRows for decode and short prompts
+// (under kAttnLongTokens tokens); a longer prompt takes the most rows, up to
+// kAttnMaxRows, that still leave kAttnTasksPerThread tasks a thread (tasks are
+// handed out first come, first served, and a prompt's tasks differ in cost). On
+// the 2-vCPU AVX2 host 128 rows ran a 256 × 2,048 prompt case 1.15× and 128 × 384
+// 1.1× faster than 32 and 16, the small preset's 96 × 320 the same, and a
+// 4,096-token prompt's attention 1.1–1.2× (docs/performance.md). Which task holds
+// a row changes none of its bits, so neither does the thread count through this.
 constexpr int kAttnRows = 16;
-constexpr int kAttnMaxRows = 32;
-constexpr int32_t kAttnLongTokens = 64, kAttnLongContext = 512;
+constexpr int kAttnMaxRows = 128;
+constexpr int32_t kAttnLongTokens = 64;
+constexpr int64_t kAttnTasksPerThread = 4;
 
 // Scores of one query row against keys kb … ke-1 of a tile whose key j starts at
 // element off + j·stride of kt (dtype KD): the row's dot_kv sums, times scale,
@@ -922,8 +925,8 @@ PKV_INLINE void prefetch_tile(const void* kt, const void* vt, int64_t off, int64
 // order (a copied value is the value itself; which rows share a load changes no
 // row's arithmetic), so neither the task shape, the grouping, the copy nor the
 // head_dim specialization changes a bit. ws holds the rows' accumulators
-// (kAttnMaxRows × HD floats), ps their tile scores indexed by the key in the tile
-// (kAttnMaxRows × pstride floats, pstride = the tile rounded up to 8, plus 8),
+// (the task's rows × HD floats), ps their tile scores indexed by the key in the tile
+// (the task's rows × pstride floats, pstride = the tile rounded up to 8, plus 8),
 // kp and vp pstride × HD floats each (zeroed once: keys of a block of 8 that no
 // row of the group needs hold zeros or stale K values; their scores are discarded).
 //
@@ -1529,21 +1532,27 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
   // whatever task holds it, so neither the batch, the grouping, the task shape nor
   // the thread count changes a result.
   const int threads = pool != nullptr ? pool->num_threads() : 1;
-  auto plan_for = [](const AttentionArgs& a, bool grouped) {
+  auto plan_for = [threads](const AttentionArgs& a, bool grouped) {
     AttnPlan p;
     if (!grouped) return p;
-    int32_t context = 0;
-    for (int32_t t = 0; t < a.num_tokens; ++t) context = std::max(context, a.positions[t] + 1);
-    const int32_t rows =
-        a.num_tokens >= kAttnLongTokens && context >= kAttnLongContext ? kAttnMaxRows : kAttnRows;
     const int32_t group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1;
-    for (int32_t hb = std::min<int32_t>(group, rows); hb >= 1; --hb) {
-      if (group % hb == 0) {
-        p.hb = hb;
-        break;
+    auto plan_of = [&](int32_t rows) {
+      AttnPlan q;
+      for (int32_t hb = std::min<int32_t>(group, rows); hb >= 1; --hb) {
+        if (group % hb == 0) {
+          q.hb = hb;
+          break;
+        }
       }
+      q.qb = rows / q.hb;
+      return q;
+    };
+    p = plan_of(kAttnRows);
+    if (a.num_tokens < kAttnLongTokens) return p;
+    for (int32_t rows = kAttnMaxRows; rows > kAttnRows; rows /= 2) {
+      const AttnPlan q = plan_of(rows);
+      if (q.tasks(a) >= kAttnTasksPerThread * threads) return q;
     }
-    p.qb = rows / p.hb;
     return p;
   };
   auto same_shape = [](const AttentionArgs& x, const AttentionArgs& y) {
@@ -1589,16 +1598,20 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
   const int64_t tasks = first.back();
   const bool avx2 = use_avx2();
   const bool avx512 = avx2 && g_isa_override == Isa::kAuto && cpu_has_avx512();
+  // The buffers' sizes: the widest head, the longest tile's score row (exp_shifted
+  // reads whole 8-blocks), the most query rows a task of these units holds.
+  int32_t max_hd = 0, max_ts = 8, max_rows = 1;
+  for (size_t i = 0; i < count; ++i) {
+    max_hd = std::max(max_hd, args[i].head_dim);
+    max_ts = std::max(max_ts, (args[i].tile + 7) / 8 * 8 + 8);
+  }
+  for (const Unit& u : units)
+    max_rows = std::max(max_rows, (u.nargs > 1 ? u.nargs : u.plan.qb) * u.plan.hb);
   auto work = [&](int64_t b, int64_t e) {
-    int32_t max_hd = 0, max_ts = 8;
-    for (size_t i = 0; i < count; ++i) {
-      max_hd = std::max(max_hd, args[i].head_dim);
-      max_ts = std::max(max_ts, (args[i].tile + 7) / 8 * 8 + 8);
-    }
-    // The rows' accumulators, their tile scores (exp_shifted reads whole
-    // 8-blocks), and the tile's K and V copies (attention_fixed).
-    std::vector<float> ws(static_cast<size_t>(max_hd) * kAttnMaxRows);
-    std::vector<float> scores(static_cast<size_t>(max_ts) * kAttnMaxRows);
+    // The rows' accumulators, their tile scores, and the tile's K and V copies
+    // (attention_fixed).
+    std::vector<float> ws(static_cast<size_t>(max_hd) * max_rows);
+    std::vector<float> scores(static_cast<size_t>(max_ts) * max_rows);
     std::vector<float> kv(2 * static_cast<size_t>(max_ts) * max_hd);
     float* kp = kv.data();
     float* vp = kp + static_cast<size_t>(max_ts) * max_hd;
@@ -1623,10 +1636,13 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     }
   };
   // Same rule as matmul: score + value work ≈ tasks × keys × head_dim × 2. Tasks
-  // differ in cost (a long prompt's last token attends to all of it), so they are
-  // handed out first come, first served.
+  // differ in cost (a prompt's later tokens attend to more keys), so they are
+  // handed out first come, first served, last task first: the costliest start
+  // first and the cheapest fill the end (a thread that took the last prompt
+  // block late would otherwise finish alone).
   if (pool != nullptr && tasks >= 2 && work_units >= (int64_t{1} << 20)) {
-    pool->parallel_dynamic(tasks, std::max<int64_t>(1, tasks / (8 * threads)), work);
+    pool->parallel_dynamic(tasks, std::max<int64_t>(1, tasks / (8 * threads)),
+                           [&](int64_t b, int64_t e) { work(tasks - e, tasks - b); });
   } else {
     work(0, tasks);
   }
