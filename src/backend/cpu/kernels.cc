@@ -819,15 +819,19 @@ PKV_INLINE void packed_scores(const float* const* q, const float* kp, int32_t bl
 
 // Rows a and b's value updates over their key ranges [ka0, ka1) and [kb0, kb1) of
 // the packed V (vp[j·HD + d]): keys in ascending order for each row; over the keys
-// both rows use, each V vector is loaded once for the two. accs already hold the
-// rescaled accumulators; each element sees acc = acc + p_j·v_j[d] per key.
+// both rows use, each V vector is loaded once for the two (kept in a register:
+// GCC otherwise folds the load into both multiplies, and two 256-bit loads a
+// multiply pair bound the AVX2 loop on the 2-vCPU Zen 3 host). Each element sees
+// acc = acc·alpha as it is loaded (the tile's rescale), then acc = acc + p_j·v_j[d]
+// per key.
 // W = 16: 16-float vectors, the whole head a pass (head_dim ≤ 128); W = 8: 8-float
 // vectors, 32 elements a pass (two rows' 4 + 4 accumulators fit the 16 ymm
 // registers beside the weights and V) — which elements share a pass changes no
 // element's sequence.
-template <int HD, int W>
-PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_t ka1, float* accb,
-                               const float* pb, int32_t kb0, int32_t kb1, const float* vp) {
+template <int HD, int W, bool kVec>
+PKV_INLINE void packed_values2(float* acca, float alpha_a, const float* pa, int32_t ka0,
+                               int32_t ka1, float* accb, float alpha_b, const float* pb,
+                               int32_t kb0, int32_t kb1, const float* vp) {
   using V = std::conditional_t<W == 16, v16f, v8f>;
   constexpr int CH = HD / W;            // vectors a row
   constexpr int CB = W == 16 ? CH : 4;  // vectors a pass
@@ -841,12 +845,19 @@ PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_
     pre_b = post_b = kb1;
     lo = hi = 0;
   }
+  V ava, avb;
+  for (int i = 0; i < W; ++i) {
+    ava[i] = alpha_a;
+    avb[i] = alpha_b;
+  }
   for (int c0 = 0; c0 < CH; c0 += CB) {
     V a[CB], b[CB];
 #pragma GCC unroll 16
     for (int c = 0; c < CB; ++c) {
       std::memcpy(&a[c], acca + W * (c0 + c), sizeof(V));
       std::memcpy(&b[c], accb + W * (c0 + c), sizeof(V));
+      a[c] = a[c] * ava;
+      b[c] = b[c] * avb;
     }
     auto one = [&](V* acc, float pj, int32_t j) {
       V pv;
@@ -870,6 +881,7 @@ PKV_INLINE void packed_values2(float* acca, const float* pa, int32_t ka0, int32_
       for (int c = 0; c < CB; ++c) {
         V v;
         std::memcpy(&v, vp + static_cast<int64_t>(j) * HD + W * (c0 + c), sizeof(v));
+        if constexpr (kVec) asm("" : "+v"(v));
         a[c] = a[c] + pva * v;
         b[c] = b[c] + pvb * v;
       }
@@ -934,7 +946,11 @@ PKV_INLINE void prefetch_tile(const void* kt, const void* vt, int64_t off, int64
 // one token each, of identical shape): task k is head block k of ALL the nargs
 // rows, so rows that share K/V blocks (a common prefix) read each shared tile
 // once per task instead of once per row.
-template <int HD, int KD, int W>
+//
+// kVec: compiled for AVX2 or AVX-512 (attention_avx2 / attention_avx512), whose
+// vectors fit a register operand of an (empty) asm statement; false in the
+// baseline build.
+template <int HD, int KD, int W, bool kVec>
 PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
                                 int64_t b, int64_t e, float* ws, float* ps, float* kp, float* vp) {
   const AttentionArgs& a = argv[0];
@@ -1140,15 +1156,9 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
             ++i;
           } else if (kValues2 && i + 1 < na) {
             const int r2 = act[i + 1];
-            for (int rr : {r, r2}) {
-              const v8f av = splat8(alpha[rr]);
-              float* accp = ws + rr * HD;
-#pragma GCC unroll 32
-              for (int c = 0; c < C; ++c) store8(accp + 8 * c, load8(accp + 8 * c) * av);
-            }
             if constexpr (kValues2)
-              packed_values2<HD, W>(ws + r * HD, p, kb[r], ke[r], ws + r2 * HD, ps + r2 * pstride,
-                                    kb[r2], ke[r2], vp);
+              packed_values2<HD, W, kVec>(ws + r * HD, alpha[r], p, kb[r], ke[r], ws + r2 * HD,
+                                          alpha[r2], ps + r2 * pstride, kb[r2], ke[r2], vp);
             i += 2;
           } else {
             row_values<HD, 0, W>(ws + r * HD, alpha[r], p + kb[r], vp, 0, HD, kb[r], ke[r]);
@@ -1164,22 +1174,22 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
     }
   }
 }
-template <int KD, int W>
+template <int KD, int W, bool kVec>
 PKV_INLINE void attention_dispatch_kd(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
                                       int64_t b, int64_t e, float* ws, float* scores, float* kp,
                                       float* vp) {
   const AttentionArgs& a = argv[0];
   switch (g_attention_reference ? 0 : a.head_dim) {
     case 16:
-      return attention_fixed<16, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+      return attention_fixed<16, KD, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 32:
-      return attention_fixed<32, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+      return attention_fixed<32, KD, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 64:
-      return attention_fixed<64, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+      return attention_fixed<64, KD, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 128:
-      return attention_fixed<128, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+      return attention_fixed<128, KD, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case 256:
-      return attention_fixed<256, KD, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+      return attention_fixed<256, KD, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     default:
       break;
   }
@@ -1200,17 +1210,17 @@ PKV_INLINE void attention_dispatch_kd(const AttentionArgs* argv, int nargs, cons
   }
 }
 
-template <int W>
+template <int W, bool kVec>
 PKV_INLINE void attention_dispatch(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
                                    int64_t b, int64_t e, float* ws, float* scores, float* kp,
                                    float* vp) {
   switch (argv[0].kv_dtype) {
     case WeightDType::kF32:
-      return attention_dispatch_kd<0, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+      return attention_dispatch_kd<0, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case WeightDType::kBF16:
-      return attention_dispatch_kd<1, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+      return attention_dispatch_kd<1, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
     case WeightDType::kF16:
-      return attention_dispatch_kd<2, W>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+      return attention_dispatch_kd<2, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
   }
 }
 
@@ -1218,7 +1228,7 @@ __attribute__((target("avx2"))) void attention_avx2(const AttentionArgs* argv, i
                                                     const AttnPlan& plan, int64_t b, int64_t e,
                                                     float* ws, float* scores, float* kp,
                                                     float* vp) {
-  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+  attention_dispatch<8, true>(argv, nargs, plan, b, e, ws, scores, kp, vp);
 }
 // The same code with 32 vector registers (AVX-512VL) and the value updates 16
 // floats at a time: the per-lane arithmetic is unchanged (no FMA:
@@ -1226,11 +1236,11 @@ __attribute__((target("avx2"))) void attention_avx2(const AttentionArgs* argv, i
 __attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(
     const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b, int64_t e, float* ws,
     float* scores, float* kp, float* vp) {
-  attention_dispatch<16>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+  attention_dispatch<16, true>(argv, nargs, plan, b, e, ws, scores, kp, vp);
 }
 void attention_generic(const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b,
                        int64_t e, float* ws, float* scores, float* kp, float* vp) {
-  attention_dispatch<8>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+  attention_dispatch<8, false>(argv, nargs, plan, b, e, ws, scores, kp, vp);
 }
 
 __attribute__((target("avx2"))) float dot_avx2(const float* a, const float* b, int64_t n) {
