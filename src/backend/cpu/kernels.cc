@@ -1585,6 +1585,15 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
     for (int32_t t = 0; t < a.num_tokens; ++t) keys += a.positions[t] + 1;
     work_units += keys * a.num_heads * a.head_dim * 2;
   }
+  // Decode rows join a cross unit only where they share its first row's first
+  // block (a common prefix): rows of their own contexts gain nothing from it, and a
+  // cross task walks every row's tile t before any row's tile t + 1, so their tiles
+  // (16 KB a row for qwen3-0.6B's f32 KV) crowd each other out of L1 — 8 such
+  // rows × 2,048 keys ran 1.34× faster as tasks of their own on the 2-vCPU AVX2
+  // host (docs/performance.md).
+  auto share_prefix = [](const AttentionArgs& x, const AttentionArgs& y) {
+    return x.num_tiles > 0 && y.num_tiles > 0 && x.k_tiles[0] == y.k_tiles[0];
+  };
   // Modes, first that gives at least two tasks per thread: cross units of decode
   // rows; grouped tasks (each K/V row read once for several query rows); one query
   // head per task (decode of one or two requests, measured faster so).
@@ -1595,7 +1604,8 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
       Unit u{i, 1, plan_for(args[i], mode < 2)};
       if (mode == 0) {
         const int max_args = kAttnRows / u.plan.hb;
-        while (u.nargs < max_args && i + u.nargs < count && same_shape(args[i], args[i + u.nargs]))
+        while (u.nargs < max_args && i + u.nargs < count &&
+               same_shape(args[i], args[i + u.nargs]) && share_prefix(args[i], args[i + u.nargs]))
           ++u.nargs;
       }
       const int64_t t = u.nargs > 1 ? args[i].num_heads / u.plan.hb : u.plan.tasks(args[i]);
