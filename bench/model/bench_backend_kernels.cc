@@ -218,6 +218,7 @@ BENCHMARK(BM_AttentionCold)
     ->Args({1, 384, 0, 1, 1, 0})
     ->Args({1, 384, 0, 1, 8, 16})
     ->Args({1, 384, 1, 1, 8, 16})
+    ->Args({1, 2048, 0, 1, 8, 16})
     ->Args({1, 4096, 1, 1, 1, 0})
     ->Args({1, 4096, 1, 2, 8, 0})
     ->Unit(benchmark::kMicrosecond);
