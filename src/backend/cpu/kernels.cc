@@ -1543,8 +1543,7 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
   // the thread count changes a result.
   const int threads = pool != nullptr ? pool->num_threads() : 1;
   auto plan_for = [threads](const AttentionArgs& a, bool grouped) {
-    AttnPlan p;
-    if (!grouped) return p;
+    if (!grouped) return AttnPlan{};
     const int32_t group = a.num_kv_heads > 0 ? a.num_heads / a.num_kv_heads : 1;
     auto plan_of = [&](int32_t rows) {
       AttnPlan q;
@@ -1557,13 +1556,13 @@ void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool) 
       q.qb = rows / q.hb;
       return q;
     };
-    p = plan_of(kAttnRows);
-    if (a.num_tokens < kAttnLongTokens) return p;
-    for (int32_t rows = kAttnMaxRows; rows > kAttnRows; rows /= 2) {
-      const AttnPlan q = plan_of(rows);
-      if (q.tasks(a) >= kAttnTasksPerThread * threads) return q;
+    if (a.num_tokens >= kAttnLongTokens) {
+      for (int32_t rows = kAttnMaxRows; rows > kAttnRows; rows /= 2) {
+        const AttnPlan q = plan_of(rows);
+        if (q.tasks(a) >= kAttnTasksPerThread * threads) return q;
+      }
     }
-    return p;
+    return plan_of(kAttnRows);
   };
   auto same_shape = [](const AttentionArgs& x, const AttentionArgs& y) {
     return x.num_tokens == 1 && y.num_tokens == 1 && x.num_heads == y.num_heads &&
