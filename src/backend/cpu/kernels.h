@@ -17,16 +17,12 @@
 #include <functional>
 
 #include "backend/backend.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace pagedkv::backend::cpu {
 
-// Which compiled variant the kernels use: kAuto = the widest the CPU has (matmul:
-// AVX-512, else AVX2+FMA, else the baseline build; the other kernels: AVX2 or
-// baseline). kAvx2 caps matmul at AVX2. All give identical bits; the switch exists
-// so tests can prove it.
-enum class Isa { kAuto, kGeneric, kAvx2, kAvx512 };
-void set_isa_for_testing(Isa isa);
 // Off: the matmul's packed (prefill) loop nest is never used, only the direct one
 // (same bits; for tests and the benchmarks' same-run baseline).
 void set_matmul_packing_for_testing(bool on);
@@ -35,12 +31,6 @@ void set_matmul_packing_for_testing(bool on);
 void set_matmul_blocking_for_testing(int64_t kc, int64_t mb);
 // Off: the matmul does not prefetch the next tile's weights (speed only).
 void set_matmul_prefetch_for_testing(bool on);
-// On: attention computes every query row alone with the reference loop
-// (attention_body: one dot_kv per key), not the head-dim-specialized kernels of
-// several rows × several keys at a time; the two give the same bits (tests).
-void set_attention_reference_for_testing(bool on);
-// The matmul path taken on this CPU (for --verbose and the benchmarks).
-const char* isa_name();
 // Measured FMA throughput of all the pool's threads running register-only FMA
 // chains on the matmul path's vectors, GFLOP/s (0 on the baseline path).
 double measure_fma_peak_gflops(ThreadPool* pool);
@@ -71,11 +61,6 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out, ThreadP
 // The kernels' e^x (attention's softmax, SiLU): a fixed sequence of IEEE float
 // operations, within 2 ulp of the correctly rounded value; exposed for tests.
 float exp_for_testing(float x);
-
-void attention(const AttentionArgs& a, ThreadPool* pool);
-// Several attentions (one per batch row) as one parallel region over all their
-// (row, token, head) tasks; each task's result is the one attention() computes.
-void attention_batch(const AttentionArgs* args, size_t count, ThreadPool* pool);
 
 void softmax_rows(float* x, int64_t m, int64_t n);
 
