@@ -21,7 +21,6 @@ bool kernels_use_avx512() {
   return kernels_use_avx2() && g_isa_override == Isa::kAuto && cpu_has_avx512();
 }
 
-// The matmul path: the widest the CPU has unless a test forces a narrower one.
 bool cpu_has_avx2_fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                           __builtin_cpu_supports("f16c");
@@ -33,6 +32,7 @@ bool cpu_has_avx512() {
                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return has;
 }
+// The matmul path: the widest the CPU has unless a test forces a narrower one.
 Isa matmul_isa() {
   switch (g_isa_override) {
     case Isa::kGeneric:
