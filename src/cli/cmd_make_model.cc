@@ -4,7 +4,8 @@
 // a real tokenizer (fetched by scripts/fetch-tokenizers.sh) into the checkpoint
 // so `generate --prompt TEXT` works on it.
 #include <iostream>
-
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/args.h"
@@ -50,6 +51,14 @@ int make_model_main(int argc, char** argv) {
   p.add_option("seed", "S", "random seed (same seed, same bytes)", "0");
   p.add_option("dtype", "T", "weight dtype: f32 | bf16", "f32");
   p.add_option("layers", "N", "override the preset's number of layers (0 = preset)", "0");
+  p.add_option("experts", "N",
+               "MoE families: override the preset's number of experts (0 = preset; at most "
+               "1024; dense families ignore it)",
+               "0");
+  p.add_option("experts-per-tok", "K",
+               "MoE families: override the experts each token is routed to (0 = preset; at "
+               "most the number of experts)",
+               "0");
   p.add_option("out", "DIR", "output directory (created if missing)");
   p.add_option("tokenizer", "NAME",
                "qwen3 | gemma3: copy that real tokenizer.json + tokenizer_config.json (fetched by "
@@ -65,11 +74,18 @@ int make_model_main(int argc, char** argv) {
   if (!seed.ok()) return report_error("make-model", seed.status());
   if (*seed < 0) return report_error("make-model", invalid_argument("--seed must be >= 0"));
   o.seed = static_cast<uint64_t>(*seed);
-  auto layers = p.get_int("layers");
-  if (!layers.ok()) return report_error("make-model", layers.status());
-  if (*layers < 0 || *layers > 1024)
-    return report_error("make-model", invalid_argument("--layers must be in [0, 1024]"));
-  o.num_layers = static_cast<int32_t>(*layers);
+  // The count options: an integer in [0, 1024] (0 = the preset's value).
+  auto count = [&p](const char* name, int32_t* out) -> Status {
+    auto v = p.get_int(name);
+    if (!v.ok()) return v.status();
+    if (*v < 0 || *v > 1024)
+      return invalid_argument(std::string("--") + name + " must be in [0, 1024]");
+    *out = static_cast<int32_t>(*v);
+    return ok_status();
+  };
+  for (auto [name, out] : {std::pair{"layers", &o.num_layers}, std::pair{"experts", &o.num_experts},
+                           std::pair{"experts-per-tok", &o.experts_per_tok}})
+    if (Status st = count(name, out); !st.ok()) return report_error("make-model", st);
   std::string dt = p.get("dtype");
   if (dt == "f32") {
     o.dtype = model::DType::kF32;

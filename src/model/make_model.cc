@@ -539,6 +539,11 @@ Status make_random_model(const MakeModelOptions& o) {
   if (o.out_dir.empty()) return invalid_argument("--out is required");
   if (o.num_layers > 0) p.layers = o.num_layers;
   if (o.vocab_size > 0) p.vocab = o.vocab_size;
+  if (o.num_experts > 0) p.experts = o.num_experts;
+  if (o.experts_per_tok > 0) p.top_k = o.experts_per_tok;
+  if (p.top_k > p.experts)
+    return invalid_argument("experts per token (" + std::to_string(p.top_k) +
+                            ") exceeds the number of experts (" + std::to_string(p.experts) + ")");
   const bool moe = o.family == "qwen3_moe";
 
   nlohmann::ordered_json c;

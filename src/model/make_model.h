@@ -27,6 +27,10 @@ struct MakeModelOptions {
   // Optional overrides (0 = the preset's value).
   int32_t num_layers = 0;
   int32_t vocab_size = 0;
+  // The MoE block's experts and experts chosen per token (MoE families; the dense
+  // ones have none and ignore them). experts_per_tok ≤ num_experts.
+  int32_t num_experts = 0;
+  int32_t experts_per_tok = 0;
   // config.json eos_token_id (-1 = null), e.g. the eos of a tokenizer copied in.
   int32_t eos_token_id = -1;
   // Where to write (default FileSystem::posix()); tests inject faults here.

@@ -50,6 +50,31 @@ TEST(CliTest, MakeModelIsDeterministicFromTheSeed) {
   EXPECT_NE(r.output.find("unknown family"), std::string::npos);
 }
 
+// --experts / --experts-per-tok override the MoE preset (config.json and the
+// expert tensors follow); more experts per token than experts is refused by name.
+TEST(CliTest, MakeModelOverridesTheExpertCounts) {
+  std::string a = testing_util::temp_dir("cli_experts");
+  ASSERT_EQ(run_pagedkv("make-model --family qwen3_moe --preset tiny --experts 12 "
+                        "--experts-per-tok 3 --out " +
+                        a)
+                .exit_code,
+            0);
+  const std::string config = file_bytes(a + "/config.json");
+  EXPECT_NE(config.find("\"num_experts\": 12"), std::string::npos) << config;
+  EXPECT_NE(config.find("\"num_experts_per_tok\": 3"), std::string::npos) << config;
+  const std::string tensors = file_bytes(a + "/model.safetensors");
+  EXPECT_NE(tensors.find("mlp.experts.11.down_proj.weight"), std::string::npos);
+  EXPECT_EQ(tensors.find("mlp.experts.12.down_proj.weight"), std::string::npos);
+  auto r = run_pagedkv("make-model --family qwen3_moe --experts 4 --experts-per-tok 5 --out " + a);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("experts per token (5) exceeds the number of experts (4)"),
+            std::string::npos)
+      << r.output;
+  r = run_pagedkv("make-model --family qwen3_moe --experts 2000 --out " + a);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--experts must be in [0, 1024]"), std::string::npos) << r.output;
+}
+
 TEST(CliTest, LogitsMatchesReferenceAndWarmPrefixIsByteIdentical) {
   std::string ref = std::string(PAGEDKV_TEST_DATA_DIR) + "/hf-reference/qwen3-a";
   std::string d = testing_util::temp_dir("cli_logits");
