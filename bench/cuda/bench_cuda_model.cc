@@ -24,6 +24,10 @@
 // copied and sampled on the host (PAGEDKV_CUDA_DEVICE_SAMPLING=0) vs the best
 // entries on the device; and qwen3_moe of the same shape (8 experts, top 2)
 // eager (PAGEDKV_CUDA_GRAPHS=0: one host sync per MoE layer) vs graphs.
+// bench_cuda_model --moe: that qwen3_moe table for more experts too — 8 experts,
+// top 2 (28 layers); 64, top 8 (8 layers); 128, top 8 (4 layers: Qwen3-30B-A3B's
+// routing) — eager vs graphs, whose experts run grouped (one launch for every chosen
+// expert's gate/up and one for the down projections, rows listed on the device).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -165,39 +169,50 @@ struct Config {
 };
 constexpr int kConfigs = 6;
 
-// --seeded-moe: the two before/after tables (see the file comment).
-int seeded_and_moe() {
-  const int ns[] = {1, 8, 64};
-  struct Run {
-    const char* what;
-    std::string dir;
-    bool seeded;
-    const char* knob;
-    const char* before;
-    const char* after;
-  };
-  const std::string dense = bench::random_model_dir("qwen3-0.6b-shape", model::DType::kBF16);
-  const std::string moe = bench::bench_model_cache_dir() + "/qwen3_moe-qwen3-0.6b-shape-bf16-seed1";
-  if (!std::filesystem::exists(moe + "/model.safetensors")) {
-    model::MakeModelOptions o;
-    o.family = "qwen3_moe";
-    o.preset = "qwen3-0.6b-shape";
-    o.dtype = model::DType::kBF16;
-    o.seed = 1;
-    o.out_dir = moe;
-    Status st = model::make_random_model(o);
-    if (!st.ok()) {
-      std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
-      return 1;
-    }
+// A qwen3_moe checkpoint of the 0.6B shape with `experts` experts, `top_k` a token
+// and `layers` layers (bf16, seed 1), written once into the bench model cache; ""
+// when writing it failed (the error printed).
+std::string moe_model_dir(int32_t experts, int32_t top_k, int32_t layers) {
+  const std::string dir =
+      bench::bench_model_cache_dir() +
+      (experts == 8 && top_k == 2 && layers == 28
+           ? std::string("/qwen3_moe-qwen3-0.6b-shape-bf16-seed1")  // the preset's own
+           : "/qwen3_moe-qwen3-0.6b-shape-e" + std::to_string(experts) + "k" +
+                 std::to_string(top_k) + "l" + std::to_string(layers) + "-bf16-seed1");
+  if (std::filesystem::exists(dir + "/model.safetensors")) return dir;
+  model::MakeModelOptions o;
+  o.family = "qwen3_moe";
+  o.preset = "qwen3-0.6b-shape";
+  o.dtype = model::DType::kBF16;
+  o.seed = 1;
+  o.num_experts = experts;
+  o.experts_per_tok = top_k;
+  o.num_layers = layers;
+  o.out_dir = dir;
+  std::fprintf(stderr, "writing %s\n", dir.c_str());
+  Status st = model::make_random_model(o);
+  if (!st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.to_string().c_str());
+    return "";
   }
-  const Run runs[] = {
-      {"seeded (T 0.8, top-k 40, top-p 0.95), qwen3-0.6b-shape: host sampling -> device best "
-       "entries",
-       dense, true, "PAGEDKV_CUDA_DEVICE_SAMPLING", "0", "1"},
-      {"qwen3_moe 0.6b shape (8 experts, top 2), greedy: eager -> graphs", moe, false,
-       "PAGEDKV_CUDA_GRAPHS", "0", "1"}};
-  for (const Run& run : runs) {
+  return dir;
+}
+
+// One before/after table: a knob's two values on one checkpoint, decode at 1, 8
+// and 64 requests.
+struct BeforeAfter {
+  std::string what;
+  std::string dir;
+  bool seeded;
+  const char* knob;
+  const char* before;
+  const char* after;
+};
+
+int before_after_tables(const std::vector<BeforeAfter>& runs) {
+  const int ns[] = {1, 8, 64};
+  for (const BeforeAfter& run : runs) {
+    if (run.dir.empty()) return 1;
     g_seeded = run.seeded;
     double tps[2][3] = {};
     for (int c = 0; c < 2; ++c) {
@@ -210,7 +225,7 @@ int seeded_and_moe() {
         return 1;
       }
       std::shared_ptr<model::Model> m(std::move(*loaded));
-      std::printf("== %s: %s=%s\n", run.what, run.knob, c == 0 ? run.before : run.after);
+      std::printf("== %s: %s=%s\n", run.what.c_str(), run.knob, c == 0 ? run.before : run.after);
       for (size_t i = 0; i < 3; ++i) {
         tps[c][i] = batched_decode(m, ns[i], 512, ns[i] == 1 ? 48 : 24);
         std::printf("decode, %2d requests  %9.1f tok/s\n", ns[i], tps[c][i]);
@@ -226,7 +241,7 @@ int seeded_and_moe() {
           static_cast<long long>(st.device_draw_fallbacks));
     }
     unsetenv(run.knob);
-    std::printf("\n%s\n| requests | before tok/s | after tok/s | ratio |\n", run.what);
+    std::printf("\n%s\n| requests | before tok/s | after tok/s | ratio |\n", run.what.c_str());
     for (size_t i = 0; i < 3; ++i)
       std::printf("| %d | %.0f | %.0f | %.2fx |\n", ns[i], tps[0][i], tps[1][i],
                   tps[0][i] > 0 ? tps[1][i] / tps[0][i] : 0.0);
@@ -236,7 +251,26 @@ int seeded_and_moe() {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "--seeded-moe") return seeded_and_moe();
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--seeded-moe" || mode == "--moe") {
+    std::vector<BeforeAfter> runs;
+    if (mode == "--seeded-moe")
+      runs.push_back(
+          {"seeded (T 0.8, top-k 40, top-p 0.95), qwen3-0.6b-shape: host sampling -> "
+           "device best entries",
+           bench::random_model_dir("qwen3-0.6b-shape", model::DType::kBF16), true,
+           "PAGEDKV_CUDA_DEVICE_SAMPLING", "0", "1"});
+    const int32_t moe_shapes[][3] = {{8, 2, 28}, {64, 8, 8}, {128, 8, 4}};
+    for (const auto& [experts, top_k, layers] : moe_shapes) {
+      if (mode == "--seeded-moe" && experts != 8) break;
+      runs.push_back({"qwen3_moe 0.6b shape (" + std::to_string(experts) + " experts, top " +
+                          std::to_string(top_k) + ", " + std::to_string(layers) +
+                          " layers), greedy: eager -> graphs",
+                      moe_model_dir(experts, top_k, layers), false, "PAGEDKV_CUDA_GRAPHS", "0",
+                      "1"});
+    }
+    return before_after_tables(runs);
+  }
   const std::string preset = argc > 1 ? argv[1] : "qwen3-0.6b-shape";
   const std::string dir = bench::random_model_dir(preset, model::DType::kBF16);
   if (const char* p = std::getenv("PAGEDKV_CUDA_PROFILE"); p != nullptr && *p == '1')

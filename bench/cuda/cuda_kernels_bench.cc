@@ -4,6 +4,8 @@
 //                                       step GEMMs, for quick A/B builds; =large:
 //                                       after them the large-M GEMM's rows too;
 //                                       PKV_BENCH_GEMM_ROWS=64: only those rows;
+//                                       PKV_BENCH_MOE_ONLY=1: the copy and the
+//                                       MoE experts rows only;
 //                                       PKV_BENCH_ATTN_ONLY=1: the copy and the
 //                                       attention rows only;
 //                                       PKV_BENCH_PREFILL_ONLY=1: the copy and the
@@ -39,6 +41,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -48,6 +51,7 @@
 #include "backend/cuda/gemm_large_m.h"
 #include "backend/cuda/gemm_wgmma.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/moe_group.h"
 #include "backend/half.h"
 
 namespace pagedkv::backend::cuda {
@@ -347,6 +351,106 @@ void bench_gemm(int64_t m, int64_t k, int64_t n, WeightDType dt) {
   }
 }
 
+// A MoE layer's experts for t tokens, each routed to top_k distinct random experts:
+// E experts of [gate; up] (2·inter × hidden, concatenated as the model fuses them)
+// and down (hidden × inter), bf16. Three rows: the grouped path of a graph step
+// (moe_group, gather_rows, gemm_grouped, silu_mul_halves, gemm_grouped,
+// scale_to_slots: all on the device); the eager path's launches with the list
+// bounds already on the host (its per-layer copy and sync left out: a lower
+// bound); and the GEMMs alone of the padded step that grouped launches replaced
+// (one GEMM of all t tokens over every expert's [gate; up], every expert's down
+// GEMM over t rows). GB/s counts the chosen experts' weights once.
+void bench_moe_experts(int32_t experts, int32_t top_k, int64_t hidden, int64_t inter, int64_t t) {
+  static DeviceBuffer gu, down, ptrs;
+  static int64_t made = 0;  // experts · hidden · inter of the weights made
+  const int64_t per = hidden * inter;
+  if (made != experts * per) {
+    gu = alloc(size_t{2} * 2 * experts * per);
+    down = alloc(size_t{2} * experts * per);
+    fill_random(gu.data(), size_t{2} * experts * per, true, 11);
+    fill_random(down.data(), size_t{1} * experts * per, true, 12);
+    std::vector<const void*> p(2 * static_cast<size_t>(experts));
+    for (int32_t e = 0; e < experts; ++e) {
+      p[static_cast<size_t>(e)] = gu.as<uint16_t>() + 2 * e * per;
+      p[static_cast<size_t>(experts + e)] = down.as<uint16_t>() + e * per;
+    }
+    ptrs = alloc(p.size() * sizeof(void*));
+    die_if(copy_to_device(ptrs.data(), p.data(), p.size() * sizeof(void*)));
+    made = experts * per;
+  }
+  const int64_t tk = t * top_k;
+  std::mt19937 g(static_cast<uint32_t>(tk + experts));
+  std::vector<int32_t> ids(static_cast<size_t>(tk)), all(static_cast<size_t>(experts));
+  for (int64_t i = 0; i < t; ++i) {
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), g);
+    std::copy_n(all.begin(), top_k, ids.begin() + i * top_k);
+  }
+  std::vector<int32_t> begin(static_cast<size_t>(experts) + 1, 0);
+  for (int32_t e : ids) ++begin[static_cast<size_t>(e) + 1];
+  std::partial_sum(begin.begin(), begin.end(), begin.begin());
+  int64_t chosen = 0;
+  for (int32_t e = 0; e < experts; ++e) chosen += begin[e + 1] > begin[e];
+  const int32_t max_bands = moe_group_max_bands(tk, experts);
+  auto d_ids = alloc(size_t{4} * tk), d_begin = alloc(size_t{4} * (experts + 1));
+  auto d_lists = alloc(size_t{4} * (2 * tk + 1 + 2 * max_bands));
+  die_if(copy_to_device(d_ids.data(), ids.data(), ids.size() * 4));
+  auto h = alloc(size_t{4} * t * hidden), xin = alloc(size_t{4} * tk * hidden);
+  auto gu_out = alloc(size_t{4} * std::max(tk, t * experts) * 2 * inter);
+  auto act = alloc(size_t{4} * std::max(tk, t * experts) * inter);
+  auto yout = alloc(size_t{4} * std::max(tk, t * experts) * hidden);
+  auto results = alloc(size_t{4} * tk * hidden), wts = alloc(size_t{4} * tk);
+  fill_random(h.data(), size_t{1} * t * hidden, false, 13);
+  fill_random(wts.data(), size_t{1} * tk, false, 14);
+  int32_t* rows_d = d_lists.as<int32_t>();
+  int32_t* slots_d = rows_d + tk;
+  int32_t* bands_d = slots_d + tk;
+  const int32_t* listed = d_begin.as<int32_t>() + experts;
+  const auto* wp = ptrs.as<const void*>();
+  const std::string shape = std::to_string(experts) + "e top" + std::to_string(top_k) + " " +
+                            std::to_string(hidden) + "x" + std::to_string(inter) + " t" +
+                            std::to_string(t);
+  const double gb = 3.0 * 2 * per * chosen / 1e9;
+  const double grouped = median_ms([&] {
+    die_if(moe_group(d_ids.as<int32_t>(), tk, top_k, experts, d_begin.as<int32_t>(), rows_d,
+                     slots_d, bands_d));
+    die_if(gather_rows(h.as<float>(), rows_d, tk, hidden, xin.as<float>(), 0, listed));
+    die_if(gemm_grouped(xin.as<float>(), t, hidden, wp, WeightDType::kBF16, 2 * inter,
+                        d_begin.as<int32_t>(), bands_d, max_bands, gu_out.as<float>()));
+    die_if(silu_mul_halves(gu_out.as<float>(), tk, inter, act.as<float>(), 0, listed));
+    die_if(gemm_grouped(act.as<float>(), t, inter, wp + experts, WeightDType::kBF16, hidden,
+                        d_begin.as<int32_t>(), bands_d, max_bands, yout.as<float>()));
+    die_if(scale_to_slots(yout.as<float>(), slots_d, wts.as<float>(), tk, hidden,
+                          results.as<float>(), 0, listed));
+  });
+  report("moe_experts_grouped", shape, grouped, gb / (grouped * 1e-3), "GB/s");
+  const double eager = median_ms([&] {
+    die_if(moe_group(d_ids.as<int32_t>(), tk, top_k, experts, d_begin.as<int32_t>(), rows_d,
+                     slots_d, bands_d));
+    for (int32_t e = 0; e < experts; ++e) {
+      const int64_t b = begin[static_cast<size_t>(e)], m = begin[static_cast<size_t>(e) + 1] - b;
+      if (m == 0) continue;
+      die_if(gather_rows(h.as<float>(), rows_d + b, m, hidden, xin.as<float>()));
+      die_if(gemm(xin.as<float>(), m, hidden, gu.as<uint16_t>() + 2 * e * per, WeightDType::kBF16,
+                  2 * inter, gu_out.as<float>()));
+      die_if(silu_mul_halves(gu_out.as<float>(), m, inter, act.as<float>()));
+      die_if(gemm(act.as<float>(), m, inter, down.as<uint16_t>() + e * per, WeightDType::kBF16,
+                  hidden, yout.as<float>()));
+      die_if(scale_to_slots(yout.as<float>(), slots_d + b, wts.as<float>(), m, hidden,
+                            results.as<float>()));
+    }
+  });
+  report("moe_experts_per_expert", shape, eager, gb / (eager * 1e-3), "GB/s", eager / grouped);
+  const double padded = median_ms([&] {
+    die_if(gemm(h.as<float>(), t, hidden, gu.data(), WeightDType::kBF16, experts * 2 * inter,
+                gu_out.as<float>()));
+    for (int32_t e = 0; e < experts; ++e)
+      die_if(gemm(act.as<float>() + e * t * inter, t, inter, down.as<uint16_t>() + e * per,
+                  WeightDType::kBF16, hidden, yout.as<float>() + e * t * hidden));
+  });
+  report("moe_padded_gemms_only", shape, padded, gb / (padded * 1e-3), "GB/s", padded / grouped);
+}
+
 // A decode step's GEMMs on the Qwen3-0.6B shape: 28 layers × (q 1024→2048, k and
 // v 1024→1024, o 2048→1024, gate and up 1024→3072, down 3072→1024), each layer its
 // own weights (840 MB in all, far past the L2), launched back to back as a step
@@ -482,6 +586,14 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, %.0f MiB\n", prop.name, prop.multiProcessorCount,
               prop.totalGlobalMem / 1048576.0);
   bench_copy();
+  if (std::getenv("PKV_BENCH_MOE_ONLY") != nullptr) {
+    // qwen3_moe's 0.6B-shape bench model (8 experts, top 2) and Qwen3-30B-A3B's
+    // experts (128, top 8, hidden 2048, moe_intermediate 768).
+    for (const auto& [e, k, hd, in] :
+         {std::tuple<int32_t, int32_t, int64_t, int64_t>{8, 2, 1024, 768}, {128, 8, 2048, 768}})
+      for (int64_t t : {1, 8, 64}) bench_moe_experts(e, k, hd, in, t);
+    return 0;
+  }
   const bool prefill_only = std::getenv("PKV_BENCH_PREFILL_ONLY") != nullptr;
   const bool attn_only = prefill_only || std::getenv("PKV_BENCH_ATTN_ONLY") != nullptr;
   if (prefill_only) {

@@ -82,17 +82,7 @@ BothWeights make_weight(CudaBackend& gb, const std::vector<float>& w, int64_t ro
   return b;
 }
 
-class CudaOpsTest : public CudaTest {
- protected:
-  void SetUp() override {
-    CudaTest::SetUp();
-    if (IsSkipped()) return;
-    auto b = CudaBackend::create(0);
-    ASSERT_TRUE(b.ok()) << b.status().to_string();
-    gpu_ = std::move(*b);
-  }
-  std::unique_ptr<CudaBackend> gpu_;
-};
+class CudaOpsTest : public CudaBackendTest {};
 
 // ---- matmul ---------------------------------------------------------------------
 

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_memory.h"
 
@@ -23,6 +25,19 @@ class CudaTest : public ::testing::Test {
                       "CUDA tests skipped";
     }
   }
+};
+
+// A CudaTest with a CudaBackend on device 0 (gpu_).
+class CudaBackendTest : public CudaTest {
+ protected:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped()) return;
+    auto b = CudaBackend::create(0);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    gpu_ = std::move(*b);
+  }
+  std::unique_ptr<CudaBackend> gpu_;
 };
 
 template <typename T>

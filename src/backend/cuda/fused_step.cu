@@ -45,10 +45,11 @@ __global__ void split_qkv_kernel(const float* x, int64_t qd, int64_t kd, float* 
 // Row blockIdx.x, elements blockIdx.y·256 + threadIdx.x: a block a 256-wide piece
 // (not a block a row, whose one block walked the row 256 at a time: ~11 µs at one
 // row on the H200).
-__global__ void silu_mul_halves_kernel(const float* gu, int64_t inter, float* out) {
+__global__ void silu_mul_halves_kernel(const float* gu, int64_t inter, float* out,
+                                       const int32_t* live_rows) {
   enter_kernel();
   const int64_t t = blockIdx.x, i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (i >= inter) return;
+  if (i >= inter || (live_rows != nullptr && t >= *live_rows)) return;
   const float* gate = gu + t * 2 * inter;
   const float g = gate[i];
   out[t * inter + i] = (g / (1.0f + expf(-g))) * gate[inter + i];
@@ -217,14 +218,16 @@ Status split_qkv(const float* x, int64_t m, int64_t qd, int64_t kd, float* q, fl
                        stream, x, qd, kd, q, k, v);
 }
 
-Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cudaStream_t stream) {
-  if (m < 0 || inter <= 0) return invalid_argument("cuda silu_mul_halves: need m ≥ 0, inter > 0");
+Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cudaStream_t stream,
+                       const int32_t* live_rows) {
+  if (m < 0 || m > 0x7fffffff || inter <= 0)
+    return invalid_argument("cuda silu_mul_halves: need 0 ≤ m < 2³¹, inter > 0");
   if (m == 0) return ok_status();
   const int64_t pieces = (inter + 255) / 256;
   if (pieces > 65535) return invalid_argument("cuda silu_mul_halves: inter exceeds 65535·256");
   return launch_kernel("silu_mul_halves_kernel", silu_mul_halves_kernel,
                        dim3(static_cast<unsigned>(m), static_cast<unsigned>(pieces)), 256, 0,
-                       stream, gu, inter, out);
+                       stream, gu, inter, out, live_rows);
 }
 
 }  // namespace pagedkv::backend::cuda

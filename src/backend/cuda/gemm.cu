@@ -4,7 +4,9 @@
 // gemm_cluster_tile.cu, the pipelined large-M kernel in gemm_large_m.cu, which runs
 // wherever its tiles fill the GPU and K is a multiple of 8); all batch-invariant: the
 // output tile a row lands in and the rows it shares the tile with change nothing
-// about how that row's elements are computed.
+// about how that row's elements are computed. The grouped GEMM (gemm_grouped: a MoE
+// step's experts in one launch, their rows listed in device memory) runs the decode
+// and SIMT kernels on each listed band of rows, so its rows are gemm()'s bits.
 //
 //  - bf16 weights: tensor cores, mma.sync.m16n8k16 (bf16 in, f32 accumulate). x is
 //    f32, so each x element is split into three bf16 terms hi + mid + lo (each the
@@ -45,6 +47,27 @@ namespace pagedkv::backend::cuda {
 namespace {
 
 using namespace gemm_detail;
+
+// One entry of gemm_grouped's band list (kernels.h): up to kGroupedBandRows rows of
+// x and y from first_row, times group's weight; rows = 0 past the list.
+struct GroupedBand {
+  int32_t group;
+  int64_t first_row, rows;
+};
+
+// A grouped launch's device arrays (weights null: an ordinary launch).
+struct GroupedBands {
+  const void* const* weights = nullptr;  // [groups]
+  const int32_t* bounds = nullptr;       // [groups + 1]
+  const int32_t* list = nullptr;         // [1 + 2 · max_bands]
+  int32_t max_bands = 0;
+  __device__ GroupedBand band(unsigned i) const {
+    if (static_cast<int32_t>(i) >= list[0]) return {0, 0, 0};
+    const int32_t g = list[1 + 2 * i], first = list[2 + 2 * i];
+    const int32_t left = bounds[g + 1] - first;
+    return {g, first, left < kGroupedBandRows ? left : kGroupedBandRows};
+  }
+};
 
 // ---- tensor-core kernels (bf16 weights) ----
 // The k → MMA-slot layout shared by both bf16 kernels. k is taken in blocks of 32
@@ -183,11 +206,15 @@ constexpr int64_t kSmallMMax = 64;
 // (128: one GEMM block and the next GEMM's can be resident together).
 template <int RT, bool kHalf, int NW, int NCG>
 constexpr int kDecMinBlocks = NW > 8 ? 1 : (NCG > 2 ? 2 : (RT == 1 ? (kHalf ? 3 : 2) : 1));
-template <int RT, int NCG, bool kHalf, int NW>
+// kGrouped (gemm_grouped): blockIdx.y is an entry of the band list instead of a
+// band of x's rows; the block finds its weight and rows in device memory after the
+// programmatic-launch wait (the list comes from the kernel before) and then runs
+// exactly as an ordinary launch on those rows.
+template <int RT, int NCG, bool kHalf, int NW, bool kGrouped>
 __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW, NCG>))
     gemm_bf16_decode_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                             const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
-                            bool early_weights, int planes) {
+                            bool early_weights, int planes, GroupedBands groups) {
   constexpr int kRows = RT * 16, kCols = NCG * 8, kOut = kRows * kCols;
   constexpr int kDecThreads = NW * 32;
   constexpr int kOutPerThread = (kOut + kDecThreads - 1) / kDecThreads;
@@ -195,11 +222,22 @@ __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW, NCG>))
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t n0 = int64_t{blockIdx.x} * kCols;
-  // blockIdx.y: a band of kRows rows run as rows of their own (a row's bits do not
-  // depend on the rows beside it).
-  x += int64_t{blockIdx.y} * kRows * K;
-  y += int64_t{blockIdx.y} * kRows * N;
-  M = M - int64_t{blockIdx.y} * kRows < kRows ? M - int64_t{blockIdx.y} * kRows : kRows;
+  if constexpr (kGrouped) {
+    static_assert(RT * 16 == kGroupedBandRows, "a grouped block runs one band");
+    enter_kernel();
+    const GroupedBand band = groups.band(blockIdx.y);
+    if (band.rows == 0) return;  // past the list (the whole block: before any barrier)
+    M = band.rows;
+    x += band.first_row * K;
+    y += band.first_row * N;
+    w = static_cast<const __nv_bfloat16*>(groups.weights[band.group]);
+  } else {
+    // blockIdx.y: a band of kRows rows run as rows of their own (a row's bits do not
+    // depend on the rows beside it).
+    x += int64_t{blockIdx.y} * kRows * K;
+    y += int64_t{blockIdx.y} * kRows * N;
+    M = M - int64_t{blockIdx.y} * kRows < kRows ? M - int64_t{blockIdx.y} * kRows : kRows;
+  }
   const bool w_vec = (K % 8) == 0, x_vec = (K % 4) == 0;
   const int chunks = static_cast<int>((K + kKChunk - 1) / kKChunk);
   float total[kOutPerThread];
@@ -222,9 +260,9 @@ __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW, NCG>))
                          ? load_w8(w, N, K, n0 + cg * 8 + g, kc + 32 * jb + 8 * t, w_vec)
                          : make_uint4(0u, 0u, 0u, 0u);
   };
-  if (!early_weights) enter_kernel();  // the A/B baseline (decode_early_weights())
+  if (!kGrouped && !early_weights) enter_kernel();  // the A/B baseline (decode_early_weights())
   load_chunk_weights(warp);
-  if (early_weights) enter_kernel();  // x and y: after the wait
+  if (!kGrouped && early_weights) enter_kernel();  // x and y: after the wait
 
   for (int round0 = 0; round0 < chunks; round0 += NW) {
     const int c = round0 + warp;
@@ -316,19 +354,31 @@ bool decode_early_weights() {
   return early;
 }
 
-template <int RT, int NCG, bool kHalf = false, int NW = kDecWarps>
-Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
-                     float* y, cudaStream_t stream) {
+// An ordinary launch (groups.weights null: m rows of x in bands of 16, grid.y) or a
+// grouped one (grid.y = groups.max_bands entries of the band list).
+template <int RT, int NCG, bool kHalf, int NW, bool kGrouped>
+Status launch_decode_kernel(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                            float* y, cudaStream_t stream, const GroupedBands& groups) {
   constexpr size_t smem = size_t{NW} * RT * 16 * NCG * 8 * sizeof(float);
-  auto kernel = gemm_bf16_decode_kernel<RT, NCG, kHalf, NW>;
+  auto kernel = gemm_bf16_decode_kernel<RT, NCG, kHalf, NW, kGrouped>;
   if constexpr (smem > 48 * 1024) {
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
+  const int64_t bands = kGrouped ? groups.max_bands : (m + RT * 16 - 1) / (RT * 16);
   const dim3 blocks(static_cast<unsigned>((n + NCG * 8 - 1) / (NCG * 8)),
-                    static_cast<unsigned>((m + RT * 16 - 1) / (RT * 16)));
-  return launch_kernel("gemm_bf16_decode_kernel", kernel, blocks, NW * 32, smem, stream, x, m, k, w,
-                       n, y, decode_early_weights(), gemm_planes());
+                    static_cast<unsigned>(bands));
+  return launch_kernel(kGrouped ? "gemm_bf16_decode_kernel (grouped)" : "gemm_bf16_decode_kernel",
+                       kernel, blocks, NW * 32, smem, stream, x, m, k, w, n, y,
+                       decode_early_weights(), gemm_planes(), groups);
+}
+
+template <int RT, int NCG, bool kHalf = false, int NW = kDecWarps>
+Status launch_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                     float* y, cudaStream_t stream, const GroupedBands& groups) {
+  return groups.weights != nullptr
+             ? launch_decode_kernel<RT, NCG, kHalf, NW, true>(x, m, k, w, n, y, stream, groups)
+             : launch_decode_kernel<RT, NCG, kHalf, NW, false>(x, m, k, w, n, y, stream, groups);
 }
 
 // Rows and column groups per block for M ≤ 64 rows (speed only: the bits are the
@@ -381,38 +431,54 @@ int64_t decode_wide_min_n() {
   return min_n;
 }
 
+// m: the rows (a grouped launch: the most any band holds, which picks the half tile).
 Status gemm_decode(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
-                   float* y, cudaStream_t stream, bool main_dispatch) {
+                   float* y, cudaStream_t stream, bool main_dispatch,
+                   const GroupedBands& groups = {}) {
   const bool wide = n >= decode_wide_min_n();
   const int64_t chunks = (k + kKChunk - 1) / kKChunk;
   if (m <= 8 && wide && chunks <= 8 && decode_wide_cols() == 32)
-    return launch_decode<1, 4, true>(x, m, k, w, n, y, stream);
+    return launch_decode<1, 4, true>(x, m, k, w, n, y, stream, groups);
   if (m <= 8 && !main_dispatch && chunks > 8) {
     if (chunks <= 16)
-      return wide ? launch_decode<1, 2, true, 16>(x, m, k, w, n, y, stream)
-                  : launch_decode<1, 1, true, 16>(x, m, k, w, n, y, stream);
-    return wide ? launch_decode<1, 2, true, 24>(x, m, k, w, n, y, stream)
-                : launch_decode<1, 1, true, 24>(x, m, k, w, n, y, stream);
+      return wide ? launch_decode<1, 2, true, 16>(x, m, k, w, n, y, stream, groups)
+                  : launch_decode<1, 1, true, 16>(x, m, k, w, n, y, stream, groups);
+    return wide ? launch_decode<1, 2, true, 24>(x, m, k, w, n, y, stream, groups)
+                : launch_decode<1, 1, true, 24>(x, m, k, w, n, y, stream, groups);
   }
   if (m <= 8)
-    return wide ? launch_decode<1, 2, true>(x, m, k, w, n, y, stream)
-                : launch_decode<1, 1, true>(x, m, k, w, n, y, stream);
-  return wide ? launch_decode<1, 2>(x, m, k, w, n, y, stream)
-              : launch_decode<1, 1>(x, m, k, w, n, y, stream);
+    return wide ? launch_decode<1, 2, true>(x, m, k, w, n, y, stream, groups)
+                : launch_decode<1, 1, true>(x, m, k, w, n, y, stream, groups);
+  return wide ? launch_decode<1, 2>(x, m, k, w, n, y, stream, groups)
+              : launch_decode<1, 1>(x, m, k, w, n, y, stream, groups);
 }
 
 // ---- SIMT kernel (f32 / f16 weights) ----
 constexpr int kSBM = 64, kSBN = 64, kSBK = 16, kSimtThreads = 256;  // 4×4 outputs each
 
+// kGrouped: as the decode kernel's (blockIdx.y an entry of the band list; its rows
+// are the first of the tile).
+template <bool kGrouped>
 __global__ void __launch_bounds__(kSimtThreads)
     gemm_simt_kernel(const float* __restrict__ x, int64_t M, int64_t K, const void* __restrict__ w,
-                     WeightDType wdt, int64_t N, float* __restrict__ y) {
+                     WeightDType wdt, int64_t N, float* __restrict__ y, GroupedBands groups) {
   enter_kernel();
   __shared__ float xs[kSBK][kSBM + 4];
   __shared__ float ws[kSBK][kSBN + 4];
   const int tid = threadIdx.x;
   const int tm = tid / 16, tn = tid % 16;
-  const int64_t m0 = int64_t{blockIdx.y} * kSBM, n0 = int64_t{blockIdx.x} * kSBN;
+  int64_t m0 = int64_t{blockIdx.y} * kSBM;
+  const int64_t n0 = int64_t{blockIdx.x} * kSBN;
+  if constexpr (kGrouped) {
+    static_assert(kGroupedBandRows <= kSBM, "a band fits one tile");
+    const GroupedBand band = groups.band(blockIdx.y);
+    if (band.rows == 0) return;  // past the list (the whole block: before any barrier)
+    m0 = 0;
+    M = band.rows;
+    x += band.first_row * K;
+    y += band.first_row * N;
+    w = groups.weights[band.group];
+  }
   float acc[4][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -581,8 +647,36 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
   }
   dim3 grid(static_cast<unsigned>((n + kSBN - 1) / kSBN),
             static_cast<unsigned>((m + kSBM - 1) / kSBM));
-  return launch_kernel("gemm_simt_kernel", gemm_simt_kernel, grid, kSimtThreads, 0, stream, x, m, k,
-                       w, wdt, n, y);
+  return launch_kernel("gemm_simt_kernel", gemm_simt_kernel<false>, grid, kSimtThreads, 0, stream,
+                       x, m, k, w, wdt, n, y, GroupedBands{});
+}
+
+Status gemm_grouped(const float* x, int64_t max_rows, int64_t k, const void* const* w,
+                    WeightDType wdt, int64_t n, const int32_t* bounds, const int32_t* bands,
+                    int32_t max_bands, float* y, cudaStream_t stream) {
+  if (k <= 0 || n <= 0 || max_rows < 0 || max_bands < 0 || max_bands > 65535) {
+    return invalid_argument(
+        "cuda gemm_grouped: need k > 0, n > 0, max_rows ≥ 0 and max_bands in "
+        "[0, 65535] (got k=" +
+        std::to_string(k) + " n=" + std::to_string(n) + " max_rows=" + std::to_string(max_rows) +
+        " max_bands=" + std::to_string(max_bands) + ")");
+  }
+  if (w == nullptr || bounds == nullptr || bands == nullptr)
+    return invalid_argument("cuda gemm_grouped: w, bounds and bands must be device arrays");
+  if (max_rows == 0 || max_bands == 0) return ok_status();
+  const GroupedBands groups{w, bounds, bands, max_bands};
+  if (wdt == WeightDType::kBF16) {
+    if ((reinterpret_cast<uintptr_t>(x) % 16) != 0)
+      return invalid_argument("cuda gemm_grouped: x must be 16-byte aligned");
+    // The warp decode kernel for every band (its rows are a band's: up to 16); a
+    // band of at most 8 rows where no group has more.
+    return gemm_decode(x, std::min<int64_t>(max_rows, kGroupedBandRows), k, nullptr, n, y, stream,
+                       /*main_dispatch=*/false, groups);
+  }
+  const dim3 grid(static_cast<unsigned>((n + kSBN - 1) / kSBN), static_cast<unsigned>(max_bands));
+  return launch_kernel("gemm_simt_kernel (grouped)", gemm_simt_kernel<true>, grid, kSimtThreads, 0,
+                       stream, x, max_rows, k, static_cast<const void*>(nullptr), wdt, n, y,
+                       groups);
 }
 
 }  // namespace pagedkv::backend::cuda

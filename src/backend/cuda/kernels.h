@@ -61,6 +61,22 @@ Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStrea
 Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, cudaStream_t stream = 0);
 
+// The experts' GEMMs of a MoE step in one launch, their rows listed in device memory
+// (no host sync: a CUDA graph can hold it). Groups g own the rows [bounds[g],
+// bounds[g + 1]) of x ([rows][k] f32, 16-byte aligned) and y ([rows][n] f32) and
+// the weight w[g] ([n][k], wdt; w a device array of device pointers, each 16-byte
+// aligned). The work comes as bands of at most kGroupedBandRows rows of one group:
+// bands[0] = their count (≤ max_bands), then for band i bands[1 + 2i] = its group
+// and bands[2 + 2i] = its first row (moe_group writes such a list). max_rows bounds
+// the rows of any group (a MoE step's tokens; ≤ 8 picks a smaller tile). Each row's
+// bits are those gemm() gives x's rows of that group alone (every kernel is
+// row-invariant; the bf16 ones all compute an element alike); rows of y outside
+// the listed bands are not written.
+inline constexpr int32_t kGroupedBandRows = 16;
+Status gemm_grouped(const float* x, int64_t max_rows, int64_t k, const void* const* w,
+                    WeightDType wdt, int64_t n, const int32_t* bounds, const int32_t* bands,
+                    int32_t max_bands, float* y, cudaStream_t stream = 0);
+
 // How many of x's three bf16 planes (hi, mid, lo) every bf16 GEMM kernel multiplies
 // (PAGEDKV_CUDA_GEMM_PLANES = 1, 2 or 3, default 3; read once). 3 keeps x to f32
 // accuracy (the default, checked against the HF fixtures); 1 (hi only: x rounded to
@@ -244,9 +260,12 @@ struct KvWriteParams {
 // (bf16: round to nearest even, as the CPU's f32_to_bf16).
 Status write_kv(const KvWriteParams& p, cudaStream_t stream = 0);
 
-// y[i][:] = x[rows[i]][:] for i < m (x, y [.][d] f32; rows device int32).
+// y[i][:] = x[rows[i]][:] for i < m (x, y [.][d] f32; rows device int32). With
+// live_rows (device), only the rows i < *live_rows, a count a kernel before wrote
+// (moe_group's listed slots); the others are left alone. The same for
+// scale_to_slots and silu_mul_halves.
 Status gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y,
-                   cudaStream_t stream = 0);
+                   cudaStream_t stream = 0, const int32_t* live_rows = nullptr);
 
 // *flag = 1 when any of x[0..n) is NaN (else *flag is left alone: clear it first).
 Status flag_nan(const float* x, int64_t n, int32_t* flag, cudaStream_t stream = 0);
@@ -256,7 +275,8 @@ Status flag_nan(const float* x, int64_t n, int32_t* flag, cudaStream_t stream = 
 // results[slots[i]][:] = y[i][:] · weights[slots[i]] for i < m (y [m][d]; results
 // and weights indexed by slot = token · top_k + rank; slots device int32).
 Status scale_to_slots(const float* y, const int32_t* slots, const float* weights, int64_t m,
-                      int64_t d, float* results, cudaStream_t stream = 0);
+                      int64_t d, float* results, cudaStream_t stream = 0,
+                      const int32_t* live_rows = nullptr);
 
 // out[t][:] = results[t][0][:] + results[t][1][:] + … (ranks added in order onto
 // rank 0), results [t][top_k][d].
@@ -273,7 +293,7 @@ Status split_qkv(const float* x, int64_t m, int64_t qd, int64_t kd, float* q, fl
 // out[t][i] = silu(gu[t][i]) · gu[t][inter + i] (gu [m][2·inter]: one GEMM over the
 // row-concatenated gate and up weights): silu_mul's expression element for element.
 Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out,
-                       cudaStream_t stream = 0);
+                       cudaStream_t stream = 0, const int32_t* live_rows = nullptr);
 
 // x += y, then out = rms_norm(x) · w (x, y, out [m][d]): add's and rms_norm's
 // operations element for element, in one launch. w is read before the wait for the

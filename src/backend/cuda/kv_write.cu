@@ -34,16 +34,19 @@ __global__ void write_kv_kernel(const KvWriteParams p) {
   }
 }
 
-__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t d, float* y) {
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t d, float* y,
+                                   const int32_t* live_rows) {
   enter_kernel();
+  if (live_rows != nullptr && static_cast<int32_t>(blockIdx.x) >= *live_rows) return;
   const float* src = x + static_cast<int64_t>(rows[blockIdx.x]) * d;
   float* dst = y + static_cast<int64_t>(blockIdx.x) * d;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i];
 }
 
 __global__ void scale_to_slots_kernel(const float* y, const int32_t* slots, const float* weights,
-                                      int64_t d, float* results) {
+                                      int64_t d, float* results, const int32_t* live_rows) {
   enter_kernel();
+  if (live_rows != nullptr && static_cast<int32_t>(blockIdx.x) >= *live_rows) return;
   const int32_t slot = slots[blockIdx.x];
   const float w = weights[slot];
   const float* src = y + static_cast<int64_t>(blockIdx.x) * d;
@@ -80,11 +83,12 @@ Status flag_nan(const float* x, int64_t n, int32_t* flag, cudaStream_t stream) {
 }
 
 Status scale_to_slots(const float* y, const int32_t* slots, const float* weights, int64_t m,
-                      int64_t d, float* results, cudaStream_t stream) {
-  if (m < 0 || d < 1) return invalid_argument("cuda scale_to_slots: need m ≥ 0 and d ≥ 1");
+                      int64_t d, float* results, cudaStream_t stream, const int32_t* live_rows) {
+  if (m < 0 || m > 0x7fffffff || d < 1)
+    return invalid_argument("cuda scale_to_slots: need 0 ≤ m < 2³¹ and d ≥ 1");
   if (m == 0) return ok_status();
   return launch_kernel("scale_to_slots_kernel", scale_to_slots_kernel, static_cast<unsigned>(m),
-                       128, 0, stream, y, slots, weights, d, results);
+                       128, 0, stream, y, slots, weights, d, results, live_rows);
 }
 
 Status sum_ranks(const float* results, int64_t t, int32_t top_k, int64_t d, float* out,
@@ -117,11 +121,12 @@ Status write_kv(const KvWriteParams& p, cudaStream_t stream) {
 }
 
 Status gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t d, float* y,
-                   cudaStream_t stream) {
-  if (m < 0 || d < 1) return invalid_argument("cuda gather_rows: need m ≥ 0 and d ≥ 1");
+                   cudaStream_t stream, const int32_t* live_rows) {
+  if (m < 0 || m > 0x7fffffff || d < 1)
+    return invalid_argument("cuda gather_rows: need 0 ≤ m < 2³¹ and d ≥ 1");
   if (m == 0) return ok_status();
   return launch_kernel("gather_rows_kernel", gather_rows_kernel, static_cast<unsigned>(m), 128, 0,
-                       stream, x, rows, d, y);
+                       stream, x, rows, d, y, live_rows);
 }
 
 }  // namespace pagedkv::backend::cuda

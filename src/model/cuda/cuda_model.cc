@@ -106,6 +106,12 @@ int32_t next_pow2(int32_t v) {
 }
 int32_t token_bucket(int32_t t) { return t <= 8 ? next_pow2(t) : (t + 7) / 8 * 8; }
 
+// The ints of a MoE layer's device lists for tk routed slots over e experts: the
+// rows and slots of each list entry, then moe_group's band list.
+size_t moe_list_ints(int64_t tk, int32_t e) {
+  return static_cast<size_t>(2 * tk + 1 + 2 * int64_t{bc::moe_group_max_bands(tk, e)});
+}
+
 struct GraphKey {
   int32_t tokens = 0, width = 0, parts = 0;
   int32_t packed = 0;  // StepArgs::packed_partitions (attention's launch shape)
@@ -128,6 +134,10 @@ struct Layer {
   // Fused MoE layers: every expert's [gate; up] rows, expert after expert, as one
   // weight [E · 2 · moe_inter][H] (the experts' gate/up then null).
   WeightPtr experts_gate_up;
+  // And a device array of 2E weight pointers for bc::gemm_grouped: expert e's
+  // [gate; up] rows in experts_gate_up at e, its down weight at E + e (empty where
+  // a pointer is not 16-byte aligned: that model's MoE steps then run eagerly).
+  bc::DeviceBuffer expert_weights;
 };
 
 // One weight whose rows are those of `ws` in order (same dtype and columns), on
@@ -156,6 +166,34 @@ StatusOr<WeightPtr> concat_rows(const std::vector<const Weight*>& ws) {
   v.rows = rows;
   v.cols = w0.cols();
   return WeightPtr(new bc::CudaWeight(v, std::move(buf)));
+}
+
+// A fused MoE layer's 2E weight pointers for bc::gemm_grouped (Layer::expert_weights),
+// copied to the device once; an empty buffer where one is not 16-byte aligned (the
+// bf16 kernels' weight loads need it) or the down weights differ in dtype or shape
+// (one grouped launch takes one of each).
+StatusOr<bc::DeviceBuffer> expert_weight_pointers(const Layer& L) {
+  const Weight& gu = *L.experts_gate_up;
+  const size_t E = L.moe.experts.size();
+  const Weight& down0 = *L.moe.experts[0].down;
+  for (const MlpWeights& ew : L.moe.experts)
+    if (ew.down->dtype() != down0.dtype() || ew.down->rows() != down0.rows() ||
+        ew.down->cols() != down0.cols())
+      return bc::DeviceBuffer{};
+  const size_t stride = static_cast<size_t>(gu.rows()) / E * static_cast<size_t>(gu.cols()) *
+                        elem(gu);  // one expert's [gate; up] rows, in bytes
+  std::vector<const void*> ptrs(2 * E);
+  for (size_t e = 0; e < E; ++e) {
+    ptrs[e] = static_cast<const std::byte*>(wdata(gu)) + e * stride;
+    ptrs[E + e] = wdata(*L.moe.experts[e].down);
+  }
+  for (const void* p : ptrs)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return bc::DeviceBuffer{};
+  PKV_ASSIGN_OR_RETURN(bc::DeviceBuffer buf,
+                       bc::DeviceBuffer::allocate(ptrs.size() * sizeof(const void*)));
+  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpy(buf.data(), ptrs.data(), ptrs.size() * sizeof(const void*),
+                                      cudaMemcpyHostToDevice));
+  return buf;
 }
 
 class CudaQwen3Model final : public Model {
@@ -248,10 +286,10 @@ class CudaQwen3Model final : public Model {
   Status reserve_flat(const ForwardBatch& batch);
   // y = the sparse MoE of h (T rows): the CPU's moe_block order (layers.h) on the
   // device; the routing ids come to the host once per layer to group the tokens.
-  // padded (a graph step: no host sync): every expert runs on T rows, the rows
-  // past its count padding (each GEMM row is computed alone, so its real rows
-  // keep their bits).
-  Status moe_ffn(const Layer& L, const float* h, int64_t T, float* y, bool padded);
+  // grouped (a graph step: no host sync): the chosen experts' GEMMs in one grouped
+  // launch each, their row lists read on the device (each GEMM row is computed
+  // alone, so the rows keep the per-expert launches' bits).
+  Status moe_ffn(const Layer& L, const float* h, int64_t T, float* y, bool grouped);
   // Sizes the MoE scratch of a T-token step before a capture (no reallocation,
   // hence no sync, inside it).
   Status alloc_moe(int64_t T);
@@ -300,6 +338,7 @@ class CudaQwen3Model final : public Model {
   bool mma_attention_ = false;  // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
   bc::MmaOperands mma_operands_ = bc::MmaOperands::kSplit;  // and its operands (mma-bf16)
   bool has_moe_ = false;
+  bool moe_grouped_ = false;  // every MoE layer has expert_weights (graph steps)
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> seen_;
   uint64_t scratch_gen_ = 0, graphs_gen_ = 0;
@@ -452,6 +491,7 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
           ew.gate.reset();
           ew.up.reset();
         }
+        PKV_ASSIGN_OR_RETURN(L.expert_weights, expert_weight_pointers(L));
         continue;
       }
       PKV_ASSIGN_OR_RETURN(L.gate_up, concat_rows({L.mlp.gate.get(), L.mlp.up.get()}));
@@ -474,7 +514,11 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
       attention != "simt" &&
       bc::paged_attention_mma_supports(static_cast<int32_t>(mc.head_dim), static_cast<int32_t>(NH),
                                        static_cast<int32_t>(KVH), m->kv_type());
-  for (const Layer& L : m->layers_) m->has_moe_ |= L.is_moe;
+  m->moe_grouped_ = m->fused_;
+  for (const Layer& L : m->layers_) {
+    m->has_moe_ |= L.is_moe;
+    if (L.is_moe) m->moe_grouped_ &= L.expert_weights.data() != nullptr;
+  }
   return std::unique_ptr<Model>(std::move(m));
 }
 
@@ -547,19 +591,19 @@ Status CudaQwen3Model::alloc_moe(int64_t T) {
     PKV_RETURN_IF_ERROR(scratch(kRouter, T * E).status());
     PKV_RETURN_IF_ERROR(scratch(kRouteIds, TK).status());
     PKV_RETURN_IF_ERROR(scratch(kRouteW, TK).status());
-    PKV_RETURN_IF_ERROR(scratch(kMoeRows, 3 * TK).status());
+    PKV_RETURN_IF_ERROR(scratch(kMoeRows, moe_list_ints(TK, E)).status());
     PKV_RETURN_IF_ERROR(scratch(kMoeBegin, E + 1).status());
     PKV_RETURN_IF_ERROR(scratch(kResults, TK * H).status());
-    PKV_RETURN_IF_ERROR(scratch(kMoeGU, std::max(T * E, TK) * 2 * mi).status());
-    PKV_RETURN_IF_ERROR(scratch(kMoeAct, std::max(T * E, TK) * mi).status());
-    PKV_RETURN_IF_ERROR(scratch(kYout, std::max(T * E, TK) * H).status());
+    PKV_RETURN_IF_ERROR(scratch(kMoeGU, TK * 2 * mi).status());
+    PKV_RETURN_IF_ERROR(scratch(kMoeAct, TK * mi).status());
+    PKV_RETURN_IF_ERROR(scratch(kYout, TK * H).status());
     PKV_RETURN_IF_ERROR(scratch(kXin, TK * H).status());
     break;  // every MoE layer has the same shape
   }
   return ok_status();
 }
 
-Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float* y, bool padded) {
+Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float* y, bool grouped) {
   const MoeWeights& w = L.moe;
   const int32_t E = static_cast<int32_t>(w.experts.size()), K = w.top_k;
   const int64_t H = cfg_.hidden_size, TK = T * K;
@@ -573,29 +617,36 @@ Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float*
   PKV_RETURN_IF_ERROR(
       bc::topk_route(logits, T, E, K, /*softmax_first=*/true, w.norm_topk_prob, ids, wts, st));
   // The device groups each expert's tokens (rows of h) and slots (token · K +
-  // rank) in token order — the CPU's grouping.
-  PKV_ASSIGN_OR_RETURN(float* lists_f, scratch(kMoeRows, 3 * TK));
+  // rank) in token order — the CPU's grouping — and cuts the list into bands.
+  PKV_ASSIGN_OR_RETURN(float* lists_f, scratch(kMoeRows, moe_list_ints(TK, E)));
   PKV_ASSIGN_OR_RETURN(float* begin_f, scratch(kMoeBegin, E + 1));
   int32_t* d_rows = reinterpret_cast<int32_t*>(lists_f);
   int32_t* d_slots = d_rows + TK;
-  int32_t* d_where = d_slots + TK;
+  int32_t* d_bands = d_slots + TK;
   int32_t* d_begin = reinterpret_cast<int32_t*>(begin_f);
-  PKV_RETURN_IF_ERROR(bc::moe_group(ids, TK, K, E, d_begin, d_rows, d_slots, d_where, st));
+  PKV_RETURN_IF_ERROR(bc::moe_group(ids, TK, K, E, d_begin, d_rows, d_slots, d_bands, st));
   PKV_ASSIGN_OR_RETURN(float* results, scratch(kResults, TK * H));
-  if (padded) {
-    // No host sync: one GEMM of every token over every expert's [gate; up], the
-    // SwiGLU of each expert's listed tokens into T padded rows, each expert's down
-    // GEMM over its T rows, then each slot takes its row.
+  PKV_ASSIGN_OR_RETURN(float* xin, scratch(kXin, TK * H));
+  PKV_ASSIGN_OR_RETURN(float* yout, scratch(kYout, TK * H));
+  PKV_ASSIGN_OR_RETURN(float* gu, scratch(kMoeGU, TK * 2 * mi));
+  PKV_ASSIGN_OR_RETURN(float* act, scratch(kMoeAct, TK * mi));
+  if (grouped) {
+    // No host sync: the listed slots' rows of h in list order, every chosen
+    // expert's [gate; up] GEMM in one launch, the SwiGLU, the down GEMMs in one
+    // launch, each slot's row scaled into place. Only the listed slots are touched
+    // (begin[E]: all TK, as the router's ids are in range).
+    const int32_t* listed = d_begin + E;
+    const int32_t bands = bc::moe_group_max_bands(TK, E);
+    const auto* wp = L.expert_weights.as<const void*>();
     const Weight& gu_w = *L.experts_gate_up;
-    PKV_ASSIGN_OR_RETURN(float* gu, scratch(kMoeGU, T * E * 2 * mi));
-    PKV_ASSIGN_OR_RETURN(float* act, scratch(kMoeAct, T * E * mi));
-    PKV_ASSIGN_OR_RETURN(float* yout, scratch(kYout, T * E * H));
-    PKV_RETURN_IF_ERROR(gemm(h, T, gu_w, gu));
-    PKV_RETURN_IF_ERROR(bc::moe_swiglu_padded(gu, d_begin, d_rows, T, E, mi, act, st));
-    for (int32_t e = 0; e < E; ++e)
-      PKV_RETURN_IF_ERROR(
-          gemm(act + e * T * mi, T, *w.experts[static_cast<size_t>(e)].down, yout + e * T * H));
-    PKV_RETURN_IF_ERROR(bc::moe_scale_padded(yout, ids, d_where, wts, TK, T, E, H, results, st));
+    const Weight& down_w = *w.experts[0].down;
+    PKV_RETURN_IF_ERROR(bc::gather_rows(h, d_rows, TK, H, xin, st, listed));
+    PKV_RETURN_IF_ERROR(
+        bc::gemm_grouped(xin, T, H, wp, gu_w.dtype(), 2 * mi, d_begin, d_bands, bands, gu, st));
+    PKV_RETURN_IF_ERROR(bc::silu_mul_halves(gu, TK, mi, act, st, listed));
+    PKV_RETURN_IF_ERROR(
+        bc::gemm_grouped(act, T, mi, wp + E, down_w.dtype(), H, d_begin, d_bands, bands, yout, st));
+    PKV_RETURN_IF_ERROR(bc::scale_to_slots(yout, d_slots, wts, TK, H, results, st, listed));
     return bc::sum_ranks(results, T, K, H, y, st);
   }
   // Eager: the list bounds come to the host (one small copy and sync), and each
@@ -607,10 +658,6 @@ Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float*
   if (hbegin[E] != TK)
     return internal_error("cuda moe: the router chose an expert id out of range");
   std::vector<int64_t> begin(hbegin, hbegin + E + 1);
-  PKV_ASSIGN_OR_RETURN(float* xin, scratch(kXin, TK * H));
-  PKV_ASSIGN_OR_RETURN(float* yout, scratch(kYout, TK * H));
-  PKV_ASSIGN_OR_RETURN(float* gu, scratch(kMoeGU, TK * 2 * mi));
-  PKV_ASSIGN_OR_RETURN(float* act, scratch(kMoeAct, TK * mi));
   for (int32_t e = 0; e < E; ++e) {
     const int64_t b = begin[static_cast<size_t>(e)], M = begin[static_cast<size_t>(e) + 1] - b;
     if (M == 0) continue;  // an expert no token chose is skipped
@@ -803,7 +850,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.post_norm, h));
     }
     if (L.is_moe) {
-      PKV_RETURN_IF_ERROR(moe_ffn(L, h, T, y, a.graph));
+      PKV_RETURN_IF_ERROR(moe_ffn(L, h, T, y, /*grouped=*/a.graph));
     } else if (L.gate_up) {
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.gate_up, a.gu));
       PKV_RETURN_IF_ERROR(bc::silu_mul_halves(a.gu, T, inter_, g, st));
@@ -886,10 +933,10 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
       shared_tokens > 0 ? static_cast<int32_t>(shared_tokens / bc::kAttnPartition) : 0;
   const GraphKey key{token_bucket(static_cast<int32_t>(T)), std::max(8, next_pow2(maxb)),
                      next_pow2(parts), packed_partitions};
-  // qwen3_moe runs its experts padded in a graph (no host sync): needs the fused
-  // [gate; up] expert weights.
+  // qwen3_moe runs its experts grouped in a graph (no host sync): needs the fused
+  // [gate; up] expert weights and their pointer arrays.
   bool use_graph =
-      graphs_on_ && paged && (!has_moe_ || fused_) && !prof_.on && T <= kMaxGraphTokens;
+      graphs_on_ && paged && (!has_moe_ || moe_grouped_) && !prof_.on && T <= kMaxGraphTokens;
   if (use_graph && seen_.insert(key).second) use_graph = false;
 
   // The step's metadata, uploaded once: ids, positions, each token's row, the
