@@ -136,7 +136,8 @@ struct Layer {
   WeightPtr experts_gate_up;
   // And a device array of 2E weight pointers for bc::gemm_grouped: expert e's
   // [gate; up] rows in experts_gate_up at e, its down weight at E + e (empty where
-  // a pointer is not 16-byte aligned: that model's MoE steps then run eagerly).
+  // expert_weight_pointers() finds a pointer not 16-byte aligned or the down weights
+  // unalike: that model's MoE steps then run eagerly, without graphs).
   bc::DeviceBuffer expert_weights;
 };
 
