@@ -197,6 +197,9 @@ void BM_AttentionSmall(benchmark::State& st) { attention_bench(st, 8, 4, 32, tru
 // and requests' K/V evicted it): qwen3-0.6B's heads and the small preset's.
 void BM_AttentionCold(benchmark::State& st) { attention_bench(st, 16, 8, 128, true, true); }
 void BM_AttentionSmallCold(benchmark::State& st) { attention_bench(st, 8, 4, 32, true, true); }
+// One decode row's GQA pair over a single KV head (head_dim 128) whose K/V stays in
+// L2: the kernel's own cost per key without the memory, e.g. of widening bf16 K/V.
+void BM_AttentionOneKvHead(benchmark::State& st) { attention_bench(st, 2, 1, 128, true); }
 
 BENCHMARK(BM_AttentionSmall)
     ->ArgNames({"Q", "N", "kv", "threads", "rows", "shared"})
@@ -211,6 +214,13 @@ BENCHMARK(BM_AttentionSmallCold)
     ->ArgNames({"Q", "N", "kv", "threads", "rows", "shared"})
     ->Args({1, 320, 0, 1, 1, 0})
     ->Args({1, 320, 0, 1, 8, 16})
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(BM_AttentionOneKvHead)
+    ->ArgNames({"Q", "N", "kv", "threads", "rows", "shared"})
+    ->Args({1, 512, 0, 1, 1, 0})
+    ->Args({1, 512, 1, 1, 1, 0})
+    ->Args({1, 2048, 1, 1, 1, 0})
     ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_AttentionCold)

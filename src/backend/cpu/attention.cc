@@ -129,22 +129,61 @@ PKV_INLINE void exp_sum4(float* const* p, const int32_t* n, const float* m, floa
   for (int r = 0; r < 4; ++r) l[r] = sr[r];
 }
 
-// 8 K/V elements at element offset `off` of a tile of dtype KD (0 f32, 1 bf16, 2 f16).
+// KD, a kernel's K/V element type: 0 f32, 1 bf16, 2 f16 — plus kWidenAsm in the
+// AVX2 / AVX-512 clones, where bf16 and f16 are widened by single instructions
+// (vpmovzxwd + a shift; vcvtph2ps, exact for every f16) written as inline asm.
+// GCC 12 lowers the generic widening (__builtin_convertvector of 8 u16 to 8 u32)
+// to two 128-bit halves, a byte shift and an insert — four shuffle-port µops
+// where one does, which made the bf16 K/V kernels shuffle-bound (2.0–2.3x the
+// f32 kernels' time on K/V in L2; docs/performance.md). The same values either
+// way, so the same bits. kWidenZmm (the AVX-512 clone only) also widens 16 bf16
+// values by one zmm vpmovzxwd. The AVX2 clone runs only where F16C is present too
+// (isa.cc).
+constexpr int kWidenAsm = 4, kWidenZmm = 8;
+constexpr int kv_type(int KD) { return KD & 3; }  // 0 f32, 1 bf16, 2 f16
+constexpr int64_t kv_esize(int KD) { return kv_type(KD) == 0 ? 4 : 2; }
+
+typedef uint16_t v8u16_alias __attribute__((vector_size(16), may_alias));
+typedef uint16_t v16u16_alias __attribute__((vector_size(32), may_alias));
+typedef uint32_t v16u32 __attribute__((vector_size(64)));
+
+// bf16 → f32 of 8 values at p: vpmovzxwd from memory, then the 16-bit shift.
+PKV_INLINE v8f widen_bf16_asm(const uint16_t* p) {
+  v8u32 u;
+  asm("vpmovzxwd %1, %0" : "=v"(u) : "m"(*reinterpret_cast<const v8u16_alias*>(p)));
+  u = u << 16;
+  v8f f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+// f16 → f32 of 8 values at p (F16C's vcvtph2ps: exact, subnormals included).
+PKV_INLINE v8f widen_f16_asm(const uint16_t* p) {
+  v8f f;
+  asm("vcvtph2ps %1, %0" : "=v"(f) : "m"(*reinterpret_cast<const v8u16_alias*>(p)));
+  return f;
+}
+
+// 8 K/V elements at element offset `off` of a tile of dtype KD.
 template <int KD>
 PKV_INLINE v8f load_kv(const void* base, int64_t off) {
-  if constexpr (KD == 0) {
+  const uint16_t* h = static_cast<const uint16_t*>(base) + off;
+  if constexpr (kv_type(KD) == 0) {
     return load8(static_cast<const float*>(base) + off);
+  } else if constexpr (kv_type(KD) == 1 && (KD & kWidenAsm)) {
+    return widen_bf16_asm(h);
+  } else if constexpr (kv_type(KD) == 2 && (KD & kWidenAsm)) {
+    return widen_f16_asm(h);
   } else if constexpr (KD == 1) {
-    return widen_bf16(static_cast<const uint16_t*>(base) + off);
+    return widen_bf16(h);
   } else {
-    return widen_f16_vec(static_cast<const uint16_t*>(base) + off);
+    return widen_f16_vec(h);
   }
 }
 template <int KD>
 PKV_INLINE float kv_scalar(const void* base, int64_t off) {
-  if constexpr (KD == 0) {
+  if constexpr (kv_type(KD) == 0) {
     return static_cast<const float*>(base)[off];
-  } else if constexpr (KD == 1) {
+  } else if constexpr (kv_type(KD) == 1) {
     return bf16_to_f32(static_cast<const uint16_t*>(base)[off]);
   } else {
     return f16_to_f32(static_cast<const uint16_t*>(base)[off]);
@@ -162,10 +201,19 @@ PKV_INLINE v8f load_kv_partial(const void* base, int64_t off, int64_t n) {
 typedef float v16f __attribute__((vector_size(64)));
 template <int KD>
 PKV_INLINE v16f load_kv16(const void* base, int64_t off) {
-  if constexpr (KD == 0) {
+  if constexpr (kv_type(KD) == 0) {
     v16f v;
     std::memcpy(&v, static_cast<const float*>(base) + off, sizeof(v));
     return v;
+  } else if constexpr (kv_type(KD) == 1 && (KD & kWidenZmm)) {
+    v16u32 u;
+    asm("vpmovzxwd %1, %0"
+        : "=v"(u)
+        : "m"(*reinterpret_cast<const v16u16_alias*>(static_cast<const uint16_t*>(base) + off)));
+    u = u << 16;
+    v16f f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
   } else {
     const v8f lo = load_kv<KD>(base, off), hi = load_kv<KD>(base, off + 8);
     return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -702,7 +750,7 @@ PKV_INLINE void packed_values2(float* acca, float alpha_a, const float* pa, int3
 template <int HD, int KD>
 PKV_INLINE void prefetch_tile(const void* kt, const void* vt, int64_t off, int64_t stride,
                               int32_t T) {
-  constexpr int64_t kEsize = KD == 0 ? 4 : 2;
+  constexpr int64_t kEsize = kv_esize(KD);
   const char* kb = static_cast<const char*>(kt) + off * kEsize;
   const char* vb = static_cast<const char*>(vt) + off * kEsize;
   for (int32_t j = 0; j < T; ++j) {
@@ -830,7 +878,7 @@ PKV_INLINE void attention_fixed(const AttentionArgs* argv, int nargs, const Attn
         // Copy when enough rows share the tile to repay it: f32 K/V from 4 rows on
         // (a decode row's GQA pair of heads reads its f32 tile in place, measured
         // cheaper), bf16/f16 from 2 (the copy also widens once for all rows).
-        const bool packed = members >= (KD == 0 ? 4 : 2);
+        const bool packed = members >= (kv_type(KD) == 0 ? 4 : 2);
         if (packed) {
           for (int32_t j = k0; j < k1; ++j) {
             const int64_t o = j * kv_row + koff;
@@ -1008,38 +1056,50 @@ PKV_INLINE void attention_dispatch_kd(const AttentionArgs* argv, int nargs, cons
   }
 }
 
-template <int W, bool kVec>
-PKV_INLINE void attention_dispatch(const AttentionArgs* argv, int nargs, const AttnPlan& plan,
-                                   int64_t b, int64_t e, float* ws, float* scores, float* kp,
-                                   float* vp) {
-  switch (argv[0].kv_dtype) {
-    case WeightDType::kF32:
-      return attention_dispatch_kd<0, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
-    case WeightDType::kBF16:
-      return attention_dispatch_kd<1, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
-    case WeightDType::kF16:
-      return attention_dispatch_kd<2, W, kVec>(argv, nargs, plan, b, e, ws, scores, kp, vp);
-  }
-}
+// One function per ISA clone and K/V dtype (each a whole attention_dispatch_kd inlined):
+// with the three dtypes in one function, a change to the bf16 kernels moved the f32
+// kernels' code and ran them 5–8% slower; apart, each dtype's code is laid out alone.
+#define PKV_ATTN_PARAMS                                                                        \
+  const AttentionArgs *argv, int nargs, const AttnPlan &plan, int64_t b, int64_t e, float *ws, \
+      float *scores, float *kp, float *vp
+#define PKV_ATTN_ARGS argv, nargs, plan, b, e, ws, scores, kp, vp
+using AttentionFn = void (*)(PKV_ATTN_PARAMS);
 
-__attribute__((target("avx2"))) void attention_avx2(const AttentionArgs* argv, int nargs,
-                                                    const AttnPlan& plan, int64_t b, int64_t e,
-                                                    float* ws, float* scores, float* kp,
-                                                    float* vp) {
-  attention_dispatch<8, true>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+template <int KD>
+__attribute__((target("avx2"), noinline)) void attention_avx2_kd(PKV_ATTN_PARAMS) {
+  attention_dispatch_kd<KD, 8, true>(PKV_ATTN_ARGS);
 }
 // The same code with 32 vector registers (AVX-512VL) and the value updates 16
 // floats at a time: the per-lane arithmetic is unchanged (no FMA:
 // -ffp-contract=off), only fewer accumulators spill and fewer instructions issue.
-__attribute__((target("avx512f,avx512vl,avx2"))) void attention_avx512(
-    const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b, int64_t e, float* ws,
-    float* scores, float* kp, float* vp) {
-  attention_dispatch<16, true>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+template <int KD>
+__attribute__((target("avx512f,avx512vl,avx2"), noinline)) void attention_avx512_kd(
+    PKV_ATTN_PARAMS) {
+  attention_dispatch_kd<KD, 16, true>(PKV_ATTN_ARGS);
 }
-void attention_generic(const AttentionArgs* argv, int nargs, const AttnPlan& plan, int64_t b,
-                       int64_t e, float* ws, float* scores, float* kp, float* vp) {
-  attention_dispatch<8, false>(argv, nargs, plan, b, e, ws, scores, kp, vp);
+template <int KD>
+__attribute__((noinline)) void attention_generic_kd(PKV_ATTN_PARAMS) {
+  attention_dispatch_kd<KD, 8, false>(PKV_ATTN_ARGS);
 }
+
+AttentionFn by_kv_dtype(WeightDType d, AttentionFn f32, AttentionFn bf16, AttentionFn f16) {
+  return d == WeightDType::kF32 ? f32 : d == WeightDType::kBF16 ? bf16 : f16;
+}
+void attention_avx2(PKV_ATTN_PARAMS) {
+  by_kv_dtype(argv[0].kv_dtype, attention_avx2_kd<0>, attention_avx2_kd<1 | kWidenAsm>,
+              attention_avx2_kd<2 | kWidenAsm>)(PKV_ATTN_ARGS);
+}
+void attention_avx512(PKV_ATTN_PARAMS) {
+  constexpr int kWiden = kWidenAsm | kWidenZmm;
+  by_kv_dtype(argv[0].kv_dtype, attention_avx512_kd<0>, attention_avx512_kd<1 | kWiden>,
+              attention_avx512_kd<2 | kWiden>)(PKV_ATTN_ARGS);
+}
+void attention_generic(PKV_ATTN_PARAMS) {
+  by_kv_dtype(argv[0].kv_dtype, attention_generic_kd<0>, attention_generic_kd<1>,
+              attention_generic_kd<2>)(PKV_ATTN_ARGS);
+}
+#undef PKV_ATTN_PARAMS
+#undef PKV_ATTN_ARGS
 
 }  // namespace
 
