@@ -166,17 +166,14 @@ PKV_INLINE v8f widen_f16_asm(const uint16_t* p) {
 // 8 K/V elements at element offset `off` of a tile of dtype KD.
 template <int KD>
 PKV_INLINE v8f load_kv(const void* base, int64_t off) {
-  const uint16_t* h = static_cast<const uint16_t*>(base) + off;
   if constexpr (kv_type(KD) == 0) {
     return load8(static_cast<const float*>(base) + off);
-  } else if constexpr (kv_type(KD) == 1 && (KD & kWidenAsm)) {
-    return widen_bf16_asm(h);
-  } else if constexpr (kv_type(KD) == 2 && (KD & kWidenAsm)) {
-    return widen_f16_asm(h);
-  } else if constexpr (KD == 1) {
-    return widen_bf16(h);
   } else {
-    return widen_f16_vec(h);
+    const uint16_t* h = static_cast<const uint16_t*>(base) + off;
+    if constexpr (KD & kWidenAsm)
+      return kv_type(KD) == 1 ? widen_bf16_asm(h) : widen_f16_asm(h);
+    else
+      return kv_type(KD) == 1 ? widen_bf16(h) : widen_f16_vec(h);
   }
 }
 template <int KD>
