@@ -7,7 +7,8 @@
 //                                       PKV_BENCH_MOE_ONLY=1: the copy and the
 //                                       MoE experts rows only;
 //                                       PKV_BENCH_ATTN_ONLY=1: the copy and the
-//                                       attention rows only;
+//                                       attention rows only; =decode: the copy
+//                                       and the decode attention rows only;
 //                                       PKV_BENCH_PREFILL_ONLY=1: the copy and the
 //                                       prefill attention rows only; =mma: only the
 //                                       tensor-core kernel's, both operand modes;
@@ -625,6 +626,9 @@ int main(int argc, char** argv) {
   bench_decode_shared_prefix(32, 576, 512);
   bench_decode_shared_prefix(64, 576, 512);
   bench_decode_shared_prefix(64, 8192, 7680);
+  if (const char* a = std::getenv("PKV_BENCH_ATTN_ONLY");
+      a != nullptr && std::string(a) == "decode")
+    return 0;
   bench_prefill(4096);
   bench_prefill(16384);
   for (int64_t m : {1, 16, 64, 512, 4096}) {
