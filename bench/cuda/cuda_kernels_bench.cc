@@ -9,6 +9,8 @@
 //                                       PKV_BENCH_ATTN_ONLY=1: the copy and the
 //                                       attention rows only; =decode: the copy
 //                                       and the decode attention rows only;
+//                                       PKV_BENCH_DECODE_KV_HEADS=1: the decode
+//                                       rows with one KV head, 8× the rows;
 //                                       PKV_BENCH_PREFILL_ONLY=1: the copy and the
 //                                       prefill attention rows only; =mma: only the
 //                                       tensor-core kernel's, both operand modes;
@@ -164,8 +166,8 @@ const std::pair<AttnFn, const char*> kAttnKernels[] = {{paged_attention, ""},
 
 double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, DeviceBuffer& kc,
                     DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks, AttnFn fn,
-                    int32_t packed_partitions = 0) {
-  const int32_t H = 16, KVH = 8, D = 128, bs = 16;
+                    int32_t packed_partitions = 0, int32_t kv_heads = 8) {
+  const int32_t KVH = kv_heads, H = 2 * kv_heads, D = 128, bs = 16;
   const int32_t T = seqs * q_per_seq;
   std::vector<int32_t> pos(T), seq(T);
   for (int32_t s = 0; s < seqs; ++s)
@@ -257,8 +259,14 @@ void bench_decode_shared_prefix(int32_t seqs, int32_t ctx, int32_t shared) {
   }
 }
 
+// PKV_BENCH_DECODE_KV_HEADS=1 (a layout experiment): the decode rows with one KV head
+// (two query heads) and eight times the rows — the same K/V bytes, but each block's
+// rows of a head contiguous instead of interleaved with seven other heads'.
 void bench_decode(int32_t seqs, int32_t ctx) {
-  const int32_t KVH = 8, D = 128, bs = 16;
+  const char* kvh_env = std::getenv("PKV_BENCH_DECODE_KV_HEADS");
+  const int32_t KVH = kvh_env != nullptr ? std::max(1, std::min(8, std::atoi(kvh_env))) : 8;
+  seqs *= 8 / KVH;
+  const int32_t D = 128, bs = 16;
   const int32_t blocks_per_seq = ctx / bs;
   const size_t elems = size_t{1} * seqs * ctx * KVH * D;
   auto kc = alloc(elems * 2), vc = alloc(elems * 2);
@@ -273,8 +281,8 @@ void bench_decode(int32_t seqs, int32_t ctx) {
   const std::string shape = std::to_string(seqs) + " rows x " + std::to_string(ctx) + " ctx";
   for (const auto& [fn, suffix] : kAttnKernels) {
     const std::string tag = suffix;
-    const double flat = attention_ms(seqs, ctx, 1, false, kc, vc, dt, blocks_per_seq, fn);
-    const double paged = attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq, fn);
+    const double flat = attention_ms(seqs, ctx, 1, false, kc, vc, dt, blocks_per_seq, fn, 0, KVH);
+    const double paged = attention_ms(seqs, ctx, 1, true, kc, vc, dt, blocks_per_seq, fn, 0, KVH);
     report("decode_attn_contiguous" + tag, shape, flat, bytes / (flat * 1e-3) / 1e9, "GB/s");
     report("decode_attn_paged" + tag, shape, paged, bytes / (paged * 1e-3) / 1e9, "GB/s",
            flat / paged);
