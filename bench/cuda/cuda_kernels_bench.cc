@@ -8,9 +8,9 @@
 //                                       MoE experts rows only;
 //                                       PKV_BENCH_ATTN_ONLY=1: the copy and the
 //                                       attention rows only; =decode: the copy
-//                                       and the decode attention rows only;
-//                                       PKV_BENCH_DECODE_KV_HEADS=1: the decode
-//                                       rows with one KV head, 8× the rows;
+//                                       and the decode attention rows only (no
+//                                       CSV); PKV_BENCH_DECODE_KV_HEADS=1: the
+//                                       decode rows with one KV head, 8× the rows;
 //                                       PKV_BENCH_PREFILL_ONLY=1: the copy and the
 //                                       prefill attention rows only; =mma: only the
 //                                       tensor-core kernel's, both operand modes;
@@ -259,12 +259,14 @@ void bench_decode_shared_prefix(int32_t seqs, int32_t ctx, int32_t shared) {
   }
 }
 
-// PKV_BENCH_DECODE_KV_HEADS=1 (a layout experiment): the decode rows with one KV head
-// (two query heads) and eight times the rows — the same K/V bytes, but each block's
-// rows of a head contiguous instead of interleaved with seven other heads'.
+// PKV_BENCH_DECODE_KV_HEADS=1, 2 or 4 (a layout experiment; anything else is 8): the
+// decode rows with that many KV heads (two query heads each) and 8 / that many times
+// the rows — the same K/V bytes, but a slot's rows of a head interleaved with fewer
+// other heads' (with 1, each head's rows contiguous).
 void bench_decode(int32_t seqs, int32_t ctx) {
   const char* kvh_env = std::getenv("PKV_BENCH_DECODE_KV_HEADS");
-  const int32_t KVH = kvh_env != nullptr ? std::max(1, std::min(8, std::atoi(kvh_env))) : 8;
+  const int32_t want = kvh_env != nullptr ? std::atoi(kvh_env) : 8;
+  const int32_t KVH = want == 1 || want == 2 || want == 4 ? want : 8;
   seqs *= 8 / KVH;
   const int32_t D = 128, bs = 16;
   const int32_t blocks_per_seq = ctx / bs;
