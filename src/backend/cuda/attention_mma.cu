@@ -419,7 +419,8 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
           if (kChunk % kKeysAPass != 0 && j >= kChunk) break;
           const int64_t off = offs[j];
           const bool outside = off < 0;
-          cp_async16_to(to + i * kKeysAPass * RS * 2, src + (outside ? 0 : off), !outside);
+          cp_async16_to<L2Hint::kPrefetch256>(to + i * kKeysAPass * RS * 2,
+                                              src + (outside ? 0 : off), !outside);
         }
       };
       auto k_buf = [&](int c) { return kvs + (kAllChunks ? c : 0) * 2 * kChunk * RS; };
@@ -595,7 +596,8 @@ __global__ void __launch_bounds__(kChunks * 32)
         for (int i = 0; i < kChunk * kPieces / 32; ++i) {
           const int idx = i * 32 + lane, j = idx / kPieces, e = idx % kPieces;
           const int64_t o = __shfl_sync(0xffffffffu, off, j);
-          cp_async16(dst + j * RS + e * 8, o >= 0 ? base + o + e * 8 : base, o >= 0);
+          cp_async16<L2Hint::kPrefetch256>(dst + j * RS + e * 8, o >= 0 ? base + o + e * 8 : base,
+                                           o >= 0);
         }
       }
       cp_async_commit();
