@@ -302,6 +302,14 @@ struct ColdTierStats {
 struct EngineStats {
   uint64_t steps = 0;
   uint64_t forward_tokens = 0;  // tokens fed to the model
+  // The steps split by kind: a prompt step has at least one prompt row (decode rows
+  // may ride along), a decode step only decode rows (one token each). With the
+  // Model::forward time of each kind below (no sampling), pagedkv bench reports
+  // prefill and pure decode tokens/s.
+  uint64_t prompt_steps = 0;
+  uint64_t prompt_step_prompt_tokens = 0;  // the prompt rows' tokens of those steps
+  uint64_t decode_steps = 0;
+  uint64_t decode_step_tokens = 0;
   uint64_t submitted = 0;
   uint64_t finished = 0;
   uint64_t cancelled = 0;
@@ -333,8 +341,10 @@ struct EngineStats {
   int32_t live_owners = 0;
   PoolStats pool;
   ColdTierStats cold;
-  bool paged = true;      // false: the flat per-request KV path
-  double forward_ms = 0;  // wall time inside Model::forward
+  bool paged = true;             // false: the flat per-request KV path
+  double forward_ms = 0;         // wall time inside Model::forward
+  double prompt_forward_ms = 0;  // ... of the prompt steps
+  double decode_forward_ms = 0;  // ... of the decode steps
 };
 
 // What one step() did.

@@ -15,7 +15,9 @@
 //
 // Reports throughput (completion tokens/s and all tokens/s; and completion tokens
 // per CPU-second, which other processes on a shared machine cannot skew), TTFT p50/p95,
-// inter-token latency p50/p95, prefix hit rate, cached tokens, pool occupancy
+// inter-token latency p50/p95, prefix hit rate, cached tokens, prefill tokens/s and
+// pure decode tokens/s (Model::forward time of the steps with prompt rows and of
+// those with decode rows only: no sampling or scheduling in them), pool occupancy
 // over time and preemptions; a progress bar on stderr when it is a terminal;
 // --json prints one JSON document instead. A comma list for --concurrency or
 // `--sharing both` runs a sweep and adds each run's throughput as a ratio to the
@@ -249,6 +251,23 @@ StatusOr<RunResult> run_workload(std::shared_ptr<model::Model> model, const Benc
   return rr;
 }
 
+// Prefill tokens/s: the prompt rows' tokens over the Model::forward time of the steps
+// that carry them (decode rows riding along in those steps count as their time).
+double prefill_tps(const RunResult& r) {
+  return r.engine.prompt_forward_ms > 0
+             ? 1e3 * static_cast<double>(r.engine.prompt_step_prompt_tokens) /
+                   r.engine.prompt_forward_ms
+             : 0.0;
+}
+
+// Pure decode tokens/s: the tokens of steps with decode rows only over their
+// Model::forward time (no sampling, no scheduling, no prompt work).
+double decode_tps(const RunResult& r) {
+  return r.engine.decode_forward_ms > 0
+             ? 1e3 * static_cast<double>(r.engine.decode_step_tokens) / r.engine.decode_forward_ms
+             : 0.0;
+}
+
 nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps, double baseline_cpu) {
   nlohmann::ordered_json j;
   j["workload"] = r.cfg.workload;
@@ -275,6 +294,14 @@ nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps, double b
   j["forward_tokens"] = r.engine.forward_tokens;
   j["steps"] = r.engine.steps;
   j["forward_ms"] = r.engine.forward_ms;
+  j["prefill_tokens_per_s"] = prefill_tps(r);
+  j["prompt_steps"] = r.engine.prompt_steps;
+  j["prompt_step_prompt_tokens"] = r.engine.prompt_step_prompt_tokens;
+  j["prompt_forward_ms"] = r.engine.prompt_forward_ms;
+  j["decode_tokens_per_s"] = decode_tps(r);
+  j["decode_steps"] = r.engine.decode_steps;
+  j["decode_step_tokens"] = r.engine.decode_step_tokens;
+  j["decode_forward_ms"] = r.engine.decode_forward_ms;
   j["ttft_ms"] = {{"p50", percentile(r.ttft_ms, 0.5)}, {"p95", percentile(r.ttft_ms, 0.95)}};
   j["itl_ms"] = {{"p50", percentile(r.itl_ms, 0.5)}, {"p95", percentile(r.itl_ms, 0.95)}};
   j["preemptions"] = r.engine.preemptions;
@@ -315,6 +342,8 @@ void print_text(const RunResult& r, double baseline_tps, double baseline_cpu) {
       "  inter-token       p50 %.2f ms  p95 %.2f ms\n"
       "  prefix hit rate   %.1f%% (%lld of %lld prompt tokens cached)\n"
       "  steps             %llu (%llu tokens forwarded, %.0f ms in forward)\n"
+      "  prefill           %.1f tok/s (%llu prompt tokens in %llu steps, %.0f ms in forward)\n"
+      "  decode            %.1f tok/s (%llu steps of decode rows only, %.0f ms in forward)\n"
       "  preemptions       %llu\n"
       "  pool occupancy    peak %d of %d blocks; %% over time: %s\n",
       r.cfg.workload.c_str(), r.cfg.concurrency, r.cfg.sharing ? "on" : "off",
@@ -326,9 +355,12 @@ void print_text(const RunResult& r, double baseline_tps, double baseline_cpu) {
       r.prompt_tokens ? 100.0 * static_cast<double>(r.cached_tokens) / r.prompt_tokens : 0.0,
       static_cast<long long>(r.cached_tokens), static_cast<long long>(r.prompt_tokens),
       static_cast<unsigned long long>(r.engine.steps),
-      static_cast<unsigned long long>(r.engine.forward_tokens), r.engine.forward_ms,
-      static_cast<unsigned long long>(r.engine.preemptions), r.peak_used,
-      r.engine.pool.max_blocks - 1, occupancy_line(r).c_str());
+      static_cast<unsigned long long>(r.engine.forward_tokens), r.engine.forward_ms, prefill_tps(r),
+      static_cast<unsigned long long>(r.engine.prompt_step_prompt_tokens),
+      static_cast<unsigned long long>(r.engine.prompt_steps), r.engine.prompt_forward_ms,
+      decode_tps(r), static_cast<unsigned long long>(r.engine.decode_steps),
+      r.engine.decode_forward_ms, static_cast<unsigned long long>(r.engine.preemptions),
+      r.peak_used, r.engine.pool.max_blocks - 1, occupancy_line(r).c_str());
 }
 
 StatusOr<std::vector<int>> parse_int_list(const std::string& s, const std::string& flag) {
@@ -349,7 +381,8 @@ StatusOr<std::vector<int>> parse_int_list(const std::string& s, const std::strin
 int bench_main(int argc, char** argv) {
   ArgParser p("bench",
               "Workload benchmark of the continuous-batching engine: throughput, TTFT, "
-              "inter-token latency, prefix hit rate, pool occupancy, preemptions.");
+              "inter-token latency, prefix hit rate, prefill and pure decode tok/s (model "
+              "forward time only), pool occupancy, preemptions.");
   p.add_option("model", "DIR",
                "checkpoint directory (default: a random `make-model --preset small` qwen3 made "
                "in a temp directory)");

@@ -1107,6 +1107,7 @@ StepReport Engine::Impl::step() {
     batch.kv_store = &*store;
   }
   batch.rows.reserve(sched.size());
+  int32_t prompt_tokens = 0;                                           // of the prompt rows
   step_draws_.assign(draw_cap_ > 0 ? sched.size() : 0, SeededDraw{});  // rows point into it
   for (const SchedulerOutput::Row& sc : sched) {
     Seq* s = as_seq(sc.req);
@@ -1146,6 +1147,7 @@ StepReport Engine::Impl::step() {
       ++rep.decode_rows;
     } else {
       ++rep.prefill_rows;
+      prompt_tokens += sc.num_tokens;
     }
   }
   rep.rows = static_cast<int32_t>(batch.rows.size());
@@ -1154,9 +1156,19 @@ StepReport Engine::Impl::step() {
   out.tokens.clear();
   const auto t0 = Clock::now();
   Status st = model_->forward(batch, &out);
-  counters_.forward_ms += ms_between(t0, Clock::now());
+  const double forward_ms = ms_between(t0, Clock::now());
+  counters_.forward_ms += forward_ms;
   ++counters_.steps;
   counters_.forward_tokens += static_cast<uint64_t>(rep.tokens);
+  if (rep.prefill_rows > 0) {
+    ++counters_.prompt_steps;
+    counters_.prompt_step_prompt_tokens += static_cast<uint64_t>(prompt_tokens);
+    counters_.prompt_forward_ms += forward_ms;
+  } else {
+    ++counters_.decode_steps;
+    counters_.decode_step_tokens += static_cast<uint64_t>(rep.tokens);
+    counters_.decode_forward_ms += forward_ms;
+  }
   if (!st.ok()) {
     PKV_LOG(kError) << "engine: forward failed: " << st.to_string();
     for (const SchedulerOutput::Row& sc : sched)

@@ -29,8 +29,13 @@ TEST(BenchCli, ChatSharingOnVersusOffJson) {
   for (const auto& run : doc["runs"]) {
     for (const char* k :
          {"throughput_tokens_per_s", "throughput_ratio", "ttft_ms", "itl_ms", "prefix_hit_rate",
-          "cached_prompt_tokens", "pool_occupancy", "preemptions"})
+          "cached_prompt_tokens", "pool_occupancy", "preemptions", "prefill_tokens_per_s",
+          "decode_tokens_per_s", "prompt_steps", "decode_steps"})
       EXPECT_TRUE(run.contains(k)) << k;
+    EXPECT_GT(run["prefill_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(run["decode_tokens_per_s"].get<double>(), 0);
+    EXPECT_EQ(run["prompt_steps"].get<uint64_t>() + run["decode_steps"].get<uint64_t>(),
+              run["steps"].get<uint64_t>());
     EXPECT_EQ(run["errors"], 0);
     EXPECT_EQ(run["requests"], 8);
     EXPECT_EQ(run["completion_tokens"], 32);
@@ -40,6 +45,10 @@ TEST(BenchCli, ChatSharingOnVersusOffJson) {
       EXPECT_GE(run["cached_prompt_tokens"].get<int>(), 4 * 64);
     } else {
       EXPECT_EQ(run["cached_prompt_tokens"].get<int>(), 0);
+      // Nothing cached, nothing preempted: every prompt token runs in a prompt step.
+      if (run["preemptions"].get<int>() == 0) {
+        EXPECT_EQ(run["prompt_step_prompt_tokens"].get<int>(), run["prompt_tokens"].get<int>());
+      }
     }
   }
   EXPECT_DOUBLE_EQ(doc["runs"][0]["throughput_ratio"].get<double>(), 1.0);
@@ -64,6 +73,8 @@ TEST(BenchCli, TextReportAndUsageErrors) {
   EXPECT_NE(r.output.find("TTFT"), std::string::npos);
   EXPECT_NE(r.output.find("prefix hit rate"), std::string::npos);
   EXPECT_NE(r.output.find("pool occupancy"), std::string::npos);
+  EXPECT_NE(r.output.find("  prefill  "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("steps of decode rows only"), std::string::npos) << r.output;
   Result bad = run_pagedkv("bench --workload nope", true);
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("--workload"), std::string::npos);

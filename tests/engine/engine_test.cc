@@ -399,6 +399,15 @@ TEST(EngineTest, ABurstWithACommonUncachedPrefixComputesItOnce) {
     // Prompt tokens: the system prompt once (shared) or 8 times; decode: 2 per request.
     const uint64_t expect = share ? 64 + 8 * 10 + 8 * 2 : 8 * 74 + 8 * 2;
     EXPECT_EQ(st.forward_tokens, expect) << (share ? "shared" : "unshared");
+    // The steps split by kind (pagedkv bench's prefill and decode tok/s): every prompt
+    // token in a prompt step, the decode steps' tokens one a row, the times adding up.
+    EXPECT_EQ(st.prompt_steps + st.decode_steps, st.steps);
+    EXPECT_EQ(st.prompt_step_prompt_tokens, expect - 8 * 2);
+    EXPECT_GT(st.decode_steps, 0u);
+    EXPECT_LE(st.decode_step_tokens, 8u * 2);
+    EXPECT_GE(st.decode_step_tokens, st.decode_steps);
+    EXPECT_NEAR(st.prompt_forward_ms + st.decode_forward_ms, st.forward_ms,
+                1e-9 * st.forward_ms + 1e-12);
     EXPECT_EQ(st.cached_prompt_tokens, share ? 7u * 64 : 0u);
     EXPECT_EQ(st.prefix_share_waits > 0, share);
     EXPECT_EQ(engine->held_blocks(), 0);
