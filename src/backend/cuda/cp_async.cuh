@@ -9,7 +9,7 @@ namespace pagedkv::backend::cuda {
 
 // What a copy asks of L2 beyond its own 16 bytes. kPrefetch256 (`.L2::256B`) lets L2
 // fetch the whole 256-byte block around them: for long streams read once, where the
-// neighbouring bytes are the next copies' (the decode attention's K/V rows: +1.6–2.1%
+// neighbouring bytes are the next copies' (the decode attention's K/V rows: +1.2–1.9%
 // read bandwidth on an H100, docs/performance.md). A hint only: no value changes.
 enum class L2Hint { kNone, kPrefetch256 };
 
