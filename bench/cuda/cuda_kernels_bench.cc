@@ -9,8 +9,9 @@
 //                                       PKV_BENCH_ATTN_ONLY=1: the copy and the
 //                                       attention rows only; =decode: the copy
 //                                       and the decode attention rows only (no
-//                                       CSV); PKV_BENCH_DECODE_KV_HEADS=1: the
-//                                       decode rows with one KV head, 8× the rows;
+//                                       CSV); PKV_BENCH_DECODE_KV_HEADS=1, 2
+//                                       or 4: the decode rows with that many KV
+//                                       heads and 8 / that many times the rows;
 //                                       PKV_BENCH_PREFILL_ONLY=1: the copy and the
 //                                       prefill attention rows only; =mma: only the
 //                                       tensor-core kernel's, both operand modes;
