@@ -320,6 +320,19 @@ TEST_P(CudaExactnessTest, RecordedBitsOfThisNumerics) {
        0x051b293e4f5d1cb6ull},
       {"attention mma-bf16, kernels v1, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
        0xe1d78d1d40ecdad9ull},
+      // v2: the tensor-core attention's softmax in base 2 (recorded on an H100, driver
+      // 580.159.04, 2026-12-06); the simt cases keep v1's bits.
+      {"attention mma, kernels v2, nvcc 13.0, sm_90", "small_bf16w_bf16kv", 0xcedd99ba3c5a6e49ull},
+      {"attention mma, kernels v2, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
+       0xdc2281f39d248ffcull},
+      {"attention mma-bf16, kernels v2, nvcc 13.0, sm_90", "small_bf16w_bf16kv",
+       0x5b6000c91c552294ull},
+      {"attention mma-bf16, kernels v2, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
+       0xeaeab825e53bb580ull},
+      {"attention simt, kernels v2, nvcc 13.0, sm_90", "tiny_f32w_f32kv", 0xdfd642df2949e404ull},
+      {"attention simt, kernels v2, nvcc 13.0, sm_90", "small_bf16w_f32kv", 0xce5d93c057cb04ebull},
+      {"attention simt, kernels v2, nvcc 13.0, sm_90", "moe_tiny_f32w_f32kv",
+       0x021dc1fb2c6b4fa8ull},
   };
   auto e = make_engine(model_, true);
   Outcome o = run(*e, random_token_ids(40, 123, vocab()), 8, /*all=*/true);

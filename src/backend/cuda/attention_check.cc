@@ -1,6 +1,7 @@
 // The paged-attention launchers' shared argument checks (see attention_check.h).
 #include "backend/cuda/attention_check.h"
 
+#include <cmath>
 #include <string>
 
 namespace pagedkv::backend::cuda {
@@ -19,6 +20,8 @@ Status check_paged_attention_params(const PagedAttentionParams& p, int max_group
                std::to_string(max_group));
   if (p.block_size < 1) return bad("block_size must be ≥ 1");
   if (p.max_position < 0) return bad("max_position < 0");
+  if (!(p.scale > 0.0f) || !std::isfinite(p.scale))
+    return bad("scale " + std::to_string(p.scale) + " must be a positive finite number");
   if (p.q == nullptr || p.out == nullptr || p.positions == nullptr || p.workspace == nullptr)
     return bad("q, out, positions and workspace must be set");
   if (p.layout == KvLayout::kBlockTable && (p.block_tables == nullptr || p.max_blocks_per_seq < 1))

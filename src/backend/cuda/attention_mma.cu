@@ -11,13 +11,14 @@
 //    attention.cu's combine folds the partitions in ascending order.
 //  - Per chunk: S = q·Kᵀ with q (f32) split into bf16 hi, mid and lo planes (the
 //    GEMM's split_pair; bf16 K is exact), 16 dims a step in ascending order, three MMAs a
-//    step in the order hi, mid, lo, each 8-key column tile from zero; s = S·scale;
-//    keys outside [start, pos] of the row are −∞. Then the online softmax step:
-//    m' = max(m, max_j s_j) (exact in any order), base = m' (0 while m' = −∞),
-//    α = e^(m − base), p_j = e^(s_j − base), rowsum = the thread's 8 p of the row in
-//    key-tile order, then the quad butterfly (xor 1, xor 2); l = fma(l, α, rowsum);
-//    acc = acc·α, then acc += P·V with P (f32) split into bf16 hi and lo planes, 16
-//    keys a step ascending, hi then lo.
+//    step in the order hi, mid, lo, each 8-key column tile from zero; keys outside
+//    [start, pos] of the row are −∞. Then the online softmax step, in base 2 with
+//    c = scale·log₂e (f32): m' = max(m, c·max_j S_j) (exact in any order), base = m'
+//    (0 while m' = −∞), α = 2^(m − base), p_j = 2^(fma(S_j, c, −base)) (2^x:
+//    ex2.approx.ftz), rowsum = the thread's 8 p of the row in key-tile order, then
+//    the quad butterfly (xor 1, xor 2); l = fma(l, α, rowsum); acc = acc·α, then
+//    acc += P·V with P (f32) split into bf16 hi and lo planes, 16 keys a step
+//    ascending, hi then lo. A partition's m goes to the workspace as m·ln 2.
 //  - With MmaOperands::kBf16 (kernels.h) q and P are each one plane, their bf16
 //    rounding (split_pair's hi): one MMA a step where the planes take three and two;
 //    every other operation and its order stay as above.
@@ -301,6 +302,7 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int32_t kvh = blockIdx.z;
   const int32_t h0 = kvh * group;
+  const float c_log2 = log2_scale(p.scale);  // the scores' scale in base 2
   // This thread's K/V copies (load below): its 16-byte piece of a row and its first
   // key, then every kKeysAPass-th key of the chunk.
   static_assert((W * 32) % kPieces == 0, "whole rows a pass");
@@ -471,7 +473,7 @@ __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
         }
 
         // Scale, mask, the online softmax step, acc += P·V.
-        softmax_chunk<D>(s, p_begin + c * kChunk, q4, in_run, row_start, row_pos, p.scale, m, l,
+        softmax_chunk<D>(s, p_begin + c * kChunk, q4, in_run, row_start, row_pos, c_log2, m, l,
                          acc);
 #pragma unroll
         for (int kk = 0; kk < kChunk / 16; ++kk) {
@@ -547,6 +549,7 @@ __global__ void __launch_bounds__(kChunks * 32)
   const int32_t part = part0 + blockIdx.y, kvh = blockIdx.z;
   const int32_t p_begin = part * kP, h0 = kvh * group;
   const int g = lane >> 2, q4 = lane & 3;
+  const float c_log2 = log2_scale(p.scale);  // the scores' scale in base 2
   const PartitionWorkspace ws =
       partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
   // The block's runs: the packed runs of its tile, or its token alone.
@@ -625,7 +628,7 @@ __global__ void __launch_bounds__(kChunks * 32)
       float s[kKeyTiles][4], mx[2];
       if (mine) {
         chunk_scores<D, O>(qs, 16, 0, 16, ks, lane, s);
-        mask_and_max(s, p_begin + c * kChunk, q4, live, row_start, row_pos, p.scale, mx);
+        mask_and_max(s, p_begin + c * kChunk, q4, live, row_start, row_pos, c_log2, mx);
         if (q4 == 0) {
           cmax[c * 16 + g] = mx[0];
           cmax[c * 16 + g + 8] = mx[1];
@@ -639,7 +642,7 @@ __global__ void __launch_bounds__(kChunks * 32)
           m[1] = fmaxf(m[1], cmax[cc * 16 + g + 8]);
         }
         softmax_step(m, mx, base, alpha);
-        weights_and_sums(s, base, rs);
+        weights_and_sums(s, base, c_log2, rs);
         if (q4 == 0) {
           calpha[c * 16 + g] = alpha[0];
           calpha[c * 16 + g + 8] = alpha[1];
@@ -709,7 +712,7 @@ __global__ void __launch_bounds__(kChunks * 32)
         l = __fmaf_rn(l, calpha[cc * 16 + tid], crs[cc * 16 + tid]);
         m = fmaxf(m, cmax[cc * 16 + tid]);
       }
-      ws.m[slot_of(tid)] = m;
+      ws.m[slot_of(tid)] = natural_max(m);
       ws.l[slot_of(tid)] = l;
     }
     if constexpr (kPacked) __syncthreads();  // the next run refills the buffers

@@ -54,6 +54,27 @@ __host__ __device__ constexpr int q_rows_per_warp(int tokens_per_warp, int group
 
 constexpr int kKeyTiles = kChunk / 8;  // 8-key column tiles of a chunk's scores
 
+// The softmax runs in base 2: with c = scale · log₂e (one f32 product, log2_scale),
+// a row's running max m, the chunk's base and the weights are in units of log₂, so a
+// weight is one fused multiply-add and one ex2.approx.ftz — 2^(fma(s, c, −base)) —
+// where e^(s·scale − base) took nine instructions (expf). m is stored in natural
+// units (m · ln 2, natural_max) for the partition combine, which every attention
+// kernel shares. Needs scale > 0 (check_paged_attention_params), so the chunk's max of
+// the unscaled scores, times c, is the max of the scaled ones.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float log2_scale(float scale) { return __fmul_rn(scale, kLog2e); }
+__device__ __forceinline__ float natural_max(float m_log2) { return __fmul_rn(m_log2, kLn2); }
+
+// 2^x: one MUFU.EX2 (≤ 2 ulp; subnormal results flushed to 0, 2^−∞ = 0). The same bits
+// on every sm_90 part, so every kernel that calls it agrees.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // The mma.sync kernels' q layout: [q_planes][rows][D + kPad] (rows of 16-byte
 // multiples, padded against bank conflicts for ldmatrix).
 template <int D>
@@ -195,9 +216,10 @@ __device__ __forceinline__ ThreadRows thread_rows(const PagedAttentionParams& p,
   return r;
 }
 
-// A run's partition results (m, l, acc: the thread's accumulator fragments, output
-// tile nt's element 2i + e = row g + 8i, dim 8nt + 2·(lane % 4) + e) into the
-// workspace, for the thread's rows in the run that reach the partition.
+// A run's partition results (m, in log₂ units, stored as natural_max; l; acc: the
+// thread's accumulator fragments, output tile nt's element 2i + e = row g + 8i, dim
+// 8nt + 2·(lane % 4) + e) into the workspace, for the thread's rows in the run that
+// reach the partition.
 template <int D>
 __device__ __forceinline__ void store_partition_rows(
     const PagedAttentionParams& p, const PartitionWorkspace& ws, const ThreadRows& rows,
@@ -212,7 +234,7 @@ __device__ __forceinline__ void store_partition_rows(
     const int64_t slot =
         (static_cast<int64_t>(rows.tok[i]) * p.num_heads + h0 + rr % group) * parts + part;
     if (q4 == 0) {
-      ws.m[slot] = m[i];
+      ws.m[slot] = natural_max(m[i]);
       ws.l[slot] = l[i];
     }
 #pragma unroll
@@ -247,13 +269,14 @@ __device__ __forceinline__ int64_t key_bytes_in(const PagedAttentionParams& p, i
                                : -1;
 }
 
-// s·scale, −∞ for keys outside [start, pos] of the thread's rows (g, g + 8) or rows
-// not live; mx = each row's max over the chunk (quad-reduced). When every row of the
-// warp is live and reaches the whole chunk (a causal prompt's chunks below the
-// diagonal) no key is masked, and the per-key tests are skipped: the same values.
+// The scores s (q·Kᵀ, unscaled) with −∞ for keys outside [start, pos] of the thread's
+// rows (g, g + 8) or rows not live; mx = each row's max over the chunk (quad-reduced)
+// times c (log2_scale), −∞ when every key is masked. When every row of the warp is
+// live and reaches the whole chunk (a causal prompt's chunks below the diagonal) no
+// key is masked, and the per-key tests are skipped: the same values.
 __device__ __forceinline__ void mask_and_max(float (&s)[kKeyTiles][4], int32_t key0, int q4,
                                              const bool (&live)[2], const int32_t (&start)[2],
-                                             const int32_t (&pos)[2], float scale, float (&mx)[2]) {
+                                             const int32_t (&pos)[2], float c, float (&mx)[2]) {
   mx[0] = mx[1] = -INFINITY;
   const int32_t key_last = key0 + kKeyTiles * 8 - 1;
   const bool whole =
@@ -263,10 +286,7 @@ __device__ __forceinline__ void mask_and_max(float (&s)[kKeyTiles][4], int32_t k
 #pragma unroll
     for (int nt = 0; nt < kKeyTiles; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = s[nt][e] * scale;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
-      }
+      for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[nt][e]);
   } else {
 #pragma unroll
     for (int nt = 0; nt < kKeyTiles; ++nt)
@@ -275,7 +295,7 @@ __device__ __forceinline__ void mask_and_max(float (&s)[kKeyTiles][4], int32_t k
         const int i = e >> 1;
         const int32_t key = key0 + nt * 8 + 2 * q4 + (e & 1);
         const bool valid = live[i] && key >= start[i] && key <= pos[i];
-        s[nt][e] = valid ? s[nt][e] * scale : -INFINITY;
+        s[nt][e] = valid ? s[nt][e] : -INFINITY;
         mx[i] = fmaxf(mx[i], s[nt][e]);
       }
   }
@@ -283,33 +303,36 @@ __device__ __forceinline__ void mask_and_max(float (&s)[kKeyTiles][4], int32_t k
   for (int i = 0; i < 2; ++i) {
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
     mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+    mx[i] = __fmul_rn(mx[i], c);
   }
 }
 
 // The online-softmax step from the running max m (before the chunk) and the chunk's
-// max: base (0 while nothing was seen), α = e^(m − base); m becomes the new max.
+// max (both in log₂ units): base (0 while nothing was seen), α = 2^(m − base); m
+// becomes the new max.
 __device__ __forceinline__ void softmax_step(float (&m)[2], const float (&mx)[2], float (&base)[2],
                                              float (&alpha)[2]) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const float m_new = fmaxf(m[i], mx[i]);
     base[i] = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[i] = expf(m[i] - base[i]);
+    alpha[i] = exp2_approx(__fsub_rn(m[i], base[i]));
     m[i] = m_new;
   }
 }
 
-// p = e^(s − base) in place; rs = each row's sum (the thread's values in key-tile
-// order, then xor 1, xor 2).
+// p = 2^(fma(s, c, −base)) in place; rs = each row's sum (the thread's values in
+// key-tile order, then xor 1, xor 2).
 __device__ __forceinline__ void weights_and_sums(float (&s)[kKeyTiles][4], const float (&base)[2],
-                                                 float (&rs)[2]) {
+                                                 float c, float (&rs)[2]) {
   rs[0] = rs[1] = 0.0f;
+  const float neg_base[2] = {-base[0], -base[1]};
 #pragma unroll
   for (int nt = 0; nt < kKeyTiles; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = e >> 1;
-      s[nt][e] = expf(s[nt][e] - base[i]);
+      s[nt][e] = exp2_approx(__fmaf_rn(s[nt][e], c, neg_base[i]));
       rs[i] = rs[i] + s[nt][e];
     }
 #pragma unroll
@@ -320,18 +343,18 @@ __device__ __forceinline__ void weights_and_sums(float (&s)[kKeyTiles][4], const
 }
 
 // One chunk's online-softmax step on a thread's two rows (attention_mma.cu's file
-// comment): s·scale with the keys outside [start, pos] of a row at −∞ (mask_and_max),
-// m and l updated, s turned into the weights, acc rescaled by α. key0: the chunk's
-// first key.
+// comment): the keys outside [start, pos] of a row at −∞ (mask_and_max), m and l
+// updated, s turned into the weights, acc rescaled by α. key0: the chunk's first key;
+// c: log2_scale(scale).
 template <int D>
 __device__ __forceinline__ void softmax_chunk(float (&s)[kKeyTiles][4], int32_t key0, int q4,
                                               const bool (&live)[2], const int32_t (&start)[2],
-                                              const int32_t (&pos)[2], float scale, float (&m)[2],
+                                              const int32_t (&pos)[2], float c, float (&m)[2],
                                               float (&l)[2], float (&acc)[D / 8][4]) {
   float mx[2], base[2], alpha[2], rs[2];
-  mask_and_max(s, key0, q4, live, start, pos, scale, mx);
+  mask_and_max(s, key0, q4, live, start, pos, c, mx);
   softmax_step(m, mx, base, alpha);
-  weights_and_sums(s, base, rs);
+  weights_and_sums(s, base, c, rs);
 #pragma unroll
   for (int i = 0; i < 2; ++i) l[i] = __fmaf_rn(l[i], alpha[i], rs[i]);
 #pragma unroll

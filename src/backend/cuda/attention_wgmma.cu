@@ -114,6 +114,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int32_t kvh = blockIdx.z, h0 = kvh * group;
+  const float c_log2 = log2_scale(p.scale);  // the scores' scale in base 2
   const int32_t part_lo = part0 + blockIdx.y * parts_per_block;
   const int32_t part_hi = min(part_end, part_lo + parts_per_block);
   const int32_t t0 = blockIdx.x * kWarps * tokens_per_warp;
@@ -240,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
         for (int e = 0; e < kChunk / 2; ++e) wgmma::pin(s_flat[e]);
 
         // Scale, mask, the online softmax step, acc += P·V.
-        softmax_chunk<D>(s, p_begin + c * kChunk, q4, in_run, rows.start, rows.pos, p.scale, m, l,
+        softmax_chunk<D>(s, p_begin + c * kChunk, q4, in_run, rows.start, rows.pos, c_log2, m, l,
                          acc);
         uint32_t a[kKeySteps][PP][4];
 #pragma unroll

@@ -19,9 +19,11 @@
 
 namespace pagedkv::backend::cuda {
 
-inline constexpr int kKernelNumericsVersion = 1;
+// v2 (2026-12-06): the tensor-core attention's softmax in base 2 (ex2.approx; see
+// attention_mma_common.cuh).
+inline constexpr int kKernelNumericsVersion = 2;
 
-// "kernels v1, nvcc 13.0, sm_90": the version above, the nvcc that compiled the
+// "kernels v2, nvcc 13.0, sm_90": the version above, the nvcc that compiled the
 // device code and the compute capability of CUDA device `device` ("sm_?" when it
 // cannot be read).
 std::string kernel_numerics_identity(int device);
