@@ -28,8 +28,8 @@
 // do: laid out as interleaved core matrices instead, eight keys a warp instruction
 // made it 0.8× as fast as the mma.sync kernel (docs/performance.md). Two K buffers and
 // one V buffer: chunk c's V and chunk c + 1's K go out while the tensor cores compute
-// chunk c's S (two V buffers, 8 KB more a block, cost the split operands a block an SM:
-// 0.91×).
+// chunk c's S, as two commit groups, so chunk c's P·V waits for its V alone (two V
+// buffers, 8 KB more a block, cost the split operands a block an SM: 0.91×).
 #include "backend/cuda/attention_wgmma.h"
 
 #include <cuda_bf16.h>
@@ -233,7 +233,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
         // While the tensor cores multiply, chunk c's V and chunk c + 1's K go out: every
         // warp waited for chunk c − 1's S and P·V before the barrier, so the V buffer and
         // K buffer (c + 1) & 1 are free. V lands during the softmax.
+        // Two groups: the P·V below waits for V(c) alone, K(c + 1) lands during it.
         load(1, c);
+        cp_async_commit();
         if (c < c_last) load(0, c + 1);
         cp_async_commit();
         wgmma::wait<0>();
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
         uint32_t a[kKeySteps][PP][4];
 #pragma unroll
         for (int kk = 0; kk < kKeySteps; ++kk) weight_planes<O>(s, kk, a[kk]);
-        cp_async_wait<0>();  // V(c) (and K(c + 1)) landed
+        cp_async_wait<1>();  // V(c) landed (K(c + 1) may be in flight)
         wgmma::fence_shared_writes();
         __syncthreads();
 #pragma unroll
