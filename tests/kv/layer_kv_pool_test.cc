@@ -1,11 +1,15 @@
 // LayerKVPool: layout, growth by generation swap (ids and bytes survive, a view
 // held across a grow stays readable), growth in place through a storage's
 // grow_in_place hook (addresses stay, nothing copied; a refusal part way leaves
-// the pool as it was), and the MemoryCoordinator following growth.
+// the pool as it was), the MemoryCoordinator following growth, and the host
+// storage committing a large buffer only where it is written.
 #include "kv/layer_kv_pool.h"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -201,6 +205,45 @@ TEST(LayerKVPoolTest, HostStorageDoesNotGrowInPlace) {
   EXPECT_TRUE(host.grow_in_place(**b, 32).ok());  // not larger: nothing to do
   EXPECT_EQ(host.grow_in_place(**b, 128).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ((*b)->size(), 64u);
+}
+
+// Resident bytes of this process (/proc/self/statm's second field, in pages).
+size_t resident_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// A large host buffer (a pool sized for a whole context) reads as zeros without
+// being written at allocation, so only the pages the pool writes become resident;
+// a small one is zeroed as before. Both are 64-byte aligned.
+TEST(LayerKVPoolTest, HostStorageCommitsALargeBufferOnlyWhereWritten) {
+  HostKVStorage host;
+  constexpr size_t kBig = size_t{256} << 20, kMiB = size_t{1} << 20;
+  const size_t before = resident_bytes();
+  auto big = host.allocate(kBig + 123);
+  ASSERT_TRUE(big.ok());
+  const size_t after = resident_bytes();
+  uint8_t* d = (*big)->data();
+  EXPECT_EQ((*big)->size(), kBig + 123);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(d) % 64, 0u);
+  if (before > 0) {
+    EXPECT_LT(after, before + 32 * kMiB) << "allocation touched the buffer";
+  }
+  for (size_t at : {size_t{0}, kBig / 2, kBig + 122}) EXPECT_EQ(d[at], 0) << at;
+  // Written pages are real memory that keeps its bytes.
+  for (size_t at = 0; at < 8 * kMiB; at += 4096) d[at] = static_cast<uint8_t>(at >> 12);
+  for (size_t at = 0; at < 8 * kMiB; at += 4096)
+    ASSERT_EQ(d[at], static_cast<uint8_t>(at >> 12)) << at;
+  EXPECT_EQ(d[8 * kMiB + 1], 0);
+
+  auto small = host.allocate(1000);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*small)->data()) % 64, 0u);
+  for (size_t at = 0; at < 1000; ++at) ASSERT_EQ((*small)->data()[at], 0) << at;
 }
 
 TEST(LayerKVPoolTest, MemoryCoordinatorFollowsGrowth) {
