@@ -177,16 +177,28 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
       auto fill_offsets = [&](int c, int64_t off) {
         if (c <= c_last && tid < kChunk) key_off[(c & 1) * kChunk + tid] = off;
       };
-      // Chunk c's K (which 0) or V (1) into its buffer (the caller commits).
-      auto load = [&](int which, int c) {
-        const int64_t* offs = key_off + (c & 1) * kChunk;
+      // This thread's copies of chunk c: the byte offsets of its keys' rows (from
+      // key_off[c & 1]; read ahead of the copies where registers allow, so that each
+      // copy does not wait for a shared load), then K (which 0) or V (1) into its buffer
+      // (the caller commits).
+      constexpr int kCopies = kChunk / kKeysAPass;
+      // Split operands read the offsets before issuing S (1.03× at 4K and 16K); with bf16
+      // operands (four blocks an SM at ≤ 128 registers) the 16 registers they hold cost
+      // 0.94×, so those read each as they copy it.
+      constexpr bool kOffsetsAhead = O == MmaOperands::kSplit;
+      auto copy_offsets = [&](int c, int64_t(&offs)[kCopies]) {
+#pragma unroll
+        for (int i = 0; i < kCopies; ++i)
+          offs[i] = key_off[(c & 1) * kChunk + load_key + i * kKeysAPass];
+      };
+      auto copy = [&](int which, int c, const int64_t(&offs)[kCopies]) {
         const unsigned dst = smem_base + (which == 0 ? S::kK + (c & 1) * S::kKV : S::kV);
         const char* src =
             static_cast<const char*>(which == 0 ? p.k_cache : p.v_cache) + load_piece * 16;
 #pragma unroll
-        for (int i = 0; i < kChunk / kKeysAPass; ++i) {
+        for (int i = 0; i < kCopies; ++i) {
           const int n = load_key + i * kKeysAPass;
-          const int64_t off = offs[n];
+          const int64_t off = kOffsetsAhead ? offs[i] : key_off[(c & 1) * kChunk + n];
           const bool outside = off < 0;
           cp_async16_to(dst + swizzled_piece<kChunk>(n, load_piece), src + (outside ? 0 : off),
                         !outside);
@@ -197,7 +209,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
       fill_offsets(c_first + 1, offset_of(c_first + 1));
       __syncthreads();
       if (c_first <= c_last) {
-        load(0, c_first);
+        int64_t offs[kCopies];
+        if constexpr (kOffsetsAhead) copy_offsets(c_first, offs);
+        copy(0, c_first, offs);
         cp_async_commit();
       }
       for (int c = c_first; c <= c_last; ++c) {
@@ -205,6 +219,11 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
         cp_async_wait<0>();                      // chunk c's K landed
         wgmma::fence_shared_writes();
         __syncthreads();
+        int64_t v_offs[kCopies], k_offs[kCopies];  // V(c)'s and K(c + 1)'s (kOffsetsAhead)
+        if constexpr (kOffsetsAhead) {
+          copy_offsets(c, v_offs);
+          if (c < c_last) copy_offsets(c + 1, k_offs);
+        }
         const unsigned k_base = smem_base + S::kK + (c & 1) * S::kKV;
         const unsigned v_base = smem_base + S::kV;
 
@@ -234,9 +253,9 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
         // warp waited for chunk c − 1's S and P·V before the barrier, so the V buffer and
         // K buffer (c + 1) & 1 are free. V lands during the softmax.
         // Two groups: the P·V below waits for V(c) alone, K(c + 1) lands during it.
-        load(1, c);
+        copy(1, c, v_offs);
         cp_async_commit();
-        if (c < c_last) load(0, c + 1);
+        if (c < c_last) copy(0, c + 1, k_offs);
         cp_async_commit();
         wgmma::wait<0>();
 #pragma unroll
@@ -272,8 +291,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
         wgmma::wait<0>();
 #pragma unroll
         for (int e = 0; e < D / 2; ++e) wgmma::pin(acc_flat[e]);
-        // Into key_off[c & 1]: load(c) read it before this chunk's barrier, load(c + 2)
-        // reads it after the next one.
+        // Into key_off[c & 1]: chunk c's copies read it before this chunk's barrier (V's
+        // offsets just after it), chunk c + 2's read it after the next one.
         fill_offsets(c + 2, ahead);
       }
 
