@@ -67,8 +67,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 __device__ __forceinline__ float log2_scale(float scale) { return __fmul_rn(scale, kLog2e); }
 __device__ __forceinline__ float natural_max(float m_log2) { return __fmul_rn(m_log2, kLn2); }
 
-// 2^x: one MUFU.EX2 (≤ 2 ulp; subnormal results flushed to 0, 2^−∞ = 0). The same bits
-// on every sm_90 part, so every kernel that calls it agrees.
+// 2^x: one MUFU.EX2 (≤ 2 ulp; subnormal results flushed to 0, 2^−∞ = 0). A hardware
+// approximation: its bits are the architecture's, which the numerics identity names
+// (backend/cuda/numerics.h), and every kernel that calls it agrees with the others.
 __device__ __forceinline__ float exp2_approx(float x) {
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
