@@ -298,44 +298,34 @@ TEST_P(CudaExactnessTest, WarmPrefixAtEveryBlockBoundaryEqualsColdRun) {
 // The kernels' bits are pinned to their numerics identity (Model::kv_numerics:
 // attention kernel, GEMM planes, backend/cuda/numerics.h's version, nvcc, GPU
 // architecture), which keys the cold tier's objects. A digest of each case's
-// logits (every prompt row and 8 greedy decode rows of a fixed prompt; the
+// logits (every prompt row and 8 greedy decode rows of a fixed 300-token prompt, so
+// that rows past the first 256-key partition take the partition combine; the
 // checkpoint is seeded) is recorded below per identity. A change that alters any
 // kernel's bits fails here on the GPU it was recorded on until
 // kKernelNumericsVersion is bumped, so a cold store written by an older build is
 // never restored into this one. An identity not recorded (another GPU or nvcc, a
-// new version) skips, printing the digests to add.
+// new version) skips, printing the digests to add. (Until 2026-12-06 the prompt had
+// 40 tokens — one partition, so the combine went unchecked; those entries were
+// dropped with it.)
 TEST_P(CudaExactnessTest, RecordedBitsOfThisNumerics) {
   SKIP_WITHOUT_GPU();
   static const std::vector<engine::testing_util::RecordedDigest> kRecorded = {
-      // Recorded on an H200 (driver 580.159.04), 2026-12-03.
-      {"attention simt, kernels v1, nvcc 13.0, sm_90", "tiny_f32w_f32kv", 0xdfd642df2949e404ull},
-      {"attention mma, kernels v1, nvcc 13.0, sm_90", "small_bf16w_bf16kv", 0x3484e9c6c82ddbd5ull},
-      {"attention simt, kernels v1, nvcc 13.0, sm_90", "small_bf16w_f32kv", 0xce5d93c057cb04ebull},
-      {"attention simt, kernels v1, nvcc 13.0, sm_90", "moe_tiny_f32w_f32kv",
-       0x021dc1fb2c6b4fa8ull},
-      {"attention mma, kernels v1, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
-       0x162d5aa65de7939eull},
-      // PAGEDKV_CUDA_ATTENTION=mma-bf16 (the bf16 KV cases; f32 KV keeps simt).
-      {"attention mma-bf16, kernels v1, nvcc 13.0, sm_90", "small_bf16w_bf16kv",
-       0x051b293e4f5d1cb6ull},
-      {"attention mma-bf16, kernels v1, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
-       0xe1d78d1d40ecdad9ull},
-      // v2: the tensor-core attention's softmax in base 2 (recorded on an H100, driver
-      // 580.159.04, 2026-12-06); the simt cases keep v1's bits.
-      {"attention mma, kernels v2, nvcc 13.0, sm_90", "small_bf16w_bf16kv", 0xcedd99ba3c5a6e49ull},
-      {"attention mma, kernels v2, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
-       0xdc2281f39d248ffcull},
-      {"attention mma-bf16, kernels v2, nvcc 13.0, sm_90", "small_bf16w_bf16kv",
-       0x5b6000c91c552294ull},
-      {"attention mma-bf16, kernels v2, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
-       0xeaeab825e53bb580ull},
-      {"attention simt, kernels v2, nvcc 13.0, sm_90", "tiny_f32w_f32kv", 0xdfd642df2949e404ull},
-      {"attention simt, kernels v2, nvcc 13.0, sm_90", "small_bf16w_f32kv", 0xce5d93c057cb04ebull},
+      // Recorded on an H100 (driver 580.159.04), 2026-12-06.
+      {"attention simt, kernels v2, nvcc 13.0, sm_90", "tiny_f32w_f32kv", 0xbf790a4e78954510ull},
+      {"attention mma, kernels v2, nvcc 13.0, sm_90", "small_bf16w_bf16kv", 0xf17cc44d71c847bbull},
+      {"attention simt, kernels v2, nvcc 13.0, sm_90", "small_bf16w_f32kv", 0x9c3aa9d927b634afull},
       {"attention simt, kernels v2, nvcc 13.0, sm_90", "moe_tiny_f32w_f32kv",
-       0x021dc1fb2c6b4fa8ull},
+       0xa722e8b5dc44da02ull},
+      {"attention mma, kernels v2, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
+       0xc35767a4813e2f39ull},
+      // PAGEDKV_CUDA_ATTENTION=mma-bf16 (the bf16 KV cases; f32 KV keeps simt).
+      {"attention mma-bf16, kernels v2, nvcc 13.0, sm_90", "small_bf16w_bf16kv",
+       0x1f871a0c0bdbec2cull},
+      {"attention mma-bf16, kernels v2, nvcc 13.0, sm_90", "moe_small_bf16w_bf16kv",
+       0x8c28701f495074a3ull},
   };
   auto e = make_engine(model_, true);
-  Outcome o = run(*e, random_token_ids(40, 123, vocab()), 8, /*all=*/true);
+  Outcome o = run(*e, random_token_ids(300, 123, vocab()), 8, /*all=*/true);
   ASSERT_EQ(o.logits.size(), 8u);
   const std::string missing = engine::testing_util::check_recorded_digest(
       kRecorded, model_->kv_numerics(), GetParam().name,

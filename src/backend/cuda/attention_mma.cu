@@ -858,16 +858,17 @@ int64_t wide2_decode_waves() {
 }
 
 // Partitions a prefill block computes one after another, its tile's q planes
-// staged once for them (PAGEDKV_CUDA_ATTN_PREFILL_PARTS, default 4; read once).
-// Speed only: each partition's operations are those of a block of its own.
-// Measured on the H200 (docs/performance.md, "Prefill blocks over several
-// partitions"): 4 gave 1.07× at 4K causal and 1.15× at 16K over 1; 8 was faster
-// at 16K (1.18×) but slower at 4K, 64 slower at 4K than 1 (the causal tiles'
-// uneven work).
-int32_t prefill_parts_per_block() {
-  static const int32_t n = static_cast<int32_t>(
-      std::clamp<int64_t>(waves_knob("PAGEDKV_CUDA_ATTN_PREFILL_PARTS", 4), 1, 1 << 20));
-  return n;
+// staged once for them: a quarter of the launch's `parts`, at least 4
+// (PAGEDKV_CUDA_ATTN_PREFILL_PARTS sets the count instead; read once). Speed only:
+// each partition's operations are those of a block of its own. Measured
+// (docs/performance.md): on the H200 of 2026-12-03, 4 gave 1.07× at 4K causal and
+// 1.15× at 16K over 1, 64 was slower at 4K than 1 (the causal tiles' uneven work);
+// on an H100 with the wgmma blocks (2026-12-06), 4 stayed the best at 4K (16
+// partitions; 8 and 16: 0.96–0.98×) while 16 was 1.04–1.05× of 4 at 16K (64).
+int32_t prefill_parts_per_block(int32_t parts) {
+  static const int64_t knob = waves_knob("PAGEDKV_CUDA_ATTN_PREFILL_PARTS", 0);
+  if (knob > 0) return static_cast<int32_t>(std::min<int64_t>(knob, 1 << 20));
+  return std::max(4, parts / 4);
 }
 
 // Whether decode launches run the partitions the caller says rows share
@@ -967,7 +968,7 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
     const PartRange all{parts, 0, parts};
     const int32_t tpw = 16 / (p.num_heads / p.num_kv_heads);
     PKV_RETURN_IF_ERROR(
-        (launch<D, 4, 1, L, O>(p, tpw, all, stream, false, prefill_parts_per_block(), true)));
+        (launch<D, 4, 1, L, O>(p, tpw, all, stream, false, prefill_parts_per_block(parts), true)));
     return combine_partitions(p, parts, stream);
   }
   int32_t packed = 0;  // leading partitions with packed blocks
