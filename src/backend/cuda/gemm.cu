@@ -543,6 +543,19 @@ int64_t wgmma_tile_min_m() {
   return min_m;
 }
 
+// Whether auto_small_m() runs 33–64-row projections of more than 8 k chunks (K >
+// 1,024: o and down) in the cluster tile kernel on wgmma — two 32-row bands side by
+// side, clusters of 16 — instead of the mma.sync cluster tile kernel
+// (PAGEDKV_CUDA_GEMM_WGMMA_TILE_LONG_K, default on; read once). Speed only. Measured on
+// an H100 (docs/performance.md, "33–64 rows on the wgmma tile kernel"), per GEMM at 64
+// rows: o 8.9 against 10.4 µs, down 16.0 against 18.5; but q/k/v 17.0 against 16.3 and
+// gate/up 23.2 against 17.3 (one round of 8 chunks, where the mma.sync kernel's
+// 224-column tiles fit one wave), so those keep the mma.sync kernel.
+bool wgmma_tile_long_k() {
+  static const bool on = env_bool("PAGEDKV_CUDA_GEMM_WGMMA_TILE_LONG_K").value_or(true);
+  return on;
+}
+
 // Rows from which outputs at least 8,192 wide (the LM head) take the large-M kernel
 // (PAGEDKV_CUDA_GEMM_WIDE_LARGE_MIN_M; read once): by default 1 where the wgmma kernel
 // runs (gemm_wgmma.h), else 17. Speed only. Measured on the H200 (docs/performance.md):
@@ -564,13 +577,16 @@ int64_t wide_large_min_m() {
 // and loses for longer K, but not over its 16-column blocks (outputs ≥ 4096 wide);
 // for the LM head's width the large-M kernel wins from wide_large_min_m() rows (17:
 // the large-M kernels' tiles, gemm_large_m.cu; from one row on wgmma). The layer
-// projections take the cluster tile kernel from cluster_tile_min_m() rows (33), and
-// below that, where the device has it, the cluster tile kernel on wgmma from
-// wgmma_tile_min_m() rows (17).
+// projections take the cluster tile kernel from cluster_tile_min_m() rows (33) — those
+// with K > 1,024 the cluster tile kernel on wgmma in two 32-row bands where the device
+// has it (wgmma_tile_long_k()) — and below that, where the device has it, the cluster
+// tile kernel on wgmma from wgmma_tile_min_m() rows (17).
 GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
   if (n >= 8192)
     return m >= wide_large_min_m() && gemm_large_m_rows(m, k, n) != 0 ? GemmSmallM::kLargeM
                                                                       : GemmSmallM::kWarpChunks;
+  if (m > 32 && k > 8 * kKChunk && wgmma_tile_long_k() && gemm_wgmma_tile_supports(m, k))
+    return GemmSmallM::kWgmmaTile;
   if (m > 16 && m >= cluster_tile_min_m() && gemm_cluster_tile_supports(m, k))
     return GemmSmallM::kClusterTile;
   if (m >= wgmma_tile_min_m() && gemm_wgmma_tile_supports(m, k)) return GemmSmallM::kWgmmaTile;

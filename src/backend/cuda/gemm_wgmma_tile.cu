@@ -1,6 +1,7 @@
-// The cluster tile decode GEMM on Hopper's warpgroup MMA (bf16 weights, up to 32 rows):
-// y = x · Wᵀ with the bits of the large-M kernel (gemm.cu), for decode steps of 9–32
-// rows.
+// The cluster tile decode GEMM on Hopper's warpgroup MMA (bf16 weights, up to 64 rows:
+// tiles of 16 or 32, more than 32 as two bands of 32 side by side): y = x · Wᵀ with the
+// bits of the large-M kernel (gemm.cu), for decode steps of 17–32 rows (and 33–64
+// where PAGEDKV_CUDA_GEMM_TILES_MIN_M hands them over).
 //
 // gemm_cluster_tile.cu's kernel issues mma.sync from every warp: per 32-wide k stage a
 // warp loads its x fragments and weights and issues 48 MMAs, ~300 instructions for
@@ -24,8 +25,11 @@
 // (tests/backend/cuda_ops_test.cc). K must be a multiple of 8.
 // Measured (H200, docs/performance.md, "The cluster tile GEMM on wgmma"): the step's
 // GEMMs 1.14× the warp kernel at 16 rows and 1.32× at 32; a 64-row tile (built and
-// tested) ran 0.93× the mma.sync tile kernel at 48 rows and 0.90× at 64, so 33–64 rows
-// keep that kernel and this one stops at 32. Compiled for sm_90a
+// tested) ran 0.93× the mma.sync tile kernel at 48 rows and 0.90× at 64. Two 32-row
+// bands side by side (grid.y) do better where K has more than 8 chunks (clusters of
+// 16: o and down at 64 rows 1.16–1.17× the mma.sync tile kernel on an H100), so
+// gemm() runs those here from 33 rows too (docs/performance.md, "33–64 rows on the
+// wgmma tile kernel"). Compiled for sm_90a
 // alone (the object library pkv_backend_cuda_sm90a): elsewhere gemm() keeps the
 // mma.sync kernels (gemm_wgmma_tile_supports).
 #include "backend/cuda/gemm_wgmma_tile.h"
@@ -60,7 +64,7 @@ using cluster_tile::kStages;
 using cluster_tile::kThreads;  // two warpgroups
 using cluster_tile::w_at;
 
-constexpr int64_t kMaxRows = 32;  // x rows a launch: tiles of 16 or 32
+constexpr int64_t kMaxRows = 64;  // x rows a launch: tiles of 16 or 32, up to two bands of 32
 
 // x's bf16 planes of a chunk as wgmma B operands: for each (stage s, plane, step q) a
 // region of BM rows × 16 slots (bf16) in core matrices of 8 rows × 8 slots (128 bytes):
@@ -109,6 +113,11 @@ __global__ void __cluster_dims__(1, 1, kCl) __launch_bounds__(kThreads, 2)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int64_t n0 = int64_t{blockIdx.x} * kCols;
   const int chunks = static_cast<int>((K + kKChunk - 1) / kKChunk);
+  // Band blockIdx.y: rows BM · y … of x and y (a launch of more than BM rows runs its
+  // bands side by side; a row's operations do not depend on its band).
+  x += int64_t{blockIdx.y} * BM * K;
+  y += int64_t{blockIdx.y} * BM * N;
+  M -= int64_t{blockIdx.y} * BM;
 
   auto load_w = [&](int c) { cluster_tile::copy_weight_chunk<kCols>(wraw, w, N, K, n0, c, tid); };
   // Chunk c's x, split into its planes: this thread's units are (row r, stage s, step
@@ -270,16 +279,17 @@ std::atomic<int>& forced_cols() {
   return cols;
 }
 
-// The width of a launch of at most 8 k chunks (one round of clusters of 8): 256 when
-// 128-column tiles would take more than one wave of the clusters the GPU holds and
-// 256-column ones fit in one (the fused q/k/v and gate/up on an H200), else 128.
-// Speed only: an element's MMAs and fold do not depend on its tile.
+// The width of a launch of at most 8 k chunks (one round of clusters of 8) with
+// `bands` row bands: 256 when 128-column tiles would take more than one wave of the
+// clusters the GPU holds and 256-column ones fit in one (the fused q/k/v and gate/up
+// on an H200), else 128. Speed only: an element's MMAs and fold do not depend on its
+// tile.
 template <int BM>
-int tile_cols(int64_t n) {
+int tile_cols(int64_t n, int64_t bands) {
   const int forced = forced_cols().load(std::memory_order_relaxed);
   if (forced == 128 || forced == 256) return forced;
-  const bool one_wave_narrow = (n + 127) / 128 <= clusters_held<8, 128, BM>();
-  const bool one_wave_wide = (n + 255) / 256 <= clusters_held<8, 256, BM>();
+  const bool one_wave_narrow = bands * ((n + 127) / 128) <= clusters_held<8, 128, BM>();
+  const bool one_wave_wide = bands * ((n + 255) / 256) <= clusters_held<8, 256, BM>();
   return !one_wave_narrow && one_wave_wide ? 256 : 128;
 }
 
@@ -288,7 +298,8 @@ Status launch_tile(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w,
                    float* y, cudaStream_t stream) {
   return with_gemm_planes([&](auto planes) {
     constexpr int P = decltype(planes)::value;
-    const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols), 1, kCl);
+    const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols),
+                    static_cast<unsigned>((m + BM - 1) / BM), kCl);
     return launch_cluster_kernel(kCl > 8       ? "gemm_bf16_wgmma_tile_kernel (16)"
                                  : kCols > 128 ? "gemm_bf16_wgmma_tile_kernel (256 columns)"
                                                : "gemm_bf16_wgmma_tile_kernel",
@@ -305,7 +316,7 @@ Status launch_rows(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w,
     if (chunks > 8 && clusters_held<16, 128, BM>() > 0)
       return launch_tile<16, 128, BM>(x, m, k, w, n, y, stream);
   }
-  if (chunks <= 8 && tile_cols<BM>(n) == 256)
+  if (chunks <= 8 && tile_cols<BM>(n, (m + BM - 1) / BM) == 256)
     return launch_tile<8, 256, BM>(x, m, k, w, n, y, stream);
   return launch_tile<8, 128, BM>(x, m, k, w, n, y, stream);
 }
@@ -322,7 +333,7 @@ void set_gemm_wgmma_tile_cols(int cols) { forced_cols().store(cols); }
 Status gemm_wgmma_tile(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                        float* y, cudaStream_t stream) {
   if (!gemm_wgmma_tile_supports(m, k))
-    return invalid_argument("cuda gemm_wgmma_tile: needs an sm_90 device, 1 ≤ m ≤ 32 (got " +
+    return invalid_argument("cuda gemm_wgmma_tile: needs an sm_90 device, 1 ≤ m ≤ 64 (got " +
                             std::to_string(m) + ") and k a multiple of 8 (got " +
                             std::to_string(k) + ")");
   if (m <= 16) return launch_rows<16>(x, m, k, w, n, y, stream);
