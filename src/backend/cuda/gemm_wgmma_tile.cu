@@ -1,7 +1,7 @@
 // The cluster tile decode GEMM on Hopper's warpgroup MMA (bf16 weights, up to 64 rows:
 // tiles of 16 or 32, more than 32 as two bands of 32 side by side): y = x · Wᵀ with the
-// bits of the large-M kernel (gemm.cu), for decode steps of 17–32 rows (and 33–64
-// where PAGEDKV_CUDA_GEMM_TILES_MIN_M hands them over).
+// bits of the large-M kernel (gemm.cu), for decode steps of 17–32 rows, and of 33–64
+// rows where K has more than 8 chunks (gemm.cu's auto_small_m).
 //
 // gemm_cluster_tile.cu's kernel issues mma.sync from every warp: per 32-wide k stage a
 // warp loads its x fragments and weights and issues 48 MMAs, ~300 instructions for
