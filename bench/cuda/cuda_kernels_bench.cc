@@ -320,7 +320,19 @@ void bench_prefill(int32_t len) {
     // where the device has it, then on mma.sync: a same-run A/B.
     const bool mma = std::string(suffix).rfind("_mma", 0) == 0;
     if (mma && attention_wgmma_enabled()) {
+      // The automatic choice (the warp-specialized blocks at head_dim 128), then the
+      // one-warpgroup blocks and the warp-specialized ones with two and (bf16 operands)
+      // three consumer warpgroups forced (attention_wgmma.cu), then mma.sync.
       run(std::string(suffix) + "_wgmma");
+      const int was = set_attention_wgmma_consumers(1);
+      run(std::string(suffix) + "_wgmma_ws1");
+      set_attention_wgmma_consumers(2);
+      run(std::string(suffix) + "_wgmma_ws2");
+      if (std::string(suffix).find("bf16") != std::string::npos) {
+        set_attention_wgmma_consumers(3);
+        run(std::string(suffix) + "_wgmma_ws3");
+      }
+      set_attention_wgmma_consumers(was);
       set_attention_wgmma(false);
       run(suffix);
       set_attention_wgmma(true);

@@ -56,7 +56,10 @@ enum class Kernel {
   kMmaPackedWide,
   kMmaPackedWideTwoRounds,
   kMmaPackedFirstPartition,
-  kMmaSyncPrefill
+  kMmaSyncPrefill,
+  kMmaOneWarpgroupPrefill,
+  kMmaWsPrefill2,
+  kMmaWsPrefill3
 };
 template <MmaDecodeShape S>
 Status mma_forced(const PagedAttentionParams& p, cudaStream_t stream) {
@@ -75,6 +78,17 @@ Status mma_sync_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
   const bool was = set_attention_wgmma(false);
   const Status s = paged_attention_mma(p, stream);
   set_attention_wgmma(was);
+  return s;
+}
+// The tensor-core kernel with its wgmma prefill blocks forced into one shape
+// (attention_wgmma.cu): one warpgroup a block copying its own K/V (consumers 1), or
+// `consumers` warpgroups sharing a producer warpgroup's K/V stages. Each must give the
+// decode launches' bits.
+template <int consumers>
+Status mma_ws_prefill(const PagedAttentionParams& p, cudaStream_t stream) {
+  const int was = set_attention_wgmma_consumers(consumers);
+  const Status s = paged_attention_mma(p, stream);
+  set_attention_wgmma_consumers(was);
   return s;
 }
 AttnFn kernel_fn_of(Kernel k) {
@@ -99,6 +113,12 @@ AttnFn kernel_fn_of(Kernel k) {
       return mma_packed_first_partition;
     case Kernel::kMmaSyncPrefill:
       return mma_sync_prefill;
+    case Kernel::kMmaOneWarpgroupPrefill:
+      return mma_ws_prefill<1>;
+    case Kernel::kMmaWsPrefill2:
+      return mma_ws_prefill<2>;
+    case Kernel::kMmaWsPrefill3:
+      return mma_ws_prefill<3>;
     default:
       return paged_attention;
   }
@@ -125,6 +145,12 @@ std::string kernel_name_of(Kernel k) {
       return "mma_packed_first_partition";
     case Kernel::kMmaSyncPrefill:
       return "mma_sync_prefill";
+    case Kernel::kMmaOneWarpgroupPrefill:
+      return "mma_one_warpgroup_prefill";
+    case Kernel::kMmaWsPrefill2:
+      return "mma_ws_prefill2";
+    case Kernel::kMmaWsPrefill3:
+      return "mma_ws_prefill3";
     default:
       return "thread_per_key";
   }
@@ -570,13 +596,15 @@ INSTANTIATE_TEST_SUITE_P(
 // operand modes.
 INSTANTIATE_TEST_SUITE_P(
     MmaShapes, CudaAttentionShapeTest,
-    ::testing::Combine(::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0},
-                                         Shape{32, 2, 128, 100}, Shape{8, 8, 64, 30},
-                                         Shape{16, 4, 128, 45}, Shape{16, 16, 128, 0},
-                                         Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
-                       ::testing::Values(KernelCase{Kernel::kMma}, bf16(Kernel::kMma),
-                                         KernelCase{Kernel::kMmaSyncPrefill},
-                                         bf16(Kernel::kMmaSyncPrefill))),
+    ::testing::Combine(
+        ::testing::Values(Shape{16, 8, 128, 0}, Shape{8, 1, 64, 0}, Shape{32, 2, 128, 100},
+                          Shape{8, 8, 64, 30}, Shape{16, 4, 128, 45}, Shape{16, 16, 128, 0},
+                          Shape{4, 2, 16, 0}, Shape{8, 2, 32, 30}),
+        ::testing::Values(KernelCase{Kernel::kMma}, bf16(Kernel::kMma),
+                          KernelCase{Kernel::kMmaSyncPrefill}, bf16(Kernel::kMmaSyncPrefill),
+                          KernelCase{Kernel::kMmaOneWarpgroupPrefill},
+                          bf16(Kernel::kMmaOneWarpgroupPrefill), KernelCase{Kernel::kMmaWsPrefill2},
+                          bf16(Kernel::kMmaWsPrefill2), bf16(Kernel::kMmaWsPrefill3))),
     [](const auto& info) {
       return shape_name(std::get<0>(info.param)) + "_" + kernel_name(std::get<1>(info.param));
     });
@@ -605,7 +633,9 @@ INSTANTIATE_TEST_SUITE_P(
                       bf16(Kernel::kMmaWideTwoRounds), bf16(Kernel::kMmaPacked),
                       bf16(Kernel::kMmaPackedWide), bf16(Kernel::kMmaPackedWideTwoRounds),
                       bf16(Kernel::kMmaPackedFirstPartition), KernelCase{Kernel::kMmaSyncPrefill},
-                      bf16(Kernel::kMmaSyncPrefill)),
+                      bf16(Kernel::kMmaSyncPrefill), KernelCase{Kernel::kMmaOneWarpgroupPrefill},
+                      bf16(Kernel::kMmaOneWarpgroupPrefill), KernelCase{Kernel::kMmaWsPrefill2},
+                      bf16(Kernel::kMmaWsPrefill2), bf16(Kernel::kMmaWsPrefill3)),
     [](const auto& info) { return kernel_name(info.param); });
 
 class CudaAttentionMmaTest : public CudaTest {};

@@ -746,10 +746,13 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const Part
   size_t smem = smem_bytes<D, O>(W, q_rows_per_warp(tokens_per_warp, group), STAGES);
   AttnBlockKernel kernel = attn_mma_kernel<D, W, STAGES, L, O>;
   const char* name = "attn_mma_kernel";
+  int threads = W * 32, row_warps = W;
   if (wgmma && W == 4 && STAGES == 1 && tokens_per_warp * group == 16) {
     if (const AttnWgmmaPrefill wg = attention_wgmma_prefill(D, L, O); wg.kernel != nullptr) {
       kernel = wg.kernel;
       smem = wg.smem_bytes;
+      threads = wg.threads;
+      row_warps = wg.row_warps;
       name = "attn_wgmma_prefill_kernel";
     }
   }
@@ -757,7 +760,7 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const Part
     PKV_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  const int32_t tile = W * tokens_per_warp;
+  const int32_t tile = row_warps * tokens_per_warp;
   dim3 grid = part_grid(p, (p.num_tokens + tile - 1) / tile, r);
   parts_per_block = std::max(1, std::min(parts_per_block, r.count));
   if (parts_per_block > 1) {
@@ -767,7 +770,7 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const Part
     // 7.9 ms to first token with 4 partitions a block against 6.2 with 1).
     constexpr int64_t kMinWaves = 4;
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, W * 32, smem) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
             cudaSuccess ||
         per_sm < 1) {
       (void)cudaGetLastError();
@@ -780,8 +783,8 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const Part
       parts_per_block /= 2;
   }
   grid.y = static_cast<unsigned>((r.count + parts_per_block - 1) / parts_per_block);
-  return launch_kernel(name, kernel, grid, W * 32, smem, stream, p, group, tokens_per_warp, r.total,
-                       r.first, r.first + r.count, parts_per_block, beside_prior);
+  return launch_kernel(name, kernel, grid, threads, smem, stream, p, group, tokens_per_warp,
+                       r.total, r.first, r.first + r.count, parts_per_block, beside_prior);
 }
 
 // The runs packed_run forms (a test hook: packed_decode_runs).

@@ -21,6 +21,8 @@ using AttnBlockKernel = void (*)(PagedAttentionParams, int32_t, int32_t, int32_t
 struct AttnWgmmaPrefill {
   AttnBlockKernel kernel = nullptr;  // null: not available (the caller keeps mma.sync)
   size_t smem_bytes = 0;             // dynamic shared memory a block
+  int threads = 0;                   // a block's threads
+  int row_warps = 0;  // warps of 16 MMA rows a block: its tile is row_warps · 16 / group tokens
 };
 
 // The wgmma prefill kernel for head_dim 16, 32, 64 or 128, the layout and operand mode,
@@ -33,5 +35,14 @@ AttnWgmmaPrefill attention_wgmma_prefill(int32_t head_dim, KvLayout layout, MmaO
 // set_attention_wgmma returns the setting it replaced (tests, A/B runs).
 bool attention_wgmma_enabled();
 bool set_attention_wgmma(bool on);
+
+// The prefill kernel's consumer warpgroups (PAGEDKV_CUDA_ATTN_WGMMA_CONSUMERS, read
+// once; 0 to 4): 1, one warpgroup a block that copies its own K/V; 2 or more, that many
+// warpgroups of 64 rows sharing a producer warpgroup's K/V stages (at most 3 with bf16
+// operands, 2 with split ones); 0 (the default), automatic: the warp-specialized
+// blocks at head_dim 128 (2 with split operands, 3 with bf16 ones), one warpgroup at 64.
+// Speed only: the same bits. set_attention_wgmma_consumers returns the setting it
+// replaced (tests, A/B runs).
+int set_attention_wgmma_consumers(int consumers);
 
 }  // namespace pagedkv::backend::cuda

@@ -43,9 +43,22 @@ __device__ __forceinline__ void cp_async16_to(unsigned dst, const void* src, boo
         "l"(src), "r"(static_cast<unsigned>(valid)));
 }
 
+// An arrival on the shared-memory barrier at shared-space address `bar` once every
+// copy this thread issued so far has landed (`.noinc`: it counts against the
+// barrier's expected arrivals, as a thread's own arrive would). Lets one warp's copies
+// complete a phase that other warps wait for (tma::wait_phase) without waiting itself.
+__device__ __forceinline__ void cp_async_arrive_on(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // Closes the group of the copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until every copy this thread issued has landed, committed or not.
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 // Waits until at most N committed groups are still in flight (N is an immediate).

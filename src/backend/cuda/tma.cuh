@@ -2,7 +2,8 @@
 // its bytes (sm_90): a tile of a 2-D tensor copied global → shared by one thread's
 // instruction, described by a tensor map built on the host (cuTensorMapEncodeTiled;
 // gemm_wgmma.cu), zero-filled past the tensor's edges, its completion signalled on an
-// mbarrier as transferred bytes. Used by the wgmma kernels; device code only.
+// mbarrier as transferred bytes. Used by the wgmma kernels (the barriers also by the
+// attention's producer warpgroup, whose cp.async copies arrive on them); device code only.
 #pragma once
 
 #include <cuda.h>
@@ -27,6 +28,11 @@ __device__ __forceinline__ void barrier_init_fence() {
 __device__ __forceinline__ void arrive_expect_bytes(unsigned bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                : "memory");
+}
+
+// This thread's arrival (no bytes announced).
+__device__ __forceinline__ void arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
 // Waits until the barrier's phase of parity `parity` has completed (its copies' bytes
