@@ -355,7 +355,8 @@ __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
 // operations and their order are the one-warpgroup kernel's (issue_scores,
 // softmax_chunk, weight_planes, issue_values), so the same bits. Measured
 // (docs/performance.md, "Warp-specialized prefill blocks"): a producer of one warp
-// starved the consumers (0.9× the one-warpgroup blocks); with a warpgroup, 1.06–1.13×.
+// starved the consumers (0.9× the one-warpgroup blocks); with a warpgroup and
+// setmaxnreg, 1.08–1.23× (H100).
 //
 // Stages of the K/V ring: what shared memory holds beside the q planes (split operands'
 // three planes leave room for three).
@@ -379,6 +380,23 @@ struct WsAttnSmem {
 // The consumers, then the producer warpgroup (ptxas sizes registers by whole warpgroups,
 // so a producer of one warp would cost the consumers as many).
 __host__ __device__ constexpr int ws_threads(int consumers) { return (consumers + 1) * kThreads; }
+
+// Registers a thread of each role (setmaxnreg, at the roles' split): the producer gives
+// up what the consumers take, within the SM's 64K. ptxas then allocates the consumers'
+// code for their share (two consumers: 224 against the launch's 168; three: 152 against
+// 128, where they had spilled): H100, 1.02–1.09× (docs/performance.md).
+constexpr int kProducerRegisters = 56;
+__host__ __device__ constexpr int consumer_registers(int consumers) {
+  const int share = (65536 / kThreads - kProducerRegisters) / consumers / 8 * 8;
+  return share > 240 ? 240 : share;
+}
+template <int kRegisters, bool kIncrease>
+__device__ __forceinline__ void set_max_registers() {
+  if constexpr (kIncrease)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+  else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -451,6 +469,7 @@ __global__ void __launch_bounds__(ws_threads(kConsumers), 1)
   uint32_t n = 0;  // stages so far
 
   if (warp >= kRowWarps) {
+    set_max_registers<kProducerRegisters, false>();
     // The producer warpgroup: warp pw copies keys 16pw … 16pw + 15 of a stage's 64 (its
     // two chunks; −1 past the run's keys: zero rows). Lane i finds key 16pw + i % 16's
     // row; a warp instruction copies whole rows (kKeysAPass keys, D / 8 pieces each)
@@ -498,6 +517,7 @@ __global__ void __launch_bounds__(ws_threads(kConsumers), 1)
   }
 
   // A consumer warpgroup: its 64 rows, the one-warpgroup kernel's steps.
+  set_max_registers<consumer_registers(kConsumers), true>();
   const int wg = warp / kWarps;
   const unsigned q_base = smem_base + wg * q_planes(O) * S::kQPlane;
   const float c_log2 = log2_scale(p.scale);
@@ -570,9 +590,9 @@ AttnWgmmaPrefill ws_prefill_kernel() {
 }
 
 // consumers: 1, the one-warpgroup kernel; 2 or more, the warp-specialized one with two
-// consumer warpgroups, or three with bf16 operands. ptxas sizes registers for whole
-// warpgroups, so the producer warp counts as a fourth (or fifth): three with split
-// operands (128 registers) and four with bf16 ones (96) spill.
+// consumer warpgroups, or three with bf16 operands. More do not fit: three with split
+// operands need 144 KB of q planes beside the 96 KB of stages; four with bf16 ones
+// would leave a consumer thread 112 registers (not built).
 template <int D, KvLayout L, MmaOperands O>
 AttnWgmmaPrefill prefill_kernel_of(int consumers) {
   if (consumers <= 1) return prefill_kernel<D, L, O>();
@@ -624,7 +644,7 @@ bool set_attention_wgmma(bool on) { return wgmma_switch().exchange(on); }
 
 // The consumer warpgroups the setting asks for; 0, automatic: at head_dim 128 the
 // warp-specialized blocks, two with split operands and three with bf16 ones (H100, 4K
-// and 16K causal: 1.07–1.13× the one-warpgroup blocks, docs/performance.md); head_dim 64
+// and 16K causal: 1.08–1.23× the one-warpgroup blocks, docs/performance.md); head_dim 64
 // keeps the one-warpgroup blocks (not measured).
 int consumers_of(int32_t head_dim, MmaOperands operands) {
   const int c = consumers_setting().load(std::memory_order_relaxed);
