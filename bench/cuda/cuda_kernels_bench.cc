@@ -17,7 +17,9 @@
 //                                       tensor-core kernel's, both operand modes;
 //                                       =mma_bf16: its bf16-operand mode only; the
 //                                       tensor-core rows run their prefill blocks on
-//                                       wgmma, `_wgmma`, then on mma.sync)
+//                                       wgmma, `_wgmma`, then on mma.sync; then
+//                                       continuous-batching steps (a prompt chunk and
+//                                       decode rows in one launch); =mixed: those alone)
 //
 // Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
 // step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/16/32/48/64 rows; launched and graph-
@@ -165,17 +167,15 @@ const std::pair<AttnFn, const char*> kAttnKernels[] = {{paged_attention, ""},
                                                        {paged_attention_mma, "_mma"},
                                                        {mma_bf16_operands, "_mma_bf16"}};
 
-double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, DeviceBuffer& kc,
-                    DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks, AttnFn fn,
-                    int32_t packed_partitions = 0, int32_t kv_heads = 8) {
+// One launch of `fn` over tokens at positions `pos` of sequences `seq` (block tables
+// of max_blocks a sequence, or contiguous caches of ctx tokens): its median ms.
+double attention_ms_of(const std::vector<int32_t>& pos, const std::vector<int32_t>& seq,
+                       int32_t ctx, int32_t min_query_len, int32_t max_query_len, bool paged,
+                       DeviceBuffer& kc, DeviceBuffer& vc, const DeviceBuffer& tables,
+                       int32_t max_blocks, AttnFn fn, int32_t packed_partitions = 0,
+                       int32_t kv_heads = 8) {
   const int32_t KVH = kv_heads, H = 2 * kv_heads, D = 128, bs = 16;
-  const int32_t T = seqs * q_per_seq;
-  std::vector<int32_t> pos(T), seq(T);
-  for (int32_t s = 0; s < seqs; ++s)
-    for (int32_t i = 0; i < q_per_seq; ++i) {
-      pos[s * q_per_seq + i] = ctx - q_per_seq + i;
-      seq[s * q_per_seq + i] = s;
-    }
+  const auto T = static_cast<int32_t>(pos.size());
   auto dpos = *upload_vector(pos);
   auto dseq = *upload_vector(seq);
   auto q = alloc(size_t{4} * T * H * D), out = alloc(size_t{4} * T * H * D);
@@ -201,9 +201,25 @@ double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, De
   p.max_blocks_per_seq = max_blocks;
   p.seq_capacity = ctx;
   p.workspace = ws.as<float>();
-  p.max_query_len = q_per_seq;
+  p.max_query_len = max_query_len;
+  p.min_query_len = min_query_len;
   p.packed_partitions = packed_partitions;
   return median_ms([&] { die_if(fn(p, 0)); });
+}
+
+// `seqs` sequences of `ctx` tokens, the last q_per_seq of each as queries.
+double attention_ms(int32_t seqs, int32_t ctx, int32_t q_per_seq, bool paged, DeviceBuffer& kc,
+                    DeviceBuffer& vc, const DeviceBuffer& tables, int32_t max_blocks, AttnFn fn,
+                    int32_t packed_partitions = 0, int32_t kv_heads = 8) {
+  const int32_t T = seqs * q_per_seq;
+  std::vector<int32_t> pos(T), seq(T);
+  for (int32_t s = 0; s < seqs; ++s)
+    for (int32_t i = 0; i < q_per_seq; ++i) {
+      pos[s * q_per_seq + i] = ctx - q_per_seq + i;
+      seq[s * q_per_seq + i] = s;
+    }
+  return attention_ms_of(pos, seq, ctx, q_per_seq, q_per_seq, paged, kc, vc, tables, max_blocks, fn,
+                         packed_partitions, kv_heads);
 }
 
 // Decode rows behind one cached prefix: `seqs` rows of `ctx` tokens whose first
@@ -289,6 +305,52 @@ void bench_decode(int32_t seqs, int32_t ctx) {
     report("decode_attn_contiguous" + tag, shape, flat, bytes / (flat * 1e-3) / 1e9, "GB/s");
     report("decode_attn_paged" + tag, shape, paged, bytes / (paged * 1e-3) / 1e9, "GB/s",
            flat / paged);
+  }
+}
+
+// A continuous-batching step: one sequence's prompt chunk of `chunk` tokens (the last
+// of its `ctx`) and `rows` decode rows of other sequences of `ctx` tokens, in one
+// launch (what the model does for a step with a prompt in it: every row through the
+// prefill blocks, a decode row a run of one token). The tensor-core kernel's automatic
+// prefill blocks (with the model's hint: min_query_len 1) against the one-warpgroup
+// wgmma blocks forced, then the warp-specialized ones forced (the same bits).
+void bench_mixed_step(int32_t chunk, int32_t rows, int32_t ctx) {
+  const int32_t KVH = 8, D = 128, bs = 16, seqs = rows + 1;
+  const int32_t blocks_per_seq = ctx / bs;
+  const size_t elems = size_t{1} * seqs * ctx * KVH * D;
+  auto kc = alloc(elems * 2), vc = alloc(elems * 2);
+  fill_random(kc.data(), elems, true, 1);
+  fill_random(vc.data(), elems, true, 2);
+  std::vector<int32_t> tables(size_t{1} * seqs * blocks_per_seq);
+  std::iota(tables.begin(), tables.end(), 0);
+  std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
+  auto dt = *upload_vector(tables);
+  std::vector<int32_t> pos, seq;
+  for (int32_t i = 0; i < chunk; ++i) {
+    pos.push_back(ctx - chunk + i);
+    seq.push_back(0);
+  }
+  for (int32_t r = 1; r <= rows; ++r) {
+    pos.push_back(ctx - 1);
+    seq.push_back(r);
+  }
+  const std::string shape = std::to_string(chunk) + "-token chunk + " + std::to_string(rows) +
+                            " decode rows, " + std::to_string(ctx) + " ctx";
+  for (const auto& [fn, suffix] : kAttnKernels) {
+    if (std::string(suffix).rfind("_mma", 0) != 0 || !attention_wgmma_enabled()) continue;
+    const int was = set_attention_wgmma_consumers(1);
+    const double one =
+        attention_ms_of(pos, seq, ctx, 1, chunk, true, kc, vc, dt, blocks_per_seq, fn);
+    set_attention_wgmma_consumers(was);
+    report(std::string("mixed_step_attn") + suffix + "_wgmma_ws1", shape, one, 0.0, "");
+    const double ms =
+        attention_ms_of(pos, seq, ctx, 1, chunk, true, kc, vc, dt, blocks_per_seq, fn);
+    report(std::string("mixed_step_attn") + suffix + "_wgmma", shape, ms, 0.0, "", one / ms);
+    set_attention_wgmma_consumers(std::string(suffix).find("bf16") != std::string::npos ? 3 : 2);
+    const double ws =
+        attention_ms_of(pos, seq, ctx, 1, chunk, true, kc, vc, dt, blocks_per_seq, fn);
+    set_attention_wgmma_consumers(was);
+    report(std::string("mixed_step_attn") + suffix + "_wgmma_ws", shape, ws, 0.0, "", one / ws);
   }
 }
 
@@ -620,9 +682,16 @@ int main(int argc, char** argv) {
   }
   const bool prefill_only = std::getenv("PKV_BENCH_PREFILL_ONLY") != nullptr;
   const bool attn_only = prefill_only || std::getenv("PKV_BENCH_ATTN_ONLY") != nullptr;
+  // PKV_BENCH_PREFILL_ONLY=mixed: the continuous-batching steps alone.
+  const bool mixed_only =
+      prefill_only && std::string(std::getenv("PKV_BENCH_PREFILL_ONLY")) == "mixed";
   if (prefill_only) {
-    bench_prefill(4096);
-    bench_prefill(16384);
+    if (!mixed_only) {
+      bench_prefill(4096);
+      bench_prefill(16384);
+    }
+    bench_mixed_step(512, 63, 4096);
+    bench_mixed_step(2048, 64, 8192);
     return 0;
   }
   if (!attn_only)
@@ -654,6 +723,8 @@ int main(int argc, char** argv) {
     return 0;
   bench_prefill(4096);
   bench_prefill(16384);
+  bench_mixed_step(512, 63, 4096);
+  bench_mixed_step(2048, 64, 8192);
   for (int64_t m : {1, 16, 64, 512, 4096}) {
     if (attn_only) break;
     bench_gemm(m, 1024, 3072, WeightDType::kBF16);

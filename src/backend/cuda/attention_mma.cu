@@ -748,7 +748,8 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const Part
   const char* name = "attn_mma_kernel";
   int threads = W * 32, row_warps = W;
   if (wgmma && W == 4 && STAGES == 1 && tokens_per_warp * group == 16) {
-    if (const AttnWgmmaPrefill wg = attention_wgmma_prefill(D, L, O); wg.kernel != nullptr) {
+    if (const AttnWgmmaPrefill wg = attention_wgmma_prefill(D, L, O, p.min_query_len);
+        wg.kernel != nullptr) {
       kernel = wg.kernel;
       smem = wg.smem_bytes;
       threads = wg.threads;

@@ -642,14 +642,16 @@ bool attention_wgmma_enabled() {
 
 bool set_attention_wgmma(bool on) { return wgmma_switch().exchange(on); }
 
-// The consumer warpgroups the setting asks for; 0, automatic: at head_dim 128 the
-// warp-specialized blocks, two with split operands and three with bf16 ones (H100, 4K
-// and 16K causal: 1.08–1.23× the one-warpgroup blocks, docs/performance.md); head_dim 64
-// keeps the one-warpgroup blocks (not measured).
-int consumers_of(int32_t head_dim, MmaOperands operands) {
+// The consumer warpgroups the setting asks for; 0, automatic: at head_dim 128, where
+// every sequence brings at least kWsMinQueryLen tokens, the warp-specialized blocks, two
+// with split operands and three with bf16 ones (H100, 4K and 16K causal: 1.08–1.23× the
+// one-warpgroup blocks, docs/performance.md); else one warpgroup (head_dim 64: not
+// measured; decode rows in a prompt's launch: 0.61–0.98× on the warp-specialized blocks).
+constexpr int32_t kWsMinQueryLen = 64;
+int consumers_of(int32_t head_dim, MmaOperands operands, int32_t min_query_len) {
   const int c = consumers_setting().load(std::memory_order_relaxed);
   if (c > 0) return c;
-  if (head_dim != 128) return 1;
+  if (head_dim != 128 || min_query_len < kWsMinQueryLen) return 1;
   return operands == MmaOperands::kBf16 ? 3 : 2;
 }
 
@@ -657,13 +659,14 @@ int set_attention_wgmma_consumers(int consumers) {
   return consumers_setting().exchange(std::clamp(consumers, 0, 4));
 }
 
-AttnWgmmaPrefill attention_wgmma_prefill(int32_t head_dim, KvLayout layout, MmaOperands operands) {
+AttnWgmmaPrefill attention_wgmma_prefill(int32_t head_dim, KvLayout layout, MmaOperands operands,
+                                         int32_t min_query_len) {
   if (!attention_wgmma_enabled()) return {};
   switch (head_dim) {
     case 64:
-      return prefill_kernel_for<64>(layout, operands, consumers_of(64, operands));
+      return prefill_kernel_for<64>(layout, operands, consumers_of(64, operands, min_query_len));
     case 128:
-      return prefill_kernel_for<128>(layout, operands, consumers_of(128, operands));
+      return prefill_kernel_for<128>(layout, operands, consumers_of(128, operands, min_query_len));
     default:
       return {};
   }

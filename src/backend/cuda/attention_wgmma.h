@@ -27,7 +27,10 @@ struct AttnWgmmaPrefill {
 
 // The wgmma prefill kernel for head_dim 16, 32, 64 or 128, the layout and operand mode,
 // with 16 / group tokens a warp; null where attention_wgmma_enabled() is false.
-AttnWgmmaPrefill attention_wgmma_prefill(int32_t head_dim, KvLayout layout, MmaOperands operands);
+// min_query_len: PagedAttentionParams::min_query_len (the automatic consumer count's
+// input, below).
+AttnWgmmaPrefill attention_wgmma_prefill(int32_t head_dim, KvLayout layout, MmaOperands operands,
+                                         int32_t min_query_len);
 
 // Whether the prefill blocks take the wgmma kernel: the current device is an sm_90 part
 // whose sm_90a image the runtime finds, and PAGEDKV_CUDA_ATTN_WGMMA (read once) or
@@ -40,7 +43,10 @@ bool set_attention_wgmma(bool on);
 // once; 0 to 4): 1, one warpgroup a block that copies its own K/V; 2 or more, that many
 // warpgroups of 64 rows sharing a producer warpgroup's K/V stages (at most 3 with bf16
 // operands, 2 with split ones); 0 (the default), automatic: the warp-specialized
-// blocks at head_dim 128 (2 with split operands, 3 with bf16 ones), one warpgroup at 64.
+// blocks at head_dim 128 (2 with split operands, 3 with bf16 ones) where every sequence
+// of the launch brings at least 64 tokens (min_query_len), else one warpgroup — decode
+// rows riding in a prompt's launch are runs of one token, and a tile of 128 or 192 rows
+// walks each one's keys (H100: a 512-token chunk with 63 decode rows 0.61×).
 // Speed only: the same bits. set_attention_wgmma_consumers returns the setting it
 // replaced (tests, A/B runs).
 int set_attention_wgmma_consumers(int consumers);

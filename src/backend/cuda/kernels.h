@@ -164,6 +164,11 @@ struct PagedAttentionParams {
   // The most tokens of one sequence in this launch (1: a decode batch; 0: unknown).
   // A launch-shape hint only: no kernel's bits depend on it.
   int32_t max_query_len = 0;
+  // The fewest tokens of one sequence in this launch (0: unknown). A launch-shape hint
+  // as above: the prefill launch runs its warp-specialized blocks (large tiles) only
+  // where every sequence brings a prompt's worth of tokens, not decode rows riding
+  // along (attention_wgmma.h).
+  int32_t min_query_len = 0;
   // Partitions [0, packed_partitions) of a decode launch (kAttnPartition keys each)
   // where consecutive rows read the same KV blocks (requests behind one cached
   // prefix: the partitions it fills): the tensor-core kernel runs those rows there

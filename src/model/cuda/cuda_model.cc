@@ -304,6 +304,7 @@ class CudaQwen3Model final : public Model {
     int64_t T = 0, P = 0;
     int32_t maxb = 1, max_pos = 0;
     int32_t max_query_len = 0;      // the most tokens of one row (attention's launch shape)
+    int32_t min_query_len = 0;      // the fewest (the same)
     int32_t packed_partitions = 0;  // attention partitions the rows' shared prefixes fill
     const int32_t *ids = nullptr, *pos = nullptr, *seq = nullptr, *pick = nullptr, *tab = nullptr;
     float *x = nullptr, *h = nullptr, *y = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
@@ -808,6 +809,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       p.block_tables = a.tab;
       p.max_blocks_per_seq = a.maxb;
       p.max_query_len = a.max_query_len;
+      p.min_query_len = a.min_query_len;
       p.packed_partitions = a.packed_partitions;
       PKV_RETURN_IF_ERROR(attention(p, st));
     } else {
@@ -839,6 +841,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
         p.v_cache = w.v_cache;
         p.seq_capacity = dev->capacity;
         p.max_query_len = row.num_tokens;
+        p.min_query_len = row.num_tokens;
         PKV_RETURN_IF_ERROR(attention(p, st));
       }
     }
@@ -953,8 +956,11 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   a.maxb = use_graph ? key.width : maxb;
   a.max_pos = use_graph ? key.parts * bc::kAttnPartition - 1 : max_pos;
   a.packed_partitions = packed_partitions;
-  for (const ForwardRow& row : batch.rows)
+  for (const ForwardRow& row : batch.rows) {
     a.max_query_len = std::max(a.max_query_len, row.num_tokens);
+    a.min_query_len =
+        a.min_query_len == 0 ? row.num_tokens : std::min(a.min_query_len, row.num_tokens);
+  }
   const int64_t Tm = a.T, Pm = a.P;
   const size_t n_meta =
       static_cast<size_t>(3 * Tm + Pm) + (paged ? static_cast<size_t>(Tm) * a.maxb : 0);
