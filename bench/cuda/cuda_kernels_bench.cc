@@ -276,6 +276,22 @@ void bench_decode_shared_prefix(int32_t seqs, int32_t ctx, int32_t shared) {
   }
 }
 
+// A paged bf16 K/V pool of `seqs` sequences of `ctx` tokens (head_dim 128, blocks of
+// 16), random values, every block used once in a random order of the block tables.
+struct RandomPool {
+  size_t elems;
+  DeviceBuffer k, v, tables;
+  RandomPool(int32_t seqs, int32_t ctx, int32_t kv_heads)
+      : elems(size_t{1} * seqs * ctx * kv_heads * 128), k(alloc(elems * 2)), v(alloc(elems * 2)) {
+    fill_random(k.data(), elems, true, 1);
+    fill_random(v.data(), elems, true, 2);
+    std::vector<int32_t> t(size_t{1} * seqs * (ctx / 16));
+    std::iota(t.begin(), t.end(), 0);
+    std::shuffle(t.begin(), t.end(), std::mt19937(7));
+    tables = *upload_vector(t);
+  }
+};
+
 // PKV_BENCH_DECODE_KV_HEADS=1, 2 or 4 (a layout experiment; anything else is 8): the
 // decode rows with that many KV heads (two query heads each) and 8 / that many times
 // the rows — the same K/V bytes, but a slot's rows of a head interleaved with fewer
@@ -285,18 +301,10 @@ void bench_decode(int32_t seqs, int32_t ctx) {
   const int32_t want = kvh_env != nullptr ? std::atoi(kvh_env) : 8;
   const int32_t KVH = want == 1 || want == 2 || want == 4 ? want : 8;
   seqs *= 8 / KVH;
-  const int32_t D = 128, bs = 16;
-  const int32_t blocks_per_seq = ctx / bs;
-  const size_t elems = size_t{1} * seqs * ctx * KVH * D;
-  auto kc = alloc(elems * 2), vc = alloc(elems * 2);
-  fill_random(kc.data(), elems, true, 1);
-  fill_random(vc.data(), elems, true, 2);
-  // Paged: every block of the pool used once, in a random order.
-  std::vector<int32_t> tables(size_t{1} * seqs * blocks_per_seq);
-  std::iota(tables.begin(), tables.end(), 0);
-  std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
-  auto dt = *upload_vector(tables);
-  const double bytes = 2.0 * elems * 2;  // K and V, bf16
+  const int32_t blocks_per_seq = ctx / 16;
+  RandomPool pool(seqs, ctx, KVH);
+  auto &kc = pool.k, &vc = pool.v, &dt = pool.tables;
+  const double bytes = 2.0 * pool.elems * 2;  // K and V, bf16
   const std::string shape = std::to_string(seqs) + " rows x " + std::to_string(ctx) + " ctx";
   for (const auto& [fn, suffix] : kAttnKernels) {
     const std::string tag = suffix;
@@ -315,16 +323,9 @@ void bench_decode(int32_t seqs, int32_t ctx) {
 // prefill blocks (with the model's hint: min_query_len 1) against the one-warpgroup
 // wgmma blocks forced, then the warp-specialized ones forced (the same bits).
 void bench_mixed_step(int32_t chunk, int32_t rows, int32_t ctx) {
-  const int32_t KVH = 8, D = 128, bs = 16, seqs = rows + 1;
-  const int32_t blocks_per_seq = ctx / bs;
-  const size_t elems = size_t{1} * seqs * ctx * KVH * D;
-  auto kc = alloc(elems * 2), vc = alloc(elems * 2);
-  fill_random(kc.data(), elems, true, 1);
-  fill_random(vc.data(), elems, true, 2);
-  std::vector<int32_t> tables(size_t{1} * seqs * blocks_per_seq);
-  std::iota(tables.begin(), tables.end(), 0);
-  std::shuffle(tables.begin(), tables.end(), std::mt19937(7));
-  auto dt = *upload_vector(tables);
+  const int32_t blocks_per_seq = ctx / 16;
+  RandomPool pool(rows + 1, ctx, 8);
+  auto &kc = pool.k, &vc = pool.v, &dt = pool.tables;
   std::vector<int32_t> pos, seq;
   for (int32_t i = 0; i < chunk; ++i) {
     pos.push_back(ctx - chunk + i);
