@@ -256,7 +256,7 @@ struct Kv {
                          int32_t max_query_len = 0) const {
     const int32_t T = static_cast<int32_t>(pos.size());
     auto dq = dev(q), dpos = dev(pos), dseq = dev(seq);
-    auto dout = dev_zeros(q.size() * 4);
+    auto dout = dev_poisoned(q.size() * 4);
     PagedAttentionParams p;
     p.q = dq.as<float>();
     p.out = dout.as<float>();
@@ -277,7 +277,7 @@ struct Kv {
     p.block_tables = dtables.as<int32_t>();
     p.max_blocks_per_seq = max_blocks;
     p.seq_capacity = cap;
-    auto ws = dev_zeros(attention_workspace_floats(T, heads, hd, p.max_position) * 4);
+    auto ws = dev_poisoned(attention_workspace_floats(T, heads, hd, p.max_position) * 4);
     p.workspace = ws.as<float>();
     p.max_query_len = max_query_len;
     p.packed_partitions = INT32_MAX;  // a launch-shape hint: packed blocks where they apply
@@ -653,7 +653,7 @@ TEST_F(CudaAttentionMmaTest, RefusesWhatItDoesNotSupportByName) {
   p.num_heads = 12;
   p.num_kv_heads = 4;
   p.head_dim = 128;
-  auto dq = dev(randn(12 * 128, 6)), dout = dev_zeros(12 * 128 * 4), dpos = dev(pos);
+  auto dq = dev(randn(12 * 128, 6)), dout = dev_poisoned(12 * 128 * 4), dpos = dev(pos);
   p.q = dq.as<float>();
   p.out = dout.as<float>();
   p.positions = dpos.as<int32_t>();
@@ -664,7 +664,7 @@ TEST_F(CudaAttentionMmaTest, RefusesWhatItDoesNotSupportByName) {
   p.v_cache = kv.pool_v.data();
   p.block_tables = kv.dtables.as<int32_t>();
   p.max_blocks_per_seq = kv.max_blocks;
-  auto ws = dev_zeros(attention_workspace_floats(1, 12, 128, 19) * 4);
+  auto ws = dev_poisoned(attention_workspace_floats(1, 12, 128, 19) * 4);
   p.workspace = ws.as<float>();
   const Status s = paged_attention_mma(p, 0);
   ASSERT_FALSE(s.ok());
@@ -732,7 +732,7 @@ TEST_F(CudaAttentionMmaTest, PackedDecodeRunsFollowTheSharedBlocks) {
   p.block_size = kBs;
   p.block_tables = kv.dtables.as<int32_t>();
   p.max_blocks_per_seq = kv.max_blocks;
-  auto druns = dev_zeros(2 * 16 * 4);
+  auto druns = dev_poisoned(2 * 16 * 4);
   auto runs_of = [&](int32_t part) {
     const Status s = packed_decode_runs(p, part, druns.as<int32_t>(), 0);
     EXPECT_TRUE(s.ok()) << s.to_string();
@@ -779,7 +779,8 @@ TEST_F(CudaAttentionMmaTest, PartitionCombineEqualsItsSerialReference) {
     ws.insert(ws.end(), m.begin(), m.end());
     ws.insert(ws.end(), l.begin(), l.end());
     auto dws = dev(ws);
-    auto out_a = dev_zeros(sizeof(float) * T * H * D), out_b = dev_zeros(sizeof(float) * T * H * D);
+    auto out_a = dev_poisoned(sizeof(float) * T * H * D),
+         out_b = dev_poisoned(sizeof(float) * T * H * D);
     PagedAttentionParams p;
     p.num_tokens = T;
     p.num_heads = H;

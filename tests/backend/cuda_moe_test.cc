@@ -110,9 +110,9 @@ TEST_F(CudaMoeTest, GroupedGemmEqualsEachExpertsGemmBitForBit) {
     ASSERT_LE(want.bands[0], max_bands);
 
     auto d_ids = dev(ids);
-    auto d_begin = dev_zeros((static_cast<size_t>(c.experts) + 1) * 4);
-    auto d_rows = dev_zeros(static_cast<size_t>(tk) * 4), d_slots = dev_zeros(tk * 4);
-    auto d_bands = dev_zeros((1 + 2 * static_cast<size_t>(max_bands)) * 4);
+    auto d_begin = dev_poisoned((static_cast<size_t>(c.experts) + 1) * 4);
+    auto d_rows = dev_poisoned(static_cast<size_t>(tk) * 4), d_slots = dev_poisoned(tk * 4);
+    auto d_bands = dev_poisoned((1 + 2 * static_cast<size_t>(max_bands)) * 4);
     ASSERT_TRUE(moe_group(d_ids.as<int32_t>(), tk, c.top_k, c.experts, d_begin.as<int32_t>(),
                           d_rows.as<int32_t>(), d_slots.as<int32_t>(), d_bands.as<int32_t>())
                     .ok());
@@ -146,7 +146,7 @@ TEST_F(CudaMoeTest, GroupedGemmEqualsEachExpertsGemmBitForBit) {
     }
     auto d_ptrs = dev(ptrs);
     auto d_x = dev(xg);
-    auto d_y = dev_zeros(static_cast<size_t>(tk * c.n) * 4);
+    auto d_y = dev_poisoned(static_cast<size_t>(tk * c.n) * 4);
     ASSERT_TRUE(gemm_grouped(d_x.as<float>(), c.t, c.k, d_ptrs.as<const void*>(), c.wdt, c.n,
                              d_begin.as<int32_t>(), d_bands.as<int32_t>(), max_bands,
                              d_y.as<float>())
@@ -158,7 +158,7 @@ TEST_F(CudaMoeTest, GroupedGemmEqualsEachExpertsGemmBitForBit) {
       if (m == 0) continue;
       // The expert's rows alone, in a buffer of their own (gemm() wants x aligned).
       auto d_xe = dev(std::vector<float>(xg.begin() + b * c.k, xg.begin() + (b + m) * c.k));
-      auto d_ref = dev_zeros(static_cast<size_t>(m * c.n) * 4);
+      auto d_ref = dev_poisoned(static_cast<size_t>(m * c.n) * 4);
       ASSERT_TRUE(gemm(d_xe.as<float>(), m, c.k, ptrs[static_cast<size_t>(e)], c.wdt, c.n,
                        d_ref.as<float>())
                       .ok());
@@ -184,7 +184,7 @@ TEST_F(CudaMoeTest, LiveRowsFromTheDeviceLimitGatherSiluAndScale) {
   std::vector<std::vector<float>> all(2), part(2);
   for (int pass = 0; pass < 2; ++pass) {
     const int32_t* lim = pass == 0 ? nullptr : d_live.as<int32_t>();
-    auto g = dev_zeros(m * 2 * d * 4), a = dev_zeros(m * d * 4), r = dev_zeros(m * d * 4);
+    auto g = dev_poisoned(m * 2 * d * 4), a = dev_poisoned(m * d * 4), r = dev_poisoned(m * d * 4);
     ASSERT_TRUE(
         gather_rows(d_x.as<float>(), d_idx.as<int32_t>(), m, 2 * d, g.as<float>(), 0, lim).ok());
     ASSERT_TRUE(silu_mul_halves(g.as<float>(), m, d, a.as<float>(), 0, lim).ok());
@@ -204,7 +204,7 @@ TEST_F(CudaMoeTest, LiveRowsFromTheDeviceLimitGatherSiluAndScale) {
 }
 
 TEST_F(CudaMoeTest, GroupedGemmRejectsBadArguments) {
-  auto buf = dev_zeros(1024);
+  auto buf = dev_poisoned(1024);
   const auto* p = buf.as<int32_t>();
   const auto* w = reinterpret_cast<const void* const*>(buf.data());
   EXPECT_FALSE(

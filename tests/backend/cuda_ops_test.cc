@@ -102,7 +102,7 @@ TEST_P(CudaGemmTest, MatchesCpuAndRowsAreBatchInvariant) {
     std::vector<float> cpu(M * N);
     cpu_backend().matmul(x.data(), M, *W.cpu, cpu.data());
     auto dx = dev(x);
-    auto dy = dev_zeros(M * N * 4);
+    auto dy = dev_poisoned(M * N * 4);
     gpu_->matmul(dx.as<float>(), M, *W.gpu, dy.as<float>());
     auto y = host<float>(dy, M * N);
     // Tolerance relative to Σ|x·w| (the conditioning of each dot product).
@@ -126,7 +126,7 @@ TEST_P(CudaGemmTest, MatchesCpuAndRowsAreBatchInvariant) {
     for (int64_t r = 0; r < M; r += std::max<int64_t>(1, M / 5)) {
       std::vector<float> xr(x.begin() + r * K, x.begin() + (r + 1) * K);
       auto dxr = dev(xr);
-      auto dyr = dev_zeros(N * 4);
+      auto dyr = dev_poisoned(N * 4);
       gpu_->matmul(dxr.as<float>(), 1, *W.gpu, dyr.as<float>());
       auto yr = host<float>(dyr, N);
       EXPECT_TRUE(same_bits(yr.data(), y.data() + r * N, N * 4)) << "row " << r;
@@ -154,14 +154,14 @@ TEST_F(CudaOpsTest, GemmRowsIdenticalForBatchSizes1_2_3_8_64) {
   std::vector<float> serial(64 * N);
   for (int64_t r = 0; r < 64; ++r) {
     auto dxr = dev(std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K));
-    auto dyr = dev_zeros(N * 4);
+    auto dyr = dev_poisoned(N * 4);
     gpu_->matmul(dxr.as<float>(), 1, *W.gpu, dyr.as<float>());
     auto yr = host<float>(dyr, N);
     std::copy(yr.begin(), yr.end(), serial.begin() + r * N);
   }
   for (int64_t m : {1, 2, 3, 8, 64}) {
     auto dx = dev(std::vector<float>(x.begin(), x.begin() + m * K));
-    auto dy = dev_zeros(m * N * 4);
+    auto dy = dev_poisoned(m * N * 4);
     gpu_->matmul(dx.as<float>(), m, *W.gpu, dy.as<float>());
     auto y = host<float>(dy, m * N);
     EXPECT_TRUE(same_bits(y.data(), serial.data(), m * N * 4)) << "m=" << m;
@@ -215,7 +215,7 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
     const int64_t big = 80;
     auto x = randn(big * K, 32);
     auto dx = dev(x);
-    auto dy = dev_zeros(big * N * 4);
+    auto dy = dev_poisoned(big * N * 4);
     gpu_->matmul(dx.as<float>(), big, *W.gpu, dy.as<float>());
     auto ref = host<float>(dy, big * N);
     for (GemmSmallM path : {GemmSmallM::kWarpChunks, GemmSmallM::kWarpChunks8, GemmSmallM::kCluster,
@@ -232,7 +232,7 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
         set_gemm_wgmma_tile_cols(path == GemmSmallM::kWgmmaTile ? cols : 0);
         for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 32, 33, 48, 49, 64}) {
           auto dxm = dev(std::vector<float>(x.begin(), x.begin() + m * K));
-          auto dym = dev_zeros(m * N * 4);
+          auto dym = dev_poisoned(m * N * 4);
           gpu_->matmul(dxm.as<float>(), m, *W.gpu, dym.as<float>());
           auto y = host<float>(dym, m * N);
           EXPECT_TRUE(same_bits(y.data(), ref.data(), m * N * 4))
@@ -296,7 +296,7 @@ TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
     auto run = [&](int rows, bool wgmma) {
       LargeMRows forced(rows);
       WgmmaSwitch use(wgmma);
-      auto dy = dev_zeros(sh.m * sh.n * 4);
+      auto dy = dev_poisoned(sh.m * sh.n * 4);
       gpu_->matmul(dx.as<float>(), sh.m, *W.gpu, dy.as<float>());
       return host<float>(dy, sh.m * sh.n);
     };
@@ -319,12 +319,12 @@ TEST_F(CudaOpsTest, GemmClusterRowsIdenticalAloneAndBatched) {
     auto W = make_weight(*gpu_, w, N, K, WeightDType::kBF16);
     auto x = randn(64 * K, 42);
     auto dx = dev(x);
-    auto dy = dev_zeros(64 * N * 4);
+    auto dy = dev_poisoned(64 * N * 4);
     gpu_->matmul(dx.as<float>(), 64, *W.gpu, dy.as<float>());
     auto all = host<float>(dy, 64 * N);
     for (int64_t r : {0, 7, 8, 31, 63}) {
       auto dxr = dev(std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K));
-      auto dyr = dev_zeros(N * 4);
+      auto dyr = dev_poisoned(N * 4);
       gpu_->matmul(dxr.as<float>(), 1, *W.gpu, dyr.as<float>());
       auto yr = host<float>(dyr, N);
       EXPECT_TRUE(same_bits(yr.data(), all.data() + r * N, N * 4)) << "row " << r;
@@ -349,12 +349,12 @@ TEST_F(CudaOpsTest, RmsNormMatchesCpuAndIsBatchInvariant) {
         std::vector<float> cpu(m * d);
         cpu_backend().rms_norm(x.data(), m, *W.cpu, 1e-6f, one_plus, cpu.data());
         auto dx = dev(x);
-        auto dy = dev_zeros(m * d * 4);
+        auto dy = dev_poisoned(m * d * 4);
         gpu_->rms_norm(dx.as<float>(), m, *W.gpu, 1e-6f, one_plus, dy.as<float>());
         auto y = host<float>(dy, m * d);
         expect_close(y, cpu, 2e-5f, "rms_norm d=" + std::to_string(d));
         auto dx1 = dev(std::vector<float>(x.begin() + 4 * d, x.begin() + 5 * d));
-        auto dy1 = dev_zeros(d * 4);
+        auto dy1 = dev_poisoned(d * 4);
         gpu_->rms_norm(dx1.as<float>(), 1, *W.gpu, 1e-6f, one_plus, dy1.as<float>());
         auto y1 = host<float>(dy1, d);
         EXPECT_TRUE(same_bits(y1.data(), y.data() + 4 * d, d * 4));
@@ -371,7 +371,7 @@ TEST_F(CudaOpsTest, EmbeddingIsExact) {
     std::vector<float> cpu(ids.size() * d);
     cpu_backend().embedding(ids.data(), ids.size(), *W.cpu, cpu.data());
     auto di = dev(ids);
-    auto dy = dev_zeros(cpu.size() * 4);
+    auto dy = dev_poisoned(cpu.size() * 4);
     gpu_->embedding(di.as<int32_t>(), ids.size(), *W.gpu, dy.as<float>());
     auto y = host<float>(dy, cpu.size());
     EXPECT_TRUE(same_bits(y.data(), cpu.data(), cpu.size() * 4));
@@ -412,7 +412,7 @@ TEST_F(CudaOpsTest, ElementwiseMatchCpu) {
   cpu_backend().silu_mul(g.data(), u.data(), n, cs.data());
   cpu_backend().gelu_tanh_mul(g.data(), u.data(), n, cg.data());
   auto dg = dev(g), du = dev(u);
-  auto ds = dev_zeros(n * 4), dgl = dev_zeros(n * 4);
+  auto ds = dev_poisoned(n * 4), dgl = dev_poisoned(n * 4);
   gpu_->silu_mul(dg.as<float>(), du.as<float>(), n, ds.as<float>());
   gpu_->gelu_tanh_mul(dg.as<float>(), du.as<float>(), n, dgl.as<float>());
   expect_close(host<float>(ds, n), cs, 2e-6f, "silu_mul");
@@ -467,7 +467,7 @@ TEST_F(CudaOpsTest, TopkRouteMatchesCpu) {
         std::vector<float> cw(m * k);
         cpu_backend().topk_route(logits.data(), m, e, k, sm, norm, cid.data(), cw.data());
         auto dl = dev(logits);
-        auto di = dev_zeros(m * k * 4), dw = dev_zeros(m * k * 4);
+        auto di = dev_poisoned(m * k * 4), dw = dev_poisoned(m * k * 4);
         gpu_->topk_route(dl.as<float>(), m, e, k, sm, norm, di.as<int32_t>(), dw.as<float>());
         EXPECT_EQ(host<int32_t>(di, m * k), cid);
         expect_close(host<float>(dw, m * k), cw, 2e-6f, "topk weights");
@@ -489,7 +489,7 @@ TEST_F(CudaOpsTest, SiluMulHalvesEqualsSiluMulBitForBit) {
       gu[t * 2 * inter + inter + i] = u[t * inter + i];
     }
   auto dg = dev(g), du = dev(u), dgu = dev(gu);
-  auto want = dev_zeros(m * inter * 4), got = dev_zeros(m * inter * 4);
+  auto want = dev_poisoned(m * inter * 4), got = dev_poisoned(m * inter * 4);
   gpu_->silu_mul(dg.as<float>(), du.as<float>(), m * inter, want.as<float>());
   ASSERT_TRUE(silu_mul_halves(dgu.as<float>(), m, inter, got.as<float>()).ok());
   const auto a = host<float>(want, m * inter), b = host<float>(got, m * inter);
@@ -504,7 +504,7 @@ TEST_F(CudaOpsTest, AddRmsNormEqualsAddThenRmsNormBitForBit) {
     auto x = randn(m * d, 81), y = randn(m * d, 82), w = randn(d, 83);
     auto dw = dev(w);
     auto dx1 = dev(x), dy1 = dev(y), dx2 = dev(x), dy2 = dev(y);
-    auto want = dev_zeros(m * d * 4), got = dev_zeros(m * d * 4);
+    auto want = dev_poisoned(m * d * 4), got = dev_poisoned(m * d * 4);
     ASSERT_TRUE(add(dx1.as<float>(), dy1.as<float>(), m * d).ok());
     ASSERT_TRUE(rms_norm(dx1.as<float>(), m, d, dw.data(), WeightDType::kF32, 1e-6f, false,
                          want.as<float>())
@@ -536,10 +536,11 @@ TEST_F(CudaOpsTest, QkvNormRopeWriteEqualsSeparateKernelsBitForBit) {
         for (int32_t t = 0; t < T; ++t) pos[t] = 7 * t + 3;  // distinct slots
         const int64_t cap = 7 * T + 3, esz = kvt == KvType::kF32 ? 4 : 2;
         auto dqkv = dev(qkv), dwq = dev(wq), dwk = dev(wk), dpos = dev(pos);
-        auto q1 = dev_zeros(T * qd * 4), k1 = dev_zeros(T * kd * 4), v1 = dev_zeros(T * kd * 4);
-        auto kc1 = dev_zeros(cap * kd * esz), vc1 = dev_zeros(cap * kd * esz);
-        auto q2 = dev_zeros(T * qd * 4), kc2 = dev_zeros(cap * kd * esz);
-        auto vc2 = dev_zeros(cap * kd * esz);
+        auto q1 = dev_poisoned(T * qd * 4), k1 = dev_poisoned(T * kd * 4),
+             v1 = dev_poisoned(T * kd * 4);
+        auto kc1 = dev_poisoned(cap * kd * esz), vc1 = dev_poisoned(cap * kd * esz);
+        auto q2 = dev_poisoned(T * qd * 4), kc2 = dev_poisoned(cap * kd * esz);
+        auto vc2 = dev_poisoned(cap * kd * esz);
         const RopeParams rp{1000000.0f, rot, 1.0f};
         ASSERT_TRUE(
             split_qkv(dqkv.as<float>(), T, qd, kd, q1.as<float>(), k1.as<float>(), v1.as<float>())
@@ -609,7 +610,7 @@ TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
     want[r] = best < 0 ? 0 : best;
   }
   auto dx = dev(x);
-  auto di = dev_zeros(m * 4);
+  auto di = dev_poisoned(m * 4);
   gpu_->argmax(dx.as<float>(), m, n, di.as<int32_t>());
   EXPECT_EQ(host<int32_t>(di, m), want);
   EXPECT_EQ(want[1], 7);
@@ -622,7 +623,7 @@ TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
     y[w] = 3.0f;      // row 1: first and last tie → the first
     y[2 * w - 1] = 3.0f;
     auto dy = dev(y);
-    auto dj = dev_zeros(2 * 4);
+    auto dj = dev_poisoned(2 * 4);
     gpu_->argmax(dy.as<float>(), 2, w, dj.as<int32_t>());
     EXPECT_EQ(host<int32_t>(dj, 2), (std::vector<int32_t>{static_cast<int32_t>(w - 1), 0}))
         << "width " << w;
@@ -715,7 +716,7 @@ class CudaAttentionTest : public CudaOpsTest, public ::testing::WithParamInterfa
     const int64_t cap = *std::max_element(f.lens.begin(), f.lens.end());
     PagedAttentionParams p;
     auto dq = dev(q);
-    auto dout = dev_zeros(q.size() * 4);
+    auto dout = dev_poisoned(q.size() * 4);
     auto dpos = dev(pos), dseq = dev(seq);
     DeviceBuffer kc = layout == KvLayout::kBlockTable ? f.pool(true) : f.contiguous(true, cap);
     DeviceBuffer vc = layout == KvLayout::kBlockTable ? f.pool(false) : f.contiguous(false, cap);
@@ -741,7 +742,8 @@ class CudaAttentionTest : public CudaOpsTest, public ::testing::WithParamInterfa
     p.block_tables = dt.as<int32_t>();
     p.max_blocks_per_seq = f.max_blocks;
     p.seq_capacity = cap;
-    auto ws = dev_zeros(attention_workspace_floats(T, f.c.heads, f.c.head_dim, p.max_position) * 4);
+    auto ws =
+        dev_poisoned(attention_workspace_floats(T, f.c.heads, f.c.head_dim, p.max_position) * 4);
     p.workspace = ws.as<float>();
     Status s = paged_attention(p);
     EXPECT_TRUE(s.ok()) << s.to_string();
@@ -869,7 +871,7 @@ TEST_F(CudaOpsTest, BackendAttentionThroughTilePointersMatchesCpu) {
                   0.125f,   bs,         hk.data(), hv.data(), tiles, 0};
   cpu_backend().attention(a);
   auto dk = dev(kpad), dv = dev(vpad), dq = dev(q), dpos = dev(pos);
-  auto dout = dev_zeros(q.size() * 4);
+  auto dout = dev_poisoned(q.size() * 4);
   std::vector<const float*> gk(tiles), gv(tiles);
   for (int32_t t = 0; t < tiles; ++t) {
     gk[t] = dk.as<float>() + t * bs * row;

@@ -87,15 +87,17 @@ class CudaQwen3HfTest : public CudaTest {
     std::vector<int32_t> pos(T);
     for (int64_t i = 0; i < T; ++i) pos[i] = static_cast<int32_t>(i);
     auto d_ids = dev(ids), d_pos = dev(pos);
-    auto x = dev_zeros(T * kHidden * 4), h = dev_zeros(T * kHidden * 4);
-    auto q = dev_zeros(T * kHeads * kHeadDim * 4), attn = dev_zeros(T * kHeads * kHeadDim * 4);
-    auto k = dev_zeros(T * kKvHeads * kHeadDim * 4), v = dev_zeros(T * kKvHeads * kHeadDim * 4);
-    auto o = dev_zeros(T * kHidden * 4);
-    auto g = dev_zeros(T * kInter * 4), u = dev_zeros(T * kInter * 4);
-    auto logits = dev_zeros(T * kVocab * 4);
-    auto ws = dev_zeros(attention_workspace_floats(static_cast<int32_t>(T), kHeads, kHeadDim,
-                                                   static_cast<int32_t>(T - 1)) *
-                        4);
+    auto x = dev_poisoned(T * kHidden * 4), h = dev_poisoned(T * kHidden * 4);
+    auto q = dev_poisoned(T * kHeads * kHeadDim * 4),
+         attn = dev_poisoned(T * kHeads * kHeadDim * 4);
+    auto k = dev_poisoned(T * kKvHeads * kHeadDim * 4),
+         v = dev_poisoned(T * kKvHeads * kHeadDim * 4);
+    auto o = dev_poisoned(T * kHidden * 4);
+    auto g = dev_poisoned(T * kInter * 4), u = dev_poisoned(T * kInter * 4);
+    auto logits = dev_poisoned(T * kVocab * 4);
+    auto ws = dev_poisoned(attention_workspace_floats(static_cast<int32_t>(T), kHeads, kHeadDim,
+                                                      static_cast<int32_t>(T - 1)) *
+                           4);
     float* X = x.as<float>();
     float* H = h.as<float>();
     gpu_->embedding(d_ids.as<int32_t>(), T, w("model.embed_tokens.weight"), X);

@@ -47,7 +47,10 @@ DeviceBuffer dev(const std::vector<T>& v) {
   return std::move(*b);
 }
 
-inline DeviceBuffer dev_zeros(size_t bytes) {
+// A device buffer of `bytes` filled with 0xff (NaN floats, −1 ints), so that an output
+// a kernel fails to write shows. Not zeros: a test that needs zeros (a counter array,
+// an accumulator) must clear it itself.
+inline DeviceBuffer dev_poisoned(size_t bytes) {
   auto b = DeviceBuffer::allocate(bytes);
   EXPECT_TRUE(b.ok()) << b.status().to_string();
   cudaMemset(b->data(), 0xff, bytes);  // poison: NaN floats, -1 ints
