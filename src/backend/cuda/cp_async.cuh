@@ -1,6 +1,7 @@
 // cp.async (Ampere and later): 16-byte global → shared copies that bypass the
-// registers, grouped and waited for by count. Shared by the kernels that stage their
-// operands this way (attention_mma.cu, gemm_cluster_tile.cu). Device code only.
+// registers, grouped and waited for by count, or announced on a shared-memory barrier
+// (cp_async_arrive_on). Shared by the kernels that stage their operands this way
+// (attention_mma.cu, attention_wgmma.cu, gemm_cluster_tile.cu). Device code only.
 #pragma once
 
 #include <cuda_runtime.h>
