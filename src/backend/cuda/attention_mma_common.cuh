@@ -343,24 +343,21 @@ __device__ __forceinline__ void weights_and_sums(float (&s)[kKeyTiles][4], const
   }
 }
 
-// One chunk's online-softmax step on a thread's two rows, less acc's rescale
-// (attention_mma.cu's file comment): the keys outside [start, pos] of a row at −∞
-// (mask_and_max), m and l updated, s turned into the weights; alpha: the factor acc is
-// to be rescaled by (rescale_acc). key0: the chunk's first key; c: log2_scale(scale).
-__device__ __forceinline__ void softmax_weights(float (&s)[kKeyTiles][4], int32_t key0, int q4,
-                                                const bool (&live)[2], const int32_t (&start)[2],
-                                                const int32_t (&pos)[2], float c, float (&m)[2],
-                                                float (&l)[2], float (&alpha)[2]) {
-  float mx[2], base[2], rs[2];
+// One chunk's online-softmax step on a thread's two rows (attention_mma.cu's file
+// comment): the keys outside [start, pos] of a row at −∞ (mask_and_max), m and l
+// updated, s turned into the weights, acc rescaled by α. key0: the chunk's first key;
+// c: log2_scale(scale).
+template <int D>
+__device__ __forceinline__ void softmax_chunk(float (&s)[kKeyTiles][4], int32_t key0, int q4,
+                                              const bool (&live)[2], const int32_t (&start)[2],
+                                              const int32_t (&pos)[2], float c, float (&m)[2],
+                                              float (&l)[2], float (&acc)[D / 8][4]) {
+  float mx[2], base[2], alpha[2], rs[2];
   mask_and_max(s, key0, q4, live, start, pos, c, mx);
   softmax_step(m, mx, base, alpha);
   weights_and_sums(s, base, c, rs);
 #pragma unroll
   for (int i = 0; i < 2; ++i) l[i] = __fmaf_rn(l[i], alpha[i], rs[i]);
-}
-
-template <int D>
-__device__ __forceinline__ void rescale_acc(float (&acc)[D / 8][4], const float (&alpha)[2]) {
 #pragma unroll
   for (int nt = 0; nt < D / 8; ++nt) {
     acc[nt][0] *= alpha[0];
@@ -368,17 +365,6 @@ __device__ __forceinline__ void rescale_acc(float (&acc)[D / 8][4], const float 
     acc[nt][2] *= alpha[1];
     acc[nt][3] *= alpha[1];
   }
-}
-
-// The whole step: softmax_weights, then acc rescaled by α.
-template <int D>
-__device__ __forceinline__ void softmax_chunk(float (&s)[kKeyTiles][4], int32_t key0, int q4,
-                                              const bool (&live)[2], const int32_t (&start)[2],
-                                              const int32_t (&pos)[2], float c, float (&m)[2],
-                                              float (&l)[2], float (&acc)[D / 8][4]) {
-  float alpha[2];
-  softmax_weights(s, key0, q4, live, start, pos, c, m, l, alpha);
-  rescale_acc<D>(acc, alpha);
 }
 
 // The planes of key step kk's weights (16 keys) as MMA A registers: a[0] hi, a[1]

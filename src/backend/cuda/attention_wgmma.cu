@@ -152,9 +152,9 @@ __device__ __forceinline__ void issue_values(float (&acc_flat)[D / 2],
   wgmma::commit();
 }
 
-// Pins every register of v after a wgmma wait (wgmma::pin).
-template <typename T, int N>
-__device__ __forceinline__ void pin_all(T (&v)[N]) {
+// Pins every accumulator of v after a wgmma wait (wgmma::pin).
+template <int N>
+__device__ __forceinline__ void pin_all(float (&v)[N]) {
 #pragma unroll
   for (int e = 0; e < N; ++e) wgmma::pin(v[e]);
 }
