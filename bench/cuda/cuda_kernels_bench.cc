@@ -18,8 +18,9 @@
 //                                       =mma_bf16: its bf16-operand mode only; the
 //                                       tensor-core rows run their prefill blocks on
 //                                       wgmma, `_wgmma`, then on mma.sync; then
-//                                       continuous-batching steps (a prompt chunk and
-//                                       decode rows in one launch); =mixed: those alone)
+//                                       continuous-batching steps (decode rows and a
+//                                       prompt chunk: one launch against the decode
+//                                       rows apart); =mixed: those alone)
 //
 // Prints one table: HBM device-to-device copy bandwidth (the roofline), a decode
 // step's GEMMs (Qwen3-0.6B, 28 layers, 1/8/16/32/48/64 rows; launched and graph-
@@ -173,7 +174,7 @@ double attention_ms_of(const std::vector<int32_t>& pos, const std::vector<int32_
                        int32_t ctx, int32_t min_query_len, int32_t max_query_len, bool paged,
                        DeviceBuffer& kc, DeviceBuffer& vc, const DeviceBuffer& tables,
                        int32_t max_blocks, AttnFn fn, int32_t packed_partitions = 0,
-                       int32_t kv_heads = 8) {
+                       int32_t kv_heads = 8, int32_t decode_tokens = 0) {
   const int32_t KVH = kv_heads, H = 2 * kv_heads, D = 128, bs = 16;
   const auto T = static_cast<int32_t>(pos.size());
   auto dpos = *upload_vector(pos);
@@ -204,6 +205,7 @@ double attention_ms_of(const std::vector<int32_t>& pos, const std::vector<int32_
   p.max_query_len = max_query_len;
   p.min_query_len = min_query_len;
   p.packed_partitions = packed_partitions;
+  p.decode_tokens = decode_tokens;
   return median_ms([&] { die_if(fn(p, 0)); });
 }
 
@@ -316,42 +318,46 @@ void bench_decode(int32_t seqs, int32_t ctx) {
   }
 }
 
-// A continuous-batching step: one sequence's prompt chunk of `chunk` tokens (the last
-// of its `ctx`) and `rows` decode rows of other sequences of `ctx` tokens, in one
-// launch (what the model does for a step with a prompt in it: every row through the
-// prefill blocks, a decode row a run of one token). The tensor-core kernel's automatic
-// prefill blocks (with the model's hint: min_query_len 1) against the one-warpgroup
-// wgmma blocks forced, then the warp-specialized ones forced (the same bits).
+// A continuous-batching step: `rows` decode rows of sequences of `ctx` tokens, then
+// one sequence's prompt chunk of `chunk` tokens (the last of its `ctx`), in the
+// model's order (the scheduler puts decode rows first). The tensor-core kernel:
+// everything in one prefill launch (a decode row a run of one token in the prefill
+// tiles; the model before PagedAttentionParams::decode_tokens), against the decode
+// rows in decode launches beside the chunk's prefill launch (the hint; the same
+// bits); then the decode rows alone and the chunk alone, for reference.
 void bench_mixed_step(int32_t chunk, int32_t rows, int32_t ctx) {
   const int32_t blocks_per_seq = ctx / 16;
   RandomPool pool(rows + 1, ctx, 8);
   auto &kc = pool.k, &vc = pool.v, &dt = pool.tables;
   std::vector<int32_t> pos, seq;
-  for (int32_t i = 0; i < chunk; ++i) {
-    pos.push_back(ctx - chunk + i);
-    seq.push_back(0);
-  }
   for (int32_t r = 1; r <= rows; ++r) {
     pos.push_back(ctx - 1);
     seq.push_back(r);
   }
-  const std::string shape = std::to_string(chunk) + "-token chunk + " + std::to_string(rows) +
-                            " decode rows, " + std::to_string(ctx) + " ctx";
+  for (int32_t i = 0; i < chunk; ++i) {
+    pos.push_back(ctx - chunk + i);
+    seq.push_back(0);
+  }
+  const std::vector<int32_t> dpos(pos.begin(), pos.begin() + rows),
+      dseq(seq.begin(), seq.begin() + rows), cpos(pos.begin() + rows, pos.end()),
+      cseq(seq.begin() + rows, seq.end());
+  const std::string shape = std::to_string(rows) + " decode rows + " + std::to_string(chunk) +
+                            "-token chunk, " + std::to_string(ctx) + " ctx";
   for (const auto& [fn, suffix] : kAttnKernels) {
-    if (std::string(suffix).rfind("_mma", 0) != 0 || !attention_wgmma_enabled()) continue;
-    const int was = set_attention_wgmma_consumers(1);
+    if (std::string(suffix).rfind("_mma", 0) != 0) continue;
+    const std::string name = std::string("mixed_step_attn") + suffix;
     const double one =
         attention_ms_of(pos, seq, ctx, 1, chunk, true, kc, vc, dt, blocks_per_seq, fn);
-    set_attention_wgmma_consumers(was);
-    report(std::string("mixed_step_attn") + suffix + "_wgmma_ws1", shape, one, 0.0, "");
-    const double ms =
-        attention_ms_of(pos, seq, ctx, 1, chunk, true, kc, vc, dt, blocks_per_seq, fn);
-    report(std::string("mixed_step_attn") + suffix + "_wgmma", shape, ms, 0.0, "", one / ms);
-    set_attention_wgmma_consumers(std::string(suffix).find("bf16") != std::string::npos ? 3 : 2);
-    const double ws =
-        attention_ms_of(pos, seq, ctx, 1, chunk, true, kc, vc, dt, blocks_per_seq, fn);
-    set_attention_wgmma_consumers(was);
-    report(std::string("mixed_step_attn") + suffix + "_wgmma_ws", shape, ws, 0.0, "", one / ws);
+    report(name + "_one_launch", shape, one, 0.0, "");
+    const double split = attention_ms_of(pos, seq, ctx, chunk, chunk, true, kc, vc, dt,
+                                         blocks_per_seq, fn, 0, 8, rows);
+    report(name + "_split", shape, split, 0.0, "", one / split);
+    const double decode =
+        attention_ms_of(dpos, dseq, ctx, 1, 1, true, kc, vc, dt, blocks_per_seq, fn);
+    report(name + "_decode_rows_alone", shape, decode, 0.0, "");
+    const double prompt =
+        attention_ms_of(cpos, cseq, ctx, chunk, chunk, true, kc, vc, dt, blocks_per_seq, fn);
+    report(name + "_chunk_alone", shape, prompt, 0.0, "");
   }
 }
 

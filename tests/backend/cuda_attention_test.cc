@@ -253,7 +253,7 @@ struct Kv {
   // The GPU's attention for queries (seq, pos), bf16 KV.
   std::vector<float> gpu(const std::vector<float>& q, const std::vector<int32_t>& seq,
                          const std::vector<int32_t>& pos, int32_t window, bool paged, AttnFn fn,
-                         int32_t max_query_len = 0) const {
+                         int32_t max_query_len = 0, int32_t decode_tokens = 0) const {
     const int32_t T = static_cast<int32_t>(pos.size());
     auto dq = dev(q), dpos = dev(pos), dseq = dev(seq);
     auto dout = dev_poisoned(q.size() * 4);
@@ -280,6 +280,7 @@ struct Kv {
     auto ws = dev_poisoned(attention_workspace_floats(T, heads, hd, p.max_position) * 4);
     p.workspace = ws.as<float>();
     p.max_query_len = max_query_len;
+    p.decode_tokens = decode_tokens;
     p.packed_partitions = INT32_MAX;  // a launch-shape hint: packed blocks where they apply
     const Status s = fn(p, 0);
     EXPECT_TRUE(s.ok()) << s.to_string();
@@ -518,6 +519,54 @@ TEST_P(CudaAttentionOrderTest, DecodeRowsInPrefillBlocksAndInterleavedPromptsKee
         ++mismatches;
     EXPECT_EQ(mismatches, 0) << "prompt " << s << ": interleaved tokens whose bits differ";
     expect_matches_reference(kv, GetParam(), alone, s, qs, ps, 30, "prompt vs cpu");
+  }
+}
+
+TEST_P(CudaAttentionOrderTest, MixedStepDecodeRowsApartKeepTheirBits) {
+  // A continuous-batching step in the model's order: eight decode rows, then a
+  // 300-token chunk of a 600-token prompt (300 cached) and a 70-token prompt. Told
+  // that the first eight tokens are one-token rows (decode_tokens), the tensor-core
+  // kernel runs them in decode launches beside the prompts' prefill launch: every
+  // token's bits are those of one launch for all, and of its row or prompt alone.
+  const std::vector<int32_t> lens = {1, 17, 256, 257, 700, 40, 513, 300, 600, 70};
+  const int32_t rows = 8;
+  const Kv kv(16, 8, 128, lens, 95);
+  const size_t qrow = size_t{16} * 128;
+  std::vector<int32_t> pos, seq;
+  for (int32_t s = 0; s < rows; ++s) {
+    pos.push_back(lens[s] - 1);
+    seq.push_back(s);
+  }
+  for (int32_t p = 300; p < 600; ++p) {
+    pos.push_back(p);
+    seq.push_back(8);
+  }
+  for (int32_t p = 0; p < 70; ++p) {
+    pos.push_back(p);
+    seq.push_back(9);
+  }
+  const auto q = randn(pos.size() * qrow, 96, 2.0f);
+  const auto apart = kv.gpu(q, seq, pos, 0, true, fn(), 300, rows);
+  const auto together = kv.gpu(q, seq, pos, 0, true, fn(), 300);
+  EXPECT_TRUE(same_bits(apart.data(), together.data(), apart.size() * 4))
+      << "decode rows apart vs in the prefill launch";
+  for (int32_t s = 0; s < rows; ++s) {
+    const std::vector<float> qs(q.begin() + s * qrow, q.begin() + (s + 1) * qrow);
+    const auto alone = kv.gpu(qs, {s}, {pos[s]}, 0, true, fn(), 1);
+    EXPECT_TRUE(same_bits(alone.data(), apart.data() + s * qrow, qrow * 4)) << "decode row " << s;
+  }
+  size_t t = rows;
+  for (int32_t s : {8, 9}) {
+    std::vector<int32_t> ps, ss;
+    while (t + ps.size() < pos.size() && seq[t + ps.size()] == s) {
+      ps.push_back(pos[t + ps.size()]);
+      ss.push_back(s);
+    }
+    const std::vector<float> qs(q.begin() + t * qrow, q.begin() + (t + ps.size()) * qrow);
+    const auto alone = kv.gpu(qs, ss, ps, 0, true, fn(), static_cast<int32_t>(ps.size()));
+    EXPECT_TRUE(same_bits(alone.data(), apart.data() + t * qrow, alone.size() * 4))
+        << "prompt " << s << " alone vs in the mixed launch";
+    t += ps.size();
   }
 }
 

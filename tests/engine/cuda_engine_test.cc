@@ -398,6 +398,25 @@ TEST_P(CudaExactnessTest, RequestsBehindOneCachedPrefixEqualEachAlone) {
   }
 }
 
+// A step with a prompt chunk in it runs its leading decode rows in attention
+// launches of their own (PagedAttentionParams::decode_tokens, a launch shape). Twelve
+// decoding requests beside a 300-token prompt's chunks: with a 64-token budget the
+// steps are graph-sized (12 decode rows + 52 prompt tokens: a graph runs the first 8
+// rows apart), with 100 eager. Every request's logits and tokens are those of its
+// serial flat run.
+TEST_P(CudaExactnessTest, DecodeRowsBesidePromptChunksEqualEachAlone) {
+  SKIP_WITHOUT_GPU();
+  for (int64_t budget : {64, 100}) {
+    auto e = make_engine(model_, true, budget, 13);
+    std::vector<GenerateRequest> reqs;
+    for (int i = 0; i < 12; ++i)
+      reqs.push_back(engine::testing_util::greedy_with_logits(
+          random_token_ids(5, static_cast<uint32_t>(70 + i), vocab()), 16));
+    reqs.push_back(engine::testing_util::greedy_with_logits(random_token_ids(300, 69, vocab()), 4));
+    run_together_and_expect_flat(*e, *model_, reqs, "budget " + std::to_string(budget));
+  }
+}
+
 // A copied FlatKVCache (tests fork sessions this way) owns a device copy of the
 // K/V: both continue with the same bits, and the copy's writes stay its own.
 TEST_P(CudaExactnessTest, CopiedFlatCacheContinuesLikeTheOriginal) {

@@ -801,7 +801,8 @@ __global__ void packed_runs_kernel(const PagedAttentionParams p, int32_t tpw, in
 
 // Packed decode blocks (packed_run): a block a token, tiles of 16 / group tokens.
 template <int D, MmaOperands O>
-Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStream_t stream) {
+Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStream_t stream,
+                     bool beside_prior) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const int32_t tpw = 16 / group;
   const size_t smem = smem_bytes<D, O>(1, q_rows_per_warp(tpw, group), 1);
@@ -811,7 +812,8 @@ Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStre
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   return launch_kernel("attn_mma_kernel (packed decode)", kernel, part_grid(p, p.num_tokens, r), 32,
-                       smem, stream, p, group, tpw, r.total, r.first, r.first + r.count, 1, false);
+                       smem, stream, p, group, tpw, r.total, r.first, r.first + r.count, 1,
+                       beside_prior);
 }
 
 // The eight-warp decode blocks: a block a token, or (kPacked) a block a tile of
@@ -900,10 +902,11 @@ int64_t packed_wide2_waves() {
 }
 
 // Whether the launch of a decode step's unshared partitions runs beside the
-// packed launch before it (launch.cuh's KernelBesidePrior: they write disjoint
-// workspace slots and the combine reads both) instead of after it
-// (PAGEDKV_CUDA_ATTN_BESIDE, default on; read once). Speed only: the same
-// operations on the same data (docs/performance.md).
+// packed launch before it, and a mixed step's decode launches beside its prefill
+// launch (launch.cuh's KernelBesidePrior: they write disjoint workspace slots and
+// the combines read them), instead of after it (PAGEDKV_CUDA_ATTN_BESIDE, default
+// on; read once). Speed only: the same operations on the same data
+// (docs/performance.md).
 bool attention_launches_beside() {
   static const bool on = env_bool("PAGEDKV_CUDA_ATTN_BESIDE").value_or(true);
   return on;
@@ -915,7 +918,7 @@ bool attention_launches_beside() {
 // packed_wide2_waves() waves of two blocks an SM), else the one-warp blocks.
 template <int D, MmaOperands O>
 Status launch_packed_shape(const PagedAttentionParams& p, MmaDecodeShape force, const PartRange& r,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, bool beside_prior) {
   constexpr KvLayout L = KvLayout::kBlockTable;
   if constexpr (D == 64 || D == 128) {
     const bool automatic = force == MmaDecodeShape::kAuto;
@@ -924,12 +927,12 @@ Status launch_packed_shape(const PagedAttentionParams& p, MmaDecodeShape force, 
         (static_cast<int64_t>(p.num_tokens) + tpw - 1) / tpw * r.count * p.num_kv_heads;
     if (force == MmaDecodeShape::kPackedWide ||
         (automatic && blocks <= packed_wide_waves() * sm_count()))
-      return launch_wide<D, 1, L, O, true>(p, r, stream);
+      return launch_wide<D, 1, L, O, true>(p, r, stream, beside_prior);
     if (force == MmaDecodeShape::kPackedWideTwoRounds ||
         (automatic && blocks <= packed_wide2_waves() * 2 * sm_count()))
-      return launch_wide<D, 2, L, O, true>(p, r, stream);
+      return launch_wide<D, 2, L, O, true>(p, r, stream, beside_prior);
   }
-  return launch_packed<D, O>(p, r, stream);
+  return launch_packed<D, O>(p, r, stream, beside_prior);
 }
 
 // Decode partitions r a block a token: when the blocks fit in wide_decode_waves()
@@ -956,25 +959,15 @@ Status launch_token_shape(const PagedAttentionParams& p, MmaDecodeShape force, c
   return launch<D, 1, 1, L, O>(p, 1, r, stream, beside_prior);
 }
 
-// The launch shape; no bit depends on it. Decode (one token a row): partitions
+// Decode launches (one token a row) of partitions 0 … parts − 1: partitions
 // [0, packed_partitions) (the caller's hint: consecutive rows read the same KV
 // blocks there) with packed blocks (launch_packed_shape; packed_decode(), a block
 // table, no sliding window), the others a block a token (launch_token_shape); a
-// forced packed shape packs every partition. Prefill: four warps of 16 / group
-// tokens a block, one K/V buffer (measured best of 2, 4 and 8 warps with one or two
-// buffers: docs/performance.md). `force` (tests) overrides the decode choice.
+// forced packed shape packs every partition. beside_prior: the first launch runs
+// beside the stream's previous kernel (launch.cuh's KernelBesidePrior).
 template <int D, KvLayout L, MmaOperands O>
-Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaStream_t stream) {
-  const int32_t parts = attention_partitions(p.max_position);
-  const bool decode =
-      p.max_query_len > 0 ? p.max_query_len <= kDecodeMaxQueryLen : p.num_tokens <= 64;
-  if (!decode) {
-    const PartRange all{parts, 0, parts};
-    const int32_t tpw = 16 / (p.num_heads / p.num_kv_heads);
-    PKV_RETURN_IF_ERROR(
-        (launch<D, 4, 1, L, O>(p, tpw, all, stream, false, prefill_parts_per_block(parts), true)));
-    return combine_partitions(p, parts, stream);
-  }
+Status launch_decode(const PagedAttentionParams& p, MmaDecodeShape force, int32_t parts,
+                     cudaStream_t stream, bool beside_prior) {
   int32_t packed = 0;  // leading partitions with packed blocks
   if constexpr (L == KvLayout::kBlockTable) {
     const bool forced = force == MmaDecodeShape::kPacked || force == MmaDecodeShape::kPackedWide ||
@@ -985,13 +978,79 @@ Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaS
              kP % p.block_size == 0 && kP / p.block_size <= 32)  // else no run would form
       packed = std::min(std::max(p.packed_partitions, 0), parts);
     const PartRange shared{parts, 0, packed};
-    if (packed > 0) PKV_RETURN_IF_ERROR((launch_packed_shape<D, O>(p, force, shared, stream)));
+    if (packed > 0)
+      PKV_RETURN_IF_ERROR((launch_packed_shape<D, O>(p, force, shared, stream, beside_prior)));
   }
   // The other partitions' launch may run beside the packed one (disjoint outputs).
   const PartRange rest{parts, packed, parts - packed};
-  const bool beside = packed > 0 && attention_launches_beside();
+  const bool beside = packed > 0 ? attention_launches_beside() : beside_prior;
   if (packed < parts)
     PKV_RETURN_IF_ERROR((launch_token_shape<D, L, O>(p, force, rest, stream, beside)));
+  return ok_status();
+}
+
+// Prefill launches: four warps of 16 / group tokens a block, one K/V buffer
+// (measured best of 2, 4 and 8 warps with one or two buffers: docs/performance.md),
+// on wgmma where the device has it.
+template <int D, KvLayout L, MmaOperands O>
+Status launch_prefill(const PagedAttentionParams& p, int32_t parts, cudaStream_t stream) {
+  const PartRange all{parts, 0, parts};
+  const int32_t tpw = 16 / (p.num_heads / p.num_kv_heads);
+  return launch<D, 4, 1, L, O>(p, tpw, all, stream, false, prefill_parts_per_block(parts), true);
+}
+
+// Whether the launch is a mixed step's decode rows ahead of prompt tokens
+// (PagedAttentionParams::decode_tokens) that run in launches of their own
+// (PAGEDKV_CUDA_ATTN_DECODE_APART, default on; read once). Speed only: the same bits.
+bool splits_decode_rows(const PagedAttentionParams& p) {
+  static const bool on = env_bool("PAGEDKV_CUDA_ATTN_DECODE_APART").value_or(true);
+  return on && p.decode_tokens > 0 && p.decode_tokens < p.num_tokens && p.token_seq != nullptr;
+}
+
+// A mixed launch: the prefill launch over the prompt tokens, then the decode
+// launches of the leading one-token rows beside it (their blocks fill the SMs the
+// prefill's fewer, longer blocks leave; disjoint workspace slots: the decode rows
+// take the first decode_tokens tokens' share of p.workspace, the prompt tokens the
+// rest), then one combine each. Each token's operations are those of the launch
+// it would have alone: the same bits.
+template <int D, KvLayout L, MmaOperands O>
+Status dispatch_mixed(const PagedAttentionParams& p, MmaDecodeShape force, int32_t parts,
+                      cudaStream_t stream) {
+  const int32_t n = p.decode_tokens;
+  const int64_t row = static_cast<int64_t>(p.num_heads) * D;
+  PagedAttentionParams decode = p;
+  decode.num_tokens = n;
+  decode.max_query_len = 1;
+  decode.min_query_len = 1;
+  decode.decode_tokens = 0;
+  PagedAttentionParams prompt = p;
+  prompt.q = p.q + n * row;
+  prompt.out = p.out + n * row;
+  prompt.positions = p.positions + n;
+  prompt.token_seq = p.token_seq + n;
+  prompt.num_tokens = p.num_tokens - n;
+  prompt.workspace = p.workspace + static_cast<int64_t>(n) * p.num_heads * parts * (D + 2);
+  prompt.packed_partitions = 0;
+  prompt.decode_tokens = 0;
+  PKV_RETURN_IF_ERROR((launch_prefill<D, L, O>(prompt, parts, stream)));
+  PKV_RETURN_IF_ERROR(
+      (launch_decode<D, L, O>(decode, force, parts, stream, attention_launches_beside())));
+  PKV_RETURN_IF_ERROR(combine_partitions(decode, parts, stream));
+  return combine_partitions(prompt, parts, stream);
+}
+
+// The launch shape; no bit depends on it: a decode launch (one token a row:
+// launch_decode), a prefill launch, or a mixed step's decode rows and prompt tokens
+// apart (dispatch_mixed), then the partitions' combine. `force` (tests) overrides
+// the decode choice.
+template <int D, KvLayout L, MmaOperands O>
+Status dispatch_shape(const PagedAttentionParams& p, MmaDecodeShape force, cudaStream_t stream) {
+  const int32_t parts = attention_partitions(p.max_position);
+  if (splits_decode_rows(p)) return dispatch_mixed<D, L, O>(p, force, parts, stream);
+  const bool decode =
+      p.max_query_len > 0 ? p.max_query_len <= kDecodeMaxQueryLen : p.num_tokens <= 64;
+  PKV_RETURN_IF_ERROR(decode ? (launch_decode<D, L, O>(p, force, parts, stream, false))
+                             : (launch_prefill<D, L, O>(p, parts, stream)));
   return combine_partitions(p, parts, stream);
 }
 

@@ -169,6 +169,13 @@ struct PagedAttentionParams {
   // where every sequence brings a prompt's worth of tokens, not decode rows riding
   // along (attention_wgmma.h).
   int32_t min_query_len = 0;
+  // A mixed step's decode rows (a launch-shape hint as above): when 0 < decode_tokens
+  // < num_tokens, the first decode_tokens tokens are sequences of one token each, and
+  // max_query_len / min_query_len describe the sequences after them. The tensor-core
+  // kernel runs those rows with its decode blocks (a block a row and partition) beside
+  // a prefill launch for the rest, instead of a prefill tile a row walking the row's
+  // whole context. Any other value: one launch for all tokens.
+  int32_t decode_tokens = 0;
   // Partitions [0, packed_partitions) of a decode launch (kAttnPartition keys each)
   // where consecutive rows read the same KV blocks (requests behind one cached
   // prefix: the partitions it fills): the tensor-core kernel runs those rows there

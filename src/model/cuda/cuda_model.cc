@@ -114,9 +114,14 @@ size_t moe_list_ints(int64_t tk, int32_t e) {
 
 struct GraphKey {
   int32_t tokens = 0, width = 0, parts = 0;
-  int32_t packed = 0;  // StepArgs::packed_partitions (attention's launch shape)
+  // Attention's launch shape: StepArgs::packed_partitions, whether a row brings more
+  // than one token (prefill tiles) and StepArgs::decode_tokens.
+  int32_t packed = 0;
+  bool prompt = false;
+  int32_t decode_tokens = 0;
   bool operator<(const GraphKey& o) const {
-    return std::tie(tokens, width, parts, packed) < std::tie(o.tokens, o.width, o.parts, o.packed);
+    return std::tie(tokens, width, parts, packed, prompt, decode_tokens) <
+           std::tie(o.tokens, o.width, o.parts, o.packed, o.prompt, o.decode_tokens);
   }
 };
 
@@ -303,8 +308,12 @@ class CudaQwen3Model final : public Model {
     bool graph = false;  // captured: no host sync (MoE runs padded)
     int64_t T = 0, P = 0;
     int32_t maxb = 1, max_pos = 0;
-    int32_t max_query_len = 0;      // the most tokens of one row (attention's launch shape)
-    int32_t min_query_len = 0;      // the fewest (the same)
+    // Attention's launch shape (PagedAttentionParams' hints): the leading one-token
+    // rows of a step that also has longer ones (run in decode launches of their own),
+    // and the most and fewest tokens of one row after them.
+    int32_t decode_tokens = 0;
+    int32_t max_query_len = 0;
+    int32_t min_query_len = 0;
     int32_t packed_partitions = 0;  // attention partitions the rows' shared prefixes fill
     const int32_t *ids = nullptr, *pos = nullptr, *seq = nullptr, *pick = nullptr, *tab = nullptr;
     float *x = nullptr, *h = nullptr, *y = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
@@ -808,6 +817,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       p.v_cache = w.v_cache;
       p.block_tables = a.tab;
       p.max_blocks_per_seq = a.maxb;
+      p.decode_tokens = a.decode_tokens;
       p.max_query_len = a.max_query_len;
       p.min_query_len = a.min_query_len;
       p.packed_partitions = a.packed_partitions;
@@ -935,8 +945,19 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   }
   const int32_t packed_partitions =
       shared_tokens > 0 ? static_cast<int32_t>(shared_tokens / bc::kAttnPartition) : 0;
-  const GraphKey key{token_bucket(static_cast<int32_t>(T)), std::max(8, next_pow2(maxb)),
-                     next_pow2(parts), packed_partitions};
+  // A step with prompt rows runs its leading decode rows (the scheduler puts them
+  // first) in attention launches of their own; a graph's count is rounded down to a
+  // multiple of 8 (fewer graphs; the rows past it run in the prefill tiles).
+  size_t lead = 0;
+  while (lead < batch.rows.size() && batch.rows[lead].num_tokens == 1) ++lead;
+  const bool prompt = lead < batch.rows.size();
+  const int32_t decode_tokens = prompt ? static_cast<int32_t>(lead) : 0;
+  const GraphKey key{token_bucket(static_cast<int32_t>(T)),
+                     std::max(8, next_pow2(maxb)),
+                     next_pow2(parts),
+                     packed_partitions,
+                     prompt,
+                     decode_tokens / 8 * 8};
   // qwen3_moe runs its experts grouped in a graph (no host sync): needs the fused
   // [gate; up] expert weights and their pointer arrays.
   bool use_graph =
@@ -956,10 +977,11 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   a.maxb = use_graph ? key.width : maxb;
   a.max_pos = use_graph ? key.parts * bc::kAttnPartition - 1 : max_pos;
   a.packed_partitions = packed_partitions;
-  for (const ForwardRow& row : batch.rows) {
-    a.max_query_len = std::max(a.max_query_len, row.num_tokens);
-    a.min_query_len =
-        a.min_query_len == 0 ? row.num_tokens : std::min(a.min_query_len, row.num_tokens);
+  a.decode_tokens = use_graph ? key.decode_tokens : decode_tokens;
+  for (size_t r = static_cast<size_t>(a.decode_tokens); r < batch.rows.size(); ++r) {
+    const int32_t n = batch.rows[r].num_tokens;
+    a.max_query_len = std::max(a.max_query_len, n);
+    a.min_query_len = a.min_query_len == 0 ? n : std::min(a.min_query_len, n);
   }
   const int64_t Tm = a.T, Pm = a.P;
   const size_t n_meta =
