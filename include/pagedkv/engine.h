@@ -345,6 +345,10 @@ struct EngineStats {
   double forward_ms = 0;         // wall time inside Model::forward
   double prompt_forward_ms = 0;  // ... of the prompt steps
   double decode_forward_ms = 0;  // ... of the decode steps
+  // Wall time inside step() for steps that ran rows (forward_ms is part of it), and
+  // of it the host sampling of the rows a model did not draw itself.
+  double step_ms = 0;
+  double sample_ms = 0;
 };
 
 // What one step() did.

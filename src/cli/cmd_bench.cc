@@ -17,8 +17,9 @@
 // per CPU-second, which other processes on a shared machine cannot skew), TTFT p50/p95,
 // inter-token latency p50/p95, prefix hit rate, cached tokens, prefill tokens/s and
 // pure decode tokens/s (Model::forward time of the steps with prompt rows and of
-// those with decode rows only: no sampling or scheduling in them), pool occupancy
-// over time and preemptions; a progress bar on stderr when it is a terminal;
+// those with decode rows only: no sampling or scheduling in them), the step loop's
+// time split into forward, host sampling and the rest, pool occupancy over time
+// and preemptions; a progress bar on stderr when it is a terminal;
 // --json prints one JSON document instead. A comma list for --concurrency or
 // `--sharing both` runs a sweep and adds each run's throughput as a ratio to the
 // first run.
@@ -28,6 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -64,6 +66,8 @@ struct BenchConfig {
   int system_tokens = 256;
   int user_min = 32, user_max = 96;
   int max_tokens = 32;
+  double temperature = 0.8;  // seeded sampling per request (0: greedy)
+  int32_t top_k = 0;
   int frame_min = 48, frame_max = 128;  // agent tool-result frames
   uint64_t seed = 1;
   EngineOptions engine;
@@ -164,7 +168,8 @@ StatusOr<RunResult> run_workload(std::shared_ptr<model::Model> model, const Benc
     GenerateRequest r;
     r.prompt = std::move(prompt);
     r.sampling.max_tokens = c.max_tokens;
-    r.sampling.temperature = 0.8;
+    r.sampling.temperature = c.temperature;
+    r.sampling.top_k = c.top_k;
     r.sampling.seed = seed;
     r.ignore_eos = true;
     if (c.sharing) {
@@ -272,6 +277,8 @@ nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps, double b
   nlohmann::ordered_json j;
   j["workload"] = r.cfg.workload;
   j["concurrency"] = r.cfg.concurrency;
+  j["temperature"] = r.cfg.temperature;
+  j["top_k"] = r.cfg.top_k;
   j["sharing"] = r.cfg.sharing;
   j["requests"] = r.requests;
   j["errors"] = r.errors;
@@ -302,6 +309,8 @@ nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps, double b
   j["decode_steps"] = r.engine.decode_steps;
   j["decode_step_tokens"] = r.engine.decode_step_tokens;
   j["decode_forward_ms"] = r.engine.decode_forward_ms;
+  j["step_ms"] = r.engine.step_ms;
+  j["sample_ms"] = r.engine.sample_ms;
   j["ttft_ms"] = {{"p50", percentile(r.ttft_ms, 0.5)}, {"p95", percentile(r.ttft_ms, 0.95)}};
   j["itl_ms"] = {{"p50", percentile(r.itl_ms, 0.5)}, {"p95", percentile(r.itl_ms, 0.95)}};
   j["preemptions"] = r.engine.preemptions;
@@ -344,6 +353,7 @@ void print_text(const RunResult& r, double baseline_tps, double baseline_cpu) {
       "  steps             %llu (%llu tokens forwarded, %.0f ms in forward)\n"
       "  prefill           %.1f tok/s (%llu prompt tokens in %llu steps, %.0f ms in forward)\n"
       "  decode            %.1f tok/s (%llu steps of decode rows only, %.0f ms in forward)\n"
+      "  step time         %.0f ms in steps: %.0f forward, %.0f host sampling, %.0f the rest\n"
       "  preemptions       %llu\n"
       "  pool occupancy    peak %d of %d blocks; %% over time: %s\n",
       r.cfg.workload.c_str(), r.cfg.concurrency, r.cfg.sharing ? "on" : "off",
@@ -359,8 +369,10 @@ void print_text(const RunResult& r, double baseline_tps, double baseline_cpu) {
       static_cast<unsigned long long>(r.engine.prompt_step_prompt_tokens),
       static_cast<unsigned long long>(r.engine.prompt_steps), r.engine.prompt_forward_ms,
       decode_tps(r), static_cast<unsigned long long>(r.engine.decode_steps),
-      r.engine.decode_forward_ms, static_cast<unsigned long long>(r.engine.preemptions),
-      r.peak_used, r.engine.pool.max_blocks - 1, occupancy_line(r).c_str());
+      r.engine.decode_forward_ms, r.engine.step_ms, r.engine.forward_ms, r.engine.sample_ms,
+      r.engine.step_ms - r.engine.forward_ms - r.engine.sample_ms,
+      static_cast<unsigned long long>(r.engine.preemptions), r.peak_used,
+      r.engine.pool.max_blocks - 1, occupancy_line(r).c_str());
 }
 
 StatusOr<std::vector<int>> parse_int_list(const std::string& s, const std::string& flag) {
@@ -400,6 +412,9 @@ int bench_main(int argc, char** argv) {
                "on");
   p.add_option("system-tokens", "N", "system prompt length (chat, agent; nosharing prefix)", "256");
   p.add_option("max-tokens", "N", "tokens generated per request", "32");
+  p.add_option("temperature", "T",
+               "sampling temperature of every request, each with its own seed (0 = greedy)", "0.8");
+  p.add_option("top-k", "K", "keep each row's K most likely tokens when sampling (0 = off)", "0");
   p.add_option("seed", "S", "workload seed", "1");
   add_scheduler_flags(p);
   add_pool_memory_flag(p, "pool-mb");
@@ -445,6 +460,22 @@ int bench_main(int argc, char** argv) {
   base.system_tokens = static_cast<int>(*p.get_int("system-tokens"));
   base.max_tokens = static_cast<int>(*p.get_int("max-tokens"));
   base.seed = static_cast<uint64_t>(*p.get_int("seed"));
+  {
+    auto temp = p.get_double("temperature");
+    auto top_k = p.get_int("top-k");
+    if (!temp.ok()) return report_error("bench", temp.status());
+    if (!top_k.ok()) return report_error("bench", top_k.status());
+    if (!(*temp >= 0) || !std::isfinite(*temp))
+      return report_error("bench", invalid_argument("--temperature must be a finite number >= 0, "
+                                                    "got " +
+                                                    p.get("temperature")));
+    if (*top_k < 0 || *top_k > INT32_MAX)
+      return report_error("bench",
+                          invalid_argument("--top-k must be in [0, " + std::to_string(INT32_MAX) +
+                                           "], got " + p.get("top-k")));
+    base.temperature = *temp;
+    base.top_k = static_cast<int32_t>(*top_k);
+  }
   auto flags = read_engine_flags(p);
   if (!flags.ok()) return report_error("bench", flags.status());
   base.engine.max_num_batched_tokens = flags->max_num_batched_tokens;

@@ -1082,6 +1082,8 @@ void Engine::Impl::complete(Seq* s, FinishReason reason, Status error) {
 
 StepReport Engine::Impl::step() {
   StepReport rep;
+  const auto step_start = Clock::now();  // counted for steps that run rows
+  auto count_step = [&] { counters_.step_ms += ms_between(step_start, Clock::now()); };
   release_finished_pins();
   drain_inbox(&rep);
   process_cancellations(&rep);
@@ -1174,6 +1176,7 @@ StepReport Engine::Impl::step() {
     for (const SchedulerOutput::Row& sc : sched)
       finish(as_seq(sc.req), FinishReason::kError, st.with_context("forward"));
     rep.finished += static_cast<int32_t>(sched.size());
+    count_step();
     update_stats_snapshot();
     return rep;
   }
@@ -1187,6 +1190,7 @@ StepReport Engine::Impl::step() {
   std::vector<int64_t>& drawn_pos = step_token_pos_;
   drawn.assign(sched.size(), -1);
   drawn_pos.assign(sched.size(), -1);
+  const auto sample_start = Clock::now();
   for (size_t r = 0; r < sched.size(); ++r) {
     const Seq* s = as_seq(sched[r].req);
     if (s->computed + sched[r].num_tokens == static_cast<int64_t>(s->tokens.size()) &&
@@ -1208,6 +1212,7 @@ StepReport Engine::Impl::step() {
               sample_token(out.last_logits(i), as_seq(sched[i].req)->req.sampling, drawn_pos[i]);
         }
       });
+  counters_.sample_ms += ms_between(sample_start, Clock::now());
 
   // Record K/V, stream, finish.
   const auto now = Clock::now();
@@ -1290,6 +1295,7 @@ StepReport Engine::Impl::step() {
   const size_t keep = std::max<size_t>(
       kKeepLogitsFloats, static_cast<size_t>(max_seqs_) * static_cast<size_t>(vocab_size_));
   if (out.logits.capacity() > keep) std::vector<float>().swap(out.logits);
+  count_step();
   update_stats_snapshot();
   return rep;
 }

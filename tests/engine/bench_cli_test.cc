@@ -30,8 +30,13 @@ TEST(BenchCli, ChatSharingOnVersusOffJson) {
     for (const char* k :
          {"throughput_tokens_per_s", "throughput_ratio", "ttft_ms", "itl_ms", "prefix_hit_rate",
           "cached_prompt_tokens", "pool_occupancy", "preemptions", "prefill_tokens_per_s",
-          "decode_tokens_per_s", "prompt_steps", "decode_steps"})
+          "decode_tokens_per_s", "prompt_steps", "decode_steps", "step_ms", "sample_ms",
+          "temperature", "top_k"})
       EXPECT_TRUE(run.contains(k)) << k;
+    // The step loop's time holds the forward's and the host sampling's.
+    EXPECT_GE(run["step_ms"].get<double>(),
+              run["forward_ms"].get<double>() + run["sample_ms"].get<double>() - 1e-6);
+    EXPECT_GT(run["sample_ms"].get<double>(), 0);  // temperature 0.8: sampled on the host
     EXPECT_GT(run["prefill_tokens_per_s"].get<double>(), 0);
     EXPECT_GT(run["decode_tokens_per_s"].get<double>(), 0);
     EXPECT_EQ(run["prompt_steps"].get<uint64_t>() + run["decode_steps"].get<uint64_t>(),
@@ -75,6 +80,20 @@ TEST(BenchCli, TextReportAndUsageErrors) {
   EXPECT_NE(r.output.find("pool occupancy"), std::string::npos);
   EXPECT_NE(r.output.find("  prefill  "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("steps of decode rows only"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("host sampling"), std::string::npos) << r.output;
+  // Greedy requests: every run's completion is the same.
+  Result greedy = run_pagedkv(
+      "bench --preset tiny --workload nosharing --requests 2 --max-tokens 3 --temperature 0 "
+      "--json",
+      false);
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
+  const auto g = nlohmann::json::parse(greedy.output)["runs"][0];
+  EXPECT_EQ(g["temperature"].get<double>(), 0.0);
+  EXPECT_EQ(g["completion_tokens"], 6);
+  for (const char* bad_sampling : {"--temperature -1", "--temperature nan", "--top-k -2"}) {
+    Result b = run_pagedkv(std::string("bench --preset tiny ") + bad_sampling, true);
+    EXPECT_EQ(b.exit_code, 2) << bad_sampling << ": " << b.output;
+  }
   Result bad = run_pagedkv("bench --workload nope", true);
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("--workload"), std::string::npos);
