@@ -1008,11 +1008,13 @@ bool splits_decode_rows(const PagedAttentionParams& p) {
 }
 
 // A mixed launch: the prefill launch over the prompt tokens, then the decode
-// launches of the leading one-token rows beside it (their blocks fill the SMs the
-// prefill's fewer, longer blocks leave; disjoint workspace slots: the decode rows
-// take the first decode_tokens tokens' share of p.workspace, the prompt tokens the
-// rest), then one combine each. Each token's operations are those of the launch
-// it would have alone: the same bits.
+// launches of the leading one-token rows beside it (disjoint workspace slots: the
+// decode rows take the first decode_tokens tokens' share of p.workspace, the prompt
+// tokens the rest), then one combine each. Each token's operations are those of the
+// launch it would have alone: the same bits. Beside the prefill, only the first
+// wave of decode blocks overlaps it (a block beside its prior waits for it at exit,
+// holding its slot); measured on an H100, the step costs the sum of its two parts
+// either way (docs/performance.md).
 template <int D, KvLayout L, MmaOperands O>
 Status dispatch_mixed(const PagedAttentionParams& p, MmaDecodeShape force, int32_t parts,
                       cudaStream_t stream) {
