@@ -17,6 +17,15 @@
 //    probabilities, so adding it rounds back to the same double, and the draw can
 //    never stop on it (the running sum does not grow there). Those elements sit at
 //    the tail of the order, so dropping them changes no sum, no cut and no token.
+//  * a plain temperature draw (top_k 0 or past the candidates, top_p 1, min_p 0)
+//    finds its token without the sort (draw_by_selection): one pass sums every
+//    candidate's weight into buckets of its order key's leading bits, and the
+//    bucket, then the sub-bucket, the draw stops in is narrowed down to one key.
+//    Those sums are not the reference's, so the token is returned only where the
+//    draw's point lies farther from the token's interval ends than the two
+//    computations' rounding errors can move them (a bound with margin: ~1e-6 of
+//    the mass); there the reference stops on the same token. Elsewhere (about one
+//    draw in a million) the sort runs.
 // sample_token_from_best (a device model's reduced draw, model::RowDraw) rebuilds
 // the same candidate list from a row's best entries: the same cut
 // (candidate_cut) and the same top-k switch, or -1 when the list reaches past them.
@@ -29,6 +38,8 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+
+#include <immintrin.h>
 
 namespace pagedkv::engine {
 namespace {
@@ -46,8 +57,9 @@ uint32_t desc_bits(float logit) {
   if (logit == 0.0f) logit = 0.0f;  // -0 and +0 compare equal: one key
   uint32_t u;
   std::memcpy(&u, &logit, 4);
-  // Monotone map of float to unsigned (ascending), then inverted for descending.
-  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  // Monotone map of float to unsigned (ascending: a negative's bits all flipped, a
+  // positive's sign bit set; branch-free), then inverted for descending.
+  u ^= static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u;
   return ~u;
 }
 
@@ -87,6 +99,9 @@ float max_not_nan(const float* x, size_t n) {
 struct Scratch {
   std::vector<uint64_t> keys, tmp;
   std::vector<double> prob;
+  // draw_by_selection's: grown, never shrunk (no zero-filling per row).
+  std::vector<double> weights, hist;
+  std::vector<uint32_t> index;
 };
 Scratch& scratch() {
   thread_local Scratch s;
@@ -195,6 +210,193 @@ void sorted_candidates(const float* x, size_t n, double inv_t, size_t k,
   if (k > 0 && k < keys->size()) keys->resize(k);
 }
 
+// e^x for x in [-60, 0] within a relative 2e-11 (the selection draw's weights; the
+// bound, not the bits, is what it relies on): x = k·ln 2 + r, |r| ≤ ln 2 / 2 (ln 2
+// in two parts, k·ln2_hi exact, so r is good to ~1e-15 relative), e^r by its Taylor
+// series to r^9/9! (remainder ≤ e^0.347 · 0.3466^10 / 10! < 1.4e-11 of e^r; Horner's
+// roundings ~1e-15), times 2^k built in the exponent bits (normal for k ≥ -87).
+// Branch-free.
+inline double exp_nonpositive(double x) {
+  constexpr double kRound = 6755399441055744.0;  // 1.5 · 2^52: adding it rounds to an integer
+  const double kr = x * 1.4426950408889634 + kRound;
+  const double k = kr - kRound;
+  const double r = (x - k * 0.693145751953125) - k * 1.4286068203094173e-06;
+  double e = 1.0 / 362880.0;
+  e = e * r + 1.0 / 40320.0;
+  e = e * r + 1.0 / 5040.0;
+  e = e * r + 1.0 / 720.0;
+  e = e * r + 1.0 / 120.0;
+  e = e * r + 1.0 / 24.0;
+  e = e * r + 1.0 / 6.0;
+  e = e * r + 0.5;
+  e = e * r + 1.0;
+  e = e * r + 1.0;
+  // kr's low mantissa bits hold k (two's complement): 2^k's exponent field is k + 1023.
+  uint64_t kb;
+  std::memcpy(&kb, &kr, 8);
+  const uint64_t bits = (kb + 1023) << 52;
+  double scale;
+  std::memcpy(&scale, &bits, 8);
+  return e * scale;
+}
+constexpr double kSelExpError = 2e-11;  // exp_nonpositive's relative error, bounded above
+
+// The selection draw's pass 1: every entry's weight e^(x·inv_t - top), 0 for the
+// entries under `cut` (and NaN), branch-free; returns how many are candidates.
+size_t selection_weights_scalar(const float* x, size_t n, float cut, double inv_t, double top,
+                                double* wt) {
+  size_t count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const bool candidate = v >= cut;  // NaN never passes
+    const double arg = candidate ? static_cast<double>(v) * inv_t - top : -60.0;
+    wt[i] = candidate ? exp_nonpositive(arg) : 0.0;
+    count += candidate ? 1 : 0;
+  }
+  return count;
+}
+
+// The same on AVX2 + FMA, four entries at a time (exp_nonpositive's steps; the
+// fused multiply-adds round differently, within the same bound).
+__attribute__((target("avx2,fma"))) size_t selection_weights_avx2(const float* x, size_t n,
+                                                                  float cut, double inv_t,
+                                                                  double top, double* wt) {
+  const __m256d vinv = _mm256_set1_pd(inv_t), vtop = _mm256_set1_pd(top);
+  const __m128 vcut = _mm_set1_ps(cut);
+  const __m256d round = _mm256_set1_pd(6755399441055744.0),
+                log2e = _mm256_set1_pd(1.4426950408889634);
+  const __m256d ln2hi = _mm256_set1_pd(0.693145751953125),
+                ln2lo = _mm256_set1_pd(1.4286068203094173e-06);
+  const __m256d floor_arg = _mm256_set1_pd(-60.0);
+  const __m256i bias = _mm256_set1_epi64x(1023);
+  static const double c[10] = {
+      1.0 / 362880.0, 1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0,
+      1.0 / 24.0,     1.0 / 6.0,     0.5,          1.0,         1.0};
+  size_t count = 0, i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(x + i);
+    const __m128 keep = _mm_cmp_ps(v, vcut, _CMP_GE_OQ);  // NaN: false
+    const int bits = _mm_movemask_ps(keep);
+    count += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(bits)));
+    const __m256d mask = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm_castps_si128(keep)));
+    __m256d arg = _mm256_sub_pd(_mm256_mul_pd(_mm256_cvtps_pd(v), vinv), vtop);
+    arg = _mm256_blendv_pd(floor_arg, arg, mask);
+    const __m256d kr = _mm256_fmadd_pd(arg, log2e, round);
+    const __m256d k = _mm256_sub_pd(kr, round);
+    const __m256d r = _mm256_fnmadd_pd(k, ln2lo, _mm256_fnmadd_pd(k, ln2hi, arg));
+    __m256d e = _mm256_set1_pd(c[0]);
+    for (int j = 1; j < 10; ++j) e = _mm256_fmadd_pd(e, r, _mm256_set1_pd(c[j]));
+    const __m256i scale_bits =
+        _mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(kr), bias), 52);
+    e = _mm256_mul_pd(e, _mm256_castsi256_pd(scale_bits));
+    _mm256_storeu_pd(wt + i, _mm256_and_pd(e, mask));
+  }
+  // Clean upper register halves before SSE code runs again (glibc's exp in the
+  // sorted draw ran 7× slower after this loop without it).
+  _mm256_zeroupper();
+  return count + selection_weights_scalar(x + i, n - i, cut, inv_t, top, wt + i);
+}
+
+size_t selection_weights(const float* x, size_t n, float cut, double inv_t, double top, double* wt,
+                         bool allow_simd) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return avx2 && allow_simd ? selection_weights_avx2(x, n, cut, inv_t, top, wt)
+                            : selection_weights_scalar(x, n, cut, inv_t, top, wt);
+}
+
+// The selection draw's buckets: 12, 12 and 8 bits of a key's upper half (the
+// logit's order bits), then the ids of one logit.
+constexpr int kSelDigits[3] = {12, 12, 8};
+constexpr int kSelShift[3] = {20, 8, 0};
+
+// A temperature draw over the candidates >= cut (top_k 0, top_p 1, min_p 0) without
+// the sort (the file comment): the token, or -1 where the margin cannot certify it
+// (then sample_token sorts). m: the row's largest non-NaN value. margin_scale (≥ 1)
+// widens the margin; allow_simd false takes the scalar weights (tests).
+int32_t draw_by_selection(const float* x, size_t n, float m, double inv_t, uint64_t seed,
+                          int64_t position, double margin_scale, bool allow_simd) {
+  const double top = static_cast<double>(m) * inv_t;
+  if (!std::isfinite(top) || !std::isfinite(inv_t)) return -1;  // degenerate: sort
+  const float cut = candidate_cut(m, inv_t);
+  Scratch& sc = scratch();
+  if (sc.weights.size() < n) sc.weights.resize(n);
+  double* wt = sc.weights.data();  // every entry's weight (0: not a candidate)
+  const size_t count = selection_weights(x, n, cut, inv_t, top, wt, allow_simd);
+  if (count == 0) return -1;
+  // Pass 2: summed whole and by each key's leading 12 bits (two histograms and
+  // four partial totals, so consecutive entries do not wait on one another).
+  std::vector<double>& hist = sc.hist;
+  hist.assign(2 * 4096, 0.0);
+  double part[4] = {0, 0, 0, 0};
+  for (size_t i = 0; i < n; ++i) {
+    part[i & 3] += wt[i];
+    hist[(i & 1) * 4096 + (desc_bits(x[i]) >> kSelShift[0])] += wt[i];
+  }
+  const double total = (part[0] + part[1]) + (part[2] + part[3]);
+  if (!(total > 0)) return -1;
+  const double target = uniform_for(seed, position) * total;
+  // The bucket the draw stops in, at each level; `before`: the weight of every
+  // candidate ahead of it in the sampler's order.
+  double before = 0;
+  auto narrow = [&](const double* mass, size_t buckets) -> int64_t {
+    for (size_t b = 0; b < buckets; ++b) {
+      if (before + mass[b] > target) return static_cast<int64_t>(b);
+      before += mass[b];
+    }
+    return -1;  // the sums ran out under the target (rounding): sort
+  };
+  for (size_t b = 0; b < 4096; ++b) hist[b] += hist[4096 + b];
+  int64_t b = narrow(hist.data(), 4096);
+  if (b < 0) return -1;
+  // The candidates of that bucket (keys), narrowed by the next 12 bits, then the
+  // last 8: what is left is one logit's candidates.
+  if (sc.index.size() < n) sc.index.resize(n);
+  uint32_t* idx = sc.index.data();
+  size_t found = 0;
+  for (size_t i = 0; i < n; ++i) {  // branch-free: every index written, the kept ones counted
+    idx[found] = static_cast<uint32_t>(i);
+    found += (wt[i] > 0) & ((desc_bits(x[i]) >> kSelShift[0]) == static_cast<uint32_t>(b));
+  }
+  std::vector<uint64_t>& keys = sc.keys;
+  keys.resize(found);
+  for (size_t j = 0; j < found; ++j) keys[j] = order_key(x[idx[j]], static_cast<int32_t>(idx[j]));
+  for (int level = 1; level < 3; ++level) {
+    const uint32_t mask = (1u << kSelDigits[level]) - 1;
+    const size_t buckets = size_t{1} << kSelDigits[level];
+    std::fill(hist.begin(), hist.begin() + static_cast<long>(buckets), 0.0);
+    for (const uint64_t key : keys)
+      hist[(static_cast<uint32_t>(key >> 32) >> kSelShift[level]) & mask] += wt[key_id(key)];
+    b = narrow(hist.data(), buckets);
+    if (b < 0) return -1;
+    size_t kept = 0;
+    for (const uint64_t key : keys)
+      if (((static_cast<uint32_t>(key >> 32) >> kSelShift[level]) & mask) ==
+          static_cast<uint32_t>(b))
+        keys[kept++] = key;
+    keys.resize(kept);
+  }
+  // One logit's candidates (one weight), in id order: the token is the one whose
+  // interval [before, before + weight) holds the target.
+  std::sort(keys.begin(), keys.end());
+  const double w = wt[key_id(keys[0])];
+  size_t t = 0;
+  while (t < keys.size() && before + w <= target) {
+    before += w;
+    ++t;
+  }
+  if (t == keys.size()) return -1;
+  const double through = before + w;
+  // The margin: the reference's roundings (its exps within 1 ulp, three sums of
+  // `count` terms, a division and a product) and these (the weights within
+  // kSelExpError, sums of `count` terms) move the interval ends and the point by
+  // less than `bound` of the mass; twice it is asked for, times margin_scale.
+  const double eps = std::ldexp(1.0, -53);
+  const double bound = 2.0 * (4.0 * static_cast<double>(count) + 64.0) * eps + 4.0 * kSelExpError;
+  const double margin = 2.0 * bound * margin_scale * total;
+  if (target - before <= margin || through - target <= margin) return -1;
+  return key_id(keys[t]);
+}
+
 // The pipeline after the order (the same code for the fast paths and the
 // reference): softmax over the n ordered candidates (logit_of(i), id_of(i) for
 // rank i), top-p, min-p, renormalize, inverse-CDF draw; sums in double, in rank order.
@@ -296,12 +498,26 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   if (k > 0 && k <= n / 8) {
     select_top_k(x, n, k, &keys);
   } else {
+    if (k == 0 && p.top_p >= 1.0 && p.min_p <= 0) {
+      const int32_t token =
+          draw_by_selection(x, n, max_not_nan(x, n), inv_t, p.seed, position, 1.0, true);
+      if (token >= 0) return token;
+    }
     sorted_candidates(x, n, inv_t, k, &keys, &sc.tmp);
   }
   if (keys.empty()) return 0;
   return draw_ordered(
       keys.size(), [&](size_t i) { return key_logit(keys[i]); },
       [&](size_t i) { return key_id(keys[i]); }, p, position, &sc.prob);
+}
+
+int32_t draw_by_selection_for_test(std::span<const float> logits, const SamplingParams& p,
+                                   int64_t position, double margin_scale, bool allow_simd) {
+  if (p.temperature <= 0 || logits.empty() || p.top_k > 0 || p.top_p < 1.0 || p.min_p > 0)
+    return -1;
+  return draw_by_selection(logits.data(), logits.size(), max_not_nan(logits.data(), logits.size()),
+                           1.0 / p.temperature, p.seed, position, std::max(1.0, margin_scale),
+                           allow_simd);
 }
 
 int32_t sample_token_from_best(std::span<const model::DrawEntry> best, bool complete, size_t vocab,

@@ -50,6 +50,15 @@ int32_t sample_token_from_best(std::span<const model::DrawEntry> best, bool comp
 // row has at most cap candidates above the sampler's probability cut).
 int32_t draw_entries_needed(const SamplingParams& params, int32_t cap);
 
+// sample_token's draw by selection alone (a test hook; sampler.cc): the token of a
+// plain temperature draw (top_k 0, top_p 1, min_p 0) found without sorting the
+// candidates, or -1 where its margin cannot certify it is the sorted draw's (then
+// sample_token sorts) or the setting is not such a draw. margin_scale (≥ 1) widens
+// the margin it asks for; allow_simd false computes the weights without AVX2.
+int32_t draw_by_selection_for_test(std::span<const float> logits, const SamplingParams& params,
+                                   int64_t position, double margin_scale = 1.0,
+                                   bool allow_simd = true);
+
 // The reference pipeline, slow: a comparator sort of every non-NaN entry, and
 // the scalar greedy loop. sample_token's fast paths (sampler.cc) give exactly
 // its tokens for every setting; tests/engine/sampler_test.cc and

@@ -270,6 +270,52 @@ TEST(SamplerFastPathTest, FullVocabularyMatchesTheReference) {
   }
 }
 
+// A plain temperature draw found by selection (no sort; sampler.cc's
+// draw_by_selection) is the sorted draw's token wherever it returns one: every row
+// kind (ties, a constant row, -inf and NaN entries, ±0 maxima, a wide spread),
+// widths that are and are not multiples of four, temperatures from 0.02 to 3, with
+// the AVX2 weights and without, and with its margin as asked and 1e6 times wider
+// (where it must decline more often, never answer differently). With its own
+// margin it declines rarely: only where rounding could tell the two draws apart.
+TEST(SamplerFastPathTest, SelectionDrawIsTheSortedDrawsTokenOrDeclines) {
+  std::mt19937 g(123);
+  int answered = 0, declined = 0, asked = 0;
+  for (size_t n : {1ul, 3ul, 5ul, 64ul, 1001ul, 4096ul, 30001ul}) {
+    for (int kind = 0; kind < 14; ++kind) {
+      const std::vector<float> v = random_row(g, n, kind);
+      // A row with no finite entry (NaN or -inf only) is left to the sort.
+      const bool finite = std::any_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+      for (double t : {0.02, 0.3, 0.8, 1.0, 3.0}) {
+        for (int64_t pos = 0; pos < 6; ++pos) {
+          const SamplingParams p = params(t, 0, 1.0, 0.0, 500 + static_cast<uint64_t>(kind));
+          const int32_t want = sample_token_reference(v, p, pos);
+          ASSERT_EQ(sample_token(v, p, pos), want) << "n " << n << " kind " << kind;
+          for (const bool simd : {true, false}) {
+            for (const double scale : {1.0, 1e6}) {
+              const int32_t got = draw_by_selection_for_test(v, p, pos, scale, simd);
+              const bool counted = scale == 1.0 && finite;
+              if (counted) ++asked;
+              if (got < 0) {
+                if (counted) ++declined;
+                continue;
+              }
+              if (counted) ++answered;
+              ASSERT_EQ(got, want) << "n " << n << " kind " << kind << " T " << t << " pos " << pos
+                                   << " simd " << simd << " scale " << scale;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(answered, asked * 99 / 100) << declined << " of " << asked << " declined";
+  // Not its setting: top-k, top-p or min-p draws are left to the sort.
+  const std::vector<float> v = random_row(g, 100, 0);
+  EXPECT_EQ(draw_by_selection_for_test(v, params(0.8, 5, 1.0, 0.0, 1), 0), -1);
+  EXPECT_EQ(draw_by_selection_for_test(v, params(0.8, 0, 0.9, 0.0, 1), 0), -1);
+  EXPECT_EQ(draw_by_selection_for_test(v, params(0.8, 0, 1.0, 0.1, 1), 0), -1);
+}
+
 // The best `count` non-NaN entries of v in the sampler's order (logit
 // descending, -0 read as +0, ties by ascending id): what a device model hands
 // sample_token_from_best (model::RowDraw).
