@@ -23,9 +23,10 @@
 //    bucket, then the sub-bucket, the draw stops in is narrowed down to one key.
 //    Those sums are not the reference's, so the token is returned only where the
 //    draw's point lies farther from the token's interval ends than the two
-//    computations' rounding errors can move them (a bound with margin: ~1e-6 of
-//    the mass); there the reference stops on the same token. Elsewhere (about one
-//    draw in a million) the sort runs.
+//    computations' rounding errors can move them (twice a bound, ~4e-10 of the mass
+//    at 152K candidates); there the reference stops on the same token. Elsewhere
+//    the sort runs: about one draw in 10^4 on a flat 152K row (every token's
+//    interval has two ends near which the point may fall), far fewer on peaked ones.
 // sample_token_from_best (a device model's reduced draw, model::RowDraw) rebuilds
 // the same candidate list from a row's best entries: the same cut
 // (candidate_cut) and the same top-k switch, or -1 when the list reaches past them.
@@ -40,6 +41,8 @@
 #include <numeric>
 
 #include <immintrin.h>
+
+#include "util/knobs.h"
 
 namespace pagedkv::engine {
 namespace {
@@ -498,7 +501,9 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   if (k > 0 && k <= n / 8) {
     select_top_k(x, n, k, &keys);
   } else {
-    if (k == 0 && p.top_p >= 1.0 && p.min_p <= 0) {
+    // PAGEDKV_SAMPLER_SELECTION=0 (read once) always sorts: an A/B switch, the same tokens.
+    static const bool selection = env_bool("PAGEDKV_SAMPLER_SELECTION").value_or(true);
+    if (selection && k == 0 && p.top_p >= 1.0 && p.min_p <= 0) {
       const int32_t token =
           draw_by_selection(x, n, max_not_nan(x, n), inv_t, p.seed, position, 1.0, true);
       if (token >= 0) return token;
