@@ -40,7 +40,9 @@
 #include <limits>
 #include <numeric>
 
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include "util/knobs.h"
 
@@ -259,6 +261,7 @@ size_t selection_weights_scalar(const float* x, size_t n, float cut, double inv_
   return count;
 }
 
+#if defined(__x86_64__)
 // The same on AVX2 + FMA, four entries at a time (exp_nonpositive's steps; the
 // fused multiply-adds round differently, within the same bound).
 __attribute__((target("avx2,fma"))) size_t selection_weights_avx2(const float* x, size_t n,
@@ -299,12 +302,17 @@ __attribute__((target("avx2,fma"))) size_t selection_weights_avx2(const float* x
   _mm256_zeroupper();
   return count + selection_weights_scalar(x + i, n - i, cut, inv_t, top, wt + i);
 }
+#endif
 
 size_t selection_weights(const float* x, size_t n, float cut, double inv_t, double top, double* wt,
                          bool allow_simd) {
+#if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return avx2 && allow_simd ? selection_weights_avx2(x, n, cut, inv_t, top, wt)
-                            : selection_weights_scalar(x, n, cut, inv_t, top, wt);
+  if (avx2 && allow_simd) return selection_weights_avx2(x, n, cut, inv_t, top, wt);
+#else
+  (void)allow_simd;
+#endif
+  return selection_weights_scalar(x, n, cut, inv_t, top, wt);
 }
 
 // The selection draw's buckets: 12, 12 and 8 bits of a key's upper half (the
