@@ -81,7 +81,8 @@ TEST(BenchCli, TextReportAndUsageErrors) {
   EXPECT_NE(r.output.find("  prefill  "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("steps of decode rows only"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("host sampling"), std::string::npos) << r.output;
-  // Greedy requests: every run's completion is the same.
+  // Greedy requests (--temperature 0): the report says so, and every request
+  // completes its tokens.
   Result greedy = run_pagedkv(
       "bench --preset tiny --workload nosharing --requests 2 --max-tokens 3 --temperature 0 "
       "--json",
