@@ -29,7 +29,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -465,14 +464,14 @@ int bench_main(int argc, char** argv) {
     auto top_k = p.get_int("top-k");
     if (!temp.ok()) return report_error("bench", temp.status());
     if (!top_k.ok()) return report_error("bench", top_k.status());
-    if (!(*temp >= 0) || !std::isfinite(*temp))
-      return report_error("bench", invalid_argument("--temperature must be a finite number >= 0, "
-                                                    "got " +
-                                                    p.get("temperature")));
-    if (*top_k < 0 || *top_k > INT32_MAX)
+    if (*top_k > INT32_MAX)
       return report_error("bench",
-                          invalid_argument("--top-k must be in [0, " + std::to_string(INT32_MAX) +
-                                           "], got " + p.get("top-k")));
+                          invalid_argument("--top-k must be at most " + std::to_string(INT32_MAX) +
+                                           ", got " + p.get("top-k")));
+    engine::SamplingParams sp;  // the sampler's own checks (as `generate` runs them)
+    sp.temperature = *temp;
+    sp.top_k = static_cast<int32_t>(*top_k);
+    if (Status s = sp.validate(); !s.ok()) return report_error("bench", s.with_context("sampling"));
     base.temperature = *temp;
     base.top_k = static_cast<int32_t>(*top_k);
   }

@@ -17,7 +17,7 @@
 //    probabilities, so adding it rounds back to the same double, and the draw can
 //    never stop on it (the running sum does not grow there). Those elements sit at
 //    the tail of the order, so dropping them changes no sum, no cut and no token.
-//  * a plain temperature draw (top_k 0 or past the candidates, top_p 1, min_p 0)
+//  * a plain temperature draw (top_k 0, top_p 1, min_p 0)
 //    finds its token without the sort (draw_by_selection): one pass sums every
 //    candidate's weight into buckets of its order key's leading bits, and the
 //    bucket, then the sub-bucket, the draw stops in is narrowed down to one key.
@@ -319,6 +319,12 @@ size_t selection_weights(const float* x, size_t n, float cut, double inv_t, doub
 // logit's order bits), then the ids of one logit.
 constexpr int kSelDigits[3] = {12, 12, 8};
 constexpr int kSelShift[3] = {20, 8, 0};
+constexpr size_t kSelBuckets = size_t{1} << kSelDigits[0];  // the widest level's
+
+// The draws draw_by_selection serves: temperature only (no top-k, top-p or min-p).
+bool plain_temperature_draw(const SamplingParams& p) {
+  return p.temperature > 0 && p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0;
+}
 
 // A temperature draw over the candidates >= cut (top_k 0, top_p 1, min_p 0) without
 // the sort (the file comment): the token, or -1 where the margin cannot certify it
@@ -337,11 +343,11 @@ int32_t draw_by_selection(const float* x, size_t n, float m, double inv_t, uint6
   // Pass 2: summed whole and by each key's leading 12 bits (two histograms and
   // four partial totals, so consecutive entries do not wait on one another).
   std::vector<double>& hist = sc.hist;
-  hist.assign(2 * 4096, 0.0);
+  hist.assign(2 * kSelBuckets, 0.0);
   double part[4] = {0, 0, 0, 0};
   for (size_t i = 0; i < n; ++i) {
     part[i & 3] += wt[i];
-    hist[(i & 1) * 4096 + (desc_bits(x[i]) >> kSelShift[0])] += wt[i];
+    hist[(i & 1) * kSelBuckets + (desc_bits(x[i]) >> kSelShift[0])] += wt[i];
   }
   const double total = (part[0] + part[1]) + (part[2] + part[3]);
   if (!(total > 0)) return -1;
@@ -356,8 +362,8 @@ int32_t draw_by_selection(const float* x, size_t n, float m, double inv_t, uint6
     }
     return -1;  // the sums ran out under the target (rounding): sort
   };
-  for (size_t b = 0; b < 4096; ++b) hist[b] += hist[4096 + b];
-  int64_t b = narrow(hist.data(), 4096);
+  for (size_t b = 0; b < kSelBuckets; ++b) hist[b] += hist[kSelBuckets + b];
+  int64_t b = narrow(hist.data(), kSelBuckets);
   if (b < 0) return -1;
   // The candidates of that bucket (keys), narrowed by the next 12 bits, then the
   // last 8: what is left is one logit's candidates.
@@ -511,7 +517,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   } else {
     // PAGEDKV_SAMPLER_SELECTION=0 (read once) always sorts: an A/B switch, the same tokens.
     static const bool selection = env_bool("PAGEDKV_SAMPLER_SELECTION").value_or(true);
-    if (selection && k == 0 && p.top_p >= 1.0 && p.min_p <= 0) {
+    if (selection && plain_temperature_draw(p)) {
       const int32_t token =
           draw_by_selection(x, n, max_not_nan(x, n), inv_t, p.seed, position, 1.0, true);
       if (token >= 0) return token;
@@ -526,8 +532,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
 
 int32_t draw_by_selection_for_test(std::span<const float> logits, const SamplingParams& p,
                                    int64_t position, double margin_scale, bool allow_simd) {
-  if (p.temperature <= 0 || logits.empty() || p.top_k > 0 || p.top_p < 1.0 || p.min_p > 0)
-    return -1;
+  if (logits.empty() || !plain_temperature_draw(p)) return -1;
   return draw_by_selection(logits.data(), logits.size(), max_not_nan(logits.data(), logits.size()),
                            1.0 / p.temperature, p.seed, position, std::max(1.0, margin_scale),
                            allow_simd);
