@@ -30,6 +30,15 @@ class RowDraw {
   // ascending id); `complete`: they are all of the row's non-NaN entries. -1 when
   // the draw needs entries beyond them (then the caller needs the logits row).
   virtual int32_t draw(std::span<const DrawEntry> best, bool complete) const = 0;
+  // A plain temperature draw (top_k 0, top_p 1, min_p 0), which a model may finish
+  // by selection over the whole row (the sampler's draw_by_selection, certified to
+  // give the sorted draw's token or none): true with its 1 / temperature and the
+  // draw's uniform point in [0, 1). False for any other draw.
+  virtual bool plain_temperature(double* inv_t, double* u) const {
+    (void)inv_t;
+    (void)u;
+    return false;
+  }
 };
 
 }  // namespace pagedkv::model

@@ -45,6 +45,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/numerics.h"
+#include "backend/cuda/selection_draw.h"
 #include "backend/cuda/top_entries.h"
 #include "engine/kv_cache_factory.h"
 #include "engine/pool_kv_store.h"
@@ -728,10 +729,17 @@ TEST_P(CudaGraphTest, DeviceSeededDrawEqualsHostSampler) {
   }
   const cuda::CudaModelStats s = cuda::cuda_model_stats(*model_);
   EXPECT_GT(s.device_draw_rows, 4 * 7 * 20);  // most settings finish from their entries
-  EXPECT_GE(draws, int64_t{8} * 7 * 20);      // every seeded row took the device route
-  std::printf("seeded rows: %lld drawn from their best entries, %lld took the whole row\n",
-              static_cast<long long>(s.device_draw_rows),
-              static_cast<long long>(s.device_draw_fallbacks));
+  // The plain temperature setting (T 1) over more candidates than the entries cap:
+  // finished by the device's selection draw.
+  if (V > backend::cuda::kMaxTopEntries) {
+    EXPECT_GT(s.device_selection_rows, 0);
+  }
+  EXPECT_GE(draws, int64_t{8} * 7 * 20);  // every seeded row took the device route
+  std::printf(
+      "seeded rows: %lld drawn on the device (%lld of them by selection), %lld took the whole "
+      "row\n",
+      static_cast<long long>(s.device_draw_rows), static_cast<long long>(s.device_selection_rows),
+      static_cast<long long>(s.device_draw_fallbacks));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -742,6 +750,82 @@ INSTANTIATE_TEST_SUITE_P(
         ExactCase{"moe_tiny_f32w_f32kv", "tiny", DType::kF32, KVDType::kF32, "qwen3_moe"},
         ExactCase{"moe_small_bf16w_bf16kv", "small", DType::kBF16, KVDType::kBF16, "qwen3_moe"}),
     [](const auto& info) { return info.param.name; });
+
+// ---- a plain temperature draw by selection on the device --------------------------
+
+// bc::selection_draw against the host sampler's reference (its comparator sort):
+// rows of smooth, tied, constant, ±0, ±inf and NaN logits, 5 to 151,936 entries,
+// temperatures 0.05 to 2, several draw points each. Every token it returns is the
+// reference's; it declines rarely on rows with a finite entry, always on the others.
+TEST(CudaSelectionDrawTest, CertifiedTokensAreTheSortedDraws) {
+  SKIP_WITHOUT_GPU();
+  namespace bc = backend::cuda;
+  std::mt19937 g(23);
+  int answered = 0, declined = 0;
+  for (int64_t V : {5, 4096, 151936}) {
+    const int kRows = 8;
+    std::vector<float> rows;
+    for (int r = 0; r < kRows; ++r) {
+      std::normal_distribution<float> d(0.0f, r == 4 ? 8.0f : 2.0f);
+      std::vector<float> v(static_cast<size_t>(V));
+      for (float& x : v) x = d(g);
+      if (r == 1)
+        for (float& x : v) x = std::round(x);           // many ties
+      if (r == 2) std::fill(v.begin(), v.end(), 1.5f);  // constant
+      if (r == 3) std::fill(v.begin(), v.end(), -0.0f), v[1] = 0.0f, v[2] = -1.0f;
+      if (r == 5) v[0] = std::nanf(""), v[3] = -INFINITY;
+      if (r == 6) std::fill(v.begin(), v.end(), std::nanf(""));  // no finite entry
+      if (r == 7) v[4] = INFINITY;                               // degenerate: declined
+      rows.insert(rows.end(), v.begin(), v.end());
+    }
+    std::vector<bc::SelectionJob> jobs;
+    std::vector<engine::SamplingParams> params;
+    std::vector<int64_t> positions;
+    for (int r = 0; r < kRows; ++r)
+      for (double t : {0.05, 0.8, 2.0})
+        for (int64_t pos = 0; pos < (V > 10000 ? 2 : 5); ++pos) {
+          engine::SamplingParams p;
+          p.temperature = t;
+          p.seed = 4242 + static_cast<uint64_t>(r);
+          params.push_back(p);
+          positions.push_back(pos);
+          jobs.push_back({r, 1.0 / t, engine::uniform_for(p.seed, pos)});
+        }
+    float* d_logits = nullptr;
+    bc::SelectionJob* d_jobs = nullptr;
+    int32_t* d_tok = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_logits), rows.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_jobs), jobs.size() * sizeof(jobs[0])),
+              cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_tok), jobs.size() * 4), cudaSuccess);
+    cudaMemcpy(d_logits, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_jobs, jobs.data(), jobs.size() * sizeof(jobs[0]), cudaMemcpyHostToDevice);
+    ASSERT_TRUE(
+        bc::selection_draw(d_logits, V, d_jobs, static_cast<int32_t>(jobs.size()), d_tok).ok());
+    std::vector<int32_t> tok(jobs.size());
+    ASSERT_EQ(cudaMemcpy(tok.data(), d_tok, tok.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(d_logits);
+    cudaFree(d_jobs);
+    cudaFree(d_tok);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const int r = jobs[i].row;
+      const std::span<const float> row(rows.data() + r * V, static_cast<size_t>(V));
+      if (r == 6 || r == 7) {
+        EXPECT_EQ(tok[i], -1) << "V " << V << " row " << r;
+        continue;
+      }
+      if (tok[i] < 0) {
+        ++declined;
+        continue;
+      }
+      ++answered;
+      ASSERT_EQ(tok[i], engine::sample_token_reference(row, params[i], positions[i]))
+          << "V " << V << " row " << r << " T " << params[i].temperature << " pos " << positions[i];
+    }
+  }
+  EXPECT_GE(answered, 50 * (answered + declined) / 51) << declined << " declined";
+  std::printf("selection draws: %d certified, %d declined\n", answered, declined);
+}
 
 // ---- the best entries of a logits row on the device (seeded sampling) ------------
 

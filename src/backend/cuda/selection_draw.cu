@@ -1,0 +1,274 @@
+// A plain temperature draw by selection on the device (see selection_draw.h).
+//
+// One block of 1024 threads a row, engine/sampler.cc's draw_by_selection step for
+// step: the row's max m; top = m·(1/T) and the candidate cut as the host computes
+// them (IEEE double operations without contraction: the same candidates); every
+// candidate's weight e^(x·(1/T) − top) (exp_nonpositive: within 2e-11) summed whole
+// and by the 12 leading bits of its order key into shared-memory buckets; the bucket
+// the point u·total falls in, then 12 and 8 more bits, then the ids of one logit in
+// order. The atomics sum in any order, which the bound allows for: the token is
+// returned only where the point is farther than twice the bound from both ends of
+// its interval (the host's constants: (4·count + 64)·2·2⁻⁵³ + 4·2e-11 of the mass).
+#include "backend/cuda/selection_draw.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/launch.cuh"
+
+namespace pagedkv::backend::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kBuckets = 4096;       // 12 bits
+constexpr double kExpError = 2e-11;  // exp_nonpositive's relative error, bounded above
+
+// The sampler's order bits: ascending = descending logit, -0 and +0 one value.
+__device__ __forceinline__ uint32_t desc_bits(float v) {
+  uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
+  u ^= static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u;
+  return ~u;
+}
+
+// The logit of an order value (desc_bits' inverse; -0 reads back as +0).
+__device__ __forceinline__ float desc_logit(uint32_t d) {
+  uint32_t u = ~d;
+  u = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
+  return __uint_as_float(u);
+}
+
+// e^x for x in [-60, 0] within a relative 2e-11 (engine/sampler.cc's exp_nonpositive:
+// x = k·ln 2 + r, Taylor to r^9/9!, 2^k in the exponent bits).
+__device__ __forceinline__ double exp_nonpositive(double x) {
+  constexpr double kRound = 6755399441055744.0;  // 1.5 · 2^52
+  const double kr = __fma_rn(x, 1.4426950408889634, kRound);
+  const double k = __dsub_rn(kr, kRound);
+  const double r = __fma_rn(-k, 1.4286068203094173e-06, __fma_rn(-k, 0.693145751953125, x));
+  double e = 1.0 / 362880.0;
+  e = __fma_rn(e, r, 1.0 / 40320.0);
+  e = __fma_rn(e, r, 1.0 / 5040.0);
+  e = __fma_rn(e, r, 1.0 / 720.0);
+  e = __fma_rn(e, r, 1.0 / 120.0);
+  e = __fma_rn(e, r, 1.0 / 24.0);
+  e = __fma_rn(e, r, 1.0 / 6.0);
+  e = __fma_rn(e, r, 0.5);
+  e = __fma_rn(e, r, 1.0);
+  e = __fma_rn(e, r, 1.0);
+  const unsigned long long bits =
+      (static_cast<unsigned long long>(__double_as_longlong(kr)) + 1023ull) << 52;
+  return e * __longlong_as_double(static_cast<long long>(bits));
+}
+
+// The block's sum of v, in every thread (one fixed order: the same value everywhere).
+template <typename T>
+__device__ T block_sum(T v, T* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  T s = 0;
+  for (int w = 0; w < kThreads / 32; ++w) s += red[w];
+  __syncthreads();
+  return s;
+}
+
+// The sum of v over the threads before this one.
+template <typename T>
+__device__ T block_exclusive_scan(T v, T* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  T inc = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const T y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+  T exc = __shfl_up_sync(0xffffffffu, inc, 1);
+  if (lane == 0) exc = 0;
+  if (lane == 31) red[warp] = inc;
+  __syncthreads();
+  T base = 0;
+  for (int w = 0; w < warp; ++w) base += red[w];
+  __syncthreads();
+  return base + exc;
+}
+
+struct Shared {
+  double hist[kBuckets];
+  double red_d[kThreads / 32];
+  long long red_i[kThreads / 32];
+  float red_f[kThreads / 32];
+  int bucket, token;
+  double before;
+};
+
+// The first of buckets [0, nb) (nb a multiple of the threads' share, or ≤ the
+// threads) whose running sum from `before` exceeds target; `before` becomes the
+// running sum ahead of it. -1 when none does (the sums ran out under the target).
+__device__ int narrow(Shared& s, int nb, double target, double& before) {
+  const int tid = threadIdx.x;
+  const int per = nb >= kThreads ? nb / kThreads : 1;
+  const int first = tid * per;
+  const bool active = first < nb;
+  double local = 0;
+  if (active)
+    for (int j = 0; j < per; ++j) local += s.hist[first + j];
+  const double exc = block_exclusive_scan(local, s.red_d);
+  if (tid == 0) s.bucket = INT_MAX;
+  __syncthreads();
+  int mine = -1;
+  double mine_before = 0;
+  if (active) {
+    double run = before + exc;
+    for (int j = 0; j < per; ++j) {
+      const double m = s.hist[first + j];
+      if (mine < 0 && run + m > target) {
+        mine = first + j;
+        mine_before = run;
+      }
+      run += m;
+    }
+    if (mine >= 0) atomicMin(&s.bucket, mine);
+  }
+  __syncthreads();
+  const int b = s.bucket;
+  if (b != INT_MAX && mine == b) s.before = mine_before;
+  __syncthreads();
+  if (b == INT_MAX) return -1;
+  before = s.before;
+  __syncthreads();
+  return b;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    selection_draw_kernel(const float* logits, int64_t vocab, const SelectionJob* jobs,
+                          int32_t* tokens) {
+  enter_kernel();
+  __shared__ Shared s;
+  const int tid = threadIdx.x;
+  const SelectionJob job = jobs[blockIdx.x];
+  const float* row = logits + static_cast<int64_t>(job.row) * vocab;
+  // The row's largest non-NaN value (fmaxf skips NaN).
+  float mx = -INFINITY;
+  for (int64_t i = tid; i < vocab; i += kThreads) mx = fmaxf(mx, row[i]);
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if ((tid & 31) == 0) s.red_f[tid >> 5] = mx;
+  __syncthreads();
+  float m = -INFINITY;
+  for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, s.red_f[w]);
+  const double inv_t = job.inv_t;
+  const double top = __dmul_rn(static_cast<double>(m), inv_t);
+  int32_t token = -1;
+  if (isfinite(top) && isfinite(inv_t)) {  // else a degenerate row: the host draws
+    // engine/sampler.cc's candidate_cut: two float steps under (top − 40)·T.
+    const float c = __double2float_rn(__ddiv_rn(__dsub_rn(top, 40.0), inv_t));
+    const float cut = nextafterf(nextafterf(c, -INFINITY), -INFINITY);
+    auto weight = [&](float v) {
+      return exp_nonpositive(__dsub_rn(__dmul_rn(static_cast<double>(v), inv_t), top));
+    };
+    for (int b = tid; b < kBuckets; b += kThreads) s.hist[b] = 0;
+    __syncthreads();
+    double part = 0;
+    long long cnt = 0;
+    for (int64_t i = tid; i < vocab; i += kThreads) {
+      const float v = row[i];
+      if (!(v >= cut)) continue;  // NaN never passes
+      const double e = weight(v);
+      part += e;
+      ++cnt;
+      atomicAdd(&s.hist[desc_bits(v) >> 20], e);
+    }
+    const double total = block_sum(part, s.red_d);
+    const long long count = block_sum(cnt, s.red_i);
+    if (count > 0 && total > 0) {
+      const double target = job.u * total;
+      double before = 0;
+      const int b1 = narrow(s, kBuckets, target, before);
+      int b2 = -1, b3 = -1;
+      if (b1 >= 0) {  // the next 12 bits, among b1's candidates
+        for (int b = tid; b < kBuckets; b += kThreads) s.hist[b] = 0;
+        __syncthreads();
+        for (int64_t i = tid; i < vocab; i += kThreads) {
+          const float v = row[i];
+          if (!(v >= cut)) continue;
+          const uint32_t d = desc_bits(v);
+          if ((d >> 20) == static_cast<uint32_t>(b1))
+            atomicAdd(&s.hist[(d >> 8) & 0xfff], weight(v));
+        }
+        __syncthreads();
+        b2 = narrow(s, kBuckets, target, before);
+      }
+      const uint32_t hi24 = (static_cast<uint32_t>(b1) << 12) | static_cast<uint32_t>(b2);
+      if (b2 >= 0) {  // the last 8 bits
+        for (int b = tid; b < 256; b += kThreads) s.hist[b] = 0;
+        __syncthreads();
+        for (int64_t i = tid; i < vocab; i += kThreads) {
+          const float v = row[i];
+          if (!(v >= cut)) continue;
+          const uint32_t d = desc_bits(v);
+          if ((d >> 8) == hi24) atomicAdd(&s.hist[d & 0xff], weight(v));
+        }
+        __syncthreads();
+        b3 = narrow(s, 256, target, before);
+      }
+      if (b3 >= 0) {
+        // One logit's candidates, one weight each, in id order: the t-th of them.
+        const uint32_t key = (hi24 << 8) | static_cast<uint32_t>(b3);
+        const int64_t per = (vocab + kThreads - 1) / kThreads;
+        const int64_t lo = min(vocab, tid * per), hi = min(vocab, lo + per);
+        long long mine = 0;
+        for (int64_t i = lo; i < hi; ++i) {
+          const float v = row[i];
+          mine += (v >= cut && desc_bits(v) == key) ? 1 : 0;
+        }
+        const long long group = block_sum(mine, s.red_i);
+        const double w = weight(desc_logit(key));
+        const double tq = floor((target - before) / w);
+        if (tq >= 0 && tq < static_cast<double>(group)) {
+          const double at = before + tq * w, through = at + w;
+          const double eps = 1.1102230246251565e-16;  // 2^-53
+          const double bound =
+              2.0 * (4.0 * static_cast<double>(count) + 64.0) * eps + 4.0 * kExpError;
+          const double margin = 2.0 * bound * total;
+          if (target - at > margin && through - target > margin) {  // block-uniform
+            const long long t = static_cast<long long>(tq);
+            const long long exc = block_exclusive_scan(mine, s.red_i);
+            if (tid == 0) s.token = -1;
+            __syncthreads();
+            if (exc <= t && t < exc + mine) {
+              long long k = t - exc;
+              for (int64_t i = lo; i < hi; ++i) {
+                const float v = row[i];
+                if (!(v >= cut && desc_bits(v) == key)) continue;
+                if (k == 0) {
+                  s.token = static_cast<int>(i);
+                  break;
+                }
+                --k;
+              }
+            }
+            __syncthreads();
+            token = s.token;
+          }
+        }
+      }
+    }
+  }
+  if (tid == 0) tokens[blockIdx.x] = token;
+}
+
+}  // namespace
+
+Status selection_draw(const float* logits, int64_t vocab, const SelectionJob* jobs, int32_t n,
+                      int32_t* tokens, cudaStream_t stream) {
+  if (n < 0 || vocab <= 0 || vocab > INT32_MAX)
+    return invalid_argument("cuda selection_draw: needs n >= 0 and 0 < vocab <= 2^31 - 1 (got n " +
+                            std::to_string(n) + ", vocab " + std::to_string(vocab) + ")");
+  if (n == 0) return ok_status();
+  return launch_kernel("selection_draw_kernel", selection_draw_kernel,
+                       dim3(static_cast<unsigned>(n)), kThreads, 0, stream, logits, vocab, jobs,
+                       tokens);
+}
+
+}  // namespace pagedkv::backend::cuda

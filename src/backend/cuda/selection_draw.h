@@ -1,0 +1,30 @@
+// A plain temperature draw (top_k 0, top_p 1, min_p 0) finished on the device by
+// selection, certified against the host sampler's sorted draw (engine/sampler.cc's
+// draw_by_selection: the same algorithm and bound, with the device's own roundings).
+// The token comes back only where the draw's point lies farther from the ends of the
+// token's interval than either computation's roundings can move them; there the
+// host's sorted draw stops on the same token. Elsewhere (about one draw in 10^4 on a
+// flat 152K row) the row's token is -1 and the caller draws on the host.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "pagedkv/status.h"
+
+namespace pagedkv::backend::cuda {
+
+struct SelectionJob {
+  int32_t row = 0;     // the logits row
+  double inv_t = 1.0;  // 1 / temperature, as the host sampler computes it
+  double u = 0.0;      // the draw's uniform point in [0, 1) (engine::uniform_for)
+};
+
+// tokens[i] = the token of jobs[i]'s draw over row jobs[i].row of logits [.][vocab],
+// or -1 where it cannot be certified (or the row has no finite entry). jobs and
+// tokens are device memory; one 1024-thread block a job.
+Status selection_draw(const float* logits, int64_t vocab, const SelectionJob* jobs, int32_t n,
+                      int32_t* tokens, cudaStream_t stream = 0);
+
+}  // namespace pagedkv::backend::cuda
