@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   const Case cases[] = {{"greedy", 0.0, 0, 1.0, 0.0},
                         {"T=0.8", 0.8, 0, 1.0, 0.0},
                         {"T=0.8 top_p=0.95", 0.8, 0, 0.95, 0.0},
+                        {"T=0.8 min_p=0.05", 0.8, 0, 1.0, 0.05},
+                        {"T=0.8 top_p=0.9 min_p=0.05", 0.8, 0, 0.9, 0.05},
                         {"T=0.8 top_k=50", 0.8, 50, 1.0, 0.0},
                         {"T=0.7 k=40 p=0.9 min_p=0.05", 0.7, 40, 0.9, 0.05}};
   std::printf("%-8s %-6s %-30s %12s %12s %8s\n", "vocab", "spread", "setting", "reference us",

@@ -65,8 +65,13 @@ struct BenchConfig {
   int system_tokens = 256;
   int user_min = 32, user_max = 96;
   int max_tokens = 32;
-  double temperature = 0.8;  // seeded sampling per request (0: greedy)
-  int32_t top_k = 0;
+  // Every request's sampling (its seed and max_tokens set per request): seeded
+  // temperature 0.8 unless the flags say otherwise (temperature 0: greedy).
+  engine::SamplingParams sampling = [] {
+    engine::SamplingParams sp;
+    sp.temperature = 0.8;
+    return sp;
+  }();
   int frame_min = 48, frame_max = 128;  // agent tool-result frames
   uint64_t seed = 1;
   EngineOptions engine;
@@ -166,9 +171,8 @@ StatusOr<RunResult> run_workload(std::shared_ptr<model::Model> model, const Benc
   auto make_request = [&](std::vector<int32_t> prompt, uint64_t seed, const std::string& owner) {
     GenerateRequest r;
     r.prompt = std::move(prompt);
+    r.sampling = c.sampling;
     r.sampling.max_tokens = c.max_tokens;
-    r.sampling.temperature = c.temperature;
-    r.sampling.top_k = c.top_k;
     r.sampling.seed = seed;
     r.ignore_eos = true;
     if (c.sharing) {
@@ -276,8 +280,10 @@ nlohmann::ordered_json to_json(const RunResult& r, double baseline_tps, double b
   nlohmann::ordered_json j;
   j["workload"] = r.cfg.workload;
   j["concurrency"] = r.cfg.concurrency;
-  j["temperature"] = r.cfg.temperature;
-  j["top_k"] = r.cfg.top_k;
+  j["temperature"] = r.cfg.sampling.temperature;
+  j["top_k"] = r.cfg.sampling.top_k;
+  j["top_p"] = r.cfg.sampling.top_p;
+  j["min_p"] = r.cfg.sampling.min_p;
   j["sharing"] = r.cfg.sharing;
   j["requests"] = r.requests;
   j["errors"] = r.errors;
@@ -414,6 +420,8 @@ int bench_main(int argc, char** argv) {
   p.add_option("temperature", "T",
                "sampling temperature of every request, each with its own seed (0 = greedy)", "0.8");
   p.add_option("top-k", "K", "keep each row's K most likely tokens when sampling (0 = off)", "0");
+  p.add_option("top-p", "P", "nucleus sampling mass (1 = off)", "1");
+  p.add_option("min-p", "P", "drop tokens below P x the top probability (0 = off)", "0");
   p.add_option("seed", "S", "workload seed", "1");
   add_scheduler_flags(p);
   add_pool_memory_flag(p, "pool-mb");
@@ -462,18 +470,21 @@ int bench_main(int argc, char** argv) {
   {
     auto temp = p.get_double("temperature");
     auto top_k = p.get_int("top-k");
-    if (!temp.ok()) return report_error("bench", temp.status());
-    if (!top_k.ok()) return report_error("bench", top_k.status());
+    auto top_p = p.get_double("top-p");
+    auto min_p = p.get_double("min-p");
+    for (const Status* st : {&temp.status(), &top_k.status(), &top_p.status(), &min_p.status()})
+      if (!st->ok()) return report_error("bench", *st);
     if (*top_k > INT32_MAX)
       return report_error("bench",
                           invalid_argument("--top-k must be at most " + std::to_string(INT32_MAX) +
                                            ", got " + p.get("top-k")));
-    engine::SamplingParams sp;  // the sampler's own checks (as `generate` runs them)
+    engine::SamplingParams& sp = base.sampling;
     sp.temperature = *temp;
     sp.top_k = static_cast<int32_t>(*top_k);
+    sp.top_p = *top_p;
+    sp.min_p = *min_p;
+    // The sampler's own checks (as `generate` runs them).
     if (Status s = sp.validate(); !s.ok()) return report_error("bench", s.with_context("sampling"));
-    base.temperature = *temp;
-    base.top_k = static_cast<int32_t>(*top_k);
   }
   auto flags = read_engine_flags(p);
   if (!flags.ok()) return report_error("bench", flags.status());

@@ -256,8 +256,7 @@ class Engine::Impl {
       return sample_token_from_best(best, complete, vocab, *params, position);
     }
     bool plain_temperature(double* inv_t, double* u) const override {
-      if (params->temperature <= 0 || params->top_k > 0 || params->top_p < 1.0 || params->min_p > 0)
-        return false;
+      if (!plain_temperature_draw(*params)) return false;
       *inv_t = 1.0 / params->temperature;  // sample_token's
       *u = uniform_for(params->seed, position);
       return true;

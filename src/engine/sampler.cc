@@ -17,16 +17,19 @@
 //    probabilities, so adding it rounds back to the same double, and the draw can
 //    never stop on it (the running sum does not grow there). Those elements sit at
 //    the tail of the order, so dropping them changes no sum, no cut and no token.
-//  * a plain temperature draw (top_k 0, top_p 1, min_p 0)
-//    finds its token without the sort (draw_by_selection): one pass sums every
-//    candidate's weight into buckets of its order key's leading bits, and the
-//    bucket, then the sub-bucket, the draw stops in is narrowed down to one key.
-//    Those sums are not the reference's, so the token is returned only where the
-//    draw's point lies farther from the token's interval ends than the two
-//    computations' rounding errors can move them (twice a bound, ~4e-10 of the mass
-//    at 152K candidates); there the reference stops on the same token. Elsewhere
-//    the sort runs: about one draw in 10^4 on a flat 152K row (every token's
-//    interval has two ends near which the point may fall), far fewer on peaked ones.
+//  * a draw with top_k 0 (temperature, top-p, min-p) finds its token without the
+//    sort (draw_by_selection): one pass sums every candidate's weight into buckets
+//    of its order key's leading bits, and the bucket, then the sub-bucket, where a
+//    running sum passes a point is narrowed down to one key — for top-p first the
+//    point where the kept prefix ends, then the draw's point in the kept mass; a
+//    min-p threshold is a weight every kept entry reaches. Those sums are not the
+//    reference's, so the token is returned only where every such point lies farther
+//    from its entry's interval ends (and every weight from the min-p threshold)
+//    than the two computations' rounding errors can move them (twice a bound, ~6e-10
+//    of the mass at 152K candidates); there the reference makes the same cuts and
+//    stops on the same token. Elsewhere the sort runs: about one draw in 10^4 on a
+//    flat 152K row (every token's interval has two ends near which the point may
+//    fall), far fewer on peaked ones.
 // sample_token_from_best (a device model's reduced draw, model::RowDraw) rebuilds
 // the same candidate list from a row's best entries: the same cut
 // (candidate_cut) and the same top-k switch, or -1 when the list reaches past them.
@@ -39,6 +42,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -105,7 +109,7 @@ struct Scratch {
   std::vector<uint64_t> keys, tmp;
   std::vector<double> prob;
   // draw_by_selection's: grown, never shrunk (no zero-filling per row).
-  std::vector<double> weights, hist;
+  std::vector<double> weights, hist, sub_hist;
   std::vector<uint32_t> index;
 };
 Scratch& scratch() {
@@ -321,17 +325,88 @@ constexpr int kSelDigits[3] = {12, 12, 8};
 constexpr int kSelShift[3] = {20, 8, 0};
 constexpr size_t kSelBuckets = size_t{1} << kSelDigits[0];  // the widest level's
 
-// The draws draw_by_selection serves: temperature only (no top-k, top-p or min-p).
-bool plain_temperature_draw(const SamplingParams& p) {
-  return p.temperature > 0 && p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0;
+// Where the running sum of the candidates' weights, in the sampler's order, first
+// passes `target`: the entry (its order key) whose interval [before, before + weight)
+// holds it, found by narrowing buckets of the order key's bits (no sort). `top`:
+// the weights summed by the keys' leading 12 bits. found false where the sums ran
+// out under the target (rounding).
+struct Crossing {
+  bool found = false;
+  uint64_t key = 0;
+  double before = 0, weight = 0;
+};
+
+Crossing find_crossing(const float* x, size_t n, const double* wt, const double* top, double target,
+                       Scratch* sc) {
+  Crossing c;
+  double before = 0;  // the weight of every candidate ahead of the bucket in the order
+  auto narrow = [&](const double* mass, size_t buckets) -> int64_t {
+    for (size_t b = 0; b < buckets; ++b) {
+      if (before + mass[b] > target) return static_cast<int64_t>(b);
+      before += mass[b];
+    }
+    return -1;
+  };
+  int64_t b = narrow(top, kSelBuckets);
+  if (b < 0) return c;
+  // The candidates of that bucket (keys), narrowed by the next 12 bits, then the
+  // last 8: what is left is one logit's candidates.
+  if (sc->index.size() < n) sc->index.resize(n);
+  uint32_t* idx = sc->index.data();
+  size_t found = 0;
+  for (size_t i = 0; i < n; ++i) {  // branch-free: every index written, the kept ones counted
+    idx[found] = static_cast<uint32_t>(i);
+    found += (wt[i] > 0) & ((desc_bits(x[i]) >> kSelShift[0]) == static_cast<uint32_t>(b));
+  }
+  std::vector<uint64_t>& keys = sc->keys;
+  keys.resize(found);
+  for (size_t j = 0; j < found; ++j) keys[j] = order_key(x[idx[j]], static_cast<int32_t>(idx[j]));
+  std::vector<double>& mass = sc->sub_hist;
+  for (int level = 1; level < 3; ++level) {
+    const uint32_t mask = (1u << kSelDigits[level]) - 1;
+    const size_t buckets = size_t{1} << kSelDigits[level];
+    mass.assign(buckets, 0.0);
+    for (const uint64_t key : keys)
+      mass[(static_cast<uint32_t>(key >> 32) >> kSelShift[level]) & mask] += wt[key_id(key)];
+    b = narrow(mass.data(), buckets);
+    if (b < 0) return c;
+    size_t kept = 0;
+    for (const uint64_t key : keys)
+      if (((static_cast<uint32_t>(key >> 32) >> kSelShift[level]) & mask) ==
+          static_cast<uint32_t>(b))
+        keys[kept++] = key;
+    keys.resize(kept);
+  }
+  // One logit's candidates (one weight), in id order.
+  std::sort(keys.begin(), keys.end());
+  const double w = wt[key_id(keys[0])];
+  size_t t = 0;
+  while (t < keys.size() && before + w <= target) {
+    before += w;
+    ++t;
+  }
+  if (t == keys.size()) return c;
+  c.found = true;
+  c.key = keys[t];
+  c.before = before;
+  c.weight = w;
+  return c;
 }
 
-// A temperature draw over the candidates >= cut (top_k 0, top_p 1, min_p 0) without
-// the sort (the file comment): the token, or -1 where the margin cannot certify it
-// (then sample_token sorts). m: the row's largest non-NaN value. margin_scale (≥ 1)
-// widens the margin; allow_simd false takes the scalar weights (tests).
-int32_t draw_by_selection(const float* x, size_t n, float m, double inv_t, uint64_t seed,
+// A crossing the reference's computation provably makes at the same entry: the
+// target lies farther than `margin` from both ends of the entry's interval.
+bool certified(const Crossing& c, double target, double margin) {
+  return c.found && target - c.before > margin && c.before + c.weight - target > margin;
+}
+
+// sample_token's draw without the sort (the file comment), for every setting with
+// top_k 0: temperature, then top-p and min-p. The token, or -1 where a margin cannot
+// certify it (then sample_token sorts). m: the row's largest non-NaN value.
+// margin_scale (≥ 1) widens the margins; allow_simd false takes the scalar weights
+// (tests).
+int32_t draw_by_selection(const float* x, size_t n, float m, const SamplingParams& p,
                           int64_t position, double margin_scale, bool allow_simd) {
+  const double inv_t = 1.0 / p.temperature;  // sample_token's
   const double top = static_cast<double>(m) * inv_t;
   if (!std::isfinite(top) || !std::isfinite(inv_t)) return -1;  // degenerate: sort
   const float cut = candidate_cut(m, inv_t);
@@ -340,78 +415,70 @@ int32_t draw_by_selection(const float* x, size_t n, float m, double inv_t, uint6
   double* wt = sc.weights.data();  // every entry's weight (0: not a candidate)
   const size_t count = selection_weights(x, n, cut, inv_t, top, wt, allow_simd);
   if (count == 0) return -1;
-  // Pass 2: summed whole and by each key's leading 12 bits (two histograms and
-  // four partial totals, so consecutive entries do not wait on one another).
+  const double eps = std::ldexp(1.0, -53);
+  // min-p keeps the entries whose weight is at least min_weight: prob[k] >= min_p ·
+  // prob[0], prob[0] = 1 / sum, within the roundings of the two divisions and the
+  // product and the weights' errors (band).
+  const double min_weight = p.min_p > 0 ? p.min_p : 0.0;
+  const double band = 2.0 * (8.0 * eps + 2.0 * kSelExpError) * margin_scale * min_weight;
+  // Summed whole, by each key's leading 12 bits and (min-p) over the entries min-p
+  // keeps: two histograms and four partial sums each, so consecutive entries do
+  // not wait on one another.
   std::vector<double>& hist = sc.hist;
   hist.assign(2 * kSelBuckets, 0.0);
-  double part[4] = {0, 0, 0, 0};
-  for (size_t i = 0; i < n; ++i) {
-    part[i & 3] += wt[i];
-    hist[(i & 1) * kSelBuckets + (desc_bits(x[i]) >> kSelShift[0])] += wt[i];
+  double part[4] = {0, 0, 0, 0}, min_p_part[4] = {0, 0, 0, 0};
+  bool close = false;  // a weight within the band of min_weight
+  auto sum_weights = [&](auto with_min_p) {
+    for (size_t i = 0; i < n; ++i) {
+      const double w = wt[i];
+      part[i & 3] += w;
+      hist[(i & 1) * kSelBuckets + (desc_bits(x[i]) >> kSelShift[0])] += w;
+      if constexpr (with_min_p) {
+        close |= (w > 0) & (std::fabs(w - min_weight) <= band);  // branch-free
+        min_p_part[i & 3] += w >= min_weight ? w : 0.0;
+      }
+    }
+  };
+  if (p.min_p > 0) {
+    sum_weights(std::true_type{});
+  } else {
+    sum_weights(std::false_type{});
   }
   const double total = (part[0] + part[1]) + (part[2] + part[3]);
-  if (!(total > 0)) return -1;
-  const double target = uniform_for(seed, position) * total;
-  // The bucket the draw stops in, at each level; `before`: the weight of every
-  // candidate ahead of it in the sampler's order.
-  double before = 0;
-  auto narrow = [&](const double* mass, size_t buckets) -> int64_t {
-    for (size_t b = 0; b < buckets; ++b) {
-      if (before + mass[b] > target) return static_cast<int64_t>(b);
-      before += mass[b];
-    }
-    return -1;  // the sums ran out under the target (rounding): sort
-  };
+  if (!(total > 0) || close) return -1;
   for (size_t b = 0; b < kSelBuckets; ++b) hist[b] += hist[kSelBuckets + b];
-  int64_t b = narrow(hist.data(), kSelBuckets);
-  if (b < 0) return -1;
-  // The candidates of that bucket (keys), narrowed by the next 12 bits, then the
-  // last 8: what is left is one logit's candidates.
-  if (sc.index.size() < n) sc.index.resize(n);
-  uint32_t* idx = sc.index.data();
-  size_t found = 0;
-  for (size_t i = 0; i < n; ++i) {  // branch-free: every index written, the kept ones counted
-    idx[found] = static_cast<uint32_t>(i);
-    found += (wt[i] > 0) & ((desc_bits(x[i]) >> kSelShift[0]) == static_cast<uint32_t>(b));
-  }
-  std::vector<uint64_t>& keys = sc.keys;
-  keys.resize(found);
-  for (size_t j = 0; j < found; ++j) keys[j] = order_key(x[idx[j]], static_cast<int32_t>(idx[j]));
-  for (int level = 1; level < 3; ++level) {
-    const uint32_t mask = (1u << kSelDigits[level]) - 1;
-    const size_t buckets = size_t{1} << kSelDigits[level];
-    std::fill(hist.begin(), hist.begin() + static_cast<long>(buckets), 0.0);
-    for (const uint64_t key : keys)
-      hist[(static_cast<uint32_t>(key >> 32) >> kSelShift[level]) & mask] += wt[key_id(key)];
-    b = narrow(hist.data(), buckets);
-    if (b < 0) return -1;
-    size_t kept = 0;
-    for (const uint64_t key : keys)
-      if (((static_cast<uint32_t>(key >> 32) >> kSelShift[level]) & mask) ==
-          static_cast<uint32_t>(b))
-        keys[kept++] = key;
-    keys.resize(kept);
-  }
-  // One logit's candidates (one weight), in id order: the token is the one whose
-  // interval [before, before + weight) holds the target.
-  std::sort(keys.begin(), keys.end());
-  const double w = wt[key_id(keys[0])];
-  size_t t = 0;
-  while (t < keys.size() && before + w <= target) {
-    before += w;
-    ++t;
-  }
-  if (t == keys.size()) return -1;
-  const double through = before + w;
-  // The margin: the reference's roundings (its exps within 1 ulp, three sums of
-  // `count` terms, a division and a product) and these (the weights within
-  // kSelExpError, sums of `count` terms) move the interval ends and the point by
-  // less than `bound` of the mass; twice it is asked for, times margin_scale.
-  const double eps = std::ldexp(1.0, -53);
-  const double bound = 2.0 * (4.0 * static_cast<double>(count) + 64.0) * eps + 4.0 * kSelExpError;
+  // The margin: the reference's roundings (its exps within 1 ulp; the sums of
+  // `count` terms: the normalizer, the top-p running sum, the kept total and the
+  // draw's running sum; a division per entry and a product) and these (the weights
+  // within kSelExpError; the sums of `count` terms: the whole, the buckets' and the
+  // min-p prefix's) move the interval ends and the points by less than `bound` of
+  // the mass; twice it is asked for, times margin_scale. The plain draw has two
+  // sums fewer.
+  const bool truncated = p.top_p < 1.0 || p.min_p > 0;
+  const double sums = truncated ? 6.0 : 4.0;
+  const double bound = 2.0 * (sums * static_cast<double>(count) + 64.0) * eps + 4.0 * kSelExpError;
   const double margin = 2.0 * bound * margin_scale * total;
-  if (target - before <= margin || through - target <= margin) return -1;
-  return key_id(keys[t]);
+  // The kept candidates are a prefix of the order (top-p's, then min-p's within
+  // it): its mass, and its last key or smallest weight.
+  double kept_mass = total;
+  uint64_t last_key = ~uint64_t{0};
+  if (p.top_p < 1.0) {
+    // The reference keeps entries up to and including the one its running sum of
+    // probabilities reaches top_p at.
+    const double at = p.top_p * total;
+    const Crossing c = find_crossing(x, n, wt, hist.data(), at, &sc);
+    if (!certified(c, at, margin)) return -1;
+    kept_mass = c.before + c.weight;
+    last_key = c.key;
+  }
+  // Min-p ends the prefix first unless top-p's last entry passes it (then every
+  // entry ahead of it does too).
+  if (p.min_p > 0 && !(p.top_p < 1.0 && wt[key_id(last_key)] >= min_weight))
+    kept_mass = (min_p_part[0] + min_p_part[1]) + (min_p_part[2] + min_p_part[3]);
+  const double target = uniform_for(p.seed, position) * kept_mass;
+  const Crossing c = find_crossing(x, n, wt, hist.data(), target, &sc);
+  if (!certified(c, target, margin) || c.key > last_key || c.weight < min_weight) return -1;
+  return key_id(c.key);
 }
 
 // The pipeline after the order (the same code for the fast paths and the
@@ -460,6 +527,10 @@ int32_t draw_ordered(size_t n, LogitOf logit_of, IdOf id_of, const SamplingParam
 }
 
 }  // namespace
+
+bool plain_temperature_draw(const SamplingParams& p) {
+  return p.temperature > 0 && p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0;
+}
 
 Status SamplingParams::validate() const {
   if (std::isnan(temperature) || temperature < 0)
@@ -517,9 +588,8 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   } else {
     // PAGEDKV_SAMPLER_SELECTION=0 (read once) always sorts: an A/B switch, the same tokens.
     static const bool selection = env_bool("PAGEDKV_SAMPLER_SELECTION").value_or(true);
-    if (selection && plain_temperature_draw(p)) {
-      const int32_t token =
-          draw_by_selection(x, n, max_not_nan(x, n), inv_t, p.seed, position, 1.0, true);
+    if (selection && k == 0) {
+      const int32_t token = draw_by_selection(x, n, max_not_nan(x, n), p, position, 1.0, true);
       if (token >= 0) return token;
     }
     sorted_candidates(x, n, inv_t, k, &keys, &sc.tmp);
@@ -532,10 +602,9 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
 
 int32_t draw_by_selection_for_test(std::span<const float> logits, const SamplingParams& p,
                                    int64_t position, double margin_scale, bool allow_simd) {
-  if (logits.empty() || !plain_temperature_draw(p)) return -1;
+  if (logits.empty() || p.temperature <= 0 || p.top_k > 0) return -1;
   return draw_by_selection(logits.data(), logits.size(), max_not_nan(logits.data(), logits.size()),
-                           1.0 / p.temperature, p.seed, position, std::max(1.0, margin_scale),
-                           allow_simd);
+                           p, position, std::max(1.0, margin_scale), allow_simd);
 }
 
 int32_t sample_token_from_best(std::span<const model::DrawEntry> best, bool complete, size_t vocab,

@@ -50,11 +50,16 @@ int32_t sample_token_from_best(std::span<const model::DrawEntry> best, bool comp
 // row has at most cap candidates above the sampler's probability cut).
 int32_t draw_entries_needed(const SamplingParams& params, int32_t cap);
 
+// A plain temperature draw (no top-k, top-p or min-p): the draws a device model may
+// finish by selection (model::RowDraw::plain_temperature).
+bool plain_temperature_draw(const SamplingParams& params);
+
 // sample_token's draw by selection alone (a test hook; sampler.cc): the token of a
-// plain temperature draw (top_k 0, top_p 1, min_p 0) found without sorting the
-// candidates, or -1 where its margin cannot certify it is the sorted draw's (then
-// sample_token sorts) or the setting is not such a draw. margin_scale (≥ 1) widens
-// the margin it asks for; allow_simd false computes the weights without AVX2.
+// draw with top_k 0 (temperature, top-p, min-p) found without sorting the
+// candidates, or -1 where its margins cannot certify it is the sorted draw's (then
+// sample_token sorts) or the setting is not such a draw (greedy, top-k).
+// margin_scale (≥ 1) widens the margins it asks for; allow_simd false computes the
+// weights without AVX2.
 int32_t draw_by_selection_for_test(std::span<const float> logits, const SamplingParams& params,
                                    int64_t position, double margin_scale = 1.0,
                                    bool allow_simd = true);

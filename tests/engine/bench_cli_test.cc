@@ -91,7 +91,18 @@ TEST(BenchCli, TextReportAndUsageErrors) {
   const auto g = nlohmann::json::parse(greedy.output)["runs"][0];
   EXPECT_EQ(g["temperature"].get<double>(), 0.0);
   EXPECT_EQ(g["completion_tokens"], 6);
-  for (const char* bad_sampling : {"--temperature -1", "--temperature nan", "--top-k -2"}) {
+  // Top-p and min-p requests: the JSON report carries the setting.
+  Result nucleus = run_pagedkv(
+      "bench --preset tiny --workload nosharing --requests 2 --max-tokens 3 --top-p 0.9 "
+      "--min-p 0.05 --json",
+      false);
+  ASSERT_EQ(nucleus.exit_code, 0) << nucleus.output;
+  const auto n = nlohmann::json::parse(nucleus.output)["runs"][0];
+  EXPECT_EQ(n["top_p"].get<double>(), 0.9);
+  EXPECT_EQ(n["min_p"].get<double>(), 0.05);
+  EXPECT_EQ(n["completion_tokens"], 6);
+  for (const char* bad_sampling : {"--temperature -1", "--temperature nan", "--top-k -2",
+                                   "--top-p 0", "--top-p 1.5", "--min-p -0.1"}) {
     Result b = run_pagedkv(std::string("bench --preset tiny ") + bad_sampling, true);
     EXPECT_EQ(b.exit_code, 2) << bad_sampling << ": " << b.output;
   }

@@ -309,11 +309,54 @@ TEST(SamplerFastPathTest, SelectionDrawIsTheSortedDrawsTokenOrDeclines) {
     }
   }
   EXPECT_GE(answered, asked * 99 / 100) << declined << " of " << asked << " declined";
-  // Not its setting: top-k, top-p or min-p draws are left to the sort.
+  // Not its setting: greedy and top-k draws are left to argmax and the sort.
   const std::vector<float> v = random_row(g, 100, 0);
   EXPECT_EQ(draw_by_selection_for_test(v, params(0.8, 5, 1.0, 0.0, 1), 0), -1);
-  EXPECT_EQ(draw_by_selection_for_test(v, params(0.8, 0, 0.9, 0.0, 1), 0), -1);
-  EXPECT_EQ(draw_by_selection_for_test(v, params(0.8, 0, 1.0, 0.1, 1), 0), -1);
+  EXPECT_EQ(draw_by_selection_for_test(v, params(0.0, 0, 1.0, 0.0, 1), 0), -1);
+}
+
+// The same for top-p and min-p draws (alone and together): the kept prefix's end
+// and the draw's point are found by selection, each certified, or the draw declines.
+TEST(SamplerFastPathTest, TruncatedSelectionDrawIsTheSortedDrawsTokenOrDeclines) {
+  std::mt19937 g(321);
+  int answered = 0, asked = 0;
+  for (size_t n : {1ul, 5ul, 64ul, 1001ul, 30001ul}) {
+    for (int kind = 0; kind < 14; ++kind) {
+      const std::vector<float> v = random_row(g, n, kind);
+      // Rows of equal weights (a constant row, equal peaks) can put a cut exactly on
+      // an interval's end, where declining is right: only smooth rows are counted.
+      const bool smooth = kind % 7 == 0 || kind % 7 == 2;
+      for (double t : {0.02, 0.8, 3.0}) {
+        for (const auto& [top_p, min_p] : std::vector<std::pair<double, double>>{{0.9, 0.0},
+                                                                                 {0.5, 0.0},
+                                                                                 {0.999, 0.0},
+                                                                                 {1.0, 0.05},
+                                                                                 {1.0, 0.3},
+                                                                                 {0.9, 0.05},
+                                                                                 {0.5, 0.3},
+                                                                                 {0.95, 1.0}}) {
+          for (int64_t pos = 0; pos < 3; ++pos) {
+            const SamplingParams p = params(t, 0, top_p, min_p, 900 + static_cast<uint64_t>(kind));
+            const int32_t want = sample_token_reference(v, p, pos);
+            ASSERT_EQ(sample_token(v, p, pos), want) << "n " << n << " kind " << kind;
+            for (const bool simd : {true, false}) {
+              for (const double scale : {1.0, 1e6}) {
+                const int32_t got = draw_by_selection_for_test(v, p, pos, scale, simd);
+                const bool counted = scale == 1.0 && smooth && n > 1 && min_p < 1.0;
+                if (counted) ++asked;
+                if (got < 0) continue;
+                if (counted) ++answered;
+                ASSERT_EQ(got, want) << "n " << n << " kind " << kind << " T " << t << " top_p "
+                                     << top_p << " min_p " << min_p << " pos " << pos << " simd "
+                                     << simd << " scale " << scale;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(answered, asked * 99 / 100) << answered << " of " << asked << " answered";
 }
 
 // The best `count` non-NaN entries of v in the sampler's order (logit
