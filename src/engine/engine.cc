@@ -255,10 +255,12 @@ class Engine::Impl {
     int32_t draw(std::span<const model::DrawEntry> best, bool complete) const override {
       return sample_token_from_best(best, complete, vocab, *params, position);
     }
-    bool plain_temperature(double* inv_t, double* u) const override {
-      if (!plain_temperature_draw(*params)) return false;
-      *inv_t = 1.0 / params->temperature;  // sample_token's
-      *u = uniform_for(params->seed, position);
+    bool selection(model::SelectionSettings* out) const override {
+      if (!selection_draw_serves(*params)) return false;
+      out->inv_t = 1.0 / params->temperature;  // sample_token's
+      out->u = uniform_for(params->seed, position);
+      out->top_p = params->top_p;
+      out->min_p = params->min_p;
       return true;
     }
   };

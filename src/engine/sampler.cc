@@ -528,9 +528,7 @@ int32_t draw_ordered(size_t n, LogitOf logit_of, IdOf id_of, const SamplingParam
 
 }  // namespace
 
-bool plain_temperature_draw(const SamplingParams& p) {
-  return p.temperature > 0 && p.top_k <= 0 && p.top_p >= 1.0 && p.min_p <= 0;
-}
+bool selection_draw_serves(const SamplingParams& p) { return p.temperature > 0 && p.top_k <= 0; }
 
 Status SamplingParams::validate() const {
   if (std::isnan(temperature) || temperature < 0)
@@ -588,7 +586,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
   } else {
     // PAGEDKV_SAMPLER_SELECTION=0 (read once) always sorts: an A/B switch, the same tokens.
     static const bool selection = env_bool("PAGEDKV_SAMPLER_SELECTION").value_or(true);
-    if (selection && k == 0) {
+    if (selection && selection_draw_serves(p)) {
       const int32_t token = draw_by_selection(x, n, max_not_nan(x, n), p, position, 1.0, true);
       if (token >= 0) return token;
     }
@@ -602,7 +600,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, int
 
 int32_t draw_by_selection_for_test(std::span<const float> logits, const SamplingParams& p,
                                    int64_t position, double margin_scale, bool allow_simd) {
-  if (logits.empty() || p.temperature <= 0 || p.top_k > 0) return -1;
+  if (logits.empty() || !selection_draw_serves(p)) return -1;
   return draw_by_selection(logits.data(), logits.size(), max_not_nan(logits.data(), logits.size()),
                            p, position, std::max(1.0, margin_scale), allow_simd);
 }

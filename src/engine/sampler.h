@@ -50,9 +50,10 @@ int32_t sample_token_from_best(std::span<const model::DrawEntry> best, bool comp
 // row has at most cap candidates above the sampler's probability cut).
 int32_t draw_entries_needed(const SamplingParams& params, int32_t cap);
 
-// A plain temperature draw (no top-k, top-p or min-p): the draws a device model may
-// finish by selection (model::RowDraw::plain_temperature).
-bool plain_temperature_draw(const SamplingParams& params);
+// A seeded draw without top-k (temperature, top-p, min-p): the draws sample_token
+// finishes by selection where it can, and a device model may too
+// (model::RowDraw::selection).
+bool selection_draw_serves(const SamplingParams& params);
 
 // sample_token's draw by selection alone (a test hook; sampler.cc): the token of a
 // draw with top_k 0 (temperature, top-p, min-p) found without sorting the

@@ -16,6 +16,15 @@ struct DrawEntry {
   int32_t id = 0;
 };
 
+// The settings of a draw by selection (RowDraw::selection), as the host sampler
+// computes them.
+struct SelectionSettings {
+  double inv_t = 1.0;  // 1 / temperature
+  double u = 0.0;      // the draw's uniform point in [0, 1) (engine::uniform_for)
+  double top_p = 1.0;  // the nucleus mass (1: off)
+  double min_p = 0.0;  // the fraction of the top probability a token keeps (0: off)
+};
+
 // A seeded draw (engine::sample_token, temperature > 0) a device model may finish
 // from a row's best entries instead of copying the whole row to the host
 // (ForwardRow::draw). Implemented by the engine over its sampler.
@@ -30,13 +39,12 @@ class RowDraw {
   // ascending id); `complete`: they are all of the row's non-NaN entries. -1 when
   // the draw needs entries beyond them (then the caller needs the logits row).
   virtual int32_t draw(std::span<const DrawEntry> best, bool complete) const = 0;
-  // A plain temperature draw (top_k 0, top_p 1, min_p 0), which a model may finish
-  // by selection over the whole row (the sampler's draw_by_selection, certified to
-  // give the sorted draw's token or none): true with its 1 / temperature and the
-  // draw's uniform point in [0, 1). False for any other draw.
-  virtual bool plain_temperature(double* inv_t, double* u) const {
-    (void)inv_t;
-    (void)u;
+  // A draw without top-k (temperature, top-p, min-p), which a model may finish by
+  // selection over the whole row (the sampler's draw_by_selection, certified to
+  // give the sorted draw's token or none): true with its settings. False for any
+  // other draw.
+  virtual bool selection(SelectionSettings* out) const {
+    (void)out;
     return false;
   }
 };

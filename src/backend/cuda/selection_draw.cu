@@ -1,14 +1,19 @@
-// A plain temperature draw by selection on the device (see selection_draw.h).
+// A draw without top-k by selection on the device (see selection_draw.h).
 //
 // One block of 1024 threads a row, engine/sampler.cc's draw_by_selection step for
 // step: the row's max m; top = m·(1/T) and the candidate cut as the host computes
 // them (IEEE double operations without contraction: the same candidates); every
-// candidate's weight e^(x·(1/T) − top) (exp_nonpositive: within 2e-11) summed whole
-// and by the 12 leading bits of its order key into shared-memory buckets; the bucket
-// the point u·total falls in, then 12 and 8 more bits, then the ids of one logit in
-// order. The atomics sum in any order, which the bound allows for: the token is
-// returned only where the point is farther than twice the bound from both ends of
-// its interval (the host's constants: (4·count + 64)·2·2⁻⁵³ + 4·2e-11 of the mass).
+// candidate's weight e^(x·(1/T) − top) (exp_nonpositive: within 2e-11) summed whole,
+// over the entries min-p keeps, and by the 12 leading bits of its order key into
+// shared-memory buckets. A crossing — the entry where the running sum of the weights
+// in the sampler's order passes a target — is the bucket the target falls in, then
+// 12 and 8 more bits, then the ids of one logit in order: top-p's (the end of the
+// kept prefix, at top_p of the mass), then the draw's (u times the kept mass). The
+// atomics sum in any order, which the bounds allow for: the token is returned only
+// where every target is farther than twice the bound from both ends of its entry's
+// interval (the host's constants: (s·count + 64)·2·2⁻⁵³ + 4·2e-11 of the mass, s 4
+// for temperature alone and 6 with top-p or min-p) and no weight lies within the
+// host's band of the min-p threshold.
 #include "backend/cuda/selection_draw.h"
 
 #include <cuda_runtime.h>
@@ -141,6 +146,132 @@ __device__ int narrow(Shared& s, int nb, double target, double& before) {
   return b;
 }
 
+// A row's candidates (entries >= cut; NaN never passes) and their weights, with
+// the host sampler's roundings of z = x·(1/T) − top.
+struct Candidates {
+  const float* x;
+  int64_t n;
+  float cut;
+  double inv_t, top;
+  __device__ bool has(float v) const { return v >= cut; }
+  __device__ double weight(float v) const {
+    return exp_nonpositive(__dsub_rn(__dmul_rn(static_cast<double>(v), inv_t), top));
+  }
+};
+
+// Where the running sum of the candidates' weights in the sampler's order passes
+// `target`: the entry (its order bits `key` and its rank among that logit's
+// candidates in id order), the sum ahead of it (`at`) and its weight.
+struct Crossing {
+  bool found = false;
+  uint32_t key = 0;
+  long long rank = 0;
+  double at = 0, w = 0;
+};
+
+// The sampler's order of two crossings' entries: a's at or before b's.
+__device__ bool not_after(const Crossing& a, const Crossing& b) {
+  return a.key < b.key || (a.key == b.key && a.rank <= b.rank);
+}
+
+// A crossing the host's computation provably makes at the same entry.
+__device__ bool certified(const Crossing& c, double target, double margin) {
+  return c.found && target - c.at > margin && c.at + c.w - target > margin;
+}
+
+// The crossing of `target` (block-uniform). s.hist holds the weights by the keys'
+// leading 12 bits when `level0_ready`; it is rebuilt otherwise, and left holding
+// the last level's sums.
+__device__ Crossing find_crossing(Shared& s, const Candidates& c, double target,
+                                  bool level0_ready) {
+  const int tid = threadIdx.x;
+  Crossing out;
+  if (!level0_ready) {
+    for (int b = tid; b < kBuckets; b += kThreads) s.hist[b] = 0;
+    __syncthreads();
+    for (int64_t i = tid; i < c.n; i += kThreads) {
+      const float v = c.x[i];
+      if (c.has(v)) atomicAdd(&s.hist[desc_bits(v) >> 20], c.weight(v));
+    }
+    __syncthreads();
+  }
+  double before = 0;
+  const int b1 = narrow(s, kBuckets, target, before);
+  if (b1 < 0) return out;
+  // The next 12 bits, among b1's candidates.
+  for (int b = tid; b < kBuckets; b += kThreads) s.hist[b] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < c.n; i += kThreads) {
+    const float v = c.x[i];
+    if (!c.has(v)) continue;
+    const uint32_t d = desc_bits(v);
+    if ((d >> 20) == static_cast<uint32_t>(b1)) atomicAdd(&s.hist[(d >> 8) & 0xfff], c.weight(v));
+  }
+  __syncthreads();
+  const int b2 = narrow(s, kBuckets, target, before);
+  if (b2 < 0) return out;
+  // The last 8 bits.
+  const uint32_t hi24 = (static_cast<uint32_t>(b1) << 12) | static_cast<uint32_t>(b2);
+  for (int b = tid; b < 256; b += kThreads) s.hist[b] = 0;
+  __syncthreads();
+  for (int64_t i = tid; i < c.n; i += kThreads) {
+    const float v = c.x[i];
+    if (!c.has(v)) continue;
+    const uint32_t d = desc_bits(v);
+    if ((d >> 8) == hi24) atomicAdd(&s.hist[d & 0xff], c.weight(v));
+  }
+  __syncthreads();
+  const int b3 = narrow(s, 256, target, before);
+  if (b3 < 0) return out;
+  // One logit's candidates, one weight each, in id order: the target falls in the
+  // rank-th one's interval.
+  const uint32_t key = (hi24 << 8) | static_cast<uint32_t>(b3);
+  long long mine = 0;
+  for (int64_t i = tid; i < c.n; i += kThreads) {
+    const float v = c.x[i];
+    mine += (c.has(v) && desc_bits(v) == key) ? 1 : 0;
+  }
+  const long long group = block_sum(mine, s.red_i);
+  const double w = c.weight(desc_logit(key));
+  const double rank = floor((target - before) / w);
+  if (!(rank >= 0 && rank < static_cast<double>(group))) return out;
+  out.found = true;
+  out.key = key;
+  out.rank = static_cast<long long>(rank);
+  out.at = before + rank * w;
+  out.w = w;
+  return out;
+}
+
+// The id of the rank-th candidate (in id order) whose order bits are `key`.
+__device__ int nth_candidate(Shared& s, const Candidates& c, uint32_t key, long long rank) {
+  const int tid = threadIdx.x;
+  const int64_t per = (c.n + kThreads - 1) / kThreads;
+  const int64_t lo = min(c.n, tid * per), hi = min(c.n, lo + per);
+  long long mine = 0;
+  for (int64_t i = lo; i < hi; ++i) {
+    const float v = c.x[i];
+    mine += (c.has(v) && desc_bits(v) == key) ? 1 : 0;
+  }
+  const long long exc = block_exclusive_scan(mine, s.red_i);
+  if (tid == 0) s.token = -1;
+  __syncthreads();
+  if (exc <= rank && rank < exc + mine) {
+    long long k = rank - exc;
+    for (int64_t i = lo; i < hi; ++i) {
+      const float v = c.x[i];
+      if (!(c.has(v) && desc_bits(v) == key)) continue;
+      if (k == 0) {
+        s.token = static_cast<int>(i);
+        break;
+      }
+      --k;
+    }
+  }
+  __syncthreads();
+  return s.token;
+}
+
 __global__ void __launch_bounds__(kThreads)
     selection_draw_kernel(const float* logits, int64_t vocab, const SelectionJob* jobs,
                           int32_t* tokens) {
@@ -162,96 +293,57 @@ __global__ void __launch_bounds__(kThreads)
   int32_t token = -1;
   if (isfinite(top) && isfinite(inv_t)) {  // else a degenerate row: the host draws
     // engine/sampler.cc's candidate_cut: two float steps under (top − 40)·T.
-    const float c = __double2float_rn(__ddiv_rn(__dsub_rn(top, 40.0), inv_t));
-    const float cut = nextafterf(nextafterf(c, -INFINITY), -INFINITY);
-    auto weight = [&](float v) {
-      return exp_nonpositive(__dsub_rn(__dmul_rn(static_cast<double>(v), inv_t), top));
-    };
+    const float cut0 = __double2float_rn(__ddiv_rn(__dsub_rn(top, 40.0), inv_t));
+    const Candidates c{row, vocab, nextafterf(nextafterf(cut0, -INFINITY), -INFINITY), inv_t, top};
+    constexpr double eps = 1.1102230246251565e-16;  // 2^-53
+    // min-p keeps the entries whose weight is at least min_weight (the host's band
+    // around it: its two divisions and product, and the weights' errors).
+    const bool min_p = job.min_p > 0;
+    const double min_weight = min_p ? job.min_p : 0.0;
+    const double band = 2.0 * (8.0 * eps + 2.0 * kExpError) * min_weight;
     for (int b = tid; b < kBuckets; b += kThreads) s.hist[b] = 0;
     __syncthreads();
-    double part = 0;
-    long long cnt = 0;
+    double part = 0, min_part = 0;
+    long long cnt = 0, close = 0;
     for (int64_t i = tid; i < vocab; i += kThreads) {
       const float v = row[i];
-      if (!(v >= cut)) continue;  // NaN never passes
-      const double e = weight(v);
+      if (!c.has(v)) continue;
+      const double e = c.weight(v);
       part += e;
       ++cnt;
+      if (min_p) {
+        min_part += e >= min_weight ? e : 0.0;
+        close += fabs(e - min_weight) <= band ? 1 : 0;
+      }
       atomicAdd(&s.hist[desc_bits(v) >> 20], e);
     }
     const double total = block_sum(part, s.red_d);
     const long long count = block_sum(cnt, s.red_i);
-    if (count > 0 && total > 0) {
-      const double target = job.u * total;
-      double before = 0;
-      const int b1 = narrow(s, kBuckets, target, before);
-      int b2 = -1, b3 = -1;
-      if (b1 >= 0) {  // the next 12 bits, among b1's candidates
-        for (int b = tid; b < kBuckets; b += kThreads) s.hist[b] = 0;
-        __syncthreads();
-        for (int64_t i = tid; i < vocab; i += kThreads) {
-          const float v = row[i];
-          if (!(v >= cut)) continue;
-          const uint32_t d = desc_bits(v);
-          if ((d >> 20) == static_cast<uint32_t>(b1))
-            atomicAdd(&s.hist[(d >> 8) & 0xfff], weight(v));
-        }
-        __syncthreads();
-        b2 = narrow(s, kBuckets, target, before);
+    const double min_mass = block_sum(min_part, s.red_d);
+    const long long near_min = block_sum(close, s.red_i);
+    if (count > 0 && total > 0 && near_min == 0) {
+      const double sums = job.top_p < 1.0 || min_p ? 6.0 : 4.0;
+      const double bound = 2.0 * (sums * static_cast<double>(count) + 64.0) * eps + 4.0 * kExpError;
+      const double margin = 2.0 * bound * total;
+      // The kept candidates: a prefix of the order (top-p's, then min-p's within it).
+      bool ok = true, level0_ready = true;
+      double kept = total;
+      Crossing last;  // top-p's last kept entry
+      if (job.top_p < 1.0) {
+        const double at = job.top_p * total;
+        last = find_crossing(s, c, at, true);
+        level0_ready = false;
+        ok = certified(last, at, margin);
+        kept = last.at + last.w;
       }
-      const uint32_t hi24 = (static_cast<uint32_t>(b1) << 12) | static_cast<uint32_t>(b2);
-      if (b2 >= 0) {  // the last 8 bits
-        for (int b = tid; b < 256; b += kThreads) s.hist[b] = 0;
-        __syncthreads();
-        for (int64_t i = tid; i < vocab; i += kThreads) {
-          const float v = row[i];
-          if (!(v >= cut)) continue;
-          const uint32_t d = desc_bits(v);
-          if ((d >> 8) == hi24) atomicAdd(&s.hist[d & 0xff], weight(v));
-        }
-        __syncthreads();
-        b3 = narrow(s, 256, target, before);
-      }
-      if (b3 >= 0) {
-        // One logit's candidates, one weight each, in id order: the t-th of them.
-        const uint32_t key = (hi24 << 8) | static_cast<uint32_t>(b3);
-        const int64_t per = (vocab + kThreads - 1) / kThreads;
-        const int64_t lo = min(vocab, tid * per), hi = min(vocab, lo + per);
-        long long mine = 0;
-        for (int64_t i = lo; i < hi; ++i) {
-          const float v = row[i];
-          mine += (v >= cut && desc_bits(v) == key) ? 1 : 0;
-        }
-        const long long group = block_sum(mine, s.red_i);
-        const double w = weight(desc_logit(key));
-        const double tq = floor((target - before) / w);
-        if (tq >= 0 && tq < static_cast<double>(group)) {
-          const double at = before + tq * w, through = at + w;
-          const double eps = 1.1102230246251565e-16;  // 2^-53
-          const double bound =
-              2.0 * (4.0 * static_cast<double>(count) + 64.0) * eps + 4.0 * kExpError;
-          const double margin = 2.0 * bound * total;
-          if (target - at > margin && through - target > margin) {  // block-uniform
-            const long long t = static_cast<long long>(tq);
-            const long long exc = block_exclusive_scan(mine, s.red_i);
-            if (tid == 0) s.token = -1;
-            __syncthreads();
-            if (exc <= t && t < exc + mine) {
-              long long k = t - exc;
-              for (int64_t i = lo; i < hi; ++i) {
-                const float v = row[i];
-                if (!(v >= cut && desc_bits(v) == key)) continue;
-                if (k == 0) {
-                  s.token = static_cast<int>(i);
-                  break;
-                }
-                --k;
-              }
-            }
-            __syncthreads();
-            token = s.token;
-          }
-        }
+      // Min-p ends the prefix first unless top-p's last entry passes it.
+      if (ok && min_p && !(last.found && last.w >= min_weight)) kept = min_mass;
+      if (ok) {
+        const double target = job.u * kept;
+        const Crossing d = find_crossing(s, c, target, level0_ready);
+        if (certified(d, target, margin) && d.w >= min_weight &&
+            (!last.found || not_after(d, last)))  // block-uniform
+          token = nth_candidate(s, c, d.key, d.rank);
       }
     }
   }

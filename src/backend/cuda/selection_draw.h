@@ -1,10 +1,12 @@
-// A plain temperature draw (top_k 0, top_p 1, min_p 0) finished on the device by
+// A seeded draw without top-k (temperature, top-p, min-p) finished on the device by
 // selection, certified against the host sampler's sorted draw (engine/sampler.cc's
-// draw_by_selection: the same algorithm and bound, with the device's own roundings).
-// The token comes back only where the draw's point lies farther from the ends of the
-// token's interval than either computation's roundings can move them; there the
-// host's sorted draw stops on the same token. Elsewhere (about one draw in 10^4 on a
-// flat 152K row) the row's token is -1 and the caller draws on the host.
+// draw_by_selection: the same algorithm and bounds, with the device's own
+// roundings). The token comes back only where every cut and the draw's point lie
+// farther from the ends of their entries' intervals (and every weight from the min-p
+// threshold) than either computation's roundings can move them; there the host's
+// sorted draw makes the same cuts and stops on the same token. Elsewhere (about one
+// draw in 10^4 on a flat 152K row) the row's token is -1 and the caller draws on the
+// host.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,6 +21,8 @@ struct SelectionJob {
   int32_t row = 0;     // the logits row
   double inv_t = 1.0;  // 1 / temperature, as the host sampler computes it
   double u = 0.0;      // the draw's uniform point in [0, 1) (engine::uniform_for)
+  double top_p = 1.0;  // the nucleus mass (1: off)
+  double min_p = 0.0;  // the fraction of the top probability a token keeps (0: off)
 };
 
 // tokens[i] = the token of jobs[i]'s draw over row jobs[i].row of logits [.][vocab],

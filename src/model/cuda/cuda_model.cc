@@ -341,7 +341,7 @@ class CudaQwen3Model final : public Model {
   std::vector<Layer> layers_;
   bc::DeviceBuffer slots_[kSlots];
   PinnedInts pinned_, moe_pinned_, nan_pinned_, tok_pinned_, draw_jobs_pinned_, draw_out_pinned_;
-  PinnedInts selection_pinned_;  // plain temperature rows: SelectionJobs, then their tokens
+  PinnedInts selection_pinned_;  // rows without top-k: SelectionJobs, then their tokens
   StepProfile prof_;
   // Decode graphs per bucket; invalid once a scratch buffer or the pool moves.
   bool graphs_on_ = true;
@@ -1066,7 +1066,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   *h_nan = 0;
   int32_t* h_tok = nullptr;
   int32_t* h_draw = nullptr;  // seeded rows: [n][2] counts, then their entries
-  int32_t* h_sel = nullptr;   // plain temperature rows: their selection draws' tokens
+  int32_t* h_sel = nullptr;   // rows without top-k: their selection draws' tokens
   bool all_copied = true;
   if (P > 0) {
     PKV_ASSIGN_OR_RETURN(float* nan_f, scratch(kNanFlag, 1));
@@ -1144,35 +1144,38 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
       PKV_ASSIGN_OR_RETURN(h_draw, draw_out_pinned_.get(out_ints));
       PKV_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(h_draw, d_counts, out_ints * 4, cudaMemcpyDeviceToHost, st));
-      // Plain temperature rows: also their draw by selection over the whole row
+      // Rows without top-k: also their draw by selection over the whole row
       // (backend/cuda/selection_draw.h), for when the best entries do not suffice.
       // PAGEDKV_CUDA_SELECTION_DRAW=0 (read once): never, for A/B (the same tokens).
-      static_assert(sizeof(bc::SelectionJob) == 6 * sizeof(int32_t));
+      constexpr size_t kJobInts = sizeof(bc::SelectionJob) / sizeof(int32_t);
+      static_assert(kJobInts * sizeof(int32_t) == sizeof(bc::SelectionJob));
       static const bool selection = env_bool("PAGEDKV_CUDA_SELECTION_DRAW").value_or(true);
       int32_t ns = 0;
       for (const ForwardRow& row : batch.rows) {
         if (!selection) break;
-        double inv_t = 0, u = 0;
-        if (is_draw(row) && row.draw->plain_temperature(&inv_t, &u)) ++ns;
+        SelectionSettings set;
+        if (is_draw(row) && row.draw->selection(&set)) ++ns;
       }
       if (ns > 0) {
-        PKV_ASSIGN_OR_RETURN(int32_t * sel, selection_pinned_.get(7 * static_cast<size_t>(ns)));
+        const size_t ints = (kJobInts + 1) * static_cast<size_t>(ns);  // jobs, then tokens
+        PKV_ASSIGN_OR_RETURN(int32_t * sel, selection_pinned_.get(ints));
         auto* sel_jobs = reinterpret_cast<bc::SelectionJob*>(sel);
         int32_t js = 0;
         for (int32_t r = 0; r < R; ++r) {
           const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
-          double inv_t = 0, u = 0;
-          if (!is_draw(row) || !row.draw->plain_temperature(&inv_t, &u)) continue;
-          sel_jobs[js++] = bc::SelectionJob{
-              static_cast<int32_t>(out->row_begin[static_cast<size_t>(r)]), inv_t, u};
+          SelectionSettings set;
+          if (!is_draw(row) || !row.draw->selection(&set)) continue;
+          sel_jobs[js++] =
+              bc::SelectionJob{static_cast<int32_t>(out->row_begin[static_cast<size_t>(r)]),
+                               set.inv_t, set.u, set.top_p, set.min_p};
         }
-        PKV_ASSIGN_OR_RETURN(float* sel_f, scratch(kSelection, 7 * static_cast<size_t>(ns)));
+        PKV_ASSIGN_OR_RETURN(float* sel_f, scratch(kSelection, ints));
         auto* d_jobs = reinterpret_cast<bc::SelectionJob*>(sel_f);
-        int32_t* d_sel = reinterpret_cast<int32_t*>(sel_f) + 6 * ns;
+        int32_t* d_sel = reinterpret_cast<int32_t*>(sel_f) + kJobInts * ns;
         PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_jobs, sel_jobs, sizeof(bc::SelectionJob) * ns,
                                                  cudaMemcpyHostToDevice, st));
         PKV_RETURN_IF_ERROR(bc::selection_draw(a.logits, V, d_jobs, ns, d_sel, st));
-        h_sel = sel + 6 * ns;
+        h_sel = sel + kJobInts * ns;
         PKV_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(h_sel, d_sel, sizeof(int32_t) * ns, cudaMemcpyDeviceToHost, st));
       }
@@ -1215,9 +1218,8 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
           std::span<const DrawEntry>(entries + off, static_cast<size_t>(got)), got == valid);
       off += want;
       ++j;
-      double inv_t = 0, u = 0;
-      const int32_t selected =
-          h_sel != nullptr && row.draw->plain_temperature(&inv_t, &u) ? h_sel[js++] : -1;
+      SelectionSettings set;
+      const int32_t selected = h_sel != nullptr && row.draw->selection(&set) ? h_sel[js++] : -1;
       if (tok >= 0) {
         out->tokens[static_cast<size_t>(r)] = tok;
         ++stats_.device_draw_rows;

@@ -50,7 +50,7 @@ struct CudaModelStats {
   // device, and those whose draw needed the whole logits row instead.
   int64_t device_draw_rows = 0;
   int64_t device_draw_fallbacks = 0;
-  // Of device_draw_rows, the plain temperature draws finished by selection over the
+  // Of device_draw_rows, the draws without top-k finished by selection over the
   // whole row on the device (backend/cuda/selection_draw.h).
   int64_t device_selection_rows = 0;
 };
