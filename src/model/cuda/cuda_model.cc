@@ -1068,6 +1068,14 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   int32_t* h_draw = nullptr;  // seeded rows: [n][2] counts, then their entries
   int32_t* h_sel = nullptr;   // rows without top-k: their selection draws' tokens
   bool all_copied = true;
+  // A seeded row the device draws by selection (a draw without top-k):
+  // PAGEDKV_CUDA_SELECTION_DRAW=0 (read once) never, for A/B (the same tokens: the
+  // row's best entries, or the row, instead).
+  static const bool selection_draws = env_bool("PAGEDKV_CUDA_SELECTION_DRAW").value_or(true);
+  auto by_selection = [&](const ForwardRow& row, SelectionSettings* set = nullptr) {
+    SelectionSettings unused;
+    return selection_draws && row.draw->selection(set != nullptr ? set : &unused);
+  };
   if (P > 0) {
     PKV_ASSIGN_OR_RETURN(float* nan_f, scratch(kNanFlag, 1));
     int32_t* nan_flag = reinterpret_cast<int32_t*>(nan_f);
@@ -1112,51 +1120,49 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     }
     PKV_RETURN_IF_ERROR(flush());
     if (any_draw) {
-      // Seeded rows: each row's best entries in the sampler's order (as many as
-      // its draw may need), and the counts, back in one copy.
-      int32_t n = 0, total = 0;
-      for (const ForwardRow& row : batch.rows)
-        if (is_draw(row)) {
+      // Seeded rows without top-k: their draw by selection over the whole row
+      // (backend/cuda/selection_draw.h), certified or declined (then the row is
+      // copied). The others: each row's best entries in the sampler's order (as
+      // many as its draw may need), and the counts, back in one copy.
+      int32_t n = 0, total = 0, ns = 0;
+      for (const ForwardRow& row : batch.rows) {
+        if (!is_draw(row)) continue;
+        if (by_selection(row)) {
+          ++ns;
+        } else {
           ++n;
           total += std::clamp(row.draw->entries(), 1, draw_cap_);
         }
-      PKV_ASSIGN_OR_RETURN(int32_t * jobs, draw_jobs_pinned_.get(3 * static_cast<size_t>(n)));
-      int32_t j = 0, off = 0;
-      for (int32_t r = 0; r < R; ++r) {
-        const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
-        if (!is_draw(row)) continue;
-        const int32_t want = std::clamp(row.draw->entries(), 1, draw_cap_);
-        jobs[3 * j] = out->row_begin[static_cast<size_t>(r)];
-        jobs[3 * j + 1] = want;
-        jobs[3 * j + 2] = off;
-        off += want;
-        ++j;
       }
-      const size_t out_ints = 2 * static_cast<size_t>(n) + 2 * static_cast<size_t>(total);
-      PKV_ASSIGN_OR_RETURN(float* jobs_f, scratch(kDrawJobs, 3 * static_cast<size_t>(n)));
-      PKV_ASSIGN_OR_RETURN(float* dout_f, scratch(kDrawOut, out_ints));
-      int32_t* d_counts = reinterpret_cast<int32_t*>(dout_f);
-      PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(jobs_f, jobs, 3 * static_cast<size_t>(n) * 4,
-                                               cudaMemcpyHostToDevice, st));
-      PKV_RETURN_IF_ERROR(bc::top_entries(a.logits, V, reinterpret_cast<const int32_t*>(jobs_f), n,
-                                          reinterpret_cast<bc::TopEntry*>(d_counts + 2 * n),
-                                          d_counts, st));
-      PKV_ASSIGN_OR_RETURN(h_draw, draw_out_pinned_.get(out_ints));
-      PKV_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(h_draw, d_counts, out_ints * 4, cudaMemcpyDeviceToHost, st));
-      // Rows without top-k: also their draw by selection over the whole row
-      // (backend/cuda/selection_draw.h), for when the best entries do not suffice.
-      // PAGEDKV_CUDA_SELECTION_DRAW=0 (read once): never, for A/B (the same tokens).
-      constexpr size_t kJobInts = sizeof(bc::SelectionJob) / sizeof(int32_t);
-      static_assert(kJobInts * sizeof(int32_t) == sizeof(bc::SelectionJob));
-      static const bool selection = env_bool("PAGEDKV_CUDA_SELECTION_DRAW").value_or(true);
-      int32_t ns = 0;
-      for (const ForwardRow& row : batch.rows) {
-        if (!selection) break;
-        SelectionSettings set;
-        if (is_draw(row) && row.draw->selection(&set)) ++ns;
+      if (n > 0) {
+        PKV_ASSIGN_OR_RETURN(int32_t * jobs, draw_jobs_pinned_.get(3 * static_cast<size_t>(n)));
+        int32_t j = 0, off = 0;
+        for (int32_t r = 0; r < R; ++r) {
+          const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
+          if (!is_draw(row) || by_selection(row)) continue;
+          const int32_t want = std::clamp(row.draw->entries(), 1, draw_cap_);
+          jobs[3 * j] = out->row_begin[static_cast<size_t>(r)];
+          jobs[3 * j + 1] = want;
+          jobs[3 * j + 2] = off;
+          off += want;
+          ++j;
+        }
+        const size_t out_ints = 2 * static_cast<size_t>(n) + 2 * static_cast<size_t>(total);
+        PKV_ASSIGN_OR_RETURN(float* jobs_f, scratch(kDrawJobs, 3 * static_cast<size_t>(n)));
+        PKV_ASSIGN_OR_RETURN(float* dout_f, scratch(kDrawOut, out_ints));
+        int32_t* d_counts = reinterpret_cast<int32_t*>(dout_f);
+        PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(jobs_f, jobs, 3 * static_cast<size_t>(n) * 4,
+                                                 cudaMemcpyHostToDevice, st));
+        PKV_RETURN_IF_ERROR(bc::top_entries(a.logits, V, reinterpret_cast<const int32_t*>(jobs_f),
+                                            n, reinterpret_cast<bc::TopEntry*>(d_counts + 2 * n),
+                                            d_counts, st));
+        PKV_ASSIGN_OR_RETURN(h_draw, draw_out_pinned_.get(out_ints));
+        PKV_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(h_draw, d_counts, out_ints * 4, cudaMemcpyDeviceToHost, st));
       }
       if (ns > 0) {
+        constexpr size_t kJobInts = sizeof(bc::SelectionJob) / sizeof(int32_t);
+        static_assert(kJobInts * sizeof(int32_t) == sizeof(bc::SelectionJob));
         const size_t ints = (kJobInts + 1) * static_cast<size_t>(ns);  // jobs, then tokens
         PKV_ASSIGN_OR_RETURN(int32_t * sel, selection_pinned_.get(ints));
         auto* sel_jobs = reinterpret_cast<bc::SelectionJob*>(sel);
@@ -1164,7 +1170,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
         for (int32_t r = 0; r < R; ++r) {
           const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
           SelectionSettings set;
-          if (!is_draw(row) || !row.draw->selection(&set)) continue;
+          if (!is_draw(row) || !by_selection(row, &set)) continue;
           sel_jobs[js++] =
               bc::SelectionJob{static_cast<int32_t>(out->row_begin[static_cast<size_t>(r)]),
                                set.inv_t, set.u, set.top_p, set.min_p};
@@ -1203,32 +1209,32 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   // The seeded draws, finished on the host from each row's best entries; a draw
   // that needs more (a candidate list longer than its entries) gets the row.
   auto finish_draws = [&]() -> Status {
-    if (h_draw == nullptr || *h_nan != 0) return ok_status();  // NaN: the check's error
-    int32_t n = 0;
-    for (const ForwardRow& row : batch.rows) n += is_draw(row) ? 1 : 0;
+    if ((h_draw == nullptr && h_sel == nullptr) || *h_nan != 0)
+      return ok_status();  // NaN: the check's error
+    int32_t n = 0;         // the rows drawn from their best entries
+    for (const ForwardRow& row : batch.rows) n += is_draw(row) && !by_selection(row) ? 1 : 0;
     static_assert(sizeof(bc::TopEntry) == sizeof(DrawEntry));
-    const auto* entries = reinterpret_cast<const DrawEntry*>(h_draw + 2 * n);
+    const auto* entries =
+        h_draw != nullptr ? reinterpret_cast<const DrawEntry*>(h_draw + 2 * n) : nullptr;
     int32_t j = 0, off = 0, js = 0;
     for (int32_t r = 0; r < R; ++r) {
       const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
       if (!is_draw(row)) continue;
-      const int32_t want = std::clamp(row.draw->entries(), 1, draw_cap_);
-      const int32_t got = h_draw[2 * j], valid = h_draw[2 * j + 1];
-      const int32_t tok = row.draw->draw(
-          std::span<const DrawEntry>(entries + off, static_cast<size_t>(got)), got == valid);
-      off += want;
-      ++j;
-      SelectionSettings set;
-      const int32_t selected = h_sel != nullptr && row.draw->selection(&set) ? h_sel[js++] : -1;
+      int32_t tok = -1;
+      if (by_selection(row)) {
+        tok = h_sel[js++];  // certified: the sorted draw's token (selection_draw.h), or -1
+        if (tok >= 0) ++stats_.device_selection_rows;
+      } else {
+        const int32_t want = std::clamp(row.draw->entries(), 1, draw_cap_);
+        const int32_t got = h_draw[2 * j], valid = h_draw[2 * j + 1];
+        tok = row.draw->draw(std::span<const DrawEntry>(entries + off, static_cast<size_t>(got)),
+                             got == valid);
+        off += want;
+        ++j;
+      }
       if (tok >= 0) {
         out->tokens[static_cast<size_t>(r)] = tok;
         ++stats_.device_draw_rows;
-        continue;
-      }
-      if (selected >= 0) {  // certified: the sorted draw's token (selection_draw.h)
-        out->tokens[static_cast<size_t>(r)] = selected;
-        ++stats_.device_draw_rows;
-        ++stats_.device_selection_rows;
         continue;
       }
       const int64_t b = out->row_begin[static_cast<size_t>(r)];
