@@ -797,39 +797,56 @@ TEST(CudaSelectionDrawTest, CertifiedTokensAreTheSortedDraws) {
             positions.push_back(pos);
             jobs.push_back({r, 1.0 / t, engine::uniform_for(p.seed, pos), top_p, min_p});
           }
+    // All jobs in one launch (one slice a row at these counts), then three at a time
+    // (16 slices a row): both must give the reference's tokens.
     float* d_logits = nullptr;
-    bc::SelectionJob* d_jobs = nullptr;
-    int32_t* d_tok = nullptr;
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_logits), rows.size() * 4), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_jobs), jobs.size() * sizeof(jobs[0])),
-              cudaSuccess);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_tok), jobs.size() * 4), cudaSuccess);
     cudaMemcpy(d_logits, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(d_jobs, jobs.data(), jobs.size() * sizeof(jobs[0]), cudaMemcpyHostToDevice);
-    ASSERT_TRUE(
-        bc::selection_draw(d_logits, V, d_jobs, static_cast<int32_t>(jobs.size()), d_tok).ok());
-    std::vector<int32_t> tok(jobs.size());
-    ASSERT_EQ(cudaMemcpy(tok.data(), d_tok, tok.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    auto draw = [&](size_t group) {
+      std::vector<int32_t> tok(jobs.size(), -2);
+      for (size_t first = 0; first < jobs.size(); first += group) {
+        const int32_t n = static_cast<int32_t>(std::min(group, jobs.size() - first));
+        bc::SelectionJob* d_jobs = nullptr;
+        int32_t* d_tok = nullptr;
+        void* d_work = nullptr;
+        EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_jobs), n * sizeof(jobs[0])), cudaSuccess);
+        EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_tok), n * 4), cudaSuccess);
+        EXPECT_EQ(cudaMalloc(&d_work, bc::selection_draw_workspace_bytes(n)), cudaSuccess);
+        cudaMemcpy(d_jobs, jobs.data() + first, n * sizeof(jobs[0]), cudaMemcpyHostToDevice);
+        EXPECT_TRUE(bc::selection_draw(d_logits, V, d_jobs, n, d_tok, d_work).ok());
+        EXPECT_EQ(cudaMemcpy(tok.data() + first, d_tok, n * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        cudaFree(d_jobs);
+        cudaFree(d_tok);
+        cudaFree(d_work);
+      }
+      return tok;
+    };
+    std::vector<int32_t> tok = draw(jobs.size());
+    const std::vector<int32_t> sliced = draw(3);
     cudaFree(d_logits);
-    cudaFree(d_jobs);
-    cudaFree(d_tok);
-    for (size_t i = 0; i < jobs.size(); ++i) {
+    tok.insert(tok.end(), sliced.begin(), sliced.end());
+    const size_t n_jobs = jobs.size();
+    std::vector<int32_t> want(n_jobs, -2);  // the reference's tokens, computed once a job
+    for (size_t t = 0; t < tok.size(); ++t) {
+      const size_t i = t % n_jobs;  // the sliced run's jobs follow: the same settings
       const int r = jobs[i].row;
       const std::span<const float> row(rows.data() + r * V, static_cast<size_t>(V));
       if (r == 6 || r == 7) {
-        EXPECT_EQ(tok[i], -1) << "V " << V << " row " << r;
+        EXPECT_EQ(tok[t], -1) << "V " << V << " row " << r;
         continue;
       }
-      if (tok[i] < 0) {
+      if (tok[t] < 0) {
         // Rows of equal weights (constant, ±0) can put top-p's cut exactly on an
         // entry's end: declining is right there, so only the other rows are counted.
         if (r != 2 && r != 3) ++declined;
         continue;
       }
       if (r != 2 && r != 3) ++answered;
-      ASSERT_EQ(tok[i], engine::sample_token_reference(row, params[i], positions[i]))
-          << "V " << V << " row " << r << " T " << params[i].temperature << " top_p "
-          << params[i].top_p << " min_p " << params[i].min_p << " pos " << positions[i];
+      if (want[i] == -2) want[i] = engine::sample_token_reference(row, params[i], positions[i]);
+      ASSERT_EQ(tok[t], want[i]) << "V " << V << " row " << r << " sliced " << (t >= n_jobs)
+                                 << " T " << params[i].temperature << " top_p " << params[i].top_p
+                                 << " min_p " << params[i].min_p << " pos " << positions[i];
     }
   }
   EXPECT_GE(answered, 50 * (answered + declined) / 51) << declined << " declined";

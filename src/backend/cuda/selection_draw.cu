@@ -1,11 +1,14 @@
 // A draw without top-k by selection on the device (see selection_draw.h).
 //
-// One block of 1024 threads a row, engine/sampler.cc's draw_by_selection step for
-// step: the row's max m; top = m·(1/T) and the candidate cut as the host computes
-// them (IEEE double operations without contraction: the same candidates); every
-// candidate's weight e^(x·(1/T) − top) (exp_nonpositive: within 2e-11) summed whole,
-// over the entries min-p keeps, and by the 12 leading bits of its order key into
-// shared-memory buckets. A crossing — the entry where the running sum of the weights
+// engine/sampler.cc's draw_by_selection step for step, in two launches. The first
+// weighs a row in slices (up to 16 blocks a row, so that a few rows still fill the
+// GPU): each block finds the row's max m; top = m·(1/T) and the candidate cut as the
+// host computes them (IEEE double operations without contraction: the same
+// candidates); every candidate of its slice's weight e^(x·(1/T) − top)
+// (exp_nonpositive: within 2e-11) summed whole, over the entries min-p keeps, and by
+// the 12 leading bits of its order key into shared-memory buckets, all written out.
+// The second, one block of 1024 threads a row, adds the slices' buckets and sums up
+// and finds the crossings. A crossing — the entry where the running sum of the weights
 // in the sampler's order passes a target — is the bucket the target falls in, then
 // 12 and 8 more bits, then the ids of one logit in order: top-p's (the end of the
 // kept prefix, at top_p of the mass), then the draw's (u times the kept mass). The
@@ -18,6 +21,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -99,6 +103,22 @@ __device__ T block_exclusive_scan(T v, T* red) {
   return base + exc;
 }
 
+constexpr int kMaxSlices = 16;
+
+// The slices a row's weights are summed in, for n rows: up to 16 blocks a row while
+// the rows fill fewer than ~128 blocks.
+int slices_for(int32_t n) { return std::clamp(128 / std::max(n, 1), 1, kMaxSlices); }
+
+// One slice's sums (the first launch's output beside its buckets).
+struct SlicePartial {
+  double total;        // the candidates' weights
+  double min_mass;     // the weights of the candidates min-p keeps
+  long long count;     // candidates
+  long long near_min;  // weights within the band of the min-p threshold
+  float max;           // the row's largest non-NaN value
+  float pad;
+};
+
 struct Shared {
   double hist[kBuckets];
   double red_d[kThreads / 32];
@@ -179,22 +199,24 @@ __device__ bool certified(const Crossing& c, double target, double margin) {
   return c.found && target - c.at > margin && c.at + c.w - target > margin;
 }
 
+// s.hist = the row's weights by the keys' leading 12 bits: its slices' buckets added.
+__device__ void load_level0(Shared& s, const double* slice_hists, int slices) {
+  for (int b = threadIdx.x; b < kBuckets; b += kThreads) {
+    double sum = 0;
+    for (int j = 0; j < slices; ++j) sum += slice_hists[static_cast<int64_t>(j) * kBuckets + b];
+    s.hist[b] = sum;
+  }
+  __syncthreads();
+}
+
 // The crossing of `target` (block-uniform). s.hist holds the weights by the keys'
-// leading 12 bits when `level0_ready`; it is rebuilt otherwise, and left holding
-// the last level's sums.
-__device__ Crossing find_crossing(Shared& s, const Candidates& c, double target,
-                                  bool level0_ready) {
+// leading 12 bits when `level0_ready`; it is reloaded from the slices' buckets
+// otherwise, and left holding the last level's sums.
+__device__ Crossing find_crossing(Shared& s, const Candidates& c, double target, bool level0_ready,
+                                  const double* slice_hists, int slices) {
   const int tid = threadIdx.x;
   Crossing out;
-  if (!level0_ready) {
-    for (int b = tid; b < kBuckets; b += kThreads) s.hist[b] = 0;
-    __syncthreads();
-    for (int64_t i = tid; i < c.n; i += kThreads) {
-      const float v = c.x[i];
-      if (c.has(v)) atomicAdd(&s.hist[desc_bits(v) >> 20], c.weight(v));
-    }
-    __syncthreads();
-  }
+  if (!level0_ready) load_level0(s, slice_hists, slices);
   double before = 0;
   const int b1 = narrow(s, kBuckets, target, before);
   if (b1 < 0) return out;
@@ -272,40 +294,64 @@ __device__ int nth_candidate(Shared& s, const Candidates& c, uint32_t key, long 
   return s.token;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    selection_draw_kernel(const float* logits, int64_t vocab, const SelectionJob* jobs,
-                          int32_t* tokens) {
-  enter_kernel();
-  __shared__ Shared s;
+// The row's largest non-NaN value (fmaxf skips NaN), in every thread.
+__device__ float row_max(const float* row, int64_t vocab, float* red) {
   const int tid = threadIdx.x;
-  const SelectionJob job = jobs[blockIdx.x];
-  const float* row = logits + static_cast<int64_t>(job.row) * vocab;
-  // The row's largest non-NaN value (fmaxf skips NaN).
   float mx = -INFINITY;
   for (int64_t i = tid; i < vocab; i += kThreads) mx = fmaxf(mx, row[i]);
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if ((tid & 31) == 0) s.red_f[tid >> 5] = mx;
+  if ((tid & 31) == 0) red[tid >> 5] = mx;
   __syncthreads();
   float m = -INFINITY;
-  for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, s.red_f[w]);
-  const double inv_t = job.inv_t;
+  for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, red[w]);
+  __syncthreads();
+  return m;
+}
+
+// The candidates of a row whose max is m, or false where the row is degenerate (no
+// finite entry, a +inf, 1/T overflowing): then the host draws.
+__device__ bool candidates_of(const float* row, int64_t vocab, float m, double inv_t,
+                              Candidates* c) {
   const double top = __dmul_rn(static_cast<double>(m), inv_t);
-  int32_t token = -1;
-  if (isfinite(top) && isfinite(inv_t)) {  // else a degenerate row: the host draws
-    // engine/sampler.cc's candidate_cut: two float steps under (top − 40)·T.
-    const float cut0 = __double2float_rn(__ddiv_rn(__dsub_rn(top, 40.0), inv_t));
-    const Candidates c{row, vocab, nextafterf(nextafterf(cut0, -INFINITY), -INFINITY), inv_t, top};
-    constexpr double eps = 1.1102230246251565e-16;  // 2^-53
-    // min-p keeps the entries whose weight is at least min_weight (the host's band
-    // around it: its two divisions and product, and the weights' errors).
+  if (!isfinite(top) || !isfinite(inv_t)) return false;
+  // engine/sampler.cc's candidate_cut: two float steps under (top − 40)·T.
+  const float cut0 = __double2float_rn(__ddiv_rn(__dsub_rn(top, 40.0), inv_t));
+  *c = Candidates{row, vocab, nextafterf(nextafterf(cut0, -INFINITY), -INFINITY), inv_t, top};
+  return true;
+}
+
+constexpr double kEps = 1.1102230246251565e-16;  // 2^-53
+
+// min-p's band around its threshold (the host's: its two divisions and product,
+// and the weights' errors).
+__device__ double min_p_band(double min_weight) {
+  return 2.0 * (8.0 * kEps + 2.0 * kExpError) * min_weight;
+}
+
+// Launch 1: block (job, slice) sums its slice's weights (buckets and partial sums).
+__global__ void __launch_bounds__(kThreads)
+    selection_weigh_kernel(const float* logits, int64_t vocab, const SelectionJob* jobs, int slices,
+                           double* hists, SlicePartial* partials) {
+  enter_kernel();
+  __shared__ Shared s;
+  const int tid = threadIdx.x;
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * slices + blockIdx.y;
+  const SelectionJob job = jobs[blockIdx.x];
+  const float* row = logits + static_cast<int64_t>(job.row) * vocab;
+  SlicePartial out{0, 0, 0, 0, row_max(row, vocab, s.red_f), 0};
+  Candidates c;
+  if (candidates_of(row, vocab, out.max, job.inv_t, &c)) {  // block-uniform
     const bool min_p = job.min_p > 0;
     const double min_weight = min_p ? job.min_p : 0.0;
-    const double band = 2.0 * (8.0 * eps + 2.0 * kExpError) * min_weight;
+    const double band = min_p_band(min_weight);
     for (int b = tid; b < kBuckets; b += kThreads) s.hist[b] = 0;
     __syncthreads();
+    const int64_t per = (vocab + slices - 1) / slices;
+    const int64_t lo = min(vocab, static_cast<int64_t>(blockIdx.y) * per),
+                  hi = min(vocab, lo + per);
     double part = 0, min_part = 0;
     long long cnt = 0, close = 0;
-    for (int64_t i = tid; i < vocab; i += kThreads) {
+    for (int64_t i = lo + tid; i < hi; i += kThreads) {
       const float v = row[i];
       if (!c.has(v)) continue;
       const double e = c.weight(v);
@@ -317,13 +363,44 @@ __global__ void __launch_bounds__(kThreads)
       }
       atomicAdd(&s.hist[desc_bits(v) >> 20], e);
     }
-    const double total = block_sum(part, s.red_d);
-    const long long count = block_sum(cnt, s.red_i);
-    const double min_mass = block_sum(min_part, s.red_d);
-    const long long near_min = block_sum(close, s.red_i);
+    out.total = block_sum(part, s.red_d);
+    out.count = block_sum(cnt, s.red_i);
+    out.min_mass = block_sum(min_part, s.red_d);
+    out.near_min = block_sum(close, s.red_i);
+    for (int b = tid; b < kBuckets; b += kThreads) hists[at * kBuckets + b] = s.hist[b];
+  }
+  if (tid == 0) partials[at] = out;
+}
+
+// Launch 2: block job finds its draw's token from the slices' sums.
+__global__ void __launch_bounds__(kThreads)
+    selection_draw_kernel(const float* logits, int64_t vocab, const SelectionJob* jobs, int slices,
+                          const double* hists, const SlicePartial* partials, int32_t* tokens) {
+  enter_kernel();
+  __shared__ Shared s;
+  const int tid = threadIdx.x;
+  const SelectionJob job = jobs[blockIdx.x];
+  const float* row = logits + static_cast<int64_t>(job.row) * vocab;
+  const SlicePartial* part = partials + static_cast<int64_t>(blockIdx.x) * slices;
+  const double* slice_hists = hists + static_cast<int64_t>(blockIdx.x) * slices * kBuckets;
+  int32_t token = -1;
+  Candidates c;
+  if (candidates_of(row, vocab, part[0].max, job.inv_t, &c)) {  // block-uniform
+    double total = 0, min_mass = 0;
+    long long count = 0, near_min = 0;
+    for (int j = 0; j < slices; ++j) {
+      total += part[j].total;
+      min_mass += part[j].min_mass;
+      count += part[j].count;
+      near_min += part[j].near_min;
+    }
+    const bool min_p = job.min_p > 0;
+    const double min_weight = min_p ? job.min_p : 0.0;
     if (count > 0 && total > 0 && near_min == 0) {
+      load_level0(s, slice_hists, slices);
       const double sums = job.top_p < 1.0 || min_p ? 6.0 : 4.0;
-      const double bound = 2.0 * (sums * static_cast<double>(count) + 64.0) * eps + 4.0 * kExpError;
+      const double bound =
+          2.0 * (sums * static_cast<double>(count) + 64.0) * kEps + 4.0 * kExpError;
       const double margin = 2.0 * bound * total;
       // The kept candidates: a prefix of the order (top-p's, then min-p's within it).
       bool ok = true, level0_ready = true;
@@ -331,7 +408,7 @@ __global__ void __launch_bounds__(kThreads)
       Crossing last;  // top-p's last kept entry
       if (job.top_p < 1.0) {
         const double at = job.top_p * total;
-        last = find_crossing(s, c, at, true);
+        last = find_crossing(s, c, at, true, slice_hists, slices);
         level0_ready = false;
         ok = certified(last, at, margin);
         kept = last.at + last.w;
@@ -340,7 +417,7 @@ __global__ void __launch_bounds__(kThreads)
       if (ok && min_p && !(last.found && last.w >= min_weight)) kept = min_mass;
       if (ok) {
         const double target = job.u * kept;
-        const Crossing d = find_crossing(s, c, target, level0_ready);
+        const Crossing d = find_crossing(s, c, target, level0_ready, slice_hists, slices);
         if (certified(d, target, margin) && d.w >= min_weight &&
             (!last.found || not_after(d, last)))  // block-uniform
           token = nth_candidate(s, c, d.key, d.rank);
@@ -352,15 +429,29 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+size_t selection_draw_workspace_bytes(int32_t n) {
+  const size_t blocks = static_cast<size_t>(std::max(n, 0)) * static_cast<size_t>(slices_for(n));
+  return blocks * (kBuckets * sizeof(double) + sizeof(SlicePartial));
+}
+
 Status selection_draw(const float* logits, int64_t vocab, const SelectionJob* jobs, int32_t n,
-                      int32_t* tokens, cudaStream_t stream) {
+                      int32_t* tokens, void* workspace, cudaStream_t stream) {
   if (n < 0 || vocab <= 0 || vocab > INT32_MAX)
     return invalid_argument("cuda selection_draw: needs n >= 0 and 0 < vocab <= 2^31 - 1 (got n " +
                             std::to_string(n) + ", vocab " + std::to_string(vocab) + ")");
   if (n == 0) return ok_status();
+  const int slices = slices_for(n);
+  auto* hists = static_cast<double*>(workspace);
+  auto* partials =
+      reinterpret_cast<SlicePartial*>(hists + static_cast<size_t>(n) * slices * kBuckets);
+  PKV_RETURN_IF_ERROR(launch_kernel("selection_weigh_kernel", selection_weigh_kernel,
+                                    dim3(static_cast<unsigned>(n), static_cast<unsigned>(slices)),
+                                    kThreads, 0, stream, logits, vocab, jobs, slices, hists,
+                                    partials));
   return launch_kernel("selection_draw_kernel", selection_draw_kernel,
                        dim3(static_cast<unsigned>(n)), kThreads, 0, stream, logits, vocab, jobs,
-                       tokens);
+                       slices, static_cast<const double*>(hists),
+                       static_cast<const SlicePartial*>(partials), tokens);
 }
 
 }  // namespace pagedkv::backend::cuda

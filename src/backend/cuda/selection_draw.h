@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "pagedkv/status.h"
@@ -25,10 +26,15 @@ struct SelectionJob {
   double min_p = 0.0;  // the fraction of the top probability a token keeps (0: off)
 };
 
+// The device workspace selection_draw needs for n jobs (bytes; 8-byte aligned): a
+// row's weights are summed in up to 16 slices of 32 KiB of buckets each.
+size_t selection_draw_workspace_bytes(int32_t n);
+
 // tokens[i] = the token of jobs[i]'s draw over row jobs[i].row of logits [.][vocab],
-// or -1 where it cannot be certified (or the row has no finite entry). jobs and
-// tokens are device memory; one 1024-thread block a job.
+// or -1 where it cannot be certified (or the row has no finite entry). jobs, tokens
+// and workspace (selection_draw_workspace_bytes(n)) are device memory. Two launches:
+// the rows' weights in slices, then one 1024-thread block a job.
 Status selection_draw(const float* logits, int64_t vocab, const SelectionJob* jobs, int32_t n,
-                      int32_t* tokens, cudaStream_t stream = 0);
+                      int32_t* tokens, void* workspace, cudaStream_t stream = 0);
 
 }  // namespace pagedkv::backend::cuda

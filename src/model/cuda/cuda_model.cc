@@ -1164,6 +1164,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
         constexpr size_t kJobInts = sizeof(bc::SelectionJob) / sizeof(int32_t);
         static_assert(kJobInts * sizeof(int32_t) == sizeof(bc::SelectionJob));
         const size_t ints = (kJobInts + 1) * static_cast<size_t>(ns);  // jobs, then tokens
+        const size_t work_floats = bc::selection_draw_workspace_bytes(ns) / sizeof(float);
         PKV_ASSIGN_OR_RETURN(int32_t * sel, selection_pinned_.get(ints));
         auto* sel_jobs = reinterpret_cast<bc::SelectionJob*>(sel);
         int32_t js = 0;
@@ -1175,12 +1176,13 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
               bc::SelectionJob{static_cast<int32_t>(out->row_begin[static_cast<size_t>(r)]),
                                set.inv_t, set.u, set.top_p, set.min_p};
         }
-        PKV_ASSIGN_OR_RETURN(float* sel_f, scratch(kSelection, ints));
-        auto* d_jobs = reinterpret_cast<bc::SelectionJob*>(sel_f);
-        int32_t* d_sel = reinterpret_cast<int32_t*>(sel_f) + kJobInts * ns;
+        // The device side: the workspace (8-byte aligned), then the jobs and tokens.
+        PKV_ASSIGN_OR_RETURN(float* sel_f, scratch(kSelection, work_floats + ints));
+        auto* d_jobs = reinterpret_cast<bc::SelectionJob*>(sel_f + work_floats);
+        int32_t* d_sel = reinterpret_cast<int32_t*>(sel_f + work_floats) + kJobInts * ns;
         PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_jobs, sel_jobs, sizeof(bc::SelectionJob) * ns,
                                                  cudaMemcpyHostToDevice, st));
-        PKV_RETURN_IF_ERROR(bc::selection_draw(a.logits, V, d_jobs, ns, d_sel, st));
+        PKV_RETURN_IF_ERROR(bc::selection_draw(a.logits, V, d_jobs, ns, d_sel, sel_f, st));
         h_sel = sel + kJobInts * ns;
         PKV_CUDA_RETURN_IF_ERROR(
             cudaMemcpyAsync(h_sel, d_sel, sizeof(int32_t) * ns, cudaMemcpyDeviceToHost, st));
