@@ -325,17 +325,17 @@ constexpr int kSelDigits[3] = {12, 12, 8};
 constexpr int kSelShift[3] = {20, 8, 0};
 constexpr size_t kSelBuckets = size_t{1} << kSelDigits[0];  // the widest level's
 
-// Where the running sum of the candidates' weights, in the sampler's order, first
-// passes `target`: the entry (its order key) whose interval [before, before + weight)
-// holds it, found by narrowing buckets of the order key's bits (no sort). `top`:
-// the weights summed by the keys' leading 12 bits. found false where the sums ran
-// out under the target (rounding).
+// Where a running sum of the candidates' weights, in the sampler's order, passes a
+// target: the entry (its order key) whose interval [before, before + weight) holds
+// it; found false where the sums ran out under the target (rounding).
 struct Crossing {
   bool found = false;
   uint64_t key = 0;
   double before = 0, weight = 0;
 };
 
+// The crossing of `target`, found by narrowing buckets of the order key's bits (no
+// sort). `top`: the weights summed by the keys' leading 12 bits.
 Crossing find_crossing(const float* x, size_t n, const double* wt, const double* top, double target,
                        Scratch* sc) {
   Crossing c;

@@ -81,23 +81,21 @@ TEST(BenchCli, TextReportAndUsageErrors) {
   EXPECT_NE(r.output.find("  prefill  "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("steps of decode rows only"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("host sampling"), std::string::npos) << r.output;
+  // Two requests of 3 tokens with these sampling flags: the JSON report's run.
+  auto sampled_run = [](const std::string& flags) {
+    Result r = run_pagedkv(
+        "bench --preset tiny --workload nosharing --requests 2 --max-tokens 3 --json " + flags,
+        false);
+    EXPECT_EQ(r.exit_code, 0) << flags << ": " << r.output;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.output)["runs"][0] : nlohmann::json();
+  };
   // Greedy requests (--temperature 0): the report says so, and every request
   // completes its tokens.
-  Result greedy = run_pagedkv(
-      "bench --preset tiny --workload nosharing --requests 2 --max-tokens 3 --temperature 0 "
-      "--json",
-      false);
-  ASSERT_EQ(greedy.exit_code, 0) << greedy.output;
-  const auto g = nlohmann::json::parse(greedy.output)["runs"][0];
+  const auto g = sampled_run("--temperature 0");
   EXPECT_EQ(g["temperature"].get<double>(), 0.0);
   EXPECT_EQ(g["completion_tokens"], 6);
-  // Top-p and min-p requests: the JSON report carries the setting.
-  Result nucleus = run_pagedkv(
-      "bench --preset tiny --workload nosharing --requests 2 --max-tokens 3 --top-p 0.9 "
-      "--min-p 0.05 --json",
-      false);
-  ASSERT_EQ(nucleus.exit_code, 0) << nucleus.output;
-  const auto n = nlohmann::json::parse(nucleus.output)["runs"][0];
+  // Top-p and min-p requests: the report carries the setting.
+  const auto n = sampled_run("--top-p 0.9 --min-p 0.05");
   EXPECT_EQ(n["top_p"].get<double>(), 0.9);
   EXPECT_EQ(n["min_p"].get<double>(), 0.05);
   EXPECT_EQ(n["completion_tokens"], 6);
