@@ -110,6 +110,7 @@ struct Scratch {
   std::vector<double> prob;
   // draw_by_selection's: grown, never shrunk (no zero-filling per row).
   std::vector<double> weights, hist, sub_hist;
+  std::vector<uint16_t> bucket;  // an entry's first-level bucket (kNoBucket: no candidate)
   std::vector<uint32_t> index;
 };
 Scratch& scratch() {
@@ -324,6 +325,7 @@ size_t selection_weights(const float* x, size_t n, float cut, double inv_t, doub
 constexpr int kSelDigits[3] = {12, 12, 8};
 constexpr int kSelShift[3] = {20, 8, 0};
 constexpr size_t kSelBuckets = size_t{1} << kSelDigits[0];  // the widest level's
+constexpr uint16_t kNoBucket = 0xffff;
 
 // Where a running sum of the candidates' weights, in the sampler's order, passes a
 // target: the entry (its order key) whose interval [before, before + weight) holds
@@ -335,9 +337,10 @@ struct Crossing {
 };
 
 // The crossing of `target`, found by narrowing buckets of the order key's bits (no
-// sort). `top`: the weights summed by the keys' leading 12 bits.
-Crossing find_crossing(const float* x, size_t n, const double* wt, const double* top, double target,
-                       Scratch* sc) {
+// sort). `top`: the weights summed by the keys' leading 12 bits; `bucket`: each
+// entry's (kNoBucket where it is no candidate).
+Crossing find_crossing(const float* x, size_t n, const double* wt, const double* top,
+                       const uint16_t* bucket, double target, Scratch* sc) {
   Crossing c;
   double before = 0;  // the weight of every candidate ahead of the bucket in the order
   auto narrow = [&](const double* mass, size_t buckets) -> int64_t {
@@ -356,7 +359,7 @@ Crossing find_crossing(const float* x, size_t n, const double* wt, const double*
   size_t found = 0;
   for (size_t i = 0; i < n; ++i) {  // branch-free: every index written, the kept ones counted
     idx[found] = static_cast<uint32_t>(i);
-    found += (wt[i] > 0) & ((desc_bits(x[i]) >> kSelShift[0]) == static_cast<uint32_t>(b));
+    found += bucket[i] == b;
   }
   std::vector<uint64_t>& keys = sc->keys;
   keys.resize(found);
@@ -428,11 +431,15 @@ int32_t draw_by_selection(const float* x, size_t n, float m, const SamplingParam
   hist.assign(2 * kSelBuckets, 0.0);
   double part[4] = {0, 0, 0, 0}, min_p_part[4] = {0, 0, 0, 0};
   bool close = false;  // a weight within the band of min_weight
+  if (sc.bucket.size() < n) sc.bucket.resize(n);
+  uint16_t* bucket = sc.bucket.data();
   auto sum_weights = [&](auto with_min_p) {
     for (size_t i = 0; i < n; ++i) {
       const double w = wt[i];
+      const auto b = static_cast<uint16_t>(desc_bits(x[i]) >> kSelShift[0]);
       part[i & 3] += w;
-      hist[(i & 1) * kSelBuckets + (desc_bits(x[i]) >> kSelShift[0])] += w;
+      hist[(i & 1) * kSelBuckets + b] += w;
+      bucket[i] = w > 0 ? b : kNoBucket;
       if constexpr (with_min_p) {
         close |= (w > 0) & (std::fabs(w - min_weight) <= band);  // branch-free
         min_p_part[i & 3] += w >= min_weight ? w : 0.0;
@@ -466,7 +473,7 @@ int32_t draw_by_selection(const float* x, size_t n, float m, const SamplingParam
     // The reference keeps entries up to and including the one its running sum of
     // probabilities reaches top_p at.
     const double at = p.top_p * total;
-    const Crossing c = find_crossing(x, n, wt, hist.data(), at, &sc);
+    const Crossing c = find_crossing(x, n, wt, hist.data(), bucket, at, &sc);
     if (!certified(c, at, margin)) return -1;
     kept_mass = c.before + c.weight;
     last_key = c.key;
@@ -476,7 +483,7 @@ int32_t draw_by_selection(const float* x, size_t n, float m, const SamplingParam
   if (p.min_p > 0 && !(p.top_p < 1.0 && wt[key_id(last_key)] >= min_weight))
     kept_mass = (min_p_part[0] + min_p_part[1]) + (min_p_part[2] + min_p_part[3]);
   const double target = uniform_for(p.seed, position) * kept_mass;
-  const Crossing c = find_crossing(x, n, wt, hist.data(), target, &sc);
+  const Crossing c = find_crossing(x, n, wt, hist.data(), bucket, target, &sc);
   if (!certified(c, target, margin) || c.key > last_key || c.weight < min_weight) return -1;
   return key_id(c.key);
 }
