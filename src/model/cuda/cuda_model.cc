@@ -1208,8 +1208,10 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
                                           cudaMemcpyDeviceToHost));
     return check_logits(*out);
   };
-  // The seeded draws, finished on the host from each row's best entries; a draw
-  // that needs more (a candidate list longer than its entries) gets the row.
+  // The seeded draws: a row without top-k takes its selection draw's token, the
+  // others are finished on the host from their best entries; a draw the selection
+  // declined or that needs more entries (a candidate list longer than them) gets
+  // the row.
   auto finish_draws = [&]() -> Status {
     if ((h_draw == nullptr && h_sel == nullptr) || *h_nan != 0)
       return ok_status();  // NaN: the check's error
