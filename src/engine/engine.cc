@@ -245,7 +245,8 @@ class Engine::Impl {
   std::vector<int32_t> step_tokens_;
   std::vector<int64_t> step_token_pos_;
   // Per step: the seeded draws a device model may finish from a row's best
-  // entries (ForwardRow::draw; sample_token_from_best gives sample_token's token).
+  // entries (ForwardRow::draw; sample_token_from_best gives sample_token's token)
+  // or, without top-k, by selection over the row (its settings: selection()).
   struct SeededDraw final : model::RowDraw {
     const SamplingParams* params = nullptr;
     int64_t position = 0;

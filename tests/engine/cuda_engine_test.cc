@@ -669,12 +669,12 @@ TEST_P(CudaGraphTest, AttentionKernelChoiceAndAgreement) {
   EXPECT_NE(bad.status().to_string().find("PAGEDKV_CUDA_ATTENTION=flash"), std::string::npos);
 }
 
-// Seeded rows that want no logits: the device returns each row's best entries and
-// the host finishes the draw (engine::sample_token_from_best) — the same tokens
-// as the host sampler on the copied logits, for temperature, top-k, top-p, min-p
-// and their combinations, many seeds and positions, greedy rows beside them; a
-// top_k above the device's entry cap (or none) takes the cut test and, when the
-// candidates do not fit, the whole row.
+// Seeded rows that want no logits: the device draws a row without top-k by
+// selection, and returns each other row's best entries for the host to finish the
+// draw (engine::sample_token_from_best) — the same tokens as the host sampler on
+// the copied logits, for temperature, top-k, top-p, min-p and their combinations,
+// many seeds and positions, greedy rows beside them; a top_k above the device's
+// entry cap takes the cut test and, when the candidates do not fit, the whole row.
 TEST_P(CudaGraphTest, DeviceSeededDrawEqualsHostSampler) {
   SKIP_WITHOUT_GPU();
   struct Setting {
