@@ -1164,7 +1164,11 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
         constexpr size_t kJobInts = sizeof(bc::SelectionJob) / sizeof(int32_t);
         static_assert(kJobInts * sizeof(int32_t) == sizeof(bc::SelectionJob));
         const size_t ints = (kJobInts + 1) * static_cast<size_t>(ns);  // jobs, then tokens
-        const size_t work_floats = bc::selection_draw_workspace_bytes(ns) / sizeof(float);
+        // At least the workspace of 128 rows (~4 MiB), so that the slot does not grow
+        // (and invalidate every captured decode graph) as the sampled rows ramp up.
+        const size_t work_floats = std::max(bc::selection_draw_workspace_bytes(ns),
+                                            bc::selection_draw_workspace_bytes(128)) /
+                                   sizeof(float);
         PKV_ASSIGN_OR_RETURN(int32_t * sel, selection_pinned_.get(ints));
         auto* sel_jobs = reinterpret_cast<bc::SelectionJob*>(sel);
         int32_t js = 0;
