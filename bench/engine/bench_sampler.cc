@@ -74,11 +74,20 @@ int main(int argc, char** argv) {
             fast[i] = pagedkv::engine::sample_token(data[i], p, static_cast<int64_t>(i));
         const double t_fast = (thread_cpu_s() - t) / 3;
         for (size_t i = 0; i < data.size() && !fast_only; ++i) mismatches += ref[i] != fast[i];
-        std::printf("%-8zu %-6.0f %-30s %12.1f %12.1f %7.1fx\n", vocab, spread, c.name,
-                    1e6 * t_ref / rows, 1e6 * t_fast / rows, t_ref / t_fast);
+        if (fast_only) {
+          std::printf("%-8zu %-6.0f %-30s %12s %12.1f %8s\n", vocab, spread, c.name, "-",
+                      1e6 * t_fast / rows, "-");
+        } else {
+          std::printf("%-8zu %-6.0f %-30s %12.1f %12.1f %7.1fx\n", vocab, spread, c.name,
+                      1e6 * t_ref / rows, 1e6 * t_fast / rows, t_ref / t_fast);
+        }
       }
     }
   }
-  std::printf("tokens that differ from the reference: %d\n", mismatches);
+  if (fast_only) {
+    std::printf("(fast paths only: tokens not compared with the reference)\n");
+  } else {
+    std::printf("tokens that differ from the reference: %d\n", mismatches);
+  }
   return mismatches == 0 ? 0 : 1;
 }
