@@ -327,6 +327,107 @@ constexpr int kSelShift[3] = {20, 8, 0};
 constexpr size_t kSelBuckets = size_t{1} << kSelDigits[0];  // the widest level's
 constexpr uint16_t kNoBucket = 0xffff;
 
+// The selection draw's pass 2 (draw_by_selection): the weights summed whole, by
+// their keys' leading 12 bits into two histograms (`hist`: [2][kSelBuckets]; entry
+// i adds to copy i & 1) and, with min-p, over the entries min-p keeps, four
+// partial sums each (entry i adds to sum i & 3), so consecutive entries do not wait
+// on one another; each entry's bucket (kNoBucket: no candidate); and whether a
+// weight lies within `band` of min_weight.
+struct WeightSums {
+  double part[4] = {0, 0, 0, 0}, min_p_part[4] = {0, 0, 0, 0};
+  bool close = false;
+};
+
+// Entries [begin, n) of pass 2, one at a time.
+template <bool kMinP>
+void sum_weights_scalar(const float* x, const double* wt, size_t begin, size_t n, double min_weight,
+                        double band, double* hist, uint16_t* bucket, WeightSums* s) {
+  for (size_t i = begin; i < n; ++i) {
+    const double w = wt[i];
+    const auto b = static_cast<uint16_t>(desc_bits(x[i]) >> kSelShift[0]);
+    s->part[i & 3] += w;
+    hist[(i & 1) * kSelBuckets + b] += w;
+    bucket[i] = w > 0 ? b : kNoBucket;
+    if constexpr (kMinP) {
+      s->close |= (w > 0) & (std::fabs(w - min_weight) <= band);  // branch-free
+      s->min_p_part[i & 3] += w >= min_weight ? w : 0.0;
+    }
+  }
+}
+
+#if defined(__x86_64__)
+// Pass 2 on AVX2, four entries at a time: lane j of the sums is sum j (the entries
+// i with i & 3 = j, in ascending i, as above), the keys, buckets and min-p tests in
+// vectors; only the histograms' additions stay scalar, in entry order. The same
+// doubles, buckets and flag as the scalar loop. Returns the entries done (a
+// multiple of four; the scalar loop takes the rest).
+template <bool kMinP>
+__attribute__((target("avx2"))) size_t sum_weights_avx2(const float* x, const double* wt, size_t n,
+                                                        double min_weight, double band,
+                                                        double* hist, uint16_t* bucket,
+                                                        WeightSums* s) {
+  __m256d part = _mm256_setzero_pd(), min_p_part = _mm256_setzero_pd();
+  __m256d close = _mm256_setzero_pd();
+  const __m256d zero = _mm256_setzero_pd(), vmin = _mm256_set1_pd(min_weight),
+                vband = _mm256_set1_pd(band);
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
+  const __m128i sign = _mm_set1_epi32(static_cast<int32_t>(0x80000000u)),
+                none = _mm_set1_epi32(kNoBucket), ones = _mm_set1_epi32(-1);
+  const __m256i low_halves = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    // desc_bits: -0 as +0 (a zero's bits cleared), the monotone map, inverted.
+    const __m128 v = _mm_loadu_ps(x + i);
+    __m128i u = _mm_castps_si128(_mm_andnot_ps(_mm_cmpeq_ps(v, _mm_setzero_ps()), v));
+    u = _mm_xor_si128(u, _mm_or_si128(_mm_srai_epi32(u, 31), sign));
+    const __m128i b = _mm_srli_epi32(_mm_xor_si128(u, ones), kSelShift[0]);
+    const __m256d w = _mm256_loadu_pd(wt + i);
+    part = _mm256_add_pd(part, w);
+    // Buckets: w > 0 ? b : kNoBucket, four uint16 (b < 4,096: no saturation).
+    const __m256d pos = _mm256_cmp_pd(w, zero, _CMP_GT_OQ);
+    const __m128i pos_mask = _mm256_castsi256_si128(
+        _mm256_permutevar8x32_epi32(_mm256_castpd_si256(pos), low_halves));  // 64 → 32 bits
+    const __m128i sel = _mm_blendv_epi8(none, b, pos_mask);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(bucket + i), _mm_packus_epi32(sel, sel));
+    if constexpr (kMinP) {
+      const __m256d near =
+          _mm256_cmp_pd(_mm256_and_pd(_mm256_sub_pd(w, vmin), abs_mask), vband, _CMP_LE_OQ);
+      close = _mm256_or_pd(close, _mm256_and_pd(pos, near));
+      min_p_part = _mm256_add_pd(min_p_part, _mm256_and_pd(_mm256_cmp_pd(w, vmin, _CMP_GE_OQ), w));
+    }
+    alignas(16) uint32_t bs[4];
+    alignas(32) double ws[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(bs), b);
+    _mm256_store_pd(ws, w);
+    hist[bs[0]] += ws[0];
+    hist[kSelBuckets + bs[1]] += ws[1];
+    hist[bs[2]] += ws[2];
+    hist[kSelBuckets + bs[3]] += ws[3];
+  }
+  _mm256_storeu_pd(s->part, part);
+  _mm256_storeu_pd(s->min_p_part, min_p_part);
+  s->close = _mm256_movemask_pd(close) != 0;
+  _mm256_zeroupper();
+  return i;
+}
+#endif
+
+// Pass 2 over all n entries into *s (zeroed), hist (zeroed) and bucket;
+// allow_simd false takes the scalar loop (tests).
+template <bool kMinP>
+void sum_weights(const float* x, const double* wt, size_t n, double min_weight, double band,
+                 double* hist, uint16_t* bucket, bool allow_simd, WeightSums* s) {
+  size_t done = 0;
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && allow_simd)
+    done = sum_weights_avx2<kMinP>(x, wt, n, min_weight, band, hist, bucket, s);
+#else
+  (void)allow_simd;
+#endif
+  sum_weights_scalar<kMinP>(x, wt, done, n, min_weight, band, hist, bucket, s);
+}
+
 // Where a running sum of the candidates' weights, in the sampler's order, passes a
 // target: the entry (its order key) whose interval [before, before + weight) holds
 // it; found false where the sums ran out under the target (rounding).
@@ -425,34 +526,21 @@ int32_t draw_by_selection(const float* x, size_t n, float m, const SamplingParam
   const double min_weight = p.min_p > 0 ? p.min_p : 0.0;
   const double band = 2.0 * (8.0 * eps + 2.0 * kSelExpError) * margin_scale * min_weight;
   // Summed whole, by each key's leading 12 bits and (min-p) over the entries min-p
-  // keeps: two histograms and four partial sums each, so consecutive entries do
-  // not wait on one another.
+  // keeps (WeightSums).
   std::vector<double>& hist = sc.hist;
   hist.assign(2 * kSelBuckets, 0.0);
-  double part[4] = {0, 0, 0, 0}, min_p_part[4] = {0, 0, 0, 0};
-  bool close = false;  // a weight within the band of min_weight
   if (sc.bucket.size() < n) sc.bucket.resize(n);
   uint16_t* bucket = sc.bucket.data();
-  auto sum_weights = [&](auto with_min_p) {
-    for (size_t i = 0; i < n; ++i) {
-      const double w = wt[i];
-      const auto b = static_cast<uint16_t>(desc_bits(x[i]) >> kSelShift[0]);
-      part[i & 3] += w;
-      hist[(i & 1) * kSelBuckets + b] += w;
-      bucket[i] = w > 0 ? b : kNoBucket;
-      if constexpr (with_min_p) {
-        close |= (w > 0) & (std::fabs(w - min_weight) <= band);  // branch-free
-        min_p_part[i & 3] += w >= min_weight ? w : 0.0;
-      }
-    }
-  };
+  WeightSums summed;
   if (p.min_p > 0) {
-    sum_weights(std::true_type{});
+    sum_weights<true>(x, wt, n, min_weight, band, hist.data(), bucket, allow_simd, &summed);
   } else {
-    sum_weights(std::false_type{});
+    sum_weights<false>(x, wt, n, min_weight, band, hist.data(), bucket, allow_simd, &summed);
   }
+  const double* part = summed.part;
+  const double* min_p_part = summed.min_p_part;
   const double total = (part[0] + part[1]) + (part[2] + part[3]);
-  if (!(total > 0) || close) return -1;
+  if (!(total > 0) || summed.close) return -1;
   for (size_t b = 0; b < kSelBuckets; ++b) hist[b] += hist[kSelBuckets + b];
   // The margin: the reference's roundings (its exps within 1 ulp; the sums of
   // `count` terms: the normalizer, the top-p running sum, the kept total and the
@@ -610,6 +698,27 @@ int32_t draw_by_selection_for_test(std::span<const float> logits, const Sampling
   if (logits.empty() || !selection_draw_serves(p)) return -1;
   return draw_by_selection(logits.data(), logits.size(), max_not_nan(logits.data(), logits.size()),
                            p, position, std::max(1.0, margin_scale), allow_simd);
+}
+
+SelectionSumsForTest selection_sums_for_test(std::span<const float> logits,
+                                             std::span<const double> weights, bool with_min_p,
+                                             double min_weight, double band, bool allow_simd) {
+  const size_t n = std::min(logits.size(), weights.size());
+  SelectionSumsForTest t;
+  t.hist.assign(2 * kSelBuckets, 0.0);
+  t.bucket.assign(n, 0);
+  WeightSums s;
+  if (with_min_p) {
+    sum_weights<true>(logits.data(), weights.data(), n, min_weight, band, t.hist.data(),
+                      t.bucket.data(), allow_simd, &s);
+  } else {
+    sum_weights<false>(logits.data(), weights.data(), n, min_weight, band, t.hist.data(),
+                       t.bucket.data(), allow_simd, &s);
+  }
+  std::copy_n(s.part, 4, t.part);
+  std::copy_n(s.min_p_part, 4, t.min_p_part);
+  t.close = s.close;
+  return t;
 }
 
 int32_t sample_token_from_best(std::span<const model::DrawEntry> best, bool complete, size_t vocab,

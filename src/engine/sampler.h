@@ -65,6 +65,21 @@ int32_t draw_by_selection_for_test(std::span<const float> logits, const Sampling
                                    int64_t position, double margin_scale = 1.0,
                                    bool allow_simd = true);
 
+// The selection draw's second pass (a test hook; sampler.cc, WeightSums) over a
+// row and its weights: the four partial sums of every weight and (with_min_p) of
+// those ≥ min_weight, whether a candidate's weight lies within band of min_weight,
+// the two histograms by the keys' leading 12 bits, each entry's bucket (0xffff: a
+// zero weight). allow_simd false takes the scalar loop; both give the same bits.
+struct SelectionSumsForTest {
+  double part[4] = {0, 0, 0, 0}, min_p_part[4] = {0, 0, 0, 0};
+  bool close = false;
+  std::vector<double> hist;
+  std::vector<uint16_t> bucket;
+};
+SelectionSumsForTest selection_sums_for_test(std::span<const float> logits,
+                                             std::span<const double> weights, bool with_min_p,
+                                             double min_weight, double band, bool allow_simd);
+
 // The reference pipeline, slow: a comparator sort of every non-NaN entry, and
 // the scalar greedy loop. sample_token's fast paths (sampler.cc) give exactly
 // its tokens for every setting; tests/engine/sampler_test.cc and

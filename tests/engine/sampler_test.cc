@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace pagedkv::engine {
@@ -313,6 +315,41 @@ TEST(SamplerFastPathTest, SelectionDrawIsTheSortedDrawsTokenOrDeclines) {
   const std::vector<float> v = random_row(g, 100, 0);
   EXPECT_EQ(draw_by_selection_for_test(v, params(0.8, 5, 1.0, 0.0, 1), 0), -1);
   EXPECT_EQ(draw_by_selection_for_test(v, params(0.0, 0, 1.0, 0.0, 1), 0), -1);
+}
+
+// The selection draw's second pass on AVX2 gives the scalar loop's bits: its four
+// partial sums (whole and min-p's), the min-p band flag, both histograms and every
+// bucket, for every row kind (signed zeros, NaN, ±inf), widths that are and are
+// not multiples of four, and weights with zeros (non-candidates), equal values and
+// values at the min-p threshold and inside its band.
+TEST(SamplerFastPathTest, SelectionSumsOnAvx2EqualTheScalarLoop) {
+  std::mt19937 g(77);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (size_t n : {1ul, 3ul, 4ul, 7ul, 64ul, 1001ul, 30001ul}) {
+    for (int kind = 0; kind < 14; ++kind) {
+      const std::vector<float> v = random_row(g, n, kind);
+      std::vector<double> w(n);
+      for (size_t i = 0; i < n; ++i) {
+        const double r = u(g);
+        w[i] = r < 0.3 ? 0.0 : (r < 0.4 ? 0.25 : (r < 0.45 ? 0.25 + 1e-12 : u(g)));
+      }
+      for (const bool with_min_p : {false, true}) {
+        const SelectionSumsForTest a =
+            selection_sums_for_test(v, w, with_min_p, 0.25, 1e-9, /*allow_simd=*/true);
+        const SelectionSumsForTest b =
+            selection_sums_for_test(v, w, with_min_p, 0.25, 1e-9, /*allow_simd=*/false);
+        const std::string where = "n " + std::to_string(n) + " kind " + std::to_string(kind) +
+                                  " min_p " + std::to_string(with_min_p);
+        EXPECT_EQ(std::memcmp(a.part, b.part, sizeof a.part), 0) << where;
+        EXPECT_EQ(std::memcmp(a.min_p_part, b.min_p_part, sizeof a.min_p_part), 0) << where;
+        EXPECT_EQ(a.close, b.close) << where;
+        ASSERT_EQ(a.hist.size(), b.hist.size());
+        EXPECT_EQ(std::memcmp(a.hist.data(), b.hist.data(), a.hist.size() * sizeof(double)), 0)
+            << where;
+        EXPECT_EQ(a.bucket, b.bucket) << where;
+      }
+    }
+  }
 }
 
 // The same for top-p and min-p draws (alone and together): the kept prefix's end
