@@ -113,6 +113,11 @@ size_t moe_list_ints(int64_t tk, int32_t e) {
   return static_cast<size_t>(2 * tk + 1 + 2 * int64_t{bc::moe_group_max_bands(tk, e)});
 }
 
+// How a row's token is found after a step: not on the device (the caller reads the
+// logits or takes the greedy token), or a seeded draw finished from the row's best
+// entries, or one drawn by selection over the whole row.
+enum class RowDrawWay : uint8_t { kNone, kEntries, kSelection };
+
 struct GraphKey {
   int32_t tokens = 0, width = 0, parts = 0;
   // Attention's launch shape: StepArgs::packed_partitions, whether a row brings more
@@ -357,6 +362,10 @@ class CudaQwen3Model final : public Model {
   std::set<GraphKey> seen_;
   uint64_t scratch_gen_ = 0, graphs_gen_ = 0;
   std::vector<const void*> kv_bases_;
+  // Each row's RowDrawWay this step and, by selection, its settings (kept between
+  // steps so that a step allocates nothing).
+  std::vector<RowDrawWay> step_draw_way_;
+  std::vector<SelectionSettings> step_draw_set_;
   CudaModelStats stats_;
 };
 
@@ -918,13 +927,32 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   bool any_greedy = false;
   for (const ForwardRow& row : batch.rows)
     any_greedy |= row.greedy_only && row.logits == LogitsRequest::kLast;
-  // Seeded rows the caller lets us finish from their best entries (ForwardRow::draw).
-  auto is_draw = [&](const ForwardRow& row) {
-    return draw_cap_ > 0 && row.draw != nullptr && !row.greedy_only &&
-           row.logits == LogitsRequest::kLast;
-  };
+  // Seeded rows the caller lets us finish on the device (ForwardRow::draw), each
+  // asked once a step how: by selection over the whole row (a draw without top-k;
+  // its settings), or from its best entries. PAGEDKV_CUDA_SELECTION_DRAW=0 (read
+  // once) never by selection, for A/B (the same tokens: the row's best entries, or
+  // the row, instead).
+  static const bool selection_draws = env_bool("PAGEDKV_CUDA_SELECTION_DRAW").value_or(true);
+  std::vector<RowDrawWay>& draw_way = step_draw_way_;
+  std::vector<SelectionSettings>& draw_set = step_draw_set_;
+  draw_way.assign(static_cast<size_t>(R), RowDrawWay::kNone);
+  draw_set.resize(static_cast<size_t>(R));
   bool any_draw = false;
-  for (const ForwardRow& row : batch.rows) any_draw |= is_draw(row);
+  for (int32_t r = 0; r < R; ++r) {
+    const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
+    if (draw_cap_ <= 0 || row.draw == nullptr || row.greedy_only ||
+        row.logits != LogitsRequest::kLast)
+      continue;
+    any_draw = true;
+    draw_way[static_cast<size_t>(r)] =
+        selection_draws && row.draw->selection(&draw_set[static_cast<size_t>(r)])
+            ? RowDrawWay::kSelection
+            : RowDrawWay::kEntries;
+  }
+  auto is_draw = [&](int32_t r) { return draw_way[static_cast<size_t>(r)] != RowDrawWay::kNone; };
+  auto by_selection = [&](int32_t r) {
+    return draw_way[static_cast<size_t>(r)] == RowDrawWay::kSelection;
+  };
 
   // A decode-sized paged step of a dense model replays a CUDA graph captured for
   // its bucket (tokens, block-table width, attention partitions), its tokens
@@ -1068,14 +1096,6 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   int32_t* h_draw = nullptr;  // seeded rows: [n][2] counts, then their entries
   int32_t* h_sel = nullptr;   // rows without top-k: their selection draws' tokens
   bool all_copied = true;
-  // A seeded row the device draws by selection (a draw without top-k):
-  // PAGEDKV_CUDA_SELECTION_DRAW=0 (read once) never, for A/B (the same tokens: the
-  // row's best entries, or the row, instead).
-  static const bool selection_draws = env_bool("PAGEDKV_CUDA_SELECTION_DRAW").value_or(true);
-  auto by_selection = [&](const ForwardRow& row, SelectionSettings* set = nullptr) {
-    SelectionSettings unused;
-    return selection_draws && row.draw->selection(set != nullptr ? set : &unused);
-  };
   if (P > 0) {
     PKV_ASSIGN_OR_RETURN(float* nan_f, scratch(kNanFlag, 1));
     int32_t* nan_flag = reinterpret_cast<int32_t*>(nan_f);
@@ -1110,7 +1130,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
       const int64_t b = out->row_begin[static_cast<size_t>(r)],
                     n = out->row_count[static_cast<size_t>(r)];
       if (n == 0) continue;
-      if ((row.greedy_only && row.logits == LogitsRequest::kLast) || is_draw(row)) {
+      if ((row.greedy_only && row.logits == LogitsRequest::kLast) || is_draw(r)) {
         all_copied = false;
         continue;
       }
@@ -1125,13 +1145,13 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
       // copied). The others: each row's best entries in the sampler's order (as
       // many as its draw may need), and the counts, back in one copy.
       int32_t n = 0, total = 0, ns = 0;
-      for (const ForwardRow& row : batch.rows) {
-        if (!is_draw(row)) continue;
-        if (by_selection(row)) {
+      for (int32_t r = 0; r < R; ++r) {
+        if (!is_draw(r)) continue;
+        if (by_selection(r)) {
           ++ns;
         } else {
           ++n;
-          total += std::clamp(row.draw->entries(), 1, draw_cap_);
+          total += std::clamp(batch.rows[static_cast<size_t>(r)].draw->entries(), 1, draw_cap_);
         }
       }
       if (n > 0) {
@@ -1139,7 +1159,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
         int32_t j = 0, off = 0;
         for (int32_t r = 0; r < R; ++r) {
           const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
-          if (!is_draw(row) || by_selection(row)) continue;
+          if (!is_draw(r) || by_selection(r)) continue;
           const int32_t want = std::clamp(row.draw->entries(), 1, draw_cap_);
           jobs[3 * j] = out->row_begin[static_cast<size_t>(r)];
           jobs[3 * j + 1] = want;
@@ -1173,9 +1193,8 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
         auto* sel_jobs = reinterpret_cast<bc::SelectionJob*>(sel);
         int32_t js = 0;
         for (int32_t r = 0; r < R; ++r) {
-          const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
-          SelectionSettings set;
-          if (!is_draw(row) || !by_selection(row, &set)) continue;
+          if (!by_selection(r)) continue;
+          const SelectionSettings& set = draw_set[static_cast<size_t>(r)];
           sel_jobs[js++] =
               bc::SelectionJob{static_cast<int32_t>(out->row_begin[static_cast<size_t>(r)]),
                                set.inv_t, set.u, set.top_p, set.min_p};
@@ -1220,16 +1239,16 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     if ((h_draw == nullptr && h_sel == nullptr) || *h_nan != 0)
       return ok_status();  // NaN: the check's error
     int32_t n = 0;         // the rows drawn from their best entries
-    for (const ForwardRow& row : batch.rows) n += is_draw(row) && !by_selection(row) ? 1 : 0;
+    for (int32_t r = 0; r < R; ++r) n += is_draw(r) && !by_selection(r) ? 1 : 0;
     static_assert(sizeof(bc::TopEntry) == sizeof(DrawEntry));
     const auto* entries =
         h_draw != nullptr ? reinterpret_cast<const DrawEntry*>(h_draw + 2 * n) : nullptr;
     int32_t j = 0, off = 0, js = 0;
     for (int32_t r = 0; r < R; ++r) {
       const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
-      if (!is_draw(row)) continue;
+      if (!is_draw(r)) continue;
       int32_t tok = -1;
-      if (by_selection(row)) {
+      if (by_selection(r)) {
         tok = h_sel[js++];  // certified: the sorted draw's token (selection_draw.h), or -1
         if (tok >= 0) ++stats_.device_selection_rows;
       } else {
