@@ -54,6 +54,10 @@ std::string kernel_name(const char* mangled) {
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && d != nullptr ? d : mangled;
   std::free(d);
+  // Kernels in an anonymous namespace: its parentheses are not an argument list.
+  const std::string anon = "(anonymous namespace)";
+  for (size_t at = s.find(anon); at != std::string::npos; at = s.find(anon, at))
+    s.replace(at, anon.size(), "{anon}");
   // Cut the argument list: the last '(' at template depth 0.
   int depth = 0;
   for (size_t i = 0; i < s.size(); ++i) {

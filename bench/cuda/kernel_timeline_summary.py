@@ -31,9 +31,12 @@ def load(path):
         for line in f:
             p = line.rstrip("\n").split(",")
             if p[0] == "k" and len(p) >= 12:
+                name = ",".join(p[11:])
+                if not name or name.endswith("::"):  # no name recorded: the launch shape
+                    name = f"grid {p[7]} block {p[8]}"
                 kernels.append(dict(start=int(p[1]), end=int(p[2]), corr=int(p[3]),
                                     graph=int(p[4]), node=int(p[5]), grid=p[7], block=p[8],
-                                    name=",".join(p[11:])))
+                                    name=name))
             elif p[0] in "ms" and len(p) >= 8:
                 copies.append(dict(kind=p[0], start=int(p[1]), end=int(p[2]), corr=int(p[3]),
                                    graph=int(p[4]), bytes=int(p[7])))
