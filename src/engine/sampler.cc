@@ -42,7 +42,6 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
-#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
