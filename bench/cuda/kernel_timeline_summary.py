@@ -18,6 +18,7 @@ The gaps and exposed times of the graph's kernels add up to the graph's span.
 Kernels are grouped by name (template arguments dropped) and listed by exposed time.
 
 usage: kernel_timeline_summary.py TIMELINE.csv [--graph ID] [--skip N] [--top N]
+                                   [--sequence N]
 """
 import argparse
 import collections
@@ -65,6 +66,17 @@ def us(ns):
     return ns / 1000.0
 
 
+def walk(ks):
+    """One replay's kernels in start order, each with its gap and exposed time (ns)."""
+    ks = sorted(ks, key=lambda k: k["start"])
+    frontier = ks[0]["start"]
+    for k in ks:
+        gap = max(0, k["start"] - frontier)
+        exposed = max(0, k["end"] - max(frontier, k["start"]))
+        frontier = max(frontier, k["end"])
+        yield k, gap, exposed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
@@ -103,21 +115,16 @@ def main():
     starts = [min(k["start"] for k in ks) for ks in steps]
 
     groups = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # count, dur, exposed, gap
-    spans, cycles, busy_in, outside, idle_gpu = [], [], [], [], []
+    spans, cycles, outside, idle_gpu = [], [], [], []
     outside_work = collections.defaultdict(lambda: [0, 0.0])
     for i, ks in enumerate(steps[:-1]):
-        ks = sorted(ks, key=lambda k: k["start"])
-        frontier = ks[0]["start"]
-        for k in ks:
-            gap = max(0, k["start"] - frontier)
-            exposed = max(0, k["end"] - max(frontier, k["start"]))
+        for k, gap, exposed in walk(ks):
             g = groups[base_name(k["name"])]
             g[0] += 1
             g[1] += k["end"] - k["start"]
             g[2] += exposed
             g[3] += gap
-            frontier = max(frontier, k["end"])
-        span = frontier - ks[0]["start"]
+        span = max(k["end"] for k in ks) - min(k["start"] for k in ks)
         spans.append(span)
         c0, c1 = starts[i], starts[i + 1]
         cycles.append(c1 - c0)
@@ -139,7 +146,6 @@ def main():
                 cur_e = max(cur_e, e)
         if cur_e is not None:
             busy += cur_e - cur_s
-        busy_in.append(busy)
         idle_gpu.append((c1 - c0) - busy)
         outside.append((c1 - c0) - span)
 
@@ -178,14 +184,12 @@ def main():
               f"{us(gap) / n:7.1f} {us(exp) / cnt:8.2f} {100 * exp / n / max(tot_exp + tot_gap, 1):5.1f}%")
 
     if args.sequence > 0:
-        ks = sorted(steps[-2], key=lambda k: k["start"])
-        t0, frontier = ks[0]["start"], ks[0]["start"]
-        print(f"\nthe last summarized replay, kernel by kernel (us from its first start):")
+        t0 = min(k["start"] for k in steps[-2])
+        print("\nthe last summarized replay, kernel by kernel (us from its first start):")
         print(f"{'#':>4s} {'start':>8s} {'end':>8s} {'dur':>7s} {'gap':>6s} {'exposed':>7s}  kernel grid block")
-        for i, k in enumerate(ks[:args.sequence]):
-            gap = max(0, k["start"] - frontier)
-            exposed = max(0, k["end"] - max(frontier, k["start"]))
-            frontier = max(frontier, k["end"])
+        for i, (k, gap, exposed) in enumerate(walk(steps[-2])):
+            if i >= args.sequence:
+                break
             print(f"{i:4d} {us(k['start'] - t0):8.1f} {us(k['end'] - t0):8.1f} "
                   f"{us(k['end'] - k['start']):7.1f} {us(gap):6.1f} {us(exposed):7.1f}  "
                   f"{base_name(k['name'])} {k['grid']} {k['block']}")

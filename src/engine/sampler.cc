@@ -411,11 +411,11 @@ __attribute__((target("avx2"))) size_t sum_weights_avx2(const float* x, const do
 }
 #endif
 
-// Pass 2 over all n entries into *s (zeroed), hist (zeroed) and bucket;
-// allow_simd false takes the scalar loop (tests).
+// Pass 2 over all n entries into *s (zeroed), hist (zeroed) and bucket; with_min_p
+// adds min-p's sums and band test. allow_simd false takes the scalar loop (tests).
 template <bool kMinP>
-void sum_weights(const float* x, const double* wt, size_t n, double min_weight, double band,
-                 double* hist, uint16_t* bucket, bool allow_simd, WeightSums* s) {
+void sum_weights_pass(const float* x, const double* wt, size_t n, double min_weight, double band,
+                      double* hist, uint16_t* bucket, bool allow_simd, WeightSums* s) {
   size_t done = 0;
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
@@ -425,6 +425,14 @@ void sum_weights(const float* x, const double* wt, size_t n, double min_weight, 
   (void)allow_simd;
 #endif
   sum_weights_scalar<kMinP>(x, wt, done, n, min_weight, band, hist, bucket, s);
+}
+void sum_weights(bool with_min_p, const float* x, const double* wt, size_t n, double min_weight,
+                 double band, double* hist, uint16_t* bucket, bool allow_simd, WeightSums* s) {
+  if (with_min_p) {
+    sum_weights_pass<true>(x, wt, n, min_weight, band, hist, bucket, allow_simd, s);
+  } else {
+    sum_weights_pass<false>(x, wt, n, min_weight, band, hist, bucket, allow_simd, s);
+  }
 }
 
 // Where a running sum of the candidates' weights, in the sampler's order, passes a
@@ -531,11 +539,7 @@ int32_t draw_by_selection(const float* x, size_t n, float m, const SamplingParam
   if (sc.bucket.size() < n) sc.bucket.resize(n);
   uint16_t* bucket = sc.bucket.data();
   WeightSums summed;
-  if (p.min_p > 0) {
-    sum_weights<true>(x, wt, n, min_weight, band, hist.data(), bucket, allow_simd, &summed);
-  } else {
-    sum_weights<false>(x, wt, n, min_weight, band, hist.data(), bucket, allow_simd, &summed);
-  }
+  sum_weights(p.min_p > 0, x, wt, n, min_weight, band, hist.data(), bucket, allow_simd, &summed);
   const double* part = summed.part;
   const double* min_p_part = summed.min_p_part;
   const double total = (part[0] + part[1]) + (part[2] + part[3]);
@@ -707,13 +711,8 @@ SelectionSumsForTest selection_sums_for_test(std::span<const float> logits,
   t.hist.assign(2 * kSelBuckets, 0.0);
   t.bucket.assign(n, 0);
   WeightSums s;
-  if (with_min_p) {
-    sum_weights<true>(logits.data(), weights.data(), n, min_weight, band, t.hist.data(),
-                      t.bucket.data(), allow_simd, &s);
-  } else {
-    sum_weights<false>(logits.data(), weights.data(), n, min_weight, band, t.hist.data(),
-                       t.bucket.data(), allow_simd, &s);
-  }
+  sum_weights(with_min_p, logits.data(), weights.data(), n, min_weight, band, t.hist.data(),
+              t.bucket.data(), allow_simd, &s);
   std::copy_n(s.part, 4, t.part);
   std::copy_n(s.min_p_part, 4, t.min_p_part);
   t.close = s.close;
