@@ -611,22 +611,41 @@ TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
   }
   auto dx = dev(x);
   auto di = dev_poisoned(m * 4);
-  gpu_->argmax(dx.as<float>(), m, n, di.as<int32_t>());
+  auto flag = dev(std::vector<int32_t>{0});
+  gpu_->argmax(dx.as<float>(), m, n, di.as<int32_t>(), flag.as<int32_t>());
   EXPECT_EQ(host<int32_t>(di, m), want);
+  EXPECT_EQ(host<int32_t>(flag, 1)[0], 1) << "rows 2 and 3 hold NaNs";
   EXPECT_EQ(want[1], 7);
   EXPECT_EQ(want[2], 0);
-  // Rows narrower than the kernel's slices and threads; the best at the last index;
-  // an equal value in a later slice loses to the first.
-  for (const int64_t w : {1, 3, 9, 1000, 8193}) {
+  // Row 1 alone (float4 reads: the width a multiple of 4, the row 16-byte aligned),
+  // and from its second float on, 4 shorter (unaligned: one float at a time); its
+  // tie spans two slices.
+  for (const int64_t off : {n, n + 1}) {
+    auto dk = dev_poisoned(4);
+    auto no_nan = dev(std::vector<int32_t>{0});
+    gpu_->argmax(dx.as<float>() + off, 1, off == n ? n : n - 4, dk.as<int32_t>(),
+                 no_nan.as<int32_t>());
+    EXPECT_EQ(host<int32_t>(dk, 1)[0], off == n ? 7 : 6) << "offset " << off;
+    EXPECT_EQ(host<int32_t>(no_nan, 1)[0], 0) << "row 1 holds no NaN";
+  }
+  // Rows narrower than the kernel's slices and threads, widths a multiple of 4 or
+  // not; the best at the last index; an equal value in a later slice loses to the
+  // first; a NaN only in the last element of the last row sets the flag.
+  for (const int64_t w : {1, 3, 4, 9, 1000, 1004, 8192, 8193}) {
     std::vector<float> y(2 * w, -1.0f);
     y[w - 1] = 2.0f;  // row 0: the last element
     y[w] = 3.0f;      // row 1: first and last tie → the first
     y[2 * w - 1] = 3.0f;
-    auto dy = dev(y);
-    auto dj = dev_poisoned(2 * 4);
-    gpu_->argmax(dy.as<float>(), 2, w, dj.as<int32_t>());
-    EXPECT_EQ(host<int32_t>(dj, 2), (std::vector<int32_t>{static_cast<int32_t>(w - 1), 0}))
-        << "width " << w;
+    for (const bool with_nan : {false, true}) {
+      if (with_nan) y[2 * w - 1] = NAN;
+      auto dy = dev(y);
+      auto dj = dev_poisoned(2 * 4);
+      auto f = dev(std::vector<int32_t>{0});
+      gpu_->argmax(dy.as<float>(), 2, w, dj.as<int32_t>(), f.as<int32_t>());
+      EXPECT_EQ(host<int32_t>(dj, 2), (std::vector<int32_t>{static_cast<int32_t>(w - 1), 0}))
+          << "width " << w << (with_nan ? ", NaN last" : "");
+      EXPECT_EQ(host<int32_t>(f, 1)[0], with_nan ? 1 : 0) << "width " << w;
+    }
   }
 }
 

@@ -283,10 +283,10 @@ template <int D, int W, int STAGES, KvLayout L, MmaOperands O, bool kPacked = fa
 __global__ void __launch_bounds__(W * 32, min_blocks_per_sm(W, O))
     attn_mma_kernel(const PagedAttentionParams p, int32_t group, int32_t tokens_per_warp,
                     int32_t parts, int32_t part0, int32_t part_end, int32_t parts_per_block,
-                    bool beside_prior) {
+                    BesideWait beside) {
   static_assert(!kPacked || (W == 1 && STAGES == 1 && L == KvLayout::kBlockTable),
                 "packed decode blocks: one warp, one buffer, a block table");
-  const KernelBesidePrior entry(beside_prior);
+  const KernelBesidePrior entry(beside);
   constexpr int RS = D + kPad;      // shared row stride, elements
   constexpr int kPieces = D / 8;    // 16-byte pieces a K/V row
   constexpr int kDimTiles = D / 8;  // 8-wide output column tiles
@@ -529,8 +529,8 @@ constexpr size_t wide_smem_bytes() {
 template <int D, int kRounds, KvLayout L, MmaOperands O, bool kPacked = false>
 __global__ void __launch_bounds__(kChunks * 32)
     attn_mma_decode_wide_kernel(const PagedAttentionParams p, int32_t group, int32_t tpw,
-                                int32_t parts, int32_t part0, bool beside_prior) {
-  const KernelBesidePrior entry(beside_prior);
+                                int32_t parts, int32_t part0, BesideWait beside) {
+  const KernelBesidePrior entry(beside);
   static_assert(D == 64 || D == 128, "a warp per pair of output tiles");
   static_assert(kChunks % kRounds == 0, "whole rounds");
   static_assert(!kPacked || L == KvLayout::kBlockTable, "packed runs: a block table");
@@ -785,7 +785,8 @@ Status launch(const PagedAttentionParams& p, int32_t tokens_per_warp, const Part
   }
   grid.y = static_cast<unsigned>((r.count + parts_per_block - 1) / parts_per_block);
   return launch_kernel(name, kernel, grid, threads, smem, stream, p, group, tokens_per_warp,
-                       r.total, r.first, r.first + r.count, parts_per_block, beside_prior);
+                       r.total, r.first, r.first + r.count, parts_per_block,
+                       beside_wait(beside_prior));
 }
 
 // The runs packed_run forms (a test hook: packed_decode_runs).
@@ -813,7 +814,7 @@ Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStre
   }
   return launch_kernel("attn_mma_kernel (packed decode)", kernel, part_grid(p, p.num_tokens, r), 32,
                        smem, stream, p, group, tpw, r.total, r.first, r.first + r.count, 1,
-                       beside_prior);
+                       beside_wait(beside_prior));
 }
 
 // The eight-warp decode blocks: a block a token, or (kPacked) a block a tile of
@@ -830,7 +831,7 @@ Status launch_wide(const PagedAttentionParams& p, const PartRange& r, cudaStream
   return launch_kernel(
       kPacked ? "attn_mma_decode_wide_kernel (packed)" : "attn_mma_decode_wide_kernel", kernel,
       part_grid(p, (p.num_tokens + tpw - 1) / tpw, r), kChunks * 32, smem, stream, p, group, tpw,
-      r.total, r.first, beside_prior);
+      r.total, r.first, beside_wait(beside_prior));
 }
 
 // Waves of blocks up to which decode launches use the wide kernel
@@ -1011,10 +1012,11 @@ bool splits_decode_rows(const PagedAttentionParams& p) {
 // launches of the leading one-token rows beside it (disjoint workspace slots: the
 // decode rows take the first decode_tokens tokens' share of p.workspace, the prompt
 // tokens the rest), then one combine each. Each token's operations are those of the
-// launch it would have alone: the same bits. Beside the prefill, only the first
-// wave of decode blocks overlaps it (a block beside its prior waits for it at exit,
-// holding its slot); measured on an H100, the step costs the sum of its two parts
-// either way (docs/performance.md).
+// launch it would have alone: the same bits. Beside the prefill, the decode blocks
+// leave as they finish (only the launch's last block waits for the prefill:
+// launch.h's BesideWait; with PAGEDKV_CUDA_BESIDE_WAIT=every each block held its
+// slot until the prefill was done, so only the first wave overlapped it, and on an
+// H100 the step cost the sum of its two parts: docs/performance.md).
 template <int D, KvLayout L, MmaOperands O>
 Status dispatch_mixed(const PagedAttentionParams& p, MmaDecodeShape force, int32_t parts,
                       cudaStream_t stream) {

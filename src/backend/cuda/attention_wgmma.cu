@@ -170,12 +170,12 @@ template <int D, KvLayout L, MmaOperands O>
 __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<O>())
     attn_wgmma_prefill_kernel(const PagedAttentionParams p, int32_t group, int32_t tokens_per_warp,
                               int32_t parts, int32_t part0, int32_t part_end,
-                              int32_t parts_per_block, bool beside_prior) {
+                              int32_t parts_per_block, BesideWait beside) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // never launched: attention_wgmma_enabled() finds no sm_90a image
 #else
   using S = WgAttnSmem<D, O>;
-  const KernelBesidePrior entry(beside_prior);
+  const KernelBesidePrior entry(beside);
   constexpr int PP = p_planes(O), kKeySteps = kChunk / 16;
   constexpr int kDimTiles = D / 8;
   static_assert(D == 64 || D == 128, "whole 128-byte rows");
@@ -406,13 +406,13 @@ template <int D, KvLayout L, MmaOperands O, int kConsumers>
 __global__ void __launch_bounds__(ws_threads(kConsumers), 1)
     attn_wgmma_ws_prefill_kernel(const PagedAttentionParams p, int32_t group,
                                  int32_t tokens_per_warp, int32_t parts, int32_t part0,
-                                 int32_t part_end, int32_t parts_per_block, bool beside_prior) {
+                                 int32_t part_end, int32_t parts_per_block, BesideWait beside) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // never launched: attention_wgmma_enabled() finds no sm_90a image
 #else
   using S = WsAttnSmem<D, O, kConsumers>;
   constexpr int kWsStages = S::kStages;
-  const KernelBesidePrior entry(beside_prior);
+  const KernelBesidePrior entry(beside);
   constexpr int PP = p_planes(O), kKeySteps = kChunk / 16, kDimTiles = D / 8;
   constexpr int kRowWarps = kConsumers * kWarps;
   static_assert(D == 64 || D == 128, "whole 128-byte rows");

@@ -9,14 +9,15 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
 
 namespace pagedkv::backend::cuda {
 
 // The parameter list of attention_mma.cu's attn_mma_kernel, which the wgmma kernel
 // shares so that one launcher starts either: (params, group, tokens_per_warp, parts,
-// part0, part_end, parts_per_block, beside_prior).
+// part0, part_end, parts_per_block, beside: launch.h's BesideWait).
 using AttnBlockKernel = void (*)(PagedAttentionParams, int32_t, int32_t, int32_t, int32_t, int32_t,
-                                 int32_t, bool);
+                                 int32_t, BesideWait);
 
 struct AttnWgmmaPrefill {
   AttnBlockKernel kernel = nullptr;  // null: not available (the caller keeps mma.sync)

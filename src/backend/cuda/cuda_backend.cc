@@ -115,8 +115,9 @@ void CudaBackend::attention(const AttentionArgs& a) {
   check(paged_attention(p, stream_));
 }
 
-void CudaBackend::argmax(const float* logits, int64_t m, int64_t n, int32_t* ids) {
-  check(cuda::argmax(logits, m, n, ids, stream_));
+void CudaBackend::argmax(const float* logits, int64_t m, int64_t n, int32_t* ids,
+                         int32_t* nan_flag) {
+  check(cuda::argmax(logits, m, n, ids, nan_flag, stream_));
 }
 
 float* CudaBackend::workspace(size_t floats) {

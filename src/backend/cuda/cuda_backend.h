@@ -62,8 +62,9 @@ class CudaBackend final : public Backend {
   // the partition grid is sized from num_tiles · tile.
   void attention(const AttentionArgs& a) override;
 
-  // Greedy sampling on the device: ids[i] = argmax(logits row i) (kernels.h).
-  void argmax(const float* logits, int64_t m, int64_t n, int32_t* ids);
+  // Greedy sampling on the device: ids[i] = argmax(logits row i), and nan_flag (when
+  // not null; zeroed by the caller) set when the rows hold a NaN (kernels.h).
+  void argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, int32_t* nan_flag = nullptr);
   // A device workspace of at least `floats` floats, owned by the backend.
   float* workspace(size_t floats);
 

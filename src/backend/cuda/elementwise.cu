@@ -185,11 +185,26 @@ __device__ __forceinline__ bool better(float va, int32_t ia, float vb, int32_t i
 // index; NaN never wins), so any grouping of the row gives the serial scan's
 // answer: the split only spreads the 600 KiB of a 151,936-wide row over eight SMs
 // (one 256-thread block took ~250 µs a step on the H200; docs/performance.md).
+// Rows whose width is a multiple of 4 on 16-byte-aligned logits are read as
+// float4s (slices rounded up to whole float4s: a thread's loads all in flight at
+// once instead of one float at a time); the others one float at a time. nan_flag
+// (may be null): set to 1 when the rows hold a NaN — flag_nan's answer over the
+// same floats, read in the same pass.
 constexpr int kArgmaxSlices = 8;
 constexpr int kArgmaxThreads = 1024;
 
+__device__ __forceinline__ void argmax_take(float v, int64_t i, float& bv, int32_t& bi,
+                                            bool& saw_nan) {
+  if (isnan(v)) {
+    saw_nan = true;
+  } else if (better(v, static_cast<int32_t>(i), bv, bi)) {
+    bv = v;
+    bi = static_cast<int32_t>(i);
+  }
+}
+
 __global__ void __cluster_dims__(1, kArgmaxSlices, 1) __launch_bounds__(kArgmaxThreads)
-    argmax_kernel(const float* logits, int64_t n, int32_t* ids) {
+    argmax_kernel(const float* logits, int64_t n, int32_t* ids, int32_t* nan_flag) {
   enter_kernel();
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -198,18 +213,29 @@ __global__ void __cluster_dims__(1, kArgmaxSlices, 1) __launch_bounds__(kArgmaxT
   __shared__ float block_v;
   __shared__ int32_t block_i;
   const float* row = logits + blockIdx.x * n;
-  const int64_t slice = (n + kArgmaxSlices - 1) / kArgmaxSlices;
-  const int64_t lo = blockIdx.y * slice, hi = lo + slice < n ? lo + slice : n;
+  const bool vec = n % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
+  int64_t slice = (n + kArgmaxSlices - 1) / kArgmaxSlices;
+  if (vec) slice = (slice + 3) / 4 * 4;
+  const int64_t lo = blockIdx.y * slice < n ? blockIdx.y * slice : n;
+  const int64_t hi = lo + slice < n ? lo + slice : n;
   float bv = 0.0f;
   int32_t bi = -1;
+  bool saw_nan = false;
+  if (vec) {  // lo and hi are multiples of 4: whole float4s
 #pragma unroll 4
-  for (int64_t i = lo + threadIdx.x; i < hi; i += kArgmaxThreads) {
-    const float v = row[i];
-    if (!isnan(v) && better(v, static_cast<int32_t>(i), bv, bi)) {
-      bv = v;
-      bi = static_cast<int32_t>(i);
+    for (int64_t i = lo + 4 * threadIdx.x; i < hi; i += 4 * kArgmaxThreads) {
+      const float4 v = *reinterpret_cast<const float4*>(row + i);
+      argmax_take(v.x, i, bv, bi, saw_nan);
+      argmax_take(v.y, i + 1, bv, bi, saw_nan);
+      argmax_take(v.z, i + 2, bv, bi, saw_nan);
+      argmax_take(v.w, i + 3, bv, bi, saw_nan);
     }
+  } else {
+#pragma unroll 4
+    for (int64_t i = lo + threadIdx.x; i < hi; i += kArgmaxThreads)
+      argmax_take(row[i], i, bv, bi, saw_nan);
   }
+  if (saw_nan && nan_flag != nullptr) *nan_flag = 1;  // every writer writes the same value
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -335,13 +361,14 @@ Status topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k
                        stream, logits, m, num_experts, k, softmax_first, normalize, ids, weights);
 }
 
-Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStream_t stream) {
+Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, int32_t* nan_flag,
+              cudaStream_t stream) {
   PKV_RETURN_IF_ERROR(check_positive("cuda argmax", "n", n));
   if (n > INT32_MAX) return invalid_argument("cuda argmax: n exceeds int32");
   if (m == 0) return ok_status();
   return launch_kernel("argmax_kernel", argmax_kernel,
                        dim3(static_cast<unsigned>(m), kArgmaxSlices), kArgmaxThreads, 0, stream,
-                       logits, n, ids);
+                       logits, n, ids, nan_flag);
 }
 
 }  // namespace pagedkv::backend::cuda

@@ -49,7 +49,10 @@ Status topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k
                   cudaStream_t stream = 0);
 // Greedy sampling: ids[i] = argmax of row i of logits [m][n] (NaN skipped, ties →
 // lower index, 0 when the row is all NaN) — exactly the CPU sampler's argmax.
-Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, cudaStream_t stream = 0);
+// nan_flag (null: not asked): set to 1 when the m rows hold a NaN, as flag_nan over
+// them would (the caller zeroes it first), in the same pass over the logits.
+Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, int32_t* nan_flag = nullptr,
+              cudaStream_t stream = 0);
 
 // y[m][n] = Σ_k x[m][k] · w[n][k]  (x f32, w bf16/f16/f32 [n][k], fp32 accumulation).
 // bf16 weights run on tensor cores (mma.sync m16n8k16): x is split exactly-enough

@@ -24,6 +24,15 @@ std::atomic<bool>& pdl_flag() {
 
 }  // namespace
 
+BesideWait beside_wait(bool beside) {
+  static const BesideWait how = [] {
+    const char* e = std::getenv("PAGEDKV_CUDA_BESIDE_WAIT");
+    return e != nullptr && std::strcmp(e, "every") == 0 ? BesideWait::kEveryBlock
+                                                        : BesideWait::kOneBlock;
+  }();
+  return beside ? how : BesideWait::kNo;
+}
+
 bool programmatic_launch() { return pdl_flag().load(std::memory_order_relaxed); }
 void set_programmatic_launch(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
 

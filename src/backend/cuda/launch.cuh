@@ -56,21 +56,29 @@ __device__ __forceinline__ void enter_kernel() {
 // An exception to the rule, for a kernel B launched right after a kernel A
 // that B does not depend on (two launches of one op over disjoint outputs, the
 // next kernel consuming both). B's blocks skip the wait at entry and let the next
-// kernel launch at once; at exit they wait for A. So B reads only what the kernels
-// before A wrote — complete once B launches: that needs every block of A to have
-// passed its own wait — and B's completion, which the next kernel's wait awaits,
-// implies A's. With PDL off it is stream order as before. Declare it first in B:
-//   const KernelBesidePrior entry(beside_prior);   // false: enter_kernel()
+// kernel launch at once; at exit B waits for A (launch.h's BesideWait: every block,
+// or only the grid's last one). So B reads only what the kernels before A wrote —
+// complete once B launches: that needs every block of A to have passed its own
+// wait — and B's completion, which the next kernel's wait awaits, implies A's: B
+// completes when its last block exits, and one block that waited for A exits only
+// after A completed and its writes became visible. With every block waiting, a block
+// holds its slot until A is done, so only B's first wave runs beside A; with one
+// waiting block, every wave can. With PDL off it is stream order as before. Declare
+// it first in B:
+//   const KernelBesidePrior entry(beside);   // BesideWait::kNo: enter_kernel()
 struct KernelBesidePrior {
-  bool beside;
-  __device__ explicit KernelBesidePrior(bool b) : beside(b) {
-    if (b)
+  BesideWait how;
+  __device__ explicit KernelBesidePrior(BesideWait h) : how(h) {
+    if (h != BesideWait::kNo)
       allow_next_kernel_launch();
     else
       enter_kernel();
   }
   __device__ ~KernelBesidePrior() {
-    if (beside) wait_for_prior_kernels();
+    if (how == BesideWait::kEveryBlock ||
+        (how == BesideWait::kOneBlock && blockIdx.x == gridDim.x - 1 &&
+         blockIdx.y == gridDim.y - 1 && blockIdx.z == gridDim.z - 1))
+      wait_for_prior_kernels();
   }
   KernelBesidePrior(const KernelBesidePrior&) = delete;
   KernelBesidePrior& operator=(const KernelBesidePrior&) = delete;

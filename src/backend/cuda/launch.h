@@ -29,4 +29,16 @@ bool device_runs_kernel(int major, int minor, const void* kernel);
 // The cluster tile GEMMs choose their tile width by it (speed only).
 int resident_clusters(const void* kernel, int cluster_size, int threads, int smem_bytes);
 
+// How a kernel launched beside the one before it (launch.cuh's KernelBesidePrior)
+// waits for that one: kNo, it is not beside (it waits at entry, as every kernel);
+// kEveryBlock, each of its blocks waits at exit; kOneBlock, only the grid's last
+// block waits at exit — enough for its completion to imply the prior's, and no other
+// block holds its slot waiting, so every wave can run beside the prior.
+enum class BesideWait : unsigned char { kNo = 0, kEveryBlock = 1, kOneBlock = 2 };
+
+// The wait a launch beside its prior takes (kNo when `beside` is false):
+// PAGEDKV_CUDA_BESIDE_WAIT = one (the default) or every (the A/B baseline); read once.
+// Speed only: the same operations on the same data either way.
+BesideWait beside_wait(bool beside);
+
 }  // namespace pagedkv::backend::cuda

@@ -265,8 +265,6 @@ class CudaQwen3Model final : public Model {
     kYout,
     kResults,
     kMoeRows,
-    kNanFlag,
-    kSampled,
     kQKV,
     kGU,
     kMoeBegin,
@@ -328,8 +326,9 @@ class CudaQwen3Model final : public Model {
     float* logits = nullptr;
     float *qkv = nullptr, *gu = nullptr;  // fused projections' outputs
   };
-  // The scratch of a step of a's shape; the metadata array holds n_meta ints.
-  Status alloc_step(StepArgs* a, size_t n_meta);
+  // The scratch of a step of a's shape; the metadata array holds n_ints ints (the
+  // metadata, then the results region after it).
+  Status alloc_step(StepArgs* a, size_t n_ints);
   // Enqueues the step from the embedding to the logits (no host sync on the
   // paged path of a dense model, so it can be captured into a graph).
   Status enqueue_step(const ForwardBatch& batch, const StepArgs& a);
@@ -345,7 +344,7 @@ class CudaQwen3Model final : public Model {
   EmbeddingWeights io_;
   std::vector<Layer> layers_;
   bc::DeviceBuffer slots_[kSlots];
-  PinnedInts pinned_, moe_pinned_, nan_pinned_, tok_pinned_, draw_jobs_pinned_, draw_out_pinned_;
+  PinnedInts pinned_, moe_pinned_, draw_jobs_pinned_, draw_out_pinned_;
   PinnedInts selection_pinned_;  // rows without top-k: SelectionJobs, then their tokens
   StepProfile prof_;
   // Decode graphs per bucket; invalid once a scratch buffer or the pool moves.
@@ -703,11 +702,11 @@ Status CudaQwen3Model::moe_ffn(const Layer& L, const float* h, int64_t T, float*
   return bc::sum_ranks(results, T, K, H, y, st);
 }
 
-Status CudaQwen3Model::alloc_step(StepArgs* a, size_t n_meta) {
+Status CudaQwen3Model::alloc_step(StepArgs* a, size_t n_ints) {
   const int64_t T = a->T, H = cfg_.hidden_size;
   const int64_t qd = int64_t{cfg_.num_attention_heads} * cfg_.head_dim,
                 kd = int64_t{cfg_.num_key_value_heads} * cfg_.head_dim;
-  PKV_ASSIGN_OR_RETURN(float* meta_f, scratch(kMeta, n_meta));
+  PKV_ASSIGN_OR_RETURN(float* meta_f, scratch(kMeta, n_ints));
   int32_t* d_meta = reinterpret_cast<int32_t*>(meta_f);
   a->ids = d_meta;
   a->pos = d_meta + T;
@@ -1015,9 +1014,13 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     a.min_query_len = a.min_query_len == 0 ? n : std::min(a.min_query_len, n);
   }
   const int64_t Tm = a.T, Pm = a.P;
+  // After the metadata, the step's results region: the NaN flag (uploaded as 0 with
+  // the metadata, so no memset), then the greedy rows' ids (room for the bucket's
+  // Pm: the slot does not grow within a bucket); the two come back in one copy.
   const size_t n_meta =
       static_cast<size_t>(3 * Tm + Pm) + (paged ? static_cast<size_t>(Tm) * a.maxb : 0);
-  PKV_ASSIGN_OR_RETURN(int32_t * meta, pinned_.get(n_meta));
+  const size_t n_results = 1 + static_cast<size_t>(P);
+  PKV_ASSIGN_OR_RETURN(int32_t * meta, pinned_.get(n_meta + 1 + static_cast<size_t>(Pm)));
   int32_t* h_ids = meta;
   int32_t* h_pos = h_ids + Tm;
   int32_t* h_seq = h_pos + Tm;
@@ -1040,10 +1043,14 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   if (paged) std::fill(h_tab + static_cast<size_t>(R) * W, h_tab + static_cast<size_t>(Tm) * W, 0);
   for (int64_t i = 0; i < P; ++i) h_pick[i] = static_cast<int32_t>(pick[static_cast<size_t>(i)]);
   std::fill(h_pick + P, h_pick + Pm, 0);
-  PKV_RETURN_IF_ERROR(alloc_step(&a, n_meta));
+  int32_t* h_nan = meta + n_meta;  // the results region's host copy: the flag, the ids
+  *h_nan = 0;
+  PKV_RETURN_IF_ERROR(alloc_step(&a, n_meta + 1 + static_cast<size_t>(Pm)));
   cudaStream_t st = stream();
   PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(const_cast<int32_t*>(a.ids), meta,
-                                           n_meta * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+                                           (n_meta + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                           st));
+  int32_t* d_nan = const_cast<int32_t*>(a.ids) + n_meta;
 
   auto t_step = ProfClock::now();
   if (use_graph) {
@@ -1090,30 +1097,23 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     prof_.layers_ms += ms_since(t_step);
     t_step = ProfClock::now();
   }
-  PKV_ASSIGN_OR_RETURN(int32_t * h_nan, nan_pinned_.get(1));
-  *h_nan = 0;
   int32_t* h_tok = nullptr;
   int32_t* h_draw = nullptr;  // seeded rows: [n][2] counts, then their entries
   int32_t* h_sel = nullptr;   // rows without top-k: their selection draws' tokens
   bool all_copied = true;
   if (P > 0) {
-    PKV_ASSIGN_OR_RETURN(float* nan_f, scratch(kNanFlag, 1));
-    int32_t* nan_flag = reinterpret_cast<int32_t*>(nan_f);
     // The NaN check runs on the device; the host scan (check_logits, which names
     // the row and id) only when it found one.
-    PKV_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(nan_flag, 0, sizeof(int32_t), st));
-    PKV_RETURN_IF_ERROR(bc::flag_nan(a.logits, P * V, nan_flag, st));
-    PKV_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(h_nan, nan_flag, sizeof(int32_t), cudaMemcpyDeviceToHost, st));
     if (any_greedy) {
-      // Greedy rows: the argmax on the device (engine::argmax's rule), P ids back.
-      PKV_ASSIGN_OR_RETURN(float* tok_f, scratch(kSampled, P));
-      int32_t* d_tok = reinterpret_cast<int32_t*>(tok_f);
-      PKV_RETURN_IF_ERROR(bc::argmax(a.logits, P, V, d_tok, st));
-      PKV_ASSIGN_OR_RETURN(h_tok, tok_pinned_.get(static_cast<size_t>(P)));
-      PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          h_tok, d_tok, static_cast<size_t>(P) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+      // Greedy rows: the argmax on the device (engine::argmax's rule), P ids back;
+      // its one pass over every row sets the NaN flag too.
+      PKV_RETURN_IF_ERROR(bc::argmax(a.logits, P, V, d_nan + 1, d_nan, st));
+      h_tok = h_nan + 1;
+    } else {
+      PKV_RETURN_IF_ERROR(bc::flag_nan(a.logits, P * V, d_nan, st));
     }
+    PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        h_nan, d_nan, (any_greedy ? n_results : 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
     // The logits rows the caller reads, in runs of consecutive rows.
     int64_t run_begin = 0, run_end = 0;
     auto flush = [&]() -> Status {
