@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/kernels.h"
@@ -117,7 +118,19 @@ void CudaBackend::attention(const AttentionArgs& a) {
 
 void CudaBackend::argmax(const float* logits, int64_t m, int64_t n, int32_t* ids,
                          int32_t* nan_flag) {
-  check(cuda::argmax(logits, m, n, ids, nan_flag, stream_));
+  // The rows' keys in the workspace, decoded on the host (this call waits for them).
+  auto* keys = reinterpret_cast<unsigned long long*>(workspace(2 * static_cast<size_t>(m)));
+  const size_t bytes = static_cast<size_t>(m) * sizeof(unsigned long long);
+  check(cuda_status(cudaMemsetAsync(keys, 0, bytes, stream_), "argmax keys"));
+  check(cuda::argmax_keys(logits, m, n, keys, nan_flag, stream_));
+  std::vector<unsigned long long> got(static_cast<size_t>(m));
+  check(cuda_status(cudaMemcpyAsync(got.data(), keys, bytes, cudaMemcpyDeviceToHost, stream_),
+                    "argmax keys"));
+  check(synchronize());
+  std::vector<int32_t> id(got.size());
+  for (size_t i = 0; i < got.size(); ++i) id[i] = argmax_key_id(got[i]);
+  check(cuda_status(cudaMemcpy(ids, id.data(), id.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+                    "argmax ids"));
 }
 
 float* CudaBackend::workspace(size_t floats) {

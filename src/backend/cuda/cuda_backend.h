@@ -63,7 +63,8 @@ class CudaBackend final : public Backend {
   void attention(const AttentionArgs& a) override;
 
   // Greedy sampling on the device: ids[i] = argmax(logits row i), and nan_flag (when
-  // not null; zeroed by the caller) set when the rows hold a NaN (kernels.h).
+  // not null; zeroed by the caller) set when the rows hold a NaN (kernels.h's
+  // argmax_keys, decoded on the host: the call waits for the device).
   void argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, int32_t* nan_flag = nullptr);
   // A device workspace of at least `floats` floats, owned by the backend.
   float* workspace(size_t floats);

@@ -1,7 +1,6 @@
 // Row-wise and elementwise CUDA kernels: embedding, RMSNorm, RoPE, SwiGLU/GeGLU,
 // residual add, softmax, top-k MoE routing and greedy argmax (see kernels.h for
 // the exactness contract; reductions are the fixed trees of device_common.cuh).
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -172,109 +171,85 @@ __global__ void topk_route_kernel(const float* logits, int64_t m, int32_t e, int
   }
 }
 
-__device__ __forceinline__ bool better(float va, int32_t ia, float vb, int32_t ib) {
-  if (ib < 0) return ia >= 0;
-  if (ia < 0) return false;
-  return va > vb || (va == vb && ia < ib);
+// The greedy argmax as one 64-bit key a row (argmax_keys, kernels.h): the high word
+// is the value's bits made to order as unsigned integers (±0 made +0 first, so the two
+// tie as the CPU's `>` has them), the low word 0xffffffff − index (a lower index is a
+// larger key). The key order is the CPU sampler's (larger value, then lower index), so
+// the row's largest key — reached by any grouping of the row — names its argmax; NaNs
+// make no key and an all-NaN row's key stays 0 (no real key is 0: its high word would
+// be a NaN's).
+__device__ __forceinline__ unsigned long long argmax_key(float v, int64_t i) {
+  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  const uint32_t hi = (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(hi) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
 }
 
-// Greedy argmax of row blockIdx.x: a cluster of kArgmaxSlices blocks a row, block
-// z taking the z-th contiguous slice with kArgmaxThreads threads; each block's best
-// (value, index) goes to its shared memory and block 0 folds the slices over the
-// cluster's shared memory. `better` is a total order (larger value, then lower
-// index; NaN never wins), so any grouping of the row gives the serial scan's
-// answer: the split only spreads the 600 KiB of a 151,936-wide row over eight SMs
-// (one 256-thread block took ~250 µs a step on the H200; docs/performance.md).
-// Rows whose width is a multiple of 4 on 16-byte-aligned logits are read as
-// float4s (slices rounded up to whole float4s: a thread's loads all in flight at
-// once instead of one float at a time); the others one float at a time. nan_flag
-// (may be null): set to 1 when the rows hold a NaN — flag_nan's answer over the
-// same floats, read in the same pass.
-constexpr int kArgmaxSlices = 8;
-constexpr int kArgmaxThreads = 1024;
+// A block of kArgmaxThreads takes kArgmaxSpan consecutive floats (the blockIdx.y-th
+// span) of row blockIdx.x
+// (kArgmaxSpan / kArgmaxThreads a thread, every load issued before the first
+// compare: float4s when the width is a multiple of 4 and the logits 16-byte aligned,
+// else single floats), reduces their keys over the block and adds its best to the
+// row's key with one atomicMax. No block waits for another: a 151,936-wide row is 38
+// blocks, and 64 rows fill the GPU once (the cluster kernel before it took 10 µs for
+// one row: docs/performance.md).
+constexpr int kArgmaxThreads = 256;
+constexpr int kArgmaxPerThread = 16;
+constexpr int64_t kArgmaxSpan = int64_t{kArgmaxThreads} * kArgmaxPerThread;
 
-__device__ __forceinline__ void argmax_take(float v, int64_t i, float& bv, int32_t& bi,
-                                            bool& saw_nan) {
-  if (isnan(v)) {
-    saw_nan = true;
-  } else if (better(v, static_cast<int32_t>(i), bv, bi)) {
-    bv = v;
-    bi = static_cast<int32_t>(i);
-  }
-}
-
-__global__ void __cluster_dims__(1, kArgmaxSlices, 1) __launch_bounds__(kArgmaxThreads)
-    argmax_kernel(const float* logits, int64_t n, int32_t* ids, int32_t* nan_flag) {
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_keys_kernel(const float* logits, int64_t n, unsigned long long* keys,
+                       int32_t* nan_flag) {
   enter_kernel();
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  __shared__ float sv[kArgmaxThreads / 32];
-  __shared__ int32_t si[kArgmaxThreads / 32];
-  __shared__ float block_v;
-  __shared__ int32_t block_i;
-  const float* row = logits + blockIdx.x * n;
+  __shared__ unsigned long long warp_best[kArgmaxThreads / 32];
+  const float* row = logits + int64_t{blockIdx.x} * n;
+  const int64_t lo = int64_t{blockIdx.y} * kArgmaxSpan;
   const bool vec = n % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
-  int64_t slice = (n + kArgmaxSlices - 1) / kArgmaxSlices;
-  if (vec) slice = (slice + 3) / 4 * 4;
-  const int64_t lo = blockIdx.y * slice < n ? blockIdx.y * slice : n;
-  const int64_t hi = lo + slice < n ? lo + slice : n;
-  float bv = 0.0f;
-  int32_t bi = -1;
-  bool saw_nan = false;
-  if (vec) {  // lo and hi are multiples of 4: whole float4s
-#pragma unroll 4
-    for (int64_t i = lo + 4 * threadIdx.x; i < hi; i += 4 * kArgmaxThreads) {
-      const float4 v = *reinterpret_cast<const float4*>(row + i);
-      argmax_take(v.x, i, bv, bi, saw_nan);
-      argmax_take(v.y, i + 1, bv, bi, saw_nan);
-      argmax_take(v.z, i + 2, bv, bi, saw_nan);
-      argmax_take(v.w, i + 3, bv, bi, saw_nan);
+  float v[kArgmaxPerThread];
+  int64_t at[kArgmaxPerThread];
+  if (vec) {  // lo and n are multiples of 4: each float4 is wholly in or past the row
+#pragma unroll
+    for (int j = 0; j < kArgmaxPerThread / 4; ++j) {
+      const int64_t i = lo + 4 * (threadIdx.x + int64_t{j} * kArgmaxThreads);
+      const float4 q =
+          i < n ? *reinterpret_cast<const float4*>(row + i) : make_float4(NAN, NAN, NAN, NAN);
+      v[4 * j] = q.x;
+      v[4 * j + 1] = q.y;
+      v[4 * j + 2] = q.z;
+      v[4 * j + 3] = q.w;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) at[4 * j + e] = i + e;
     }
   } else {
-#pragma unroll 4
-    for (int64_t i = lo + threadIdx.x; i < hi; i += kArgmaxThreads)
-      argmax_take(row[i], i, bv, bi, saw_nan);
+#pragma unroll
+    for (int j = 0; j < kArgmaxPerThread; ++j) {
+      at[j] = lo + threadIdx.x + int64_t{j} * kArgmaxThreads;
+      v[j] = at[j] < n ? row[at[j]] : NAN;
+    }
+  }
+  unsigned long long best = 0;
+  bool saw_nan = false;
+#pragma unroll
+  for (int j = 0; j < kArgmaxPerThread; ++j) {
+    if (at[j] >= n) continue;  // past the row (its NaN padding is no logit)
+    if (isnan(v[j])) {
+      saw_nan = true;
+    } else {
+      const unsigned long long key = argmax_key(v[j], at[j]);
+      best = key > best ? key : best;
+    }
   }
   if (saw_nan && nan_flag != nullptr) *nan_flag = 1;  // every writer writes the same value
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (better(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
+    const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
+    best = other > best ? other : best;
   }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    sv[warp] = bv;
-    si[warp] = bi;
-  }
+  if ((threadIdx.x & 31) == 0) warp_best[threadIdx.x >> 5] = best;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kArgmaxThreads / 32; ++w)
-      if (better(sv[w], si[w], sv[0], si[0])) {
-        sv[0] = sv[w];
-        si[0] = si[w];
-      }
-    block_v = sv[0];
-    block_i = si[0];
+    for (int w = 1; w < kArgmaxThreads / 32; ++w) best = warp_best[w] > best ? warp_best[w] : best;
+    if (best != 0) atomicMax(keys + blockIdx.x, best);
   }
-  cluster.sync();  // every slice's best is in its block's shared memory
-  if (cluster.block_rank() == 0 && threadIdx.x == 0) {
-    float v = block_v;
-    int32_t idx = block_i;
-    for (unsigned z = 1; z < kArgmaxSlices; ++z) {
-      const float ov = *cluster.map_shared_rank(&block_v, z);
-      const int32_t oi = *cluster.map_shared_rank(&block_i, z);
-      if (better(ov, oi, v, idx)) {
-        v = ov;
-        idx = oi;
-      }
-    }
-    ids[blockIdx.x] = idx < 0 ? 0 : idx;
-  }
-  cluster.sync();  // no block leaves while block 0 reads its shared memory
 }
 
 }  // namespace
@@ -361,14 +336,17 @@ Status topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k
                        stream, logits, m, num_experts, k, softmax_first, normalize, ids, weights);
 }
 
-Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, int32_t* nan_flag,
-              cudaStream_t stream) {
+Status argmax_keys(const float* logits, int64_t m, int64_t n, unsigned long long* keys,
+                   int32_t* nan_flag, cudaStream_t stream) {
   PKV_RETURN_IF_ERROR(check_positive("cuda argmax", "n", n));
   if (n > INT32_MAX) return invalid_argument("cuda argmax: n exceeds int32");
+  const int64_t spans = (n + kArgmaxSpan - 1) / kArgmaxSpan;
+  if (spans > 65535) return invalid_argument("cuda argmax: n exceeds 65,535 · 4,096");
+  if (m < 0 || m > INT32_MAX) return invalid_argument("cuda argmax: m outside [0, 2³¹)");
   if (m == 0) return ok_status();
-  return launch_kernel("argmax_kernel", argmax_kernel,
-                       dim3(static_cast<unsigned>(m), kArgmaxSlices), kArgmaxThreads, 0, stream,
-                       logits, n, ids, nan_flag);
+  return launch_kernel("argmax_keys_kernel", argmax_keys_kernel,
+                       dim3(static_cast<unsigned>(m), static_cast<unsigned>(spans)), kArgmaxThreads,
+                       0, stream, logits, n, keys, nan_flag);
 }
 
 }  // namespace pagedkv::backend::cuda

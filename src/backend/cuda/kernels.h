@@ -47,12 +47,17 @@ Status softmax(float* x, int64_t m, int64_t n, cudaStream_t stream = 0);
 Status topk_route(const float* logits, int64_t m, int32_t num_experts, int32_t k,
                   bool softmax_first, bool normalize, int32_t* ids, float* weights,
                   cudaStream_t stream = 0);
-// Greedy sampling: ids[i] = argmax of row i of logits [m][n] (NaN skipped, ties →
-// lower index, 0 when the row is all NaN) — exactly the CPU sampler's argmax.
-// nan_flag (null: not asked): set to 1 when the m rows hold a NaN, as flag_nan over
-// them would (the caller zeroes it first), in the same pass over the logits.
-Status argmax(const float* logits, int64_t m, int64_t n, int32_t* ids, int32_t* nan_flag = nullptr,
-              cudaStream_t stream = 0);
+// Greedy sampling: keys[i] = row i of logits [m][n]'s argmax as one 64-bit key (NaN
+// skipped, ties → lower index) — exactly the CPU sampler's argmax once decoded by
+// argmax_key_id (0 when the row is all NaN). keys must hold zeros (the caller clears
+// them; the kernel folds with atomicMax). nan_flag (null: not asked): set to 1 when
+// the m rows hold a NaN, as flag_nan over them would (the caller zeroes it first), in
+// the same pass over the logits.
+Status argmax_keys(const float* logits, int64_t m, int64_t n, unsigned long long* keys,
+                   int32_t* nan_flag = nullptr, cudaStream_t stream = 0);
+inline int32_t argmax_key_id(unsigned long long key) {
+  return key == 0 ? 0 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key));
+}
 
 // y[m][n] = Σ_k x[m][k] · w[n][k]  (x f32, w bf16/f16/f32 [n][k], fp32 accumulation).
 // bf16 weights run on tensor cores (mma.sync m16n8k16): x is split exactly-enough

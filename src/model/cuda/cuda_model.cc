@@ -97,9 +97,13 @@ double ms_since(ProfClock::time_point t) {
 
 // CUDA graphs of decode-sized steps (PAGEDKV_CUDA_GRAPHS, on by default): a paged
 // step of at most kMaxGraphTokens tokens is padded to its token bucket (1, 2, 4, 8,
-// then multiples of 8), its block-table width and attention partition count to
-// powers of two; one graph per bucket replays every launch of the step.
+// then multiples of 8), its block-table width to a power of two and its attention
+// partition count to a power of two past kExactGraphParts (contexts to 2,048 tokens
+// keep their own count: a padded partition is a launch's worth of empty attention
+// blocks — at 64 rows of 513–768 tokens, half the per-token launch); one graph per
+// bucket replays every launch of the step.
 constexpr int64_t kMaxGraphTokens = 64;
+constexpr int32_t kExactGraphParts = 8;
 int32_t next_pow2(int32_t v) {
   int32_t p = 1;
   while (p < v) p <<= 1;
@@ -984,7 +988,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   const int32_t decode_tokens = prompt ? static_cast<int32_t>(lead) : 0;
   const GraphKey key{token_bucket(static_cast<int32_t>(T)),
                      std::max(8, next_pow2(maxb)),
-                     next_pow2(parts),
+                     parts <= kExactGraphParts ? parts : next_pow2(parts),
                      packed_partitions,
                      prompt,
                      decode_tokens / 8 * 8};
@@ -1014,13 +1018,15 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     a.min_query_len = a.min_query_len == 0 ? n : std::min(a.min_query_len, n);
   }
   const int64_t Tm = a.T, Pm = a.P;
-  // After the metadata, the step's results region: the NaN flag (uploaded as 0 with
-  // the metadata, so no memset), then the greedy rows' ids (room for the bucket's
-  // Pm: the slot does not grow within a bucket); the two come back in one copy.
+  // After the metadata (padded to 8 bytes), the step's results region: the NaN flag
+  // and a pad int, then the greedy rows' argmax keys (bc::argmax_keys; room for the
+  // bucket's Pm, so the slot does not grow within a bucket). The metadata upload
+  // zeroes the flag and the keys (no memset), and they come back in one copy.
   const size_t n_meta =
-      static_cast<size_t>(3 * Tm + Pm) + (paged ? static_cast<size_t>(Tm) * a.maxb : 0);
-  const size_t n_results = 1 + static_cast<size_t>(P);
-  PKV_ASSIGN_OR_RETURN(int32_t * meta, pinned_.get(n_meta + 1 + static_cast<size_t>(Pm)));
+      (static_cast<size_t>(3 * Tm + Pm) + (paged ? static_cast<size_t>(Tm) * a.maxb : 0) + 1) / 2 *
+      2;
+  const size_t n_results = 2 + 2 * static_cast<size_t>(P);  // ints
+  PKV_ASSIGN_OR_RETURN(int32_t * meta, pinned_.get(n_meta + 2 + 2 * static_cast<size_t>(Pm)));
   int32_t* h_ids = meta;
   int32_t* h_pos = h_ids + Tm;
   int32_t* h_seq = h_pos + Tm;
@@ -1043,13 +1049,14 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   if (paged) std::fill(h_tab + static_cast<size_t>(R) * W, h_tab + static_cast<size_t>(Tm) * W, 0);
   for (int64_t i = 0; i < P; ++i) h_pick[i] = static_cast<int32_t>(pick[static_cast<size_t>(i)]);
   std::fill(h_pick + P, h_pick + Pm, 0);
-  int32_t* h_nan = meta + n_meta;  // the results region's host copy: the flag, the ids
-  *h_nan = 0;
-  PKV_RETURN_IF_ERROR(alloc_step(&a, n_meta + 1 + static_cast<size_t>(Pm)));
+  int32_t* h_nan = meta + n_meta;  // the results region's host copy: the flag, the keys
+  std::fill(h_nan, h_nan + n_results, 0);
+  auto* h_keys = reinterpret_cast<const unsigned long long*>(h_nan + 2);
+  PKV_RETURN_IF_ERROR(alloc_step(&a, n_meta + 2 + 2 * static_cast<size_t>(Pm)));
   cudaStream_t st = stream();
-  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(const_cast<int32_t*>(a.ids), meta,
-                                           (n_meta + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                           st));
+  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      const_cast<int32_t*>(a.ids), meta, (n_meta + (any_greedy ? n_results : 1)) * sizeof(int32_t),
+      cudaMemcpyHostToDevice, st));
   int32_t* d_nan = const_cast<int32_t*>(a.ids) + n_meta;
 
   auto t_step = ProfClock::now();
@@ -1097,7 +1104,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     prof_.layers_ms += ms_since(t_step);
     t_step = ProfClock::now();
   }
-  int32_t* h_tok = nullptr;
+  bool greedy_on_device = false;
   int32_t* h_draw = nullptr;  // seeded rows: [n][2] counts, then their entries
   int32_t* h_sel = nullptr;   // rows without top-k: their selection draws' tokens
   bool all_copied = true;
@@ -1105,10 +1112,11 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     // The NaN check runs on the device; the host scan (check_logits, which names
     // the row and id) only when it found one.
     if (any_greedy) {
-      // Greedy rows: the argmax on the device (engine::argmax's rule), P ids back;
+      // Greedy rows: the argmax on the device (engine::argmax's rule), P keys back;
       // its one pass over every row sets the NaN flag too.
-      PKV_RETURN_IF_ERROR(bc::argmax(a.logits, P, V, d_nan + 1, d_nan, st));
-      h_tok = h_nan + 1;
+      PKV_RETURN_IF_ERROR(bc::argmax_keys(
+          a.logits, P, V, reinterpret_cast<unsigned long long*>(d_nan + 2), d_nan, st));
+      greedy_on_device = true;
     } else {
       PKV_RETURN_IF_ERROR(bc::flag_nan(a.logits, P * V, d_nan, st));
     }
@@ -1215,11 +1223,12 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PKV_RETURN_IF_ERROR(be_->synchronize());
   for (const ForwardRow& row : batch.rows)
     if (!paged) row.flat->set_length(row.context_len + row.num_tokens);
-  if (h_tok != nullptr)
+  if (greedy_on_device)
     for (int32_t r = 0; r < R; ++r) {
       const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
       if (row.greedy_only && row.logits == LogitsRequest::kLast) {
-        out->tokens[static_cast<size_t>(r)] = h_tok[out->row_begin[static_cast<size_t>(r)]];
+        out->tokens[static_cast<size_t>(r)] =
+            bc::argmax_key_id(h_keys[out->row_begin[static_cast<size_t>(r)]]);
         ++stats_.device_greedy_rows;
       }
     }
