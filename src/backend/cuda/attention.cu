@@ -255,19 +255,39 @@ __global__ void attn_combine_serial_kernel(const PagedAttentionParams p, int32_t
 // partitions ascending as before: so the same bits as attn_combine_serial_kernel,
 // which tests/backend/cuda_attention_test.cc checks (PartitionCombineEqualsItsSerialReference,
 // passed on the H200).
+// The first kCombinePre partitions' numbers (a thread's m, its dims' acc, thread 0's
+// l) are loaded before the token's position is known, so their latency overlaps the
+// position's instead of following it: a short context's combine waits for one round
+// of loads, not three. Slots past the token's partitions hold numbers of no use
+// (read, never used: the launch's `parts` slots are all allocated).
+constexpr int kCombinePre = 4;
+
 template <int D>
 __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
   enter_kernel();
   extern __shared__ float w[];  // [parts]
   __shared__ float red[4], total;
+  constexpr int kDims = (D + 127) / 128;  // dims a thread
   const int32_t t = blockIdx.x, h = blockIdx.y;
-  const int32_t pos = p.positions[t];
-  const int32_t np = pos / kP + 1;
   PartitionWorkspace ws = partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
   const int64_t base = (static_cast<int64_t>(t) * p.num_heads + h) * parts;
   const int tid = threadIdx.x, nthreads = blockDim.x;  // min(D, 128): 16 … 128
+  const int32_t pre = parts < kCombinePre ? parts : kCombinePre;
+  const float m_own = tid < parts ? ws.m[base + tid] : -INFINITY;  // partition tid's m
+  float acc_pre[kDims][kCombinePre], l_pre[kCombinePre];
+#pragma unroll
+  for (int i = 0; i < kCombinePre; ++i) {
+#pragma unroll
+    for (int k = 0; k < kDims; ++k) {
+      const int d = tid + k * nthreads;
+      acc_pre[k][i] = i < pre && d < D ? ws.acc[(base + i) * D + d] : 0.0f;
+    }
+    l_pre[i] = tid == 0 && i < pre ? ws.l[base + i] : 0.0f;
+  }
+  const int32_t pos = p.positions[t];
+  const int32_t np = pos / kP + 1;
   float mx = -INFINITY;
-  for (int32_t i = tid; i < np; i += nthreads) mx = fmaxf(mx, ws.m[base + i]);
+  for (int32_t i = tid; i < np; i += nthreads) mx = fmaxf(mx, i == tid ? m_own : ws.m[base + i]);
   const unsigned mask = nthreads >= 32 ? 0xffffffffu : (1u << nthreads) - 1u;
   for (int o = (nthreads >= 32 ? 16 : nthreads / 2); o > 0; o >>= 1)
     mx = fmaxf(mx, __shfl_xor_sync(mask, mx, o));
@@ -275,23 +295,37 @@ __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts)
   __syncthreads();
   float M = red[0];
   for (int k = 1; k < (nthreads + 31) / 32; ++k) M = fmaxf(M, red[k]);
-  for (int32_t i = tid; i < np; i += nthreads) w[i] = expf(ws.m[base + i] - M);
+  for (int32_t i = tid; i < np; i += nthreads) w[i] = expf((i == tid ? m_own : ws.m[base + i]) - M);
   __syncthreads();
   if (tid == 0) {
     float L = 0.0f;
-    for (int32_t i = 0; i < np; ++i) L = L + ws.l[base + i] * w[i];
+#pragma unroll
+    for (int i = 0; i < kCombinePre; ++i)
+      if (i < np) L = L + l_pre[i] * w[i];
+    for (int32_t i = kCombinePre; i < np; ++i) L = L + ws.l[base + i] * w[i];
     total = L;
   }
-  float o[(D + 127) / 128];
-  for (int d = tid, k = 0; d < D; d += nthreads, ++k) {
+  float o[kDims];
+#pragma unroll
+  for (int k = 0; k < kDims; ++k) {
+    const int d = tid + k * nthreads;
     float acc = 0.0f;
-    for (int32_t i = 0; i < np; ++i) acc = __fmaf_rn(ws.acc[(base + i) * D + d], w[i], acc);
+    if (d < D) {
+#pragma unroll
+      for (int i = 0; i < kCombinePre; ++i)
+        if (i < np) acc = __fmaf_rn(acc_pre[k][i], w[i], acc);
+      for (int32_t i = kCombinePre; i < np; ++i)
+        acc = __fmaf_rn(ws.acc[(base + i) * D + d], w[i], acc);
+    }
     o[k] = acc;
   }
   __syncthreads();
   const float L = total;
-  for (int d = tid, k = 0; d < D; d += nthreads, ++k)
-    p.out[(static_cast<int64_t>(t) * p.num_heads + h) * D + d] = o[k] / L;
+#pragma unroll
+  for (int k = 0; k < kDims; ++k) {
+    const int d = tid + k * nthreads;
+    if (d < D) p.out[(static_cast<int64_t>(t) * p.num_heads + h) * D + d] = o[k] / L;
+  }
 }
 
 template <int D, typename T, KvLayout L>
