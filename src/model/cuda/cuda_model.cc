@@ -97,13 +97,12 @@ double ms_since(ProfClock::time_point t) {
 
 // CUDA graphs of decode-sized steps (PAGEDKV_CUDA_GRAPHS, on by default): a paged
 // step of at most kMaxGraphTokens tokens is padded to its token bucket (1, 2, 4, 8,
-// then multiples of 8), its block-table width to a power of two and its attention
-// partition count to a power of two past kExactGraphParts (contexts to 2,048 tokens
-// keep their own count: a padded partition is a launch's worth of empty attention
-// blocks — at 64 rows of 513–768 tokens, half the per-token launch); one graph per
-// bucket replays every launch of the step.
+// then multiples of 8), its block-table width and attention partition count to
+// powers of two; one graph per bucket replays every launch of the step. (Exact
+// partition counts up to 8, tried on an H100, won nothing at 64 rows — the padded
+// partition's blocks leave at once — and lost 2–5% at 32, where the smaller
+// per-token launch took the eight-warp blocks: docs/performance.md.)
 constexpr int64_t kMaxGraphTokens = 64;
-constexpr int32_t kExactGraphParts = 8;
 int32_t next_pow2(int32_t v) {
   int32_t p = 1;
   while (p < v) p <<= 1;
@@ -988,7 +987,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   const int32_t decode_tokens = prompt ? static_cast<int32_t>(lead) : 0;
   const GraphKey key{token_bucket(static_cast<int32_t>(T)),
                      std::max(8, next_pow2(maxb)),
-                     parts <= kExactGraphParts ? parts : next_pow2(parts),
+                     next_pow2(parts),
                      packed_partitions,
                      prompt,
                      decode_tokens / 8 * 8};
