@@ -184,14 +184,13 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int64_t i) {
   return (static_cast<unsigned long long>(hi) << 32) | (0xffffffffu - static_cast<uint32_t>(i));
 }
 
-// A block of kArgmaxThreads takes kArgmaxSpan consecutive floats (the blockIdx.y-th
-// span) of row blockIdx.x
-// (kArgmaxSpan / kArgmaxThreads a thread, every load issued before the first
-// compare: float4s when the width is a multiple of 4 and the logits 16-byte aligned,
-// else single floats), reduces their keys over the block and adds its best to the
-// row's key with one atomicMax. No block waits for another: a 151,936-wide row is 38
-// blocks, and 64 rows fill the GPU once (the cluster kernel before it took 10 µs for
-// one row: docs/performance.md).
+// A block of kArgmaxThreads takes kArgmaxSpan consecutive floats of row blockIdx.x
+// (its blockIdx.y-th span; kArgmaxSpan / kArgmaxThreads a thread, every load issued
+// before the first compare: float4s when the width is a multiple of 4 and the logits
+// 16-byte aligned, else single floats), reduces their keys over the block and adds
+// its best to the row's key with one atomicMax. No block waits for another: a 151,936-wide row is
+// 38 blocks, and 64 rows fill the GPU once (the cluster kernel before it took 10 µs for one row:
+// docs/performance.md).
 constexpr int kArgmaxThreads = 256;
 constexpr int kArgmaxPerThread = 16;
 constexpr int64_t kArgmaxSpan = int64_t{kArgmaxThreads} * kArgmaxPerThread;
