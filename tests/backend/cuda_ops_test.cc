@@ -599,6 +599,9 @@ TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
   for (int64_t i = 0; i < n; ++i) x[2 * n + i] = NAN;  // row 2: all NaN → 0
   x[3 * n + 3] = NAN;                                  // row 3: NaN skipped
   x[3 * n + 4] = 70.0f;
+  for (int64_t i = 0; i < n; ++i) x[4 * n + i] = -INFINITY;  // row 4: −0 and +0 tie → 1
+  x[4 * n + 1] = -0.0f;
+  x[4 * n + 3] = 0.0f;
   std::vector<int32_t> want(m);
   for (int64_t r = 0; r < m; ++r) {
     int32_t best = -1;
@@ -617,9 +620,10 @@ TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
   EXPECT_EQ(host<int32_t>(flag, 1)[0], 1) << "rows 2 and 3 hold NaNs";
   EXPECT_EQ(want[1], 7);
   EXPECT_EQ(want[2], 0);
+  EXPECT_EQ(want[4], 1);
   // Row 1 alone (float4 reads: the width a multiple of 4, the row 16-byte aligned),
   // and from its second float on, 4 shorter (unaligned: one float at a time); its
-  // tie spans two slices.
+  // tied values lie in different spans of the kernel's blocks (4,096 floats each).
   for (const int64_t off : {n, n + 1}) {
     auto dk = dev_poisoned(4);
     auto no_nan = dev(std::vector<int32_t>{0});
@@ -628,8 +632,8 @@ TEST_F(CudaOpsTest, ArgmaxMatchesTheCpuSamplerRule) {
     EXPECT_EQ(host<int32_t>(dk, 1)[0], off == n ? 7 : 6) << "offset " << off;
     EXPECT_EQ(host<int32_t>(no_nan, 1)[0], 0) << "row 1 holds no NaN";
   }
-  // Rows narrower than the kernel's slices and threads, widths a multiple of 4 or
-  // not; the best at the last index; an equal value in a later slice loses to the
+  // Rows narrower than a block's span and threads, widths a multiple of 4 or
+  // not; the best at the last index; an equal value in a later span loses to the
   // first; a NaN only in the last element of the last row sets the flag.
   for (const int64_t w : {1, 3, 4, 9, 1000, 1004, 8192, 8193}) {
     std::vector<float> y(2 * w, -1.0f);

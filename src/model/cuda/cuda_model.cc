@@ -1024,7 +1024,9 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   const size_t n_meta =
       (static_cast<size_t>(3 * Tm + Pm) + (paged ? static_cast<size_t>(Tm) * a.maxb : 0) + 1) / 2 *
       2;
-  const size_t n_results = 2 + 2 * static_cast<size_t>(P);  // ints
+  // The ints of the region the step moves each way: the flag, its pad and P keys
+  // when the device takes the argmax, else the flag alone.
+  const size_t n_results = any_greedy ? 2 + 2 * static_cast<size_t>(P) : 1;
   PKV_ASSIGN_OR_RETURN(int32_t * meta, pinned_.get(n_meta + 2 + 2 * static_cast<size_t>(Pm)));
   int32_t* h_ids = meta;
   int32_t* h_pos = h_ids + Tm;
@@ -1054,7 +1056,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PKV_RETURN_IF_ERROR(alloc_step(&a, n_meta + 2 + 2 * static_cast<size_t>(Pm)));
   cudaStream_t st = stream();
   PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      const_cast<int32_t*>(a.ids), meta, (n_meta + (any_greedy ? n_results : 1)) * sizeof(int32_t),
+      const_cast<int32_t*>(a.ids), meta, (n_meta + n_results) * sizeof(int32_t),
       cudaMemcpyHostToDevice, st));
   int32_t* d_nan = const_cast<int32_t*>(a.ids) + n_meta;
 
@@ -1103,7 +1105,6 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     prof_.layers_ms += ms_since(t_step);
     t_step = ProfClock::now();
   }
-  bool greedy_on_device = false;
   int32_t* h_draw = nullptr;  // seeded rows: [n][2] counts, then their entries
   int32_t* h_sel = nullptr;   // rows without top-k: their selection draws' tokens
   bool all_copied = true;
@@ -1115,12 +1116,11 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
       // its one pass over every row sets the NaN flag too.
       PKV_RETURN_IF_ERROR(bc::argmax_keys(
           a.logits, P, V, reinterpret_cast<unsigned long long*>(d_nan + 2), d_nan, st));
-      greedy_on_device = true;
     } else {
       PKV_RETURN_IF_ERROR(bc::flag_nan(a.logits, P * V, d_nan, st));
     }
     PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        h_nan, d_nan, (any_greedy ? n_results : 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+        h_nan, d_nan, n_results * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
     // The logits rows the caller reads, in runs of consecutive rows.
     int64_t run_begin = 0, run_end = 0;
     auto flush = [&]() -> Status {
@@ -1222,7 +1222,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   PKV_RETURN_IF_ERROR(be_->synchronize());
   for (const ForwardRow& row : batch.rows)
     if (!paged) row.flat->set_length(row.context_len + row.num_tokens);
-  if (greedy_on_device)
+  if (any_greedy)  // (a greedy row asks for its last logits, so P > 0)
     for (int32_t r = 0; r < R; ++r) {
       const ForwardRow& row = batch.rows[static_cast<size_t>(r)];
       if (row.greedy_only && row.logits == LogitsRequest::kLast) {
