@@ -802,6 +802,106 @@ TEST_F(CudaAttentionMmaTest, PackedDecodeRunsFollowTheSharedBlocks) {
   }
 }
 
+// Decode blocks that copy the keys below each token's position before they wait
+// for the kernel before them (PagedAttentionParams::keys_below_position_settled)
+// copy each token's own key and value after the wait: with those rows NaN in the
+// pool until a K/V write launched just before, every decode shape gives the bits of
+// the same launch without the promise over the written pool.
+TEST_F(CudaAttentionMmaTest, KeysCopiedBeforeTheWaitLeaveEachTokensOwnToTheWrite) {
+  // Seven rows behind a cached 512-token prefix (packed partitions 0 and 1) with own
+  // tails of 1 to 188 tokens, and one row of its own.
+  const std::vector<int32_t> lens = {515, 530, 560, 592, 600, 513, 700, 530};
+  const Kv kv(16, 8, 128, lens, 71, {0, 0, 0, 0, 0, 0, 0, -1}, 512);
+  const int32_t n = static_cast<int32_t>(lens.size());
+  const int64_t row = kv.row();
+  const size_t qrow = size_t{16} * 128;
+  std::vector<int32_t> pos(n), seq(n);
+  std::vector<float> k_new(n * row), v_new(n * row);  // each token's own rows
+  for (int32_t s = 0; s < n; ++s) {
+    pos[s] = lens[s] - 1;
+    seq[s] = s;
+    std::copy_n(kv.k[s].begin() + pos[s] * row, row, k_new.begin() + s * row);
+    std::copy_n(kv.v[s].begin() + pos[s] * row, row, v_new.begin() + s * row);
+  }
+  const std::vector<uint16_t> nan_row(row, 0x7fc0);  // bf16 NaN
+  cudaStream_t st = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+  // The first `count` rows from `first`: their own keys NaN, then the write and the
+  // launch on one stream; the output.
+  auto run = [&](int32_t first, int32_t count, MmaDecodeShape shape, bool settled) {
+    for (int32_t s = first; s < first + count; ++s) {
+      const int64_t slot =
+          int64_t{kv.tables[s * kv.max_blocks + pos[s] / kBs]} * kBs + pos[s] % kBs;
+      for (const DeviceBuffer* pool : {&kv.pool_k, &kv.pool_v})
+        EXPECT_EQ(cudaMemcpy(pool->as<uint16_t>() + slot * row, nan_row.data(), row * 2,
+                             cudaMemcpyHostToDevice),
+                  cudaSuccess);
+    }
+    const std::vector<int32_t> p_pos(pos.begin() + first, pos.begin() + first + count);
+    const std::vector<int32_t> p_seq(seq.begin() + first, seq.begin() + first + count);
+    auto dpos = dev(p_pos), dseq = dev(p_seq);
+    auto dk =
+        dev(std::vector<float>(k_new.begin() + first * row, k_new.begin() + (first + count) * row));
+    auto dv =
+        dev(std::vector<float>(v_new.begin() + first * row, v_new.begin() + (first + count) * row));
+    auto q = randn(count * qrow, 73 + first, 2.0f);
+    auto dq = dev(q);
+    auto dout = dev_poisoned(q.size() * 4);
+    const int32_t max_pos = *std::max_element(p_pos.begin(), p_pos.end());
+    auto ws = dev_poisoned(attention_workspace_floats(count, 16, 128, max_pos) * 4);
+    KvWriteParams w;
+    w.k = dk.as<float>();
+    w.v = dv.as<float>();
+    w.num_tokens = count;
+    w.num_kv_heads = 8;
+    w.head_dim = 128;
+    w.positions = dpos.as<int32_t>();
+    w.token_seq = dseq.as<int32_t>();
+    w.k_cache = kv.pool_k.data();
+    w.v_cache = kv.pool_v.data();
+    w.block_size = kBs;
+    w.block_tables = kv.dtables.as<int32_t>();
+    w.max_blocks_per_seq = kv.max_blocks;
+    PagedAttentionParams p;
+    p.q = dq.as<float>();
+    p.out = dout.as<float>();
+    p.num_tokens = count;
+    p.num_heads = 16;
+    p.num_kv_heads = 8;
+    p.head_dim = 128;
+    p.positions = dpos.as<int32_t>();
+    p.token_seq = dseq.as<int32_t>();
+    p.max_position = max_pos;
+    p.scale = 1.0f / std::sqrt(128.0f);
+    p.k_cache = kv.pool_k.data();
+    p.v_cache = kv.pool_v.data();
+    p.block_size = kBs;
+    p.block_tables = kv.dtables.as<int32_t>();
+    p.max_blocks_per_seq = kv.max_blocks;
+    p.workspace = ws.as<float>();
+    p.max_query_len = 1;
+    p.packed_partitions = 2;
+    p.keys_below_position_settled = settled;
+    Status s = write_kv(w, st);
+    if (s.ok()) s = paged_attention_mma_with_decode_shape(p, shape, st);
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    EXPECT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    return host<float>(dout, q.size());
+  };
+  using S = MmaDecodeShape;
+  for (const S shape : {S::kAuto, S::kWide, S::kWideTwoRounds, S::kPackedWide,
+                        S::kPackedWideTwoRounds, S::kOneWarp}) {
+    for (const auto& [first, count] : {std::pair{0, n}, std::pair{6, 1}, std::pair{4, 1}}) {
+      const auto early = run(first, count, shape, true);
+      const auto after = run(first, count, shape, false);
+      for (float x : after) ASSERT_FALSE(std::isnan(x)) << "the write reached the pool";
+      EXPECT_TRUE(same_bits(early.data(), after.data(), early.size() * 4))
+          << "shape " << static_cast<int>(shape) << ", rows " << first << " +" << count;
+    }
+  }
+  cudaStreamDestroy(st);
+}
+
 // The partition combine (a block a (token, head), shared work done once a block)
 // gives the bits of its serial reference (every thread running the whole fold), for
 // every head_dim, 1 to 130 partitions a row, and partitions no key reached

@@ -256,19 +256,21 @@ __global__ void attn_combine_serial_kernel(const PagedAttentionParams p, int32_t
 // which tests/backend/cuda_attention_test.cc checks (PartitionCombineEqualsItsSerialReference,
 // passed on the H200).
 // The first kCombinePre partitions' numbers (a thread's m, its dims' acc, thread 0's
-// l) are loaded before the token's position is known, so their latency overlaps the
-// position's instead of following it: a short context's combine waits for one round
-// of loads, not three. Slots past the token's partitions hold numbers of no use
-// (read, never used: the launch's `parts` slots are all allocated).
+// l) are loaded at once, without waiting for the token's position (which, being the
+// step's metadata, is read before the programmatic-launch wait: launch.cuh): a short
+// context's combine waits for one round of loads, not three. Slots past the token's
+// partitions hold numbers of no use (read, never used: the launch's `parts` slots are
+// all allocated).
 constexpr int kCombinePre = 4;
 
 template <int D>
 __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
-  enter_kernel();
   extern __shared__ float w[];  // [parts]
   __shared__ float red[4], total;
   constexpr int kDims = (D + 127) / 128;  // dims a thread
   const int32_t t = blockIdx.x, h = blockIdx.y;
+  const int32_t pos = p.positions[t];  // the step's metadata: before the wait
+  enter_kernel();
   PartitionWorkspace ws = partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
   const int64_t base = (static_cast<int64_t>(t) * p.num_heads + h) * parts;
   const int tid = threadIdx.x, nthreads = blockDim.x;  // min(D, 128): 16 … 128
@@ -284,7 +286,6 @@ __global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts)
     }
     l_pre[i] = tid == 0 && i < pre ? ws.l[base + i] : 0.0f;
   }
-  const int32_t pos = p.positions[t];
   const int32_t np = pos / kP + 1;
   float mx = -INFINITY;
   for (int32_t i = tid; i < np; i += nthreads) mx = fmaxf(mx, i == tid ? m_own : ws.m[base + i]);

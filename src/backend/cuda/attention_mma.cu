@@ -530,7 +530,12 @@ template <int D, int kRounds, KvLayout L, MmaOperands O, bool kPacked = false>
 __global__ void __launch_bounds__(kChunks * 32)
     attn_mma_decode_wide_kernel(const PagedAttentionParams p, int32_t group, int32_t tpw,
                                 int32_t parts, int32_t part0, BesideWait beside) {
-  const KernelBesidePrior entry(beside);
+  // Keys copied before the wait for the kernel before (the caller's promise,
+  // keys_below_position_settled): the first run's first round, every key but the
+  // run's tokens' own positions and above (the kernel before writes those).
+  const bool early = beside == BesideWait::kNo && p.keys_below_position_settled;
+  const KernelBesidePrior entry(beside, early);
+  bool waited = !early;
   static_assert(D == 64 || D == 128, "a warp per pair of output tiles");
   static_assert(kChunks % kRounds == 0, "whole rounds");
   static_assert(!kPacked || L == KvLayout::kBlockTable, "packed runs: a block table");
@@ -583,13 +588,25 @@ __global__ void __launch_bounds__(kChunks * 32)
     };
     const __nv_bfloat16* ks = kvs + warp * 2 * kChunk * RS;
 
+    // Keys from settled_end on are the run's tokens' own (written by the kernel
+    // before: copied after the wait); the keys below, before it when `early`.
+    int32_t settled_end = INT32_MAX;
+    if (!waited) {
+      const int32_t pos = t0 + lane < t_end ? p.positions[t0 + lane] : INT32_MAX;
+      settled_end = __reduce_min_sync(0xffffffffu, pos);
+    }
     // The round's chunk of this warp, K and V: lane j finds key j's row, the warp
-    // loads whole rows.
-    auto load_round = [&](int round) {
+    // loads whole rows. `late`: only the keys from settled_end on (the others: all
+    // but those), each copy issued once whatever the split.
+    int64_t off = -1;  // lane j: key j's offset in the round's chunk (−1: zero-filled)
+    auto load_round = [&](int round, bool split, bool late) {
       if (!mine_in(round)) return;
       const int c = round * kBuf + warp;
       const int32_t key = p_begin + c * kChunk + lane;
-      const int64_t off = key >= kb && key < ke ? key_offset<D, L>(p, seq, key, kvh) : -1;
+      const bool inside = key >= kb && key < ke;
+      if (!late) off = inside ? key_offset<D, L>(p, seq, key, kvh) : -1;
+      const unsigned late_keys = __ballot_sync(0xffffffffu, inside && key >= settled_end);
+      if (split && late && late_keys == 0u) return;
 #pragma unroll
       for (int which = 0; which < 2; ++which) {
         const __nv_bfloat16* base =
@@ -599,13 +616,21 @@ __global__ void __launch_bounds__(kChunks * 32)
         for (int i = 0; i < kChunk * kPieces / 32; ++i) {
           const int idx = i * 32 + lane, j = idx / kPieces, e = idx % kPieces;
           const int64_t o = __shfl_sync(0xffffffffu, off, j);
+          if (split && (((late_keys >> j) & 1u) != 0u) != late) continue;
           cp_async16<L2Hint::kPrefetch256>(dst + j * RS + e * 8, o >= 0 ? base + o + e * 8 : base,
                                            o >= 0);
         }
       }
       cp_async_commit();
     };
-    load_round(0);
+    if (!waited) {
+      load_round(0, true, false);
+      entry.enter();  // q and the late keys are the kernel before's
+      waited = true;
+      load_round(0, true, true);
+    } else {
+      load_round(0, false, false);
+    }
     stage_q_planes<D, O, 2>(p, qs, 1, 16, t0, tpw, t_end, group, h0, tid, kChunks * 32,
                             PaddedQRows<D>{16});
 
@@ -688,7 +713,7 @@ __global__ void __launch_bounds__(kChunks * 32)
       }
       if (round + 1 < kRounds) {
         __syncthreads();  // every warp is done with this round's buffers and planes
-        load_round(round + 1);
+        load_round(round + 1, false, false);
       }
     }
 
@@ -1027,6 +1052,7 @@ Status dispatch_mixed(const PagedAttentionParams& p, MmaDecodeShape force, int32
   decode.max_query_len = 1;
   decode.min_query_len = 1;
   decode.decode_tokens = 0;
+  decode.keys_below_position_settled = false;  // the kernel before it is the prefill's
   PagedAttentionParams prompt = p;
   prompt.q = p.q + n * row;
   prompt.out = p.out + n * row;

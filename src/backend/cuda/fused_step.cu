@@ -118,35 +118,39 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
 
 // One block per (token, head of q, k, v): q and k heads get rms_norm_kernel's
 // normalization and rope_kernel's rotation; q goes to p.q, k and v to the cache.
+// A head is at most kRowThreads wide, so thread i holds element i. Before the wait
+// for the q/k/v GEMM it reads what no kernel writes — its norm weight, the token's
+// position and cache row (the step's metadata) — so the chain after the wait is
+// the GEMM's output alone.
+static_assert(kMaxHeadDim <= kRowThreads, "an element a thread");
 template <typename T>
 __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_t half,
                                 int32_t span, float pos_scale) {
-  enter_kernel();
   __shared__ float scratch[32];
   __shared__ float hv[kMaxHeadDim];
-  const int32_t t = blockIdx.x, head = blockIdx.y;
+  const int32_t t = blockIdx.x, head = blockIdx.y, i = threadIdx.x;
   const int32_t NH = p.num_heads, KVH = p.kv.num_kv_heads, D = p.kv.head_dim;
-  const float* src = p.qkv + (static_cast<int64_t>(t) * (NH + 2 * KVH) + head) * D;
+  const bool is_q = head < NH, is_v = head >= NH + KVH;
   const int64_t row = static_cast<int64_t>(KVH) * D;
-  if (head >= NH + KVH) {  // a V head: the K/V write's copy
-    T* dst = static_cast<T*>(p.kv.v_cache) + kv_slot(p.kv, t) * row + (head - NH - KVH) * D;
-    for (int32_t i = threadIdx.x; i < D; i += kRowThreads) dst[i] = to_kv<T>(src[i]);
-    return;
-  }
-  const bool is_q = head < NH;
-  const void* w = is_q ? p.q_norm : p.k_norm;
-  float ss = 0.0f;
-  for (int32_t i = threadIdx.x; i < D; i += kRowThreads) ss = ss + src[i] * src[i];
-  ss = block_sum<kRowThreads>(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.eps);
-  for (int32_t i = threadIdx.x; i < D; i += kRowThreads) {
-    const float wi = widen(w, p.norm_dtype, i);
-    hv[i] = wi * (src[i] * inv);
-  }
-  __syncthreads();
+  const int64_t slot = is_q ? 0 : kv_slot(p.kv, t);
+  const float wi = !is_v && i < D ? widen(is_q ? p.q_norm : p.k_norm, p.norm_dtype, i) : 0.0f;
   float pos = static_cast<float>(p.kv.positions[t]);
   if (pos_scale != 1.0f) pos = pos / pos_scale;
-  for (int32_t i = threadIdx.x; i < half; i += kRowThreads) {
+  enter_kernel();
+  const float* src = p.qkv + (static_cast<int64_t>(t) * (NH + 2 * KVH) + head) * D;
+  if (is_v) {  // a V head: the K/V write's copy
+    T* dst = static_cast<T*>(p.kv.v_cache) + slot * row + (head - NH - KVH) * D;
+    if (i < D) dst[i] = to_kv<T>(src[i]);
+    return;
+  }
+  const float x = i < D ? src[i] : 0.0f;
+  float ss = 0.0f;
+  if (i < D) ss = ss + x * x;
+  ss = block_sum<kRowThreads>(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.eps);
+  if (i < D) hv[i] = wi * (x * inv);
+  __syncthreads();
+  if (i < half) {
     const float ang = pos * f.inv_freq[i];
     const float c = cosf(ang), s = sinf(ang);
     const float a = hv[i], b = hv[i + span];
@@ -154,12 +158,12 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_
     hv[i + span] = b * c + a * s;
   }
   __syncthreads();
+  if (i >= D) return;
   if (is_q) {
-    float* dst = p.q + (static_cast<int64_t>(t) * NH + head) * D;
-    for (int32_t i = threadIdx.x; i < D; i += kRowThreads) dst[i] = hv[i];
+    p.q[(static_cast<int64_t>(t) * NH + head) * D + i] = hv[i];
   } else {
-    T* dst = static_cast<T*>(p.kv.k_cache) + kv_slot(p.kv, t) * row + (head - NH) * D;
-    for (int32_t i = threadIdx.x; i < D; i += kRowThreads) dst[i] = to_kv<T>(hv[i]);
+    T* dst = static_cast<T*>(p.kv.k_cache) + slot * row + (head - NH) * D;
+    dst[i] = to_kv<T>(hv[i]);
   }
 }
 

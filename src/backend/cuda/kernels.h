@@ -192,6 +192,13 @@ struct PagedAttentionParams {
   int32_t packed_partitions = 0;
   // The tensor-core kernel's operands (MmaOperands above): numerics, not a hint.
   MmaOperands mma_operands = MmaOperands::kSplit;
+  // An ordering promise from the caller (false is always safe): the kernel before
+  // this launch on the stream writes no key a token reads except, for each token,
+  // its own position's, and every other key was written before that kernel (a decode
+  // step: the kernel before is the K/V write of each row's new token). The tensor-
+  // core decode blocks that wait for the kernel before (launch.cuh) then start
+  // copying those keys before the wait, overlapping its tail; the bits are the same.
+  bool keys_below_position_settled = false;
 };
 
 // Floats of workspace paged_attention needs.
@@ -327,7 +334,9 @@ Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* 
 // weights, eps) then RoPE at the token's position, q into q [num_tokens][num_heads ·
 // head_dim], k and v rows into the cache as write_kv (kv: addressing, types; its k
 // and v fields are unused). The operations of rms_norm, rope and write_kv element
-// for element (head_dim ≤ 256).
+// for element (head_dim ≤ 256). The norm weights and kv's positions, sequence ids
+// and block tables are read before the programmatic-launch wait (launch.cuh): no
+// kernel on the stream may write them.
 struct QkvPrepParams {
   const float* qkv = nullptr;
   float* q = nullptr;

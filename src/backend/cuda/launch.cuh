@@ -10,9 +10,11 @@
 // GEMMs' first weight loads, add_rms_norm's weights) may run before that wait,
 // overlapping the previous kernel's tail.
 //
-// The rule every kernel started by launch_kernel() follows: no global memory that an
-// earlier kernel of the stream writes or reads is touched before
-// wait_for_prior_kernels() — reads (RAW) and writes (WAR, WAW) alike. Then
+// The rule every kernel started by launch_kernel() follows: before
+// wait_for_prior_kernels() it writes no global memory (WAR, WAW) and reads none that
+// an earlier kernel of the stream may write (RAW) — what it may read there is what
+// no kernel writes: weights, and a step's metadata (positions, sequence ids, block
+// tables), which the host copies in before the step's first kernel. Then
 // allow_next_kernel_launch() lets the following kernel's blocks be scheduled;
 // called after the wait, it never lets two kernels past the one before run
 // together, and the wait's guarantee is transitive (a kernel completes only after
@@ -66,13 +68,26 @@ __device__ __forceinline__ void enter_kernel() {
 // waiting block, every wave can. With PDL off it is stream order as before. Declare
 // it first in B:
 //   const KernelBesidePrior entry(beside);   // BesideWait::kNo: enter_kernel()
+//
+// A kernel with reads that may come before the wait — of memory no earlier kernel of
+// the stream writes, or that only kernels before the previous one wrote where the
+// previous one waits at entry (not beside its own prior): those completed before its
+// blocks passed that wait, and this kernel launches only after they all did —
+// declares it with `defer_wait`: with
+// BesideWait::kNo the constructor then does nothing, and every thread of a block
+// calls enter() once those reads are issued and before anything else touches global
+// memory (a block may also leave without it, having written nothing).
 struct KernelBesidePrior {
   BesideWait how;
-  __device__ explicit KernelBesidePrior(BesideWait h) : how(h) {
+  __device__ explicit KernelBesidePrior(BesideWait h, bool defer_wait = false) : how(h) {
     if (h != BesideWait::kNo)
       allow_next_kernel_launch();
-    else
+    else if (!defer_wait)
       enter_kernel();
+  }
+  // The deferred entry (defer_wait with BesideWait::kNo; else nothing to do).
+  __device__ void enter() const {
+    if (how == BesideWait::kNo) enter_kernel();
   }
   __device__ ~KernelBesidePrior() {
     if (how == BesideWait::kEveryBlock ||

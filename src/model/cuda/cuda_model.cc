@@ -356,6 +356,7 @@ class CudaQwen3Model final : public Model {
   int32_t draw_cap_ = 0;        // PAGEDKV_CUDA_DEVICE_SAMPLING: kMaxTopEntries
   bool fused_ = false;          // PAGEDKV_CUDA_FUSED
   bool fuse_norms_ = false;     // PAGEDKV_CUDA_FUSED_NORMS
+  bool early_keys_ = true;      // PAGEDKV_CUDA_ATTN_EARLY_KEYS
   bool mma_attention_ = false;  // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
   bc::MmaOperands mma_operands_ = bc::MmaOperands::kSplit;  // and its operands (mma-bf16)
   bool has_moe_ = false;
@@ -526,6 +527,7 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
     m->fused_ = true;
   }
   m->fuse_norms_ = resolve_knob<bool>("PAGEDKV_CUDA_FUSED_NORMS", std::nullopt, true);
+  m->early_keys_ = resolve_knob<bool>("PAGEDKV_CUDA_ATTN_EARLY_KEYS", std::nullopt, true);
   // One attention kernel for every launch of this model: each has its own fixed
   // order, so mixing them would make a query's bits depend on how it was launched.
   const std::string attention =
@@ -835,6 +837,10 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       p.max_query_len = a.max_query_len;
       p.min_query_len = a.min_query_len;
       p.packed_partitions = a.packed_partitions;
+      // A decode step (one token a row): the write just above is the kernel before
+      // the attention launch and writes only each token's own key, so the decode
+      // blocks may copy the others before they wait for it (a timing; the same bits).
+      p.keys_below_position_settled = early_keys_ && a.decode_tokens == 0 && a.max_query_len == 1;
       PKV_RETURN_IF_ERROR(attention(p, st));
     } else {
       // Flat: each row over its own contiguous device cache (only the addressing
@@ -1055,9 +1061,9 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   auto* h_keys = reinterpret_cast<const unsigned long long*>(h_nan + 2);
   PKV_RETURN_IF_ERROR(alloc_step(&a, n_meta + 2 + 2 * static_cast<size_t>(Pm)));
   cudaStream_t st = stream();
-  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      const_cast<int32_t*>(a.ids), meta, (n_meta + n_results) * sizeof(int32_t),
-      cudaMemcpyHostToDevice, st));
+  PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(const_cast<int32_t*>(a.ids), meta,
+                                           (n_meta + n_results) * sizeof(int32_t),
+                                           cudaMemcpyHostToDevice, st));
   int32_t* d_nan = const_cast<int32_t*>(a.ids) + n_meta;
 
   auto t_step = ProfClock::now();
@@ -1119,8 +1125,8 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     } else {
       PKV_RETURN_IF_ERROR(bc::flag_nan(a.logits, P * V, d_nan, st));
     }
-    PKV_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        h_nan, d_nan, n_results * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    PKV_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(h_nan, d_nan, n_results * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
     // The logits rows the caller reads, in runs of consecutive rows.
     int64_t run_begin = 0, run_end = 0;
     auto flush = [&]() -> Status {
