@@ -128,6 +128,7 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_
                                 int32_t span, float pos_scale) {
   __shared__ float scratch[32];
   __shared__ float hv[kMaxHeadDim];
+  if (p.trigger_next_at_entry) allow_next_kernel_launch();
   const int32_t t = blockIdx.x, head = blockIdx.y, i = threadIdx.x;
   const int32_t NH = p.num_heads, KVH = p.kv.num_kv_heads, D = p.kv.head_dim;
   const bool is_q = head < NH, is_v = head >= NH + KVH;
@@ -136,7 +137,8 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_
   const float wi = !is_v && i < D ? widen(is_q ? p.q_norm : p.k_norm, p.norm_dtype, i) : 0.0f;
   float pos = static_cast<float>(p.kv.positions[t]);
   if (pos_scale != 1.0f) pos = pos / pos_scale;
-  enter_kernel();
+  wait_for_prior_kernels();
+  if (!p.trigger_next_at_entry) allow_next_kernel_launch();
   const float* src = p.qkv + (static_cast<int64_t>(t) * (NH + 2 * KVH) + head) * D;
   if (is_v) {  // a V head: the K/V write's copy
     T* dst = static_cast<T*>(p.kv.v_cache) + slot * row + (head - NH - KVH) * D;

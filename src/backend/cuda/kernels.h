@@ -192,12 +192,12 @@ struct PagedAttentionParams {
   int32_t packed_partitions = 0;
   // The tensor-core kernel's operands (MmaOperands above): numerics, not a hint.
   MmaOperands mma_operands = MmaOperands::kSplit;
-  // An ordering promise from the caller (false is always safe): the kernel before
-  // this launch on the stream writes no key a token reads except, for each token,
-  // its own position's, and every other key was written before that kernel (a decode
-  // step: the kernel before is the K/V write of each row's new token). The tensor-
-  // core decode blocks that wait for the kernel before (launch.cuh) then start
-  // copying those keys before the wait, overlapping its tail; the bits are the same.
+  // An ordering promise from the caller (false is always safe): every key a token
+  // reads below its own position was written before the step's first kernel (by
+  // earlier steps), and the step's kernels write no key a token reads except its own
+  // (a decode step: the K/V write before attention stores each row's new token).
+  // The tensor-core decode blocks that wait for the kernel before (launch.cuh) then
+  // copy those keys before the wait, overlapping that kernel; the bits are the same.
   bool keys_below_position_settled = false;
 };
 
@@ -346,6 +346,13 @@ struct QkvPrepParams {
   WeightDType norm_dtype = WeightDType::kF32;
   float eps = 1e-6f;
   KvWriteParams kv;
+  // Let the next kernel launch at entry, before this one's wait (launch.cuh's rule
+  // bent): that kernel's blocks may then run while the kernel before this one
+  // (the q/k/v GEMM) still does, so before its own wait it may read only what no
+  // kernel of the step writes (the decode attention with keys_below_position_settled:
+  // the step's metadata and earlier steps' keys). Its wait still covers this kernel,
+  // and this kernel's completion the GEMM's. Off: the launch after the wait.
+  bool trigger_next_at_entry = false;
 };
 Status qkv_norm_rope_write(const QkvPrepParams& p, const RopeParams& rope, cudaStream_t stream = 0);
 

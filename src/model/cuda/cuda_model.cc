@@ -357,6 +357,7 @@ class CudaQwen3Model final : public Model {
   bool fused_ = false;          // PAGEDKV_CUDA_FUSED
   bool fuse_norms_ = false;     // PAGEDKV_CUDA_FUSED_NORMS
   bool early_keys_ = true;      // PAGEDKV_CUDA_ATTN_EARLY_KEYS
+  bool prep_trigger_ = false;   // PAGEDKV_CUDA_PREP_EARLY_TRIGGER
   bool mma_attention_ = false;  // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
   bc::MmaOperands mma_operands_ = bc::MmaOperands::kSplit;  // and its operands (mma-bf16)
   bool has_moe_ = false;
@@ -528,6 +529,7 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
   }
   m->fuse_norms_ = resolve_knob<bool>("PAGEDKV_CUDA_FUSED_NORMS", std::nullopt, true);
   m->early_keys_ = resolve_knob<bool>("PAGEDKV_CUDA_ATTN_EARLY_KEYS", std::nullopt, true);
+  m->prep_trigger_ = resolve_knob<bool>("PAGEDKV_CUDA_PREP_EARLY_TRIGGER", std::nullopt, false);
   // One attention kernel for every launch of this model: each has its own fixed
   // order, so mixing them would make a query's bits depend on how it was launched.
   const std::string attention =
@@ -821,6 +823,13 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       w.v_cache = batch.kv_store->v_block(l, 0);
       w.block_tables = a.tab;
       w.max_blocks_per_seq = a.maxb;
+      // A decode step (one token a row): the write is the kernel before attention
+      // and stores only each token's own key; the others are earlier steps'. So the
+      // decode blocks may copy them before their wait (a timing; the same bits), and
+      // with PAGEDKV_CUDA_PREP_EARLY_TRIGGER even launch before the write has waited
+      // for the q/k/v GEMM.
+      const bool settled = early_keys_ && a.decode_tokens == 0 && a.max_query_len == 1;
+      qp.trigger_next_at_entry = settled && prep_trigger_;
       PKV_RETURN_IF_ERROR(write(w, 0, static_cast<int32_t>(T)));
       p.q = q;
       p.out = attn;
@@ -837,10 +846,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       p.max_query_len = a.max_query_len;
       p.min_query_len = a.min_query_len;
       p.packed_partitions = a.packed_partitions;
-      // A decode step (one token a row): the write just above is the kernel before
-      // the attention launch and writes only each token's own key, so the decode
-      // blocks may copy the others before they wait for it (a timing; the same bits).
-      p.keys_below_position_settled = early_keys_ && a.decode_tokens == 0 && a.max_query_len == 1;
+      p.keys_below_position_settled = settled;
       PKV_RETURN_IF_ERROR(attention(p, st));
     } else {
       // Flat: each row over its own contiguous device cache (only the addressing
