@@ -329,6 +329,30 @@ class CudaQwen3Model final : public Model {
     float* logits = nullptr;
     float *qkv = nullptr, *gu = nullptr;  // fused projections' outputs
   };
+  // Decode attention's early copies in a step of a's shape (timings only: each
+  // path's bits are the same, tests/backend/cuda_attention_test.cc and
+  // tests/engine/cuda_engine_test.cc). `settled`: PagedAttentionParams::
+  // keys_below_position_settled — a decode step's attention may copy the keys below
+  // each token's position before its wait; `trigger`: the q/k/v prep lets attention
+  // launch at its entry (QkvPrepParams::trigger_next_at_entry), so those copies run
+  // under the q/k/v GEMM too. Where rows share a cached prefix, attention is two
+  // launches, the second beside the first (packed partitions, then the others), and
+  // the first's copies before its wait delay the second's launch: there, on an H200
+  // and an H100, both cost 2–7% at 8 and 32 rows, and the copies alone gained 2–3%
+  // only at 64 rows (the q/k/v prep of 64 tokens outlasts them). So: both in a step
+  // of one attention launch, the copies alone in a packed step of kMaxGraphTokens
+  // tokens (docs/performance.md, "Decode: the step's metadata, earlier keys…").
+  struct EarlyKeys {
+    bool settled = false, trigger = false;
+  };
+  EarlyKeys early_attention_keys(const StepArgs& a) const {
+    EarlyKeys e;
+    if (!early_keys_ || !a.paged || a.decode_tokens != 0 || a.max_query_len != 1) return e;
+    const bool one_launch = a.packed_partitions == 0;
+    e.settled = one_launch || a.T >= kMaxGraphTokens;
+    e.trigger = one_launch && prep_trigger_;
+    return e;
+  }
   // The scratch of a step of a's shape; the metadata array holds n_ints ints (the
   // metadata, then the results region after it).
   Status alloc_step(StepArgs* a, size_t n_ints);
@@ -357,7 +381,7 @@ class CudaQwen3Model final : public Model {
   bool fused_ = false;          // PAGEDKV_CUDA_FUSED
   bool fuse_norms_ = false;     // PAGEDKV_CUDA_FUSED_NORMS
   bool early_keys_ = true;      // PAGEDKV_CUDA_ATTN_EARLY_KEYS
-  bool prep_trigger_ = false;   // PAGEDKV_CUDA_PREP_EARLY_TRIGGER
+  bool prep_trigger_ = true;    // PAGEDKV_CUDA_PREP_EARLY_TRIGGER
   bool mma_attention_ = false;  // PAGEDKV_CUDA_ATTENTION: the tensor-core kernel
   bc::MmaOperands mma_operands_ = bc::MmaOperands::kSplit;  // and its operands (mma-bf16)
   bool has_moe_ = false;
@@ -529,7 +553,7 @@ StatusOr<std::unique_ptr<Model>> CudaQwen3Model::create(const std::string& dir,
   }
   m->fuse_norms_ = resolve_knob<bool>("PAGEDKV_CUDA_FUSED_NORMS", std::nullopt, true);
   m->early_keys_ = resolve_knob<bool>("PAGEDKV_CUDA_ATTN_EARLY_KEYS", std::nullopt, true);
-  m->prep_trigger_ = resolve_knob<bool>("PAGEDKV_CUDA_PREP_EARLY_TRIGGER", std::nullopt, false);
+  m->prep_trigger_ = resolve_knob<bool>("PAGEDKV_CUDA_PREP_EARLY_TRIGGER", std::nullopt, true);
   // One attention kernel for every launch of this model: each has its own fixed
   // order, so mixing them would make a query's bits depend on how it was launched.
   const std::string attention =
@@ -825,11 +849,10 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       w.max_blocks_per_seq = a.maxb;
       // A decode step (one token a row): the write is the kernel before attention
       // and stores only each token's own key; the others are earlier steps'. So the
-      // decode blocks may copy them before their wait (a timing; the same bits), and
-      // with PAGEDKV_CUDA_PREP_EARLY_TRIGGER even launch before the write has waited
-      // for the q/k/v GEMM.
-      const bool settled = early_keys_ && a.decode_tokens == 0 && a.max_query_len == 1;
-      qp.trigger_next_at_entry = settled && prep_trigger_;
+      // decode blocks may copy them before their wait, and the write may let them
+      // launch at its entry (timings only; the same bits): early_attention_keys.
+      const EarlyKeys early = early_attention_keys(a);
+      qp.trigger_next_at_entry = early.trigger;
       PKV_RETURN_IF_ERROR(write(w, 0, static_cast<int32_t>(T)));
       p.q = q;
       p.out = attn;
@@ -846,7 +869,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       p.max_query_len = a.max_query_len;
       p.min_query_len = a.min_query_len;
       p.packed_partitions = a.packed_partitions;
-      p.keys_below_position_settled = settled;
+      p.keys_below_position_settled = early.settled;
       PKV_RETURN_IF_ERROR(attention(p, st));
     } else {
       // Flat: each row over its own contiguous device cache (only the addressing
