@@ -88,8 +88,9 @@ __global__ void flags_kernel(float* buf, unsigned* flags, int phases) {
   }
 }
 
+// The median of 5 timed runs of `run` on `stream` after a warm-up.
 template <typename F>
-float median_ms(F&& run) {
+float median_ms(F&& run, cudaStream_t stream = nullptr) {
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
@@ -97,9 +98,9 @@ float median_ms(F&& run) {
   CHECK(cudaDeviceSynchronize());
   std::vector<float> ms;
   for (int i = 0; i < 5; ++i) {
-    CHECK(cudaEventRecord(a));
+    CHECK(cudaEventRecord(a, stream));
     run();
-    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventRecord(b, stream));
     CHECK(cudaEventSynchronize(b));
     float t = 0;
     CHECK(cudaEventElapsedTime(&t, a, b));
@@ -131,26 +132,11 @@ float chain_us(int blocks, bool pdl, float* buf) {
   CHECK(cudaStreamEndCapture(s, &g));
   cudaGraphExec_t exec;
   CHECK(cudaGraphInstantiate(&exec, g, 0));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 6; ++i) {
-    CHECK(cudaEventRecord(a, s));
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    if (i > 0) ms.push_back(t);  // the first: warm-up
-  }
-  std::sort(ms.begin(), ms.end());
+  const float ms = median_ms([&] { CHECK(cudaGraphLaunch(exec, s)); }, s);
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(g));
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
   CHECK(cudaStreamDestroy(s));
-  return 1000.0f * ms[ms.size() / 2] / kPhases;
+  return 1000.0f * ms / kPhases;
 }
 
 float persistent_us(int blocks, bool flags, float* buf, unsigned* counters) {

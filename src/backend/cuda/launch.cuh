@@ -69,14 +69,12 @@ __device__ __forceinline__ void enter_kernel() {
 // it first in B:
 //   const KernelBesidePrior entry(beside);   // BesideWait::kNo: enter_kernel()
 //
-// A kernel with reads that may come before the wait — of memory no earlier kernel of
-// the stream writes, or that only kernels before the previous one wrote where the
-// previous one waits at entry (not beside its own prior): those completed before its
-// blocks passed that wait, and this kernel launches only after they all did —
-// declares it with `defer_wait`: with
-// BesideWait::kNo the constructor then does nothing, and every thread of a block
-// calls enter() once those reads are issued and before anything else touches global
-// memory (a block may also leave without it, having written nothing).
+// A kernel that reads before its wait what the rule above allows there (or what its
+// caller promises no kernel of the step writes: kernels.h's
+// keys_below_position_settled) declares it with `defer_wait`: with BesideWait::kNo the constructor
+// then does nothing, and every thread of a block calls enter() once those reads are issued, before
+// the block reads anything else or writes (a block may also leave without it, having written
+// nothing).
 struct KernelBesidePrior {
   BesideWait how;
   __device__ explicit KernelBesidePrior(BesideWait h, bool defer_wait = false) : how(h) {
