@@ -572,6 +572,37 @@ TEST_P(CudaGraphTest, ProgrammaticLaunchOnEqualsOff) {
     }
 }
 
+// Early triggers (backend/cuda/launch.h: the small kernels, the decode GEMM and a
+// decode attention call's last launch letting the next kernel launch at their entry,
+// so several kernels' blocks load weights and keys before their waits at once) change
+// when kernels start, never a bit: every site on gives no site's tokens and logits,
+// graph replays and eager steps alike, 1–64 rows.
+TEST_P(CudaGraphTest, EarlyTriggersEqualNone) {
+  SKIP_WITHOUT_GPU();
+  const unsigned saved = backend::cuda::early_triggers();
+  const int ns[] = {1, 3, 8, 64};
+  std::vector<std::vector<RequestResult>> want[2], got[2];  // [graphs off / on][n]
+  for (unsigned mask : {0u, 0xffu}) {
+    backend::cuda::set_early_triggers(mask);
+    for (const char* graphs : {"0", "1"}) {
+      auto m = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_GRAPHS", graphs);
+      ASSERT_NE(m, nullptr);
+      for (int n : ns) (mask ? got : want)[graphs[0] - '0'].push_back(run_batch(m, n, true));
+    }
+  }
+  backend::cuda::set_early_triggers(saved);
+  for (int g = 0; g < 2; ++g)
+    for (size_t j = 0; j < std::size(ns); ++j) {
+      ASSERT_EQ(got[g][j].size(), want[g][j].size());
+      for (size_t i = 0; i < got[g][j].size(); ++i) {
+        EXPECT_EQ(got[g][j][i].tokens, want[g][j][i].tokens)
+            << "graphs " << g << " n=" << ns[j] << " request " << i;
+        EXPECT_TRUE(same_rows(got[g][j][i].logits, want[g][j][i].logits))
+            << "graphs " << g << " n=" << ns[j] << " request " << i;
+      }
+    }
+}
+
 // Greedy rows that want no logits get their token from the device's argmax: the
 // same tokens as the host sampler on the copied logits, over long generations,
 // and beside seeded rows (sampled on the host) in the same steps.

@@ -227,8 +227,10 @@ __global__ void __launch_bounds__(kThreads)
 // The combine's reference form (combine_partitions_serial, a test hook): every
 // thread runs each step of the fold itself — M, then L, then its dims' sums.
 template <int D>
-__global__ void attn_combine_serial_kernel(const PagedAttentionParams p, int32_t parts) {
-  enter_kernel();
+__global__ void attn_combine_serial_kernel(const PagedAttentionParams p, int32_t parts,
+                                           bool trigger_at_entry) {
+  if (trigger_at_entry) allow_next_kernel_launch();  // launch.h's early_trigger
+  enter_kernel(trigger_at_entry);
   const int32_t t = blockIdx.x, h = blockIdx.y;
   const int32_t pos = p.positions[t];
   const int32_t np = pos / kP + 1;
@@ -264,13 +266,15 @@ __global__ void attn_combine_serial_kernel(const PagedAttentionParams p, int32_t
 constexpr int kCombinePre = 4;
 
 template <int D>
-__global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts) {
+__global__ void attn_combine_kernel(const PagedAttentionParams p, int32_t parts,
+                                    bool trigger_at_entry) {
   extern __shared__ float w[];  // [parts]
   __shared__ float red[4], total;
-  constexpr int kDims = (D + 127) / 128;  // dims a thread
+  if (trigger_at_entry) allow_next_kernel_launch();  // launch.h's early_trigger
+  constexpr int kDims = (D + 127) / 128;             // dims a thread
   const int32_t t = blockIdx.x, h = blockIdx.y;
   const int32_t pos = p.positions[t];  // the step's metadata: before the wait
-  enter_kernel();
+  enter_kernel(trigger_at_entry);
   PartitionWorkspace ws = partition_workspace(p.workspace, p.num_tokens, p.num_heads, D, parts);
   const int64_t base = (static_cast<int64_t>(t) * p.num_heads + h) * parts;
   const int tid = threadIdx.x, nthreads = blockDim.x;  // min(D, 128): 16 … 128
@@ -386,7 +390,8 @@ Status launch_combine(const PagedAttentionParams& p, int32_t parts, bool serial,
           kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     }
     return launch_kernel(serial ? "attn_combine_serial_kernel" : "attn_combine_kernel", kernel,
-                         grid, threads, smem, stream, p, parts);
+                         grid, threads, smem, stream, p, parts,
+                         early_trigger(EarlyTrigger::kCombine));
   };
   switch (p.head_dim) {
     case 16:

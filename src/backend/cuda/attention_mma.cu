@@ -529,12 +529,13 @@ constexpr size_t wide_smem_bytes() {
 template <int D, int kRounds, KvLayout L, MmaOperands O, bool kPacked = false>
 __global__ void __launch_bounds__(kChunks * 32)
     attn_mma_decode_wide_kernel(const PagedAttentionParams p, int32_t group, int32_t tpw,
-                                int32_t parts, int32_t part0, BesideWait beside) {
+                                int32_t parts, int32_t part0, BesideWait beside,
+                                bool trigger_at_entry) {
   // Keys copied before the wait for the kernel before (the caller's promise,
   // keys_below_position_settled): the first run's first round, every key but the
   // run's tokens' own positions and above (the kernel before writes those).
   const bool early = beside == BesideWait::kNo && p.keys_below_position_settled;
-  const KernelBesidePrior entry(beside, early);
+  const KernelBesidePrior entry(beside, early, trigger_at_entry);
   bool waited = !early;
   static_assert(D == 64 || D == 128, "a warp per pair of output tiles");
   static_assert(kChunks % kRounds == 0, "whole rounds");
@@ -846,7 +847,7 @@ Status launch_packed(const PagedAttentionParams& p, const PartRange& r, cudaStre
 // 16 / group tokens computing its packed runs.
 template <int D, int kRounds, KvLayout L, MmaOperands O, bool kPacked = false>
 Status launch_wide(const PagedAttentionParams& p, const PartRange& r, cudaStream_t stream,
-                   bool beside_prior = false) {
+                   bool beside_prior = false, bool trigger_at_entry = false) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   const int32_t tpw = kPacked ? 16 / group : 1;
   const size_t smem = wide_smem_bytes<D, kRounds, O>();
@@ -856,7 +857,7 @@ Status launch_wide(const PagedAttentionParams& p, const PartRange& r, cudaStream
   return launch_kernel(
       kPacked ? "attn_mma_decode_wide_kernel (packed)" : "attn_mma_decode_wide_kernel", kernel,
       part_grid(p, (p.num_tokens + tpw - 1) / tpw, r), kChunks * 32, smem, stream, p, group, tpw,
-      r.total, r.first, beside_wait(beside_prior));
+      r.total, r.first, beside_wait(beside_prior), trigger_at_entry && !beside_prior);
 }
 
 // Waves of blocks up to which decode launches use the wide kernel
@@ -972,8 +973,10 @@ Status launch_token_shape(const PagedAttentionParams& p, MmaDecodeShape force, c
   const int64_t blocks = static_cast<int64_t>(p.num_tokens) * r.count * p.num_kv_heads;
   const bool automatic = force == MmaDecodeShape::kAuto;
   if constexpr (D == 64 || D == 128) {
+    // The call's last launch: the combine (or the caller's next kernel) after it.
+    const bool trigger = early_trigger(EarlyTrigger::kAttention);
     if (force == MmaDecodeShape::kWide || (automatic && blocks <= wide_decode_waves() * sm_count()))
-      return launch_wide<D, 1, L, O>(p, r, stream, beside_prior);
+      return launch_wide<D, 1, L, O>(p, r, stream, beside_prior, trigger);
     if (force == MmaDecodeShape::kWideTwoRounds ||
         (automatic && blocks <= wide2_decode_waves() * 2 * sm_count()))
       return launch_wide<D, 2, L, O>(p, r, stream, beside_prior);

@@ -46,8 +46,9 @@ __global__ void split_qkv_kernel(const float* x, int64_t qd, int64_t kd, float* 
 // (not a block a row, whose one block walked the row 256 at a time: ~11 µs at one
 // row on the H200).
 __global__ void silu_mul_halves_kernel(const float* gu, int64_t inter, float* out,
-                                       const int32_t* live_rows) {
-  enter_kernel();
+                                       const int32_t* live_rows, bool trigger_at_entry) {
+  if (trigger_at_entry) allow_next_kernel_launch();  // launch.h's early_trigger
+  enter_kernel(trigger_at_entry);
   const int64_t t = blockIdx.x, i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (i >= inter || (live_rows != nullptr && t >= *live_rows)) return;
   const float* gate = gu + t * 2 * inter;
@@ -70,8 +71,9 @@ struct RopeFreqs {
 constexpr int kRowRegs = 8;
 
 __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const void* w,
-                                    WeightDType dt, float eps, float* out) {
+                                    WeightDType dt, float eps, float* out, bool trigger_at_entry) {
   __shared__ float scratch[32];
+  if (trigger_at_entry) allow_next_kernel_launch();  // launch.h's early_trigger
   float* xr = x + blockIdx.x * d;
   const float* yr = y + blockIdx.x * d;
   float* orow = out + blockIdx.x * d;
@@ -82,7 +84,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
       const int64_t i = threadIdx.x + j * kRowThreads;
       wr[j] = i < d ? widen(w, dt, i) : 0.0f;
     }
-    enter_kernel();
+    enter_kernel(trigger_at_entry);
 #pragma unroll
     for (int j = 0; j < kRowRegs; ++j) {
       const int64_t i = threadIdx.x + j * kRowThreads;
@@ -104,7 +106,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
     }
     return;
   }
-  enter_kernel();
+  enter_kernel(trigger_at_entry);
   for (int64_t i = threadIdx.x; i < d; i += kRowThreads) xr[i] = xr[i] + yr[i];
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += kRowThreads) ss = ss + xr[i] * xr[i];
@@ -176,7 +178,8 @@ Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* 
   if (m < 0 || d <= 0) return invalid_argument("cuda add_rms_norm: need m ≥ 0, d > 0");
   if (m == 0) return ok_status();
   return launch_kernel("add_rms_norm_kernel", add_rms_norm_kernel, static_cast<unsigned>(m),
-                       kRowThreads, 0, stream, x, y, d, w, wdt, eps, out);
+                       kRowThreads, 0, stream, x, y, d, w, wdt, eps, out,
+                       early_trigger(EarlyTrigger::kAddNorm));
 }
 
 Status qkv_norm_rope_write(const QkvPrepParams& p, const RopeParams& rope, cudaStream_t stream) {
@@ -233,7 +236,7 @@ Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cu
   if (pieces > 65535) return invalid_argument("cuda silu_mul_halves: inter exceeds 65535·256");
   return launch_kernel("silu_mul_halves_kernel", silu_mul_halves_kernel,
                        dim3(static_cast<unsigned>(m), static_cast<unsigned>(pieces)), 256, 0,
-                       stream, gu, inter, out, live_rows);
+                       stream, gu, inter, out, live_rows, early_trigger(EarlyTrigger::kSwiglu));
 }
 
 }  // namespace pagedkv::backend::cuda

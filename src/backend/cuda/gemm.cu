@@ -214,7 +214,8 @@ template <int RT, int NCG, bool kHalf, int NW, bool kGrouped>
 __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW, NCG>))
     gemm_bf16_decode_kernel(const float* __restrict__ x, int64_t M, int64_t K,
                             const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
-                            bool early_weights, int planes, GroupedBands groups) {
+                            bool early_weights, int planes, GroupedBands groups,
+                            bool trigger_at_entry) {
   constexpr int kRows = RT * 16, kCols = NCG * 8, kOut = kRows * kCols;
   constexpr int kDecThreads = NW * 32;
   constexpr int kOutPerThread = (kOut + kDecThreads - 1) / kDecThreads;
@@ -222,6 +223,7 @@ __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW, NCG>))
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int64_t n0 = int64_t{blockIdx.x} * kCols;
+  if (trigger_at_entry) allow_next_kernel_launch();  // launch.h's early_trigger
   if constexpr (kGrouped) {
     static_assert(RT * 16 == kGroupedBandRows, "a grouped block runs one band");
     enter_kernel();
@@ -260,9 +262,9 @@ __global__ void __launch_bounds__(NW * 32, (kDecMinBlocks<RT, kHalf, NW, NCG>))
                          ? load_w8(w, N, K, n0 + cg * 8 + g, kc + 32 * jb + 8 * t, w_vec)
                          : make_uint4(0u, 0u, 0u, 0u);
   };
-  if (!kGrouped && !early_weights) enter_kernel();  // the A/B baseline (decode_early_weights())
+  if (!kGrouped && !early_weights) enter_kernel(trigger_at_entry);  // the A/B baseline
   load_chunk_weights(warp);
-  if (!kGrouped && early_weights) enter_kernel();  // x and y: after the wait
+  if (!kGrouped && early_weights) enter_kernel(trigger_at_entry);  // x and y: after the wait
 
   for (int round0 = 0; round0 < chunks; round0 += NW) {
     const int c = round0 + warp;
@@ -370,7 +372,8 @@ Status launch_decode_kernel(const float* x, int64_t m, int64_t k, const __nv_bfl
                     static_cast<unsigned>(bands));
   return launch_kernel(kGrouped ? "gemm_bf16_decode_kernel (grouped)" : "gemm_bf16_decode_kernel",
                        kernel, blocks, NW * 32, smem, stream, x, m, k, w, n, y,
-                       decode_early_weights(), gemm_planes(), groups);
+                       decode_early_weights(), gemm_planes(), groups,
+                       !kGrouped && early_trigger(EarlyTrigger::kDecodeGemm));
 }
 
 template <int RT, int NCG, bool kHalf = false, int NW = kDecWarps>

@@ -22,6 +22,14 @@ std::atomic<bool>& pdl_flag() {
   return on;
 }
 
+std::atomic<unsigned>& early_trigger_mask() {
+  static std::atomic<unsigned> mask{[] {
+    const char* e = std::getenv("PAGEDKV_CUDA_EARLY_TRIGGER");
+    return e == nullptr ? kEarlyTriggerDefault : static_cast<unsigned>(std::strtoul(e, nullptr, 0));
+  }()};
+  return mask;
+}
+
 }  // namespace
 
 BesideWait beside_wait(bool beside) {
@@ -31,6 +39,14 @@ BesideWait beside_wait(bool beside) {
                                                         : BesideWait::kOneBlock;
   }();
   return beside ? how : BesideWait::kNo;
+}
+
+bool early_trigger(EarlyTrigger site) {
+  return (early_triggers() & static_cast<unsigned>(site)) != 0;
+}
+unsigned early_triggers() { return early_trigger_mask().load(std::memory_order_relaxed); }
+void set_early_triggers(unsigned mask) {
+  early_trigger_mask().store(mask, std::memory_order_relaxed);
 }
 
 bool programmatic_launch() { return pdl_flag().load(std::memory_order_relaxed); }

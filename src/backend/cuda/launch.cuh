@@ -18,10 +18,13 @@
 // allow_next_kernel_launch() lets the following kernel's blocks be scheduled;
 // called after the wait, it never lets two kernels past the one before run
 // together, and the wait's guarantee is transitive (a kernel completes only after
-// its own wait returned). So the arithmetic, and every bit, is the same with PDL on
-// or off; only when the launches happen changes. Off (set_programmatic_launch,
-// PAGEDKV_CUDA_PDL=0) the launches are plain stream-ordered ones and the two device
-// calls do nothing.
+// its own wait returned). Called at entry instead (launch.h's early_trigger, and the
+// q/k/v prep's trigger_next_at_entry), it lets several kernels' blocks be resident
+// at once, each issuing its reads of what no kernel writes before its own wait; the
+// waits still run in stream order, so nothing else changes. So the arithmetic, and
+// every bit, is the same with PDL on or off; only when the launches happen changes. Off
+// (set_programmatic_launch, PAGEDKV_CUDA_PDL=0) the launches are plain stream-ordered ones and the
+// two device calls do nothing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -55,6 +58,17 @@ __device__ __forceinline__ void enter_kernel() {
   allow_next_kernel_launch();
 }
 
+// The entry of a kernel that may have let the next kernel launch at its own entry
+// (launch.h's early_trigger: `launched_next`, after allow_next_kernel_launch() as its
+// first statement): the wait, and the trigger only where it has not been given.
+// Bending the rule this way is safe where the next kernel keeps it (reads only what
+// no kernel writes before its wait): its wait covers this kernel, whose completion
+// implies the prior's.
+__device__ __forceinline__ void enter_kernel(bool launched_next) {
+  wait_for_prior_kernels();
+  if (!launched_next) allow_next_kernel_launch();
+}
+
 // An exception to the rule, for a kernel B launched right after a kernel A
 // that B does not depend on (two launches of one op over disjoint outputs, the
 // next kernel consuming both). B's blocks skip the wait at entry and let the next
@@ -75,17 +89,21 @@ __device__ __forceinline__ void enter_kernel() {
 // then does nothing, and every thread of a block calls enter() once those reads are issued, before
 // the block reads anything else or writes (a block may also leave without it, having written
 // nothing).
+//
+// `trigger_at_entry` (launch.h's early_trigger; BesideWait::kNo only) lets the next
+// kernel launch at B's entry, as a launch beside its prior does.
 struct KernelBesidePrior {
   BesideWait how;
-  __device__ explicit KernelBesidePrior(BesideWait h, bool defer_wait = false) : how(h) {
-    if (h != BesideWait::kNo)
-      allow_next_kernel_launch();
-    else if (!defer_wait)
-      enter_kernel();
+  bool launched_next;
+  __device__ explicit KernelBesidePrior(BesideWait h, bool defer_wait = false,
+                                        bool trigger_at_entry = false)
+      : how(h), launched_next(h != BesideWait::kNo || trigger_at_entry) {
+    if (launched_next) allow_next_kernel_launch();
+    if (h == BesideWait::kNo && !defer_wait) enter_kernel(launched_next);
   }
   // The deferred entry (defer_wait with BesideWait::kNo; else nothing to do).
   __device__ void enter() const {
-    if (how == BesideWait::kNo) enter_kernel();
+    if (how == BesideWait::kNo) enter_kernel(launched_next);
   }
   __device__ ~KernelBesidePrior() {
     if (how == BesideWait::kEveryBlock ||

@@ -41,4 +41,25 @@ enum class BesideWait : unsigned char { kNo = 0, kEveryBlock = 1, kOneBlock = 2 
 // Speed only: the same operations on the same data either way.
 BesideWait beside_wait(bool beside);
 
+// Kernels that may let the next kernel of the stream launch at their entry, before
+// their own wait (launch.cuh's enter_kernel(bool)). Each is followed only by kernels
+// that keep launch.cuh's rule (none launched beside its prior), so the next kernel's
+// reads before its wait are of what no kernel writes, and its wait still covers
+// this kernel and, transitively, the one before. Timings only: the same bits.
+enum class EarlyTrigger : unsigned {
+  kAddNorm = 1,     // add_rms_norm (the GEMM after it loads its weights sooner)
+  kSwiglu = 2,      // silu_mul_halves (before the down GEMM)
+  kCombine = 4,     // the attention partition combine (before the o GEMM)
+  kDecodeGemm = 8,  // the warp decode GEMM (up to 64 rows; not its grouped launch)
+  kAttention = 16,  // a decode attention call's eight-warp launch of a block a token
+};
+constexpr unsigned kEarlyTriggerDefault = 0;
+// Whether launches of `site` trigger at entry: a bit of early_triggers(), which starts
+// from PAGEDKV_CUDA_EARLY_TRIGGER (an integer mask of the sites above; default
+// kEarlyTriggerDefault) and may be set process-wide (a CUDA graph keeps the mask it
+// was captured with).
+bool early_trigger(EarlyTrigger site);
+unsigned early_triggers();
+void set_early_triggers(unsigned mask);
+
 }  // namespace pagedkv::backend::cuda
