@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <random>
 #include <span>
@@ -514,7 +515,37 @@ std::vector<RequestResult> run_batch(const std::shared_ptr<Model>& m, int n, boo
   return out;
 }
 
-class CudaGraphTest : public CudaExactnessTest {};
+class CudaGraphTest : public CudaExactnessTest {
+ protected:
+  // A launch setting that changes only when kernels start: models loaded with graphs
+  // off and on under `set(false)` and under `set(true)` give the same tokens and
+  // logits at 1, 3, 8 and 64 requests (`set` is undone by the caller).
+  void expect_setting_keeps_bits(const std::function<void(bool)>& set) {
+    const int ns[] = {1, 3, 8, 64};
+    std::vector<std::vector<RequestResult>> want[2], got[2];  // [graphs off / on][n]
+    for (bool on : {false, true}) {
+      set(on);
+      for (const char* graphs : {"0", "1"}) {
+        auto m = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_GRAPHS", graphs);
+        ASSERT_NE(m, nullptr);
+        for (int n : ns) (on ? got : want)[graphs[0] - '0'].push_back(run_batch(m, n, true));
+        if (graphs[0] == '1') {
+          EXPECT_GT(cuda::cuda_model_stats(*m).graph_replays, 20);
+        }
+      }
+    }
+    for (int g = 0; g < 2; ++g)
+      for (size_t j = 0; j < std::size(ns); ++j) {
+        ASSERT_EQ(got[g][j].size(), want[g][j].size());
+        for (size_t i = 0; i < got[g][j].size(); ++i) {
+          EXPECT_EQ(got[g][j][i].tokens, want[g][j][i].tokens)
+              << "graphs " << g << " n=" << ns[j] << " request " << i;
+          EXPECT_TRUE(same_rows(got[g][j][i].logits, want[g][j][i].logits))
+              << "graphs " << g << " n=" << ns[j] << " request " << i;
+        }
+      }
+  }
+};
 
 // Graph replay (padded rows, bucketed table width and partition count) gives the
 // eager path's bits: 1, 2, 3, 8 and 64 requests, across bucket boundaries.
@@ -546,30 +577,8 @@ TEST_P(CudaGraphTest, GraphsOnEqualGraphsOff) {
 TEST_P(CudaGraphTest, ProgrammaticLaunchOnEqualsOff) {
   SKIP_WITHOUT_GPU();
   const bool saved = backend::cuda::programmatic_launch();
-  const int ns[] = {1, 3, 8, 64};
-  std::vector<std::vector<RequestResult>> want[2], got[2];  // [graphs off / on][n]
-  for (bool pdl : {false, true}) {
-    backend::cuda::set_programmatic_launch(pdl);
-    for (const char* graphs : {"0", "1"}) {
-      auto m = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_GRAPHS", graphs);
-      ASSERT_NE(m, nullptr);
-      for (int n : ns) (pdl ? got : want)[graphs[0] - '0'].push_back(run_batch(m, n, true));
-      if (graphs[0] == '1') {
-        EXPECT_GT(cuda::cuda_model_stats(*m).graph_replays, 20);
-      }
-    }
-  }
+  expect_setting_keeps_bits([](bool on) { backend::cuda::set_programmatic_launch(on); });
   backend::cuda::set_programmatic_launch(saved);
-  for (int g = 0; g < 2; ++g)
-    for (size_t j = 0; j < std::size(ns); ++j) {
-      ASSERT_EQ(got[g][j].size(), want[g][j].size());
-      for (size_t i = 0; i < got[g][j].size(); ++i) {
-        EXPECT_EQ(got[g][j][i].tokens, want[g][j][i].tokens)
-            << "graphs " << g << " n=" << ns[j] << " request " << i;
-        EXPECT_TRUE(same_rows(got[g][j][i].logits, want[g][j][i].logits))
-            << "graphs " << g << " n=" << ns[j] << " request " << i;
-      }
-    }
 }
 
 // Early triggers (backend/cuda/launch.h: the small kernels, the decode GEMM and a
@@ -580,27 +589,8 @@ TEST_P(CudaGraphTest, ProgrammaticLaunchOnEqualsOff) {
 TEST_P(CudaGraphTest, EarlyTriggersEqualNone) {
   SKIP_WITHOUT_GPU();
   const unsigned saved = backend::cuda::early_triggers();
-  const int ns[] = {1, 3, 8, 64};
-  std::vector<std::vector<RequestResult>> want[2], got[2];  // [graphs off / on][n]
-  for (unsigned mask : {0u, 0xffu}) {
-    backend::cuda::set_early_triggers(mask);
-    for (const char* graphs : {"0", "1"}) {
-      auto m = load_with_env(dir_, GetParam().kv, "PAGEDKV_CUDA_GRAPHS", graphs);
-      ASSERT_NE(m, nullptr);
-      for (int n : ns) (mask ? got : want)[graphs[0] - '0'].push_back(run_batch(m, n, true));
-    }
-  }
+  expect_setting_keeps_bits([](bool on) { backend::cuda::set_early_triggers(on ? 0xffu : 0u); });
   backend::cuda::set_early_triggers(saved);
-  for (int g = 0; g < 2; ++g)
-    for (size_t j = 0; j < std::size(ns); ++j) {
-      ASSERT_EQ(got[g][j].size(), want[g][j].size());
-      for (size_t i = 0; i < got[g][j].size(); ++i) {
-        EXPECT_EQ(got[g][j][i].tokens, want[g][j][i].tokens)
-            << "graphs " << g << " n=" << ns[j] << " request " << i;
-        EXPECT_TRUE(same_rows(got[g][j][i].logits, want[g][j][i].logits))
-            << "graphs " << g << " n=" << ns[j] << " request " << i;
-      }
-    }
 }
 
 // Greedy rows that want no logits get their token from the device's argmax: the

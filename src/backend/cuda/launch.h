@@ -53,7 +53,12 @@ enum class EarlyTrigger : unsigned {
   kDecodeGemm = 8,  // the warp decode GEMM (up to 64 rows; not its grouped launch)
   kAttention = 16,  // a decode attention call's eight-warp launch of a block a token
 };
-constexpr unsigned kEarlyTriggerDefault = 0;
+// The small kernels: on an H100, 1.04× at 1 request, 1.01–1.02× at 8–64 (their
+// next GEMM's weights stream while they wait); the decode GEMM's and attention's
+// triggers measured slower at 1 request (docs/performance.md, "Early triggers").
+constexpr unsigned kEarlyTriggerDefault = static_cast<unsigned>(EarlyTrigger::kAddNorm) |
+                                          static_cast<unsigned>(EarlyTrigger::kSwiglu) |
+                                          static_cast<unsigned>(EarlyTrigger::kCombine);
 // Whether launches of `site` trigger at entry: a bit of early_triggers(), which starts
 // from PAGEDKV_CUDA_EARLY_TRIGGER (an integer mask of the sites above; default
 // kEarlyTriggerDefault) and may be set process-wide (a CUDA graph keeps the mask it
