@@ -22,9 +22,9 @@
 // q/k/v prep's trigger_next_at_entry), it lets several kernels' blocks be resident
 // at once, each issuing its reads of what no kernel writes before its own wait; the
 // waits still run in stream order, so nothing else changes. So the arithmetic, and
-// every bit, is the same with PDL on or off; only when the launches happen changes. Off
-// (set_programmatic_launch, PAGEDKV_CUDA_PDL=0) the launches are plain stream-ordered ones and the
-// two device calls do nothing.
+// every bit, is the same with PDL on or off; only when the launches happen changes.
+// Off (set_programmatic_launch, PAGEDKV_CUDA_PDL=0) the launches are plain
+// stream-ordered ones and the two device calls do nothing.
 #pragma once
 
 #include <cuda_runtime.h>
