@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "backend/cuda/launch.h"
+#include "util/knobs.h"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -23,10 +24,10 @@ std::atomic<bool>& pdl_flag() {
 }
 
 std::atomic<unsigned>& early_trigger_mask() {
-  static std::atomic<unsigned> mask{[] {
-    const char* e = std::getenv("PAGEDKV_CUDA_EARLY_TRIGGER");
-    return e == nullptr ? kEarlyTriggerDefault : static_cast<unsigned>(std::strtoul(e, nullptr, 0));
-  }()};
+  // util/knobs.h's parser: a value that is not a non-negative integer warns and
+  // leaves the default.
+  static std::atomic<unsigned> mask{
+      static_cast<unsigned>(env_u64("PAGEDKV_CUDA_EARLY_TRIGGER").value_or(kEarlyTriggerDefault))};
   return mask;
 }
 

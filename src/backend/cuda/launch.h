@@ -51,7 +51,7 @@ enum class EarlyTrigger : unsigned {
   kSwiglu = 2,      // silu_mul_halves (before the down GEMM)
   kCombine = 4,     // the attention partition combine (before the o GEMM)
   kDecodeGemm = 8,  // the warp decode GEMM (up to 64 rows; not its grouped launch)
-  kAttention = 16,  // a decode attention call's eight-warp launch of a block a token
+  kAttention = 16,  // a decode attention call's one-round eight-warp launch (a block a token)
 };
 // The small kernels: on an H100, 1.04× at 1 request, 1.01–1.02× at 8–64 (their
 // next GEMM's weights stream while they wait); the decode GEMM's and attention's
@@ -60,7 +60,7 @@ constexpr unsigned kEarlyTriggerDefault = static_cast<unsigned>(EarlyTrigger::kA
                                           static_cast<unsigned>(EarlyTrigger::kSwiglu) |
                                           static_cast<unsigned>(EarlyTrigger::kCombine);
 // Whether launches of `site` trigger at entry: a bit of early_triggers(), which starts
-// from PAGEDKV_CUDA_EARLY_TRIGGER (an integer mask of the sites above; default
+// from PAGEDKV_CUDA_EARLY_TRIGGER (a decimal mask of the sites above; default
 // kEarlyTriggerDefault) and may be set process-wide (a CUDA graph keeps the mask it
 // was captured with).
 bool early_trigger(EarlyTrigger site);
