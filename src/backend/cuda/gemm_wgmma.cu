@@ -468,6 +468,16 @@ Status encode_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, 
   return ok_status();
 }
 
+// A launch's two maps: x's boxes of bm rows × 32 f32 (the 128-byte swizzle), the
+// weights' of 128 rows × 32 bf16.
+Status encode_maps(CUtensorMap* x_map, CUtensorMap* w_map, const float* x, int64_t m, int64_t k,
+                   const __nv_bfloat16* w, int64_t n, int bm) {
+  PKV_RETURN_IF_ERROR(encode_map(x_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, x, m, k, 4, bm,
+                                 CU_TENSOR_MAP_SWIZZLE_128B));
+  return encode_map(w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, n, k, 2, kLargeMBN,
+                    CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 template <int BM, int kPlanes>
 Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                     float* y, cudaStream_t stream) {
@@ -476,10 +486,7 @@ Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w
   PKV_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   CUtensorMap x_map{}, w_map{};
-  PKV_RETURN_IF_ERROR(encode_map(&x_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, x, m, k, 4, BM,
-                                 CU_TENSOR_MAP_SWIZZLE_128B));
-  PKV_RETURN_IF_ERROR(encode_map(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, n, k, 2, kLargeMBN,
-                                 CU_TENSOR_MAP_SWIZZLE_NONE));
+  PKV_RETURN_IF_ERROR(encode_maps(&x_map, &w_map, x, m, k, w, n, BM));
   const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
                   static_cast<unsigned>((m + BM - 1) / BM));
   constexpr const char* kName = BM == 128  ? "gemm_bf16_wgmma_kernel (128 rows)"
@@ -494,10 +501,7 @@ template <int BM, int kPlanes, int kSplit>
 Status launch_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                     float* y, cudaStream_t stream) {
   CUtensorMap x_map{}, w_map{};
-  PKV_RETURN_IF_ERROR(encode_map(&x_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, x, m, k, 4, BM,
-                                 CU_TENSOR_MAP_SWIZZLE_128B));
-  PKV_RETURN_IF_ERROR(encode_map(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, n, k, 2, kLargeMBN,
-                                 CU_TENSOR_MAP_SWIZZLE_NONE));
+  PKV_RETURN_IF_ERROR(encode_maps(&x_map, &w_map, x, m, k, w, n, BM));
   const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
                   static_cast<unsigned>((m + BM - 1) / BM), kSplit);
   return launch_cluster_kernel(
