@@ -561,9 +561,10 @@ bool wgmma_tile_long_k() {
 
 // Rows from which auto_small_m() runs the layer projections (outputs narrower than
 // 8192) in the k-split wgmma kernel where the device runs it
-// (PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_MIN_M, default 33; read once; 65 never). Speed only:
-// the same bits. Measured on the H100 (docs/performance.md, "The k-split decode GEMM
-// on wgmma").
+// (PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_MIN_M, default 33; read once; 65 never), where it
+// splits the shape (gemm_wgmma_split_pays). Speed only: the same bits. Its first
+// version measured 0.90× end to end at 64 requests on the H100 (docs/performance.md,
+// "The k-split decode GEMM on wgmma, tried"); this one has not run on a GPU.
 int64_t wgmma_split_min_m() {
   static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_MIN_M", 33);
   return min_m;
@@ -598,7 +599,7 @@ GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
   if (n >= 8192)
     return m >= wide_large_min_m() && gemm_large_m_rows(m, k, n) != 0 ? GemmSmallM::kLargeM
                                                                       : GemmSmallM::kWarpChunks;
-  if (m >= wgmma_split_min_m() && gemm_wgmma_split_supports(m, k)) return GemmSmallM::kWgmmaSplit;
+  if (m >= wgmma_split_min_m() && gemm_wgmma_split_pays(m, k, n)) return GemmSmallM::kWgmmaSplit;
   if (m > 32 && k > 8 * kKChunk && wgmma_tile_long_k() && gemm_wgmma_tile_supports(m, k))
     return GemmSmallM::kWgmmaTile;
   if (m > 16 && m >= cluster_tile_min_m() && gemm_cluster_tile_supports(m, k))

@@ -154,9 +154,9 @@ __device__ __forceinline__ void split_fold(unsigned char* smem, int chunks, int 
   };
   auto read = [&](unsigned at, int cta) {
     unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(at), "r"(cta));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(at), "r"(cta) : "memory");
     float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
     return v;
   };
   float out[kOwn];
@@ -361,6 +361,10 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
     __syncthreads();  // step s's planes written; step s − 1's raw slot read (weights and
                       // split), and the wgmmas that read plane buffer (s + 1) % 3, step
                       // s − 2's, waited for by every thread
+    // The k-split kernel refills step s − 1's slot at once (its copies get the MMAs and
+    // the split of this step as lead); the one-CTA kernel after them (below).
+    if constexpr (kSplit > 1)
+      if (s + kStages - 1 < steps) load_step(s + kStages - 1);
     if (s > 0 && (s_begin + s) % kStepsAChunk == 0) {  // a chunk boundary: its partial is complete
       wgmma::wait<0>();
 #pragma unroll
@@ -383,7 +387,8 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
     mma_step(s);  // waits for step s − 1's wgmmas first
     if (s + 1 < steps) split_step(s + 1);
     // Step s + kStages − 1 into step s − 1's slot.
-    if (s + kStages - 1 < steps) load_step(s + kStages - 1);
+    if constexpr (kSplit == 1)
+      if (s + kStages - 1 < steps) load_step(s + kStages - 1);
   }
   wgmma::wait<0>();
 #pragma unroll
@@ -561,6 +566,16 @@ int split_for(int64_t m, int64_t k, int64_t n) {
   return 1;
 }
 
+// PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_ROWS (read once): the k-split kernel's tallest tile, 16,
+// 32 or 64 (the default); more rows run as bands of it side by side.
+int64_t split_tallest_rows() {
+  static const int64_t tallest = [] {
+    const int64_t v = env_i64("PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_ROWS").value_or(64);
+    return v == 16 || v == 32 ? v : int64_t{64};
+  }();
+  return tallest;
+}
+
 template <int BM, int kPlanes>
 Status launch_split_rows(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                          float* y, cudaStream_t stream) {
@@ -631,6 +646,14 @@ bool gemm_wgmma_split_supports(int64_t m, int64_t k) {
   return m >= 1 && m <= 64 && k % 8 == 0 && gemm_wgmma_enabled();
 }
 
+bool gemm_wgmma_split_pays(int64_t m, int64_t k, int64_t n) {
+  if (!gemm_wgmma_split_supports(m, k)) return false;
+  const int64_t rows = std::min(m, split_tallest_rows());
+  if (rows <= 16) return split_for<16>(m, k, n) > 1;
+  if (rows <= 32) return split_for<32>(m, k, n) > 1;
+  return split_for<64>(m, k, n) > 1;
+}
+
 int set_gemm_wgmma_split(int split) { return forced_split().exchange(split); }
 
 Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
@@ -639,13 +662,7 @@ Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat1
     return invalid_argument("cuda gemm_wgmma_split: needs an sm_90 device, 1 ≤ m ≤ 64 (got " +
                             std::to_string(m) + ") and k a multiple of 8 (got " +
                             std::to_string(k) + ")");
-  // PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_ROWS (read once): the tallest tile, 16, 32 or 64 (the
-  // default); more rows run as bands of it side by side.
-  static const int64_t tallest = [] {
-    const int64_t v = env_i64("PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_ROWS").value_or(64);
-    return v == 16 || v == 32 ? v : int64_t{64};
-  }();
-  const int64_t rows = std::min(m, tallest);
+  const int64_t rows = std::min(m, split_tallest_rows());
   return with_gemm_planes([&](auto planes) {
     constexpr int P = decltype(planes)::value;
     if (rows <= 16) return launch_split_rows<16, P>(x, m, k, w, n, y, stream);

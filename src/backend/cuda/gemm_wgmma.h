@@ -53,6 +53,10 @@ Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, 
 // its own choice, 1: none; PAGEDKV_CUDA_GEMM_WGMMA_SPLIT, read once) and returns the
 // setting it replaced.
 bool gemm_wgmma_split_supports(int64_t m, int64_t k);
+// Whether gemm_wgmma_split() would split this shape's k chunks at all (supported, and a
+// split of at least 2 with every cluster resident at once): where it would not, it
+// runs the one-CTA kernel, one CTA a 128-column tile, and another kernel is better.
+bool gemm_wgmma_split_pays(int64_t m, int64_t k, int64_t n);
 Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                         float* y, cudaStream_t stream);
 int set_gemm_wgmma_split(int split);
