@@ -615,7 +615,7 @@ void bench_step_gemms(int64_t m) {
       {GemmSmallM::kWarpChunks8, "warps8"}, {GemmSmallM::kWarpChunks, "warps"},
       {GemmSmallM::kCluster, "cluster"},    {GemmSmallM::kClusterTile, "tiles"},
       {GemmSmallM::kWgmmaTile, "wgtiles"},  {GemmSmallM::kLargeM, "large"},
-      {GemmSmallM::kAuto, "auto"}};
+      {GemmSmallM::kWgmmaSplit, "wgsplit"}, {GemmSmallM::kAuto, "auto"}};
   const GemmSmallM saved = gemm_small_m();
   for (const auto& [path, pname] : paths) {
     set_gemm_small_m(path);

@@ -193,9 +193,12 @@ class SmallMPath {
 // chunks in each tile width, 128 and 224 (K = 1000 with N = 2100: tails in K and N). The cluster
 // tile kernel on wgmma (sm_90 only, up to 32 rows; elsewhere it falls back to the mma.sync tile
 // kernel): the same chunk rounds in tiles of 16 and 32 x rows (the 17 switch) and 128 or 256
-// columns. Also the large kernel forced for m ≤ 64 and the automatic choice. K has a tail in every
-// unit the kernels work in (32-wide blocks, 8-wide weight loads, 4-wide x loads), N past a column
-// tile, a cluster's 64 columns and the warp kernel's 16-column switch
+// columns. The k-split wgmma kernel (sm_90 only; elsewhere the wgmma tile kernel's fallbacks):
+// tiles of 16, 32 and 64 x rows, the split capped at 1 (unsplit), 2, 4, 8 and 16 CTAs where the
+// shape allows it (at least a chunk a CTA, at most four: K = 3072 splits 8 or 16 ways, 2056 into
+// runs of one and two chunks). Also the large kernel forced for m ≤ 64 and the automatic choice. K
+// has a tail in every unit the kernels work in (32-wide blocks, 8-wide weight loads, 4-wide x
+// loads), N past a column tile, a cluster's 64 columns and the warp kernel's 16-column switch
 // (PAGEDKV_CUDA_GEMM_WIDE_MIN_N, 4096 by default: N = 6150, 8195 and 8200 take 16 columns, with a
 // partial last block).
 TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
@@ -220,16 +223,19 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
     auto ref = host<float>(dy, big * N);
     for (GemmSmallM path : {GemmSmallM::kWarpChunks, GemmSmallM::kWarpChunks8, GemmSmallM::kCluster,
                             GemmSmallM::kClusterTile, GemmSmallM::kWgmmaTile, GemmSmallM::kLargeM,
-                            GemmSmallM::kAuto}) {
+                            GemmSmallM::kWgmmaSplit, GemmSmallM::kAuto}) {
       SmallMPath forced(path);
-      // The cluster tile kernels in each tile width (0: their own choice).
+      // The cluster tile kernels in each tile width (0: their own choice); the k-split
+      // kernel with its split capped at each size (0: its own choice, 1: unsplit).
       const std::vector<int> widths =
-          path == GemmSmallM::kClusterTile ? std::vector<int>{0, 128, 224}
-          : path == GemmSmallM::kWgmmaTile ? std::vector<int>{0, 128, 256}
-                                           : std::vector<int>{0};
+          path == GemmSmallM::kClusterTile  ? std::vector<int>{0, 128, 224}
+          : path == GemmSmallM::kWgmmaTile  ? std::vector<int>{0, 128, 256}
+          : path == GemmSmallM::kWgmmaSplit ? std::vector<int>{0, 1, 2, 4, 8, 16}
+                                            : std::vector<int>{0};
       for (int cols : widths) {
         set_gemm_tile_cols(path == GemmSmallM::kClusterTile ? cols : 0);
         set_gemm_wgmma_tile_cols(path == GemmSmallM::kWgmmaTile ? cols : 0);
+        set_gemm_wgmma_split(path == GemmSmallM::kWgmmaSplit ? cols : 0);
         for (int64_t m : {1, 2, 5, 8, 9, 16, 17, 32, 33, 48, 49, 64}) {
           auto dxm = dev(std::vector<float>(x.begin(), x.begin() + m * K));
           auto dym = dev_poisoned(m * N * 4);
@@ -241,6 +247,7 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
       }
       set_gemm_tile_cols(0);
       set_gemm_wgmma_tile_cols(0);
+      set_gemm_wgmma_split(0);
     }
   }
 }

@@ -559,6 +559,17 @@ bool wgmma_tile_long_k() {
   return on;
 }
 
+// Rows from which auto_small_m() runs the layer projections (outputs narrower than
+// 8192) in the k-split wgmma kernel where the device runs it
+// (PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_MIN_M, default 33; read once; 65 never), where it
+// splits the shape (gemm_wgmma_split_pays). Speed only: the same bits. Its first
+// version measured 0.90× end to end at 64 requests on the H100 (docs/performance.md,
+// "The k-split decode GEMM on wgmma, tried"); this one has not run on a GPU.
+int64_t wgmma_split_min_m() {
+  static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_MIN_M", 33);
+  return min_m;
+}
+
 // Rows from which outputs at least 8,192 wide (the LM head) take the large-M kernel
 // (PAGEDKV_CUDA_GEMM_WIDE_LARGE_MIN_M; read once): by default 1 where the wgmma kernel
 // runs (gemm_wgmma.h), else 17. Speed only. Measured on the H200 (docs/performance.md):
@@ -588,6 +599,7 @@ GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
   if (n >= 8192)
     return m >= wide_large_min_m() && gemm_large_m_rows(m, k, n) != 0 ? GemmSmallM::kLargeM
                                                                       : GemmSmallM::kWarpChunks;
+  if (m >= wgmma_split_min_m() && gemm_wgmma_split_pays(m, k, n)) return GemmSmallM::kWgmmaSplit;
   if (m > 32 && k > 8 * kKChunk && wgmma_tile_long_k() && gemm_wgmma_tile_supports(m, k))
     return GemmSmallM::kWgmmaTile;
   if (m > 16 && m >= cluster_tile_min_m() && gemm_cluster_tile_supports(m, k))
@@ -610,6 +622,7 @@ GemmSmallM small_m_from_env() {
   if (v == "tiles") return GemmSmallM::kClusterTile;
   if (v == "wgtiles") return GemmSmallM::kWgmmaTile;
   if (v == "large") return GemmSmallM::kLargeM;
+  if (v == "wgsplit") return GemmSmallM::kWgmmaSplit;
   return GemmSmallM::kAuto;
 }
 
@@ -647,6 +660,9 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
       GemmSmallM path = gemm_small_m();
       if (path == GemmSmallM::kAuto) path = auto_small_m(m, k, n);
       if (path == GemmSmallM::kCluster) return gemm_cluster(x, m, k, wb, n, y, stream);
+      if (path == GemmSmallM::kWgmmaSplit && gemm_wgmma_split_supports(m, k))
+        return gemm_wgmma_split(x, m, k, wb, n, y, stream);
+      if (path == GemmSmallM::kWgmmaSplit) path = GemmSmallM::kWgmmaTile;
       if (path == GemmSmallM::kWgmmaTile && gemm_wgmma_tile_supports(m, k))
         return gemm_wgmma_tile(x, m, k, wb, n, y, stream);
       if (path == GemmSmallM::kWgmmaTile) path = GemmSmallM::kClusterTile;

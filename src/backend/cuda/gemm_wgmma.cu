@@ -1,6 +1,6 @@
-// The large-M GEMM on Hopper's warpgroup MMA (prefill, and the LM head from 17 rows):
-// y = x · Wᵀ with the bits of gemm.cu's 64×64-tile kernel, the tensor cores fed by
-// wgmma.mma_async instead of mma.sync.
+// The large-M GEMM on Hopper's warpgroup MMA (prefill, the LM head; and, split over k, the
+// decode projections): y = x · Wᵀ with the bits of gemm.cu's 64×64-tile kernel, the
+// tensor cores fed by wgmma.mma_async instead of mma.sync.
 //
 // gemm_large_m.cu's pipelined kernel issues mma.sync.m16n8k16 from registers: 96 a
 // warp a step, each with its A fragments read from shared memory, and stalls between
@@ -32,6 +32,15 @@
 //    one barrier (a buffer is rewritten two steps after the wgmmas that read it, which
 //    every thread has waited for by then);
 //  - at a chunk boundary each warpgroup waits for its wgmmas and folds.
+// The same tile serves the decode GEMMs of 1–64 rows (gemm_wgmma_split), whose few
+// 128-column tiles would leave most SMs idle: a cluster of kSplit CTAs (grid.z) shares
+// a tile's k chunks, CTA z a contiguous run of them with 8 raw steps in flight (a
+// decode GEMM streams every weight once: more bytes in flight per SM), the weights'
+// first copies issued before the programmatic-launch wait. The first CTA folds its
+// chunks as it goes; a later CTA keeps each chunk's partial in registers, then all of
+// them over its stages; after a cluster barrier each CTA folds its rows of the tile —
+// the first CTA's total, then the later partials in ascending chunk order (the same
+// r = ((0 + p0) + p1) + …) — through distributed shared memory, and stores them.
 // Measured and dropped (H200, 2026-12-04; docs/performance.md, "The large-M GEMM on
 // wgmma"): cp.async copies by every thread (0.95× of the TMA), the split's loads before
 // the wgmma issue (0.96–0.98×), a third warpgroup that only splits (0.90×).
@@ -40,11 +49,13 @@
 // kernel (gemm_wgmma_enabled).
 #include "backend/cuda/gemm_wgmma.h"
 
+#include <cooperative_groups.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -55,6 +66,7 @@
 #include "backend/cuda/gemm_large_m_stage.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/launch.h"
 #include "backend/cuda/tma.cuh"
 #include "backend/cuda/wgmma.cuh"
 #include "util/knobs.h"
@@ -62,19 +74,28 @@
 namespace pagedkv::backend::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
 using namespace gemm_detail;
 
-constexpr int kThreads = 256;  // two warpgroups
-constexpr int kStages = 4;     // raw k steps in shared memory
+constexpr int kThreads = 256;    // two warpgroups
+constexpr int kLargeStages = 4;  // raw k steps in shared memory: the one-CTA kernel
+constexpr int kSplitStages = 8;  // and the k-split kernel (a decode GEMM streams its
+                                 // weights once: more of them in flight)
 constexpr int kPlaneBuffers = 3;
 constexpr int kStepsAChunk = kKChunk / kLargeMBK;
-static_assert(kStages >= 3, "the split reads step s + 1 while step s + kStages − 1 loads");
+constexpr int kMaxSplitChunks = 4;  // k chunks a CTA of the k-split kernel takes at most
+template <int BM>                   // the one-CTA kernel's launch bounds
+constexpr int kLargeBlocksAnSm = BM == 128  ? 1
+                                 : BM == 64 ? 2
+                                            : 3;
 
 // Shared memory of a BM-row tile: kStages raw steps, then three buffers of a step's B
 // operands — (plane, q) at (plane · 2 + q) · kPlaneQ, and in it x row r's 16 slots at
 // (r / 8) · 256 + core · 128 + (r % 8) · 16 (core 0: slots 0–7, core 1: slots 8–15).
-template <int BM>
+template <int BM, int S>
 struct WgTile {
+  static constexpr int kStages = S;
+  static_assert(kStages >= 3, "the split reads step s + 1 while step s + kStages − 1 loads");
   // A raw step in gemm_large_m_stage.cuh's layout: x's BM rows of 32 f32, then the
   // weights' 128 rows of 32 bf16.
   struct Stage {
@@ -82,8 +103,7 @@ struct WgTile {
     static constexpr int kBytes = kXBytes + kLargeMBN * kLargeMBK * 2;
     static_assert(kBytes % 1024 == 0, "stages stay 1,024-byte aligned");
   };
-  static constexpr int kBlocksAnSm = BM == 128 ? 1 : BM == 64 ? 2 : 3;  // launch bounds
-  static constexpr int kPlaneQ = BM * 16 * 2;                           // BM rows × 16 slots, bf16
+  static constexpr int kPlaneQ = BM * 16 * 2;  // BM rows × 16 slots, bf16
   static constexpr int kPlaneBuffer = 3 * 2 * kPlaneQ;
   // + the stages' barriers, + 1 KiB to align the stages to 1,024 bytes (the TMA's
   // 128-byte swizzle repeats every 8 rows of 128 bytes).
@@ -92,20 +112,102 @@ struct WgTile {
   static constexpr int kAcc = BM / 2;         // a thread's accumulators: 64 × BM over 128 threads
   static constexpr int kSplitUnits = 2 * BM;  // (row, q) units a step; one a thread
   static_assert(kSplitUnits <= kThreads, "one split unit a thread");
+  // The k-split kernel's chunk partials, over the stages once the k loop is done: slot j
+  // at j · kSlotBytes, [BM][128] floats, column c of row r at c ^ 8 · ((r / 2) % 4) (a
+  // warp's stores — rows 2t + e, columns g — and its reads of 32 columns of a row are
+  // conflict-free).
+  static constexpr int kSlotBytes = BM * kLargeMBN * 4;
+  __host__ __device__ static constexpr int slot_at(int r, int c) {
+    return r * kLargeMBN + (c ^ (8 * ((r >> 1) & 3)));
+  }
 };
 
+// The k split over a cluster of kSplit CTAs: CTA z takes the chunks [begin(z), begin(z +
+// 1)) — contiguous, ascending in z, sizes differing by at most one.
+__host__ __device__ constexpr int split_chunk_begin(int z, int chunks, int split) {
+  return z * chunks / split;
+}
+
+// The k-split kernel's end: this CTA's partials (the first CTA's: its running total)
+// go over its stages, slot j chunk j of the CTA's run; then, the cluster's partials all
+// written, CTA z folds rows z · BM / kSplit … of the tile — per output the first CTA's
+// total, then every later CTA's partials in ascending chunk order, the large kernel's
+// r = ((0 + p0) + p1) + … — reading the other CTAs' shared memory, and stores them.
+template <int BM, int kSplit>
+__device__ __forceinline__ void split_fold(unsigned char* smem, int chunks, int z,
+                                           float* __restrict__ y, int64_t M, int64_t N, int64_t m0,
+                                           int64_t n0) {
+  using T = WgTile<BM, kSplitStages>;
+  constexpr int kOwnRows = BM / kSplit, kOwn = kOwnRows * kLargeMBN / kThreads;
+  static_assert(kOwn >= 1 && kOwn * kThreads == kOwnRows * kLargeMBN, "whole rows a CTA");
+  constexpr int kBatch = kOwn >= 16 ? 4 : kOwn >= 8 ? 8 : 16;  // partials read before adding
+  const int tid = threadIdx.x;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every CTA's partials are written and visible to the cluster
+
+  // Output i of this thread: tile row z · kOwnRows + u / 128, column u % 128, u = tid +
+  // 256i (a warp reads 32 neighbouring floats of a partial row and stores 128 bytes of y).
+  const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  auto offset = [&](int i) {
+    const int u = tid + kThreads * i;
+    return static_cast<unsigned>(T::slot_at(z * kOwnRows + u / kLargeMBN, u % kLargeMBN) * 4);
+  };
+  auto read = [&](unsigned at, int cta) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(at), "r"(cta) : "memory");
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+  };
+  float out[kOwn];
+#pragma unroll
+  for (int i = 0; i < kOwn; ++i) out[i] = read(base + offset(i), 0);
+  // The later CTAs' partials in order: CTA r's slot j of n.
+  int r = 1, j = 0;
+  int n = split_chunk_begin(2, chunks, kSplit) - split_chunk_begin(1, chunks, kSplit);
+  while (r < kSplit) {
+    float part[kBatch][kOwn];
+    int got = 0;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (r >= kSplit) continue;
+#pragma unroll
+      for (int i = 0; i < kOwn; ++i) part[b][i] = read(base + j * T::kSlotBytes + offset(i), r);
+      ++got;
+      if (++j == n) {
+        ++r;
+        j = 0;
+        n = split_chunk_begin(r + 1, chunks, kSplit) - split_chunk_begin(r, chunks, kSplit);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (b < got) {
+#pragma unroll
+        for (int i = 0; i < kOwn; ++i) out[i] = out[i] + part[b][i];
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < kOwn; ++i) {
+    const int u = tid + kThreads * i;
+    const int64_t row = m0 + z * kOwnRows + u / kLargeMBN, col = n0 + u % kLargeMBN;
+    if (row < M && col < N) y[row * N + col] = out[i];
+  }
+  cluster.sync();  // no CTA leaves (its shared memory) while another still reads it
+}
+
 // kPlanes: gemm_planes() (3; 2 or 1 drop lo, then mid), a template parameter so that
-// the wgmmas of a step are issued back to back without a branch between them.
-template <int BM, int kPlanes>
-__global__ void __launch_bounds__(kThreads, WgTile<BM>::kBlocksAnSm)
-    gemm_bf16_wgmma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
-                           const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
-                           const __grid_constant__ CUtensorMap x_map,
-                           const __grid_constant__ CUtensorMap w_map) {
+// the wgmmas of a step are issued back to back without a branch between them. kSplit:
+// the CTAs of a cluster (grid.z) that share the tile's k chunks (1: one CTA takes all).
+template <int BM, int kPlanes, int kSplit>
+__device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t M, int64_t K,
+                                           float* __restrict__ y, int64_t N,
+                                           const CUtensorMap& x_map, const CUtensorMap& w_map) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // never launched: gemm_wgmma_enabled() finds no sm_90a image
 #else
-  using T = WgTile<BM>;
+  using T = WgTile<BM, kSplit == 1 ? kLargeStages : kSplitStages>;
+  constexpr int kStages = T::kStages;
   constexpr int kStageBytes = T::Stage::kBytes;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const unsigned raw_base = static_cast<unsigned>(__cvta_generic_to_shared(smem_raw));
@@ -113,20 +215,37 @@ __global__ void __launch_bounds__(kThreads, WgTile<BM>::kBlocksAnSm)
   unsigned char* smem = smem_raw + (smem_base - raw_base);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * kLargeMBN;
-  const int steps = static_cast<int>((K + kLargeMBK - 1) / kLargeMBK);
+  // This CTA's steps: all of K, or (kSplit > 1) its cluster rank's chunks.
+  const int chunks = static_cast<int>((K + kKChunk - 1) / kKChunk);
+  const int z = kSplit > 1 ? static_cast<int>(blockIdx.z) : 0;  // = the cluster rank
+  const int s_begin = split_chunk_begin(z, chunks, kSplit) * kStepsAChunk;
+  const int s_end = min(split_chunk_begin(z + 1, chunks, kSplit) * kStepsAChunk,
+                        static_cast<int>((K + kLargeMBK - 1) / kLargeMBK));
+  const int steps = s_end - s_begin;
   const unsigned planes_base = smem_base + kStages * kStageBytes;
   const unsigned barriers = smem_base + T::kBarrierOffset;  // stage i's at + 8i
 
-  // Step s into slot s % kStages: thread 0 copies both boxes with the TMA (x's with the
-  // 128-byte swizzle, which is the stage layout's p ^ (r & 7)) and announces their
-  // bytes on the slot's barrier; wait_step(s) returns once they have landed.
-  auto load_step = [&](int s) {
+  // Local step s (k step s_begin + s) into slot s % kStages: thread 0 copies both boxes
+  // with the TMA (x's with the 128-byte swizzle, which is the stage layout's p ^ (r & 7))
+  // and announces their bytes on the slot's barrier; wait_step(s) returns once they have
+  // landed. The k-split kernel copies its first steps' weights before the
+  // programmatic-launch wait (no kernel writes them) and their x after it.
+  auto load_w = [&](int s) {
     if (tid != 0) return;
     const unsigned slot = smem_base + (s % kStages) * kStageBytes,
                    bar = barriers + 8 * (s % kStages);
     tma::arrive_expect_bytes(bar, kStageBytes);
-    tma::load_2d(slot, x_map, s * kLargeMBK, static_cast<int>(m0), bar);
-    tma::load_2d(slot + T::Stage::kXBytes, w_map, s * kLargeMBK, static_cast<int>(n0), bar);
+    tma::load_2d(slot + T::Stage::kXBytes, w_map, (s_begin + s) * kLargeMBK, static_cast<int>(n0),
+                 bar);
+  };
+  auto load_x = [&](int s) {
+    if (tid != 0) return;
+    tma::load_2d(smem_base + (s % kStages) * kStageBytes, x_map, (s_begin + s) * kLargeMBK,
+                 static_cast<int>(m0), barriers + 8 * (s % kStages));
+  };
+  auto load_step = [&](int s) {
+    load_w(s);
+    load_x(s);
   };
   auto wait_step = [&](int s) { tma::wait_phase(barriers + 8 * (s % kStages), (s / kStages) & 1); };
   if (tid == 0) {
@@ -162,13 +281,13 @@ __global__ void __launch_bounds__(kThreads, WgTile<BM>::kBlocksAnSm)
   };
 
   float acc[T::kAcc], total[T::kAcc];
+  const int w_row = (warp >> 2) * 64 + (warp & 3) * 16 + g;  // this lane's first A row
 #pragma unroll
   for (int i = 0; i < T::kAcc; ++i) acc[i] = total[i] = 0.0f;
 
   // Step s's wgmmas: A = this warp's weight rows (wg · 64 + (warp % 4) · 16 + g, + 8),
   // k 8t … 8t + 7 — step q = 0's registers {row g .x, row g+8 .x, row g .y, row g+8 .y},
   // q = 1's the .z and .w halves; B = plane buffer s % 3.
-  const int w_row = (warp >> 2) * 64 + (warp & 3) * 16 + g;
   auto mma_step = [&](int s) {
     // Step s − 1's wgmmas read their A registers asynchronously, and step s's A are the
     // same registers (the step loop is not unrolled): PTX leaves writing a pending
@@ -203,10 +322,36 @@ __global__ void __launch_bounds__(kThreads, WgTile<BM>::kBlocksAnSm)
     for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
   };
 
-  // Steps 0 … kStages − 2 in flight, then step 0's planes. (The weights' copies issued
-  // before the programmatic-launch wait, x's after it, measured 0.99–1.0× end to end.)
-  enter_kernel();
-  for (int s = 0; s < kStages - 1 && s < steps; ++s) load_step(s);
+  // A partial into slot j (T::slot_at): accumulator i of lane (g, t) in warp (wg, wi)
+  // is weight row (output column) wg · 64 + wi · 16 + g + 8h, x row 8j + 2t + e (i = 4j +
+  // 2h + e).
+  auto store_partial = [&](int slot, const float(&v)[T::kAcc]) {
+    float* at = reinterpret_cast<float*>(smem + slot * T::kSlotBytes);
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) {
+      const int j = i >> 2, h = (i >> 1) & 1, e = i & 1;
+      at[T::slot_at(8 * j + 2 * t + e, w_row + 8 * h)] = v[i];
+    }
+  };
+  // A later CTA of the k split keeps its chunks' partials but the last in registers
+  // until the loop is done (its stages hold them then).
+  constexpr int kKept = kSplit > 1 ? kMaxSplitChunks - 1 : 1;
+  float kept[kKept][T::kAcc];
+  int chunks_done = 0;
+
+  // Steps 0 … kStages − 2 in flight, then step 0's planes. (In the one-CTA kernel the
+  // weights' copies before the programmatic-launch wait, x's after it, measured
+  // 0.99–1.0× end to end for prefill; the k-split kernel, a decode GEMM, issues them so.)
+  if constexpr (kSplit > 1) {
+    static_assert(kMaxSplitChunks * T::kSlotBytes <= kStages * kStageBytes,
+                  "a CTA's partials fit over its stages");
+    for (int s = 0; s < kStages - 1 && s < steps; ++s) load_w(s);
+    enter_kernel();
+    for (int s = 0; s < kStages - 1 && s < steps; ++s) load_x(s);
+  } else {
+    enter_kernel();
+    for (int s = 0; s < kStages - 1 && s < steps; ++s) load_step(s);
+  }
   wait_step(0);
   __syncthreads();
   split_step(0);
@@ -216,32 +361,81 @@ __global__ void __launch_bounds__(kThreads, WgTile<BM>::kBlocksAnSm)
     __syncthreads();  // step s's planes written; step s − 1's raw slot read (weights and
                       // split), and the wgmmas that read plane buffer (s + 1) % 3, step
                       // s − 2's, waited for by every thread
-    if (s > 0 && s % kStepsAChunk == 0) {  // a chunk boundary: its partial is complete
+    // The k-split kernel refills step s − 1's slot at once (its copies get the MMAs and
+    // the split of this step as lead); the one-CTA kernel after them (below).
+    if constexpr (kSplit > 1)
+      if (s + kStages - 1 < steps) load_step(s + kStages - 1);
+    if (s > 0 && (s_begin + s) % kStepsAChunk == 0) {  // a chunk boundary: its partial is complete
       wgmma::wait<0>();
 #pragma unroll
-      for (int i = 0; i < T::kAcc; ++i) {
-        wgmma::pin(acc[i]);
-        total[i] = total[i] + acc[i];
-        acc[i] = 0.0f;
+      for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+      if (z == 0) {  // the first chunks: folded as they complete
+#pragma unroll
+        for (int i = 0; i < T::kAcc; ++i) total[i] = total[i] + acc[i];
+      } else {  // a later CTA's: kept until the ones before them are folded
+#pragma unroll
+        for (int c = 0; c < kKept; ++c)
+          if (c == chunks_done) {
+#pragma unroll
+            for (int i = 0; i < T::kAcc; ++i) kept[c][i] = acc[i];
+          }
+        ++chunks_done;
       }
+#pragma unroll
+      for (int i = 0; i < T::kAcc; ++i) acc[i] = 0.0f;
     }
     mma_step(s);  // waits for step s − 1's wgmmas first
     if (s + 1 < steps) split_step(s + 1);
     // Step s + kStages − 1 into step s − 1's slot.
-    if (s + kStages - 1 < steps) load_step(s + kStages - 1);
+    if constexpr (kSplit == 1)
+      if (s + kStages - 1 < steps) load_step(s + kStages - 1);
   }
   wgmma::wait<0>();
-
-  // Accumulator i of lane (g, t) in warp (wg, wi): weight row (output column) wg · 64 +
-  // wi · 16 + g + 8h, x row 8j + 2t + e (i = 4j + 2h + e).
 #pragma unroll
-  for (int i = 0; i < T::kAcc; ++i) {
-    wgmma::pin(acc[i]);
-    const int j = i >> 2, h = (i >> 1) & 1, e = i & 1;
-    const int64_t r = m0 + 8 * j + 2 * t + e, c = n0 + w_row + 8 * h;
-    if (r < M && c < N) y[r * N + c] = total[i] + acc[i];
+  for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+
+  if constexpr (kSplit == 1) {
+    // Accumulator i of lane (g, t) in warp (wg, wi): weight row (output column) wg · 64 +
+    // wi · 16 + g + 8h, x row 8j + 2t + e (i = 4j + 2h + e).
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) {
+      const int j = i >> 2, h = (i >> 1) & 1, e = i & 1;
+      const int64_t r = m0 + 8 * j + 2 * t + e, c = n0 + w_row + 8 * h;
+      if (r < M && c < N) y[r * N + c] = total[i] + acc[i];
+    }
+  } else {
+    __syncthreads();  // every thread's reads of the stages (splits, A registers) are done
+    if (z == 0) {
+#pragma unroll
+      for (int i = 0; i < T::kAcc; ++i) acc[i] = total[i] + acc[i];
+    }
+#pragma unroll
+    for (int c = 0; c < kKept; ++c)
+      if (c < chunks_done) store_partial(c, kept[c]);
+    store_partial(chunks_done, acc);
+    split_fold<BM, kSplit>(smem, chunks, z, y, M, N, m0, n0);
   }
 #endif
+}
+
+template <int BM, int kPlanes>
+__global__ void __launch_bounds__(kThreads, kLargeBlocksAnSm<BM>)
+    gemm_bf16_wgmma_kernel(const float* __restrict__ x, int64_t M, int64_t K,
+                           const __nv_bfloat16* __restrict__ w, int64_t N, float* __restrict__ y,
+                           const __grid_constant__ CUtensorMap x_map,
+                           const __grid_constant__ CUtensorMap w_map) {
+  wgmma_tile<BM, kPlanes, 1>(x, M, K, y, N, x_map, w_map);
+}
+
+// The tile's k chunks split over a cluster of kSplit CTAs (grid.z): a decode GEMM's
+// few output tiles spread over the SMs, one CTA an SM (the partial slots).
+template <int BM, int kPlanes, int kSplit>
+__global__ void __cluster_dims__(1, 1, kSplit) __launch_bounds__(kThreads, 1)
+    gemm_bf16_wgmma_split_kernel(const float* __restrict__ x, int64_t M, int64_t K,
+                                 const __nv_bfloat16* __restrict__ w, int64_t N,
+                                 float* __restrict__ y, const __grid_constant__ CUtensorMap x_map,
+                                 const __grid_constant__ CUtensorMap w_map) {
+  wgmma_tile<BM, kPlanes, kSplit>(x, M, K, y, N, x_map, w_map);
 }
 
 // cuTensorMapEncodeTiled from the driver (through the runtime: nothing links the
@@ -279,18 +473,25 @@ Status encode_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, 
   return ok_status();
 }
 
+// A launch's two maps: x's boxes of bm rows × 32 f32 (the 128-byte swizzle), the
+// weights' of 128 rows × 32 bf16.
+Status encode_maps(CUtensorMap* x_map, CUtensorMap* w_map, const float* x, int64_t m, int64_t k,
+                   const __nv_bfloat16* w, int64_t n, int bm) {
+  PKV_RETURN_IF_ERROR(encode_map(x_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, x, m, k, 4, bm,
+                                 CU_TENSOR_MAP_SWIZZLE_128B));
+  return encode_map(w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, n, k, 2, kLargeMBN,
+                    CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
 template <int BM, int kPlanes>
 Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                     float* y, cudaStream_t stream) {
   auto kernel = gemm_bf16_wgmma_kernel<BM, kPlanes>;
-  constexpr int kSmem = WgTile<BM>::kSmem;
+  constexpr int kSmem = WgTile<BM, kLargeStages>::kSmem;
   PKV_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   CUtensorMap x_map{}, w_map{};
-  PKV_RETURN_IF_ERROR(encode_map(&x_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, x, m, k, 4, BM,
-                                 CU_TENSOR_MAP_SWIZZLE_128B));
-  PKV_RETURN_IF_ERROR(encode_map(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, n, k, 2, kLargeMBN,
-                                 CU_TENSOR_MAP_SWIZZLE_NONE));
+  PKV_RETURN_IF_ERROR(encode_maps(&x_map, &w_map, x, m, k, w, n, BM));
   const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
                   static_cast<unsigned>((m + BM - 1) / BM));
   constexpr const char* kName = BM == 128  ? "gemm_bf16_wgmma_kernel (128 rows)"
@@ -299,6 +500,99 @@ Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w
                                            : "gemm_bf16_wgmma_kernel (16 rows)";
   return launch_kernel(kName, kernel, grid, kThreads, kSmem, stream, x, m, k, w, n, y, x_map,
                        w_map);
+}
+
+template <int BM, int kPlanes, int kSplit>
+Status launch_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                    float* y, cudaStream_t stream) {
+  CUtensorMap x_map{}, w_map{};
+  PKV_RETURN_IF_ERROR(encode_maps(&x_map, &w_map, x, m, k, w, n, BM));
+  const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
+                  static_cast<unsigned>((m + BM - 1) / BM), kSplit);
+  return launch_cluster_kernel(
+      "gemm_bf16_wgmma_split_kernel", gemm_bf16_wgmma_split_kernel<BM, kPlanes, kSplit>, kSplit,
+      grid, kThreads, WgTile<BM, kSplitStages>::kSmem, stream, x, m, k, w, n, y, x_map, w_map);
+}
+
+// PAGEDKV_CUDA_GEMM_WGMMA_SPLIT (read once) or set_gemm_wgmma_split: the most CTAs a
+// tile's chunks are split over (0: split_for's own choice).
+std::atomic<int>& forced_split() {
+  static std::atomic<int> split{
+      static_cast<int>(env_i64("PAGEDKV_CUDA_GEMM_WGMMA_SPLIT").value_or(0))};
+  return split;
+}
+
+// How many clusters of the BM-row kernel split kSplit ways the GPU holds at once.
+template <int BM, int kSplit>
+int split_clusters_held() {
+  return resident_clusters(
+      reinterpret_cast<const void*>(gemm_bf16_wgmma_split_kernel<BM, 3, kSplit>), kSplit, kThreads,
+      WgTile<BM, kSplitStages>::kSmem);
+}
+
+template <int BM>
+int split_clusters_held(int split) {
+  switch (split) {
+    case 16:
+      if constexpr (BM >= 32) return split_clusters_held<BM, 16>();
+      return 0;
+    case 8:
+      return split_clusters_held<BM, 8>();
+    case 4:
+      return split_clusters_held<BM, 4>();
+    default:
+      return split_clusters_held<BM, 2>();
+  }
+}
+
+// The CTAs a tile's k chunks are split over: the most of 16, 8, 4, 2 with which every
+// tile's cluster is resident at once (one wave), each CTA takes 1 to kMaxSplitChunks
+// chunks and owns at least two rows of the fold; 1 (the unsplit kernel) where none
+// fits. A forced count caps the choice and waives the one wave. Speed only: every split
+// gives the same bits.
+template <int BM>
+int split_for(int64_t m, int64_t k, int64_t n) {
+  const int chunks = static_cast<int>((k + kKChunk - 1) / kKChunk);
+  const int64_t tiles = ((n + kLargeMBN - 1) / kLargeMBN) * ((m + BM - 1) / BM);
+  const int forced = forced_split().load(std::memory_order_relaxed);
+  for (int split : {16, 8, 4, 2}) {
+    if (forced > 0 && split > forced) continue;
+    if (split > chunks || 2 * split > BM || (chunks + split - 1) / split > kMaxSplitChunks)
+      continue;
+    const int held = split_clusters_held<BM>(split);
+    if (held == 0 || (forced <= 0 && tiles > held)) continue;
+    return split;
+  }
+  return 1;
+}
+
+// PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_ROWS (read once): the k-split kernel's tallest tile, 16,
+// 32 or 64 (the default); more rows run as bands of it side by side.
+int64_t split_tallest_rows() {
+  static const int64_t tallest = [] {
+    const int64_t v = env_i64("PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_ROWS").value_or(64);
+    return v == 16 || v == 32 ? v : int64_t{64};
+  }();
+  return tallest;
+}
+
+template <int BM, int kPlanes>
+Status launch_split_rows(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                         float* y, cudaStream_t stream) {
+  switch (split_for<BM>(m, k, n)) {
+    case 16:
+      if constexpr (BM >= 32) return launch_split<BM, kPlanes, 16>(x, m, k, w, n, y, stream);
+      break;
+    case 8:
+      return launch_split<BM, kPlanes, 8>(x, m, k, w, n, y, stream);
+    case 4:
+      return launch_split<BM, kPlanes, 4>(x, m, k, w, n, y, stream);
+    case 2:
+      return launch_split<BM, kPlanes, 2>(x, m, k, w, n, y, stream);
+    default:
+      break;
+  }
+  return launch_wgmma<BM, kPlanes>(x, m, k, w, n, y, stream);
 }
 
 // Whether the current device runs the sm_90a image (and the driver encodes tensor
@@ -346,6 +640,35 @@ Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, 
     }
   };
   return with_gemm_planes(launch);
+}
+
+bool gemm_wgmma_split_supports(int64_t m, int64_t k) {
+  return m >= 1 && m <= 64 && k % 8 == 0 && gemm_wgmma_enabled();
+}
+
+bool gemm_wgmma_split_pays(int64_t m, int64_t k, int64_t n) {
+  if (!gemm_wgmma_split_supports(m, k)) return false;
+  const int64_t rows = std::min(m, split_tallest_rows());
+  if (rows <= 16) return split_for<16>(m, k, n) > 1;
+  if (rows <= 32) return split_for<32>(m, k, n) > 1;
+  return split_for<64>(m, k, n) > 1;
+}
+
+int set_gemm_wgmma_split(int split) { return forced_split().exchange(split); }
+
+Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                        float* y, cudaStream_t stream) {
+  if (!gemm_wgmma_split_supports(m, k))
+    return invalid_argument("cuda gemm_wgmma_split: needs an sm_90 device, 1 ≤ m ≤ 64 (got " +
+                            std::to_string(m) + ") and k a multiple of 8 (got " +
+                            std::to_string(k) + ")");
+  const int64_t rows = std::min(m, split_tallest_rows());
+  return with_gemm_planes([&](auto planes) {
+    constexpr int P = decltype(planes)::value;
+    if (rows <= 16) return launch_split_rows<16, P>(x, m, k, w, n, y, stream);
+    if (rows <= 32) return launch_split_rows<32, P>(x, m, k, w, n, y, stream);
+    return launch_split_rows<64, P>(x, m, k, w, n, y, stream);
+  });
 }
 
 }  // namespace pagedkv::backend::cuda

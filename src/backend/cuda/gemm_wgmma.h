@@ -43,4 +43,22 @@ Status with_gemm_planes(Launch&& launch) {
 Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n, float* y,
                   int rows, cudaStream_t stream);
 
+// The decode GEMM of 1–64 rows on wgmma (gemm_wgmma.cu): the kernel above in a tile
+// of 16, 32 or 64 x rows, its k chunks split over a cluster of up to 16 CTAs — CTA z
+// takes a contiguous run of them, the first folds its own as it goes, the others keep
+// their chunks' partials, and the cluster folds them over distributed shared memory in
+// ascending chunk order — so that a layer projection's few 128-column tiles fill the
+// SMs. The same bits as gemm_wgmma() (every element the same MMAs and fold). Needs
+// gemm_wgmma_enabled() and K a multiple of 8. set_gemm_wgmma_split caps the split (0:
+// its own choice, 1: none; PAGEDKV_CUDA_GEMM_WGMMA_SPLIT, read once) and returns the
+// setting it replaced.
+bool gemm_wgmma_split_supports(int64_t m, int64_t k);
+// Whether gemm_wgmma_split() would split this shape's k chunks at all (supported, and a
+// split of at least 2 with every cluster resident at once): where it would not, it
+// runs the one-CTA kernel, one CTA a 128-column tile, and another kernel is better.
+bool gemm_wgmma_split_pays(int64_t m, int64_t k, int64_t n);
+Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                        float* y, cudaStream_t stream);
+int set_gemm_wgmma_split(int split);
+
 }  // namespace pagedkv::backend::cuda

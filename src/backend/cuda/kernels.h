@@ -103,8 +103,10 @@ int gemm_planes();
 // 64 × 128 tile a cluster; the warp kernel where it does not apply), kWgmmaTile the
 // same structure on wgmma (gemm_wgmma_tile.cu; sm_90 only, else kClusterTile), kLargeM the
 // large-M kernels (gemm_large_m.cu's pipelined tiles where they fill the GPU, else
-// gemm.cu's 64×64 tiles). Process-wide; the first call reads PAGEDKV_CUDA_GEMM_SMALL_M
-// (auto | warps | warps8 | cluster | tiles | wgtiles | large);
+// gemm.cu's 64×64 tiles), kWgmmaSplit the large-M wgmma kernel's tile with its k chunks
+// split over a cluster (gemm_wgmma.h; sm_90 only, else kWgmmaTile). Process-wide; the
+// first call reads PAGEDKV_CUDA_GEMM_SMALL_M
+// (auto | warps | warps8 | cluster | tiles | wgtiles | large | wgsplit);
 // set_gemm_small_m overrides it (tests, the kernel bench's A/B).
 enum class GemmSmallM : uint8_t {
   kAuto = 0,
@@ -113,7 +115,8 @@ enum class GemmSmallM : uint8_t {
   kLargeM = 3,
   kWarpChunks8 = 4,
   kClusterTile = 5,
-  kWgmmaTile = 6
+  kWgmmaTile = 6,
+  kWgmmaSplit = 7
 };
 void set_gemm_small_m(GemmSmallM path);
 GemmSmallM gemm_small_m();
