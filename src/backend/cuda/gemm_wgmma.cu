@@ -154,7 +154,10 @@ __device__ __forceinline__ void split_fold(unsigned char* smem, int chunks, int 
   };
   auto read = [&](unsigned at, int cta) {
     unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(at), "r"(cta) : "memory");
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote)
+                 : "r"(at), "r"(cta)
+                 : "memory");
     float v;
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
     return v;
