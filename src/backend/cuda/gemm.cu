@@ -592,10 +592,12 @@ int64_t wide_large_min_m() {
 // and loses for longer K, but not over its 16-column blocks (outputs ≥ 4096 wide);
 // for the LM head's width the large-M kernel wins from wide_large_min_m() rows (17:
 // the large-M kernels' tiles, gemm_large_m.cu; from one row on wgmma). The layer
-// projections take the cluster tile kernel from cluster_tile_min_m() rows (33) — those
-// with K > 1,024 the cluster tile kernel on wgmma in two 32-row bands where the device
-// has it (wgmma_tile_long_k()) — and below that, where the device has it, the cluster
-// tile kernel on wgmma from wgmma_tile_min_m() rows (17).
+// projections take the k-split wgmma kernel from wgmma_split_min_m() rows (33) where
+// the device has it and it splits the shape; else the cluster tile kernel from
+// cluster_tile_min_m() rows (33) — those with K > 1,024 the cluster tile kernel on
+// wgmma in two 32-row bands where the device has it (wgmma_tile_long_k()) — and below
+// that, where the device has it, the cluster tile kernel on wgmma from
+// wgmma_tile_min_m() rows (17).
 GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
   if (n >= 8192)
     return m >= wide_large_min_m() && gemm_large_m_rows(m, k, n) != 0 ? GemmSmallM::kLargeM
