@@ -40,7 +40,9 @@
 // chunks as it goes; a later CTA keeps each chunk's partial in registers, then all of
 // them over its stages; after a cluster barrier each CTA folds its rows of the tile —
 // the first CTA's total, then the later partials in ascending chunk order (the same
-// r = ((0 + p0) + p1) + …) — through distributed shared memory, and stores them.
+// r = ((0 + p0) + p1) + …) — through distributed shared memory, and stores them. A
+// cluster of two folds in its second CTA alone: it reads the first CTA's total once and
+// adds its own partials, still in its registers, in the same order.
 // Measured and dropped (H200, 2026-12-04; docs/performance.md, "The large-M GEMM on
 // wgmma"): cp.async copies by every thread (0.95× of the TMA), the split's loads before
 // the wgmma issue (0.96–0.98×), a third warpgroup that only splits (0.90×).
@@ -397,15 +399,59 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
 #pragma unroll
   for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
 
-  if constexpr (kSplit == 1) {
-    // Accumulator i of lane (g, t) in warp (wg, wi): weight row (output column) wg · 64 +
-    // wi · 16 + g + 8h, x row 8j + 2t + e (i = 4j + 2h + e).
+  // The tile's outputs from this thread's accumulators: accumulator i of lane (g, t) in
+  // warp (wg, wi) is weight row (output column) wg · 64 + wi · 16 + g + 8h, x row 8j + 2t
+  // + e (i = 4j + 2h + e).
+  auto store_tile = [&](const float(&v)[T::kAcc]) {
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) {
       const int j = i >> 2, h = (i >> 1) & 1, e = i & 1;
       const int64_t r = m0 + 8 * j + 2 * t + e, c = n0 + w_row + 8 * h;
-      if (r < M && c < N) y[r * N + c] = total[i] + acc[i];
+      if (r < M && c < N) y[r * N + c] = v[i];
     }
+  };
+  if constexpr (kSplit == 1) {
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) acc[i] = total[i] + acc[i];
+    store_tile(acc);
+  } else if constexpr (kSplit == 2) {
+    // Two CTAs: the first's total (its chunks folded in order) goes to the second, which
+    // folds its own chunks' partials onto it in its registers — the same order, ((t0 +
+    // p) + p') + … — and stores the whole tile. No partial goes through shared memory
+    // but the total, which the second CTA reads once.
+    __syncthreads();  // every thread's reads of the stages (splits, A registers) are done
+    cg::cluster_group cluster = cg::this_cluster();
+    float4* totals = reinterpret_cast<float4*>(smem);  // [kAcc / 4][kThreads]: conflict-free
+    if (z == 0) {
+#pragma unroll
+      for (int i = 0; i < T::kAcc / 4; ++i)
+        totals[i * kThreads + tid] =
+            make_float4(total[4 * i] + acc[4 * i], total[4 * i + 1] + acc[4 * i + 1],
+                        total[4 * i + 2] + acc[4 * i + 2], total[4 * i + 3] + acc[4 * i + 3]);
+    }
+    cluster.sync();  // the first CTA's total is written and visible to the second
+    if (z == 1) {
+      const float4* first = cluster.map_shared_rank(totals, 0);
+      float out[T::kAcc];
+#pragma unroll
+      for (int i = 0; i < T::kAcc / 4; ++i) {
+        const float4 v = first[i * kThreads + tid];
+        out[4 * i] = v.x;
+        out[4 * i + 1] = v.y;
+        out[4 * i + 2] = v.z;
+        out[4 * i + 3] = v.w;
+      }
+#pragma unroll
+      for (int c = 0; c < kKept; ++c)
+        if (c < chunks_done) {
+#pragma unroll
+          for (int i = 0; i < T::kAcc; ++i) out[i] = out[i] + kept[c][i];
+        }
+#pragma unroll
+      for (int i = 0; i < T::kAcc; ++i) out[i] = out[i] + acc[i];
+      store_tile(out);
+    }
+    cluster.sync();  // the first CTA leaves (its shared memory) only once it was read
   } else {
     __syncthreads();  // every thread's reads of the stages (splits, A registers) are done
     if (z == 0) {
