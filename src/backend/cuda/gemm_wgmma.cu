@@ -339,9 +339,11 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
     }
   };
   // A later CTA of the k split keeps its chunks' partials but the last in registers
-  // until the loop is done (its stages hold them then).
+  // until the loop is done: the first in `total` (which only the first CTA folds into),
+  // the others in `kept` — fewer live registers (the 64-row two-CTA kernel: 211, not 243).
   constexpr int kKept = kSplit > 1 ? kMaxSplitChunks - 1 : 1;
-  float kept[kKept][T::kAcc];
+  float kept[kKept > 1 ? kKept - 1 : 1][T::kAcc];
+  auto kept_partial = [&](int c) -> float(&)[T::kAcc] { return c == 0 ? total : kept[c - 1]; };
   int chunks_done = 0;
 
   // Steps 0 … kStages − 2 in flight, then step 0's planes. (In the one-CTA kernel the
@@ -381,8 +383,9 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
 #pragma unroll
         for (int c = 0; c < kKept; ++c)
           if (c == chunks_done) {
+            float(&to)[T::kAcc] = kept_partial(c);
 #pragma unroll
-            for (int i = 0; i < T::kAcc; ++i) kept[c][i] = acc[i];
+            for (int i = 0; i < T::kAcc; ++i) to[i] = acc[i];
           }
         ++chunks_done;
       }
@@ -444,8 +447,9 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
 #pragma unroll
       for (int c = 0; c < kKept; ++c)
         if (c < chunks_done) {
+          const float(&part)[T::kAcc] = kept_partial(c);
 #pragma unroll
-          for (int i = 0; i < T::kAcc; ++i) out[i] = out[i] + kept[c][i];
+          for (int i = 0; i < T::kAcc; ++i) out[i] = out[i] + part[i];
         }
 #pragma unroll
       for (int i = 0; i < T::kAcc; ++i) out[i] = out[i] + acc[i];
@@ -460,7 +464,7 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
     }
 #pragma unroll
     for (int c = 0; c < kKept; ++c)
-      if (c < chunks_done) store_partial(c, kept[c]);
+      if (c < chunks_done) store_partial(c, kept_partial(c));
     store_partial(chunks_done, acc);
     split_fold<BM, kSplit>(smem, chunks, z, y, M, N, m0, n0);
   }
@@ -625,6 +629,20 @@ int64_t split_tallest_rows() {
   return tallest;
 }
 
+// The k-split kernel's band height for m rows: the tallest (split_tallest_rows) that
+// holds m or, at 33–64 rows, two 32-row bands where those put more CTAs to work in one
+// wave (q/k/v at 64 rows, H100: 128 CTAs in 10.9 µs against 64 in 12.4; gate/up's 96
+// tiles of 32 rows split two ways would not be resident at once).
+int64_t split_band_rows(int64_t m, int64_t k, int64_t n) {
+  const int64_t rows = std::min(m, split_tallest_rows());
+  if (rows <= 16) return 16;
+  if (rows <= 32) return 32;
+  auto ctas = [&](int split, int64_t bm) {
+    return split > 1 ? split * ((n + kLargeMBN - 1) / kLargeMBN) * ((m + bm - 1) / bm) : 0;
+  };
+  return ctas(split_for<32>(m, k, n), 32) > ctas(split_for<64>(m, k, n), 64) ? 32 : 64;
+}
+
 template <int BM, int kPlanes>
 Status launch_split_rows(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                          float* y, cudaStream_t stream) {
@@ -697,7 +715,7 @@ bool gemm_wgmma_split_supports(int64_t m, int64_t k) {
 
 bool gemm_wgmma_split_pays(int64_t m, int64_t k, int64_t n) {
   if (!gemm_wgmma_split_supports(m, k)) return false;
-  const int64_t rows = std::min(m, split_tallest_rows());
+  const int64_t rows = split_band_rows(m, k, n);
   if (rows <= 16) return split_for<16>(m, k, n) > 1;
   if (rows <= 32) return split_for<32>(m, k, n) > 1;
   return split_for<64>(m, k, n) > 1;
@@ -711,7 +729,7 @@ Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat1
     return invalid_argument("cuda gemm_wgmma_split: needs an sm_90 device, 1 ≤ m ≤ 64 (got " +
                             std::to_string(m) + ") and k a multiple of 8 (got " +
                             std::to_string(k) + ")");
-  const int64_t rows = std::min(m, split_tallest_rows());
+  const int64_t rows = split_band_rows(m, k, n);
   return with_gemm_planes([&](auto planes) {
     constexpr int P = decltype(planes)::value;
     if (rows <= 16) return launch_split_rows<16, P>(x, m, k, w, n, y, stream);
