@@ -563,9 +563,10 @@ bool wgmma_tile_long_k() {
 // 8192) in the k-split wgmma kernel where the device runs it
 // (PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_MIN_M, default 33; read once; 65 never), where it
 // splits the shape (gemm_wgmma_split_pays). Speed only: the same bits. Measured on
-// the H100 (docs/performance.md, "The k-split decode GEMM on wgmma, merged"): at 64
-// rows q/k/v 15.0 against 16.4 µs, gate/up 15.8 against 17.3, down 15.1 against 16.0,
-// o 10.3 against the wgmma tile kernel's 8.9; 1.015–1.019× end to end at 64 requests.
+// the H100 (docs/performance.md, "The k split folded in registers, 32-row bands, o on
+// the wgmma tile"): at 64 rows q/k/v 10.9 µs against the mma.sync tile kernel's 16.4,
+// gate/up 13.2 against 17.3, down 15.0 against the wgmma tile kernel's 16.0; with o
+// on the wgmma tile (below) 1.07–1.10× end to end at 64 requests.
 int64_t wgmma_split_min_m() {
   static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_MIN_M", 33);
   return min_m;
@@ -604,8 +605,8 @@ GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
                                                                       : GemmSmallM::kWarpChunks;
   // 9–16 k chunks are one round of the wgmma tile kernel's 16-CTA clusters, where it
   // beats the k split (o at 64 rows, H100: 8.9 against 10.3 µs); the split takes
-  // the shorter K (q/k/v 15.0 against 16.4, gate/up 15.8 against 17.3) and the longer
-  // (down 15.1 against 16.0, two rounds there).
+  // the shorter K (q/k/v 10.9 against 16.4, gate/up 13.2 against 17.3) and the longer
+  // (down 15.0 against 16.0, two rounds there).
   const bool one_tile_round = k > 8 * kKChunk && k <= 16 * kKChunk;
   if (m >= wgmma_split_min_m() && !(one_tile_round && wgmma_tile_long_k()) &&
       gemm_wgmma_split_pays(m, k, n))

@@ -42,7 +42,9 @@
 // the first CTA's total, then the later partials in ascending chunk order (the same
 // r = ((0 + p0) + p1) + …) — through distributed shared memory, and stores them. A
 // cluster of two folds in its second CTA alone: it reads the first CTA's total once and
-// adds its own partials, still in its registers, in the same order.
+// adds its own partials, still in its registers, in the same order. At 33–64 rows the
+// tiles are two 32-row bands where those put more CTAs to work in one wave
+// (split_band_rows).
 // Measured and dropped (H200, 2026-12-04; docs/performance.md, "The large-M GEMM on
 // wgmma"): cp.async copies by every thread (0.95× of the TMA), the split's loads before
 // the wgmma issue (0.96–0.98×), a third warpgroup that only splits (0.90×).
