@@ -572,6 +572,15 @@ int64_t wgmma_split_min_m() {
   return min_m;
 }
 
+// The same for projections whose K is past 16 k chunks (down)
+// (PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_LONG_K_MIN_M, default 17; read once; 65 never): their
+// k split beats the wgmma tile kernel from 17 rows (H100, 32 rows: down 10.7 against
+// 12.9 µs) but not the warp kernel at 16 (9.0–9.1 against 8.8).
+int64_t wgmma_split_long_k_min_m() {
+  static const int64_t min_m = positive_knob("PAGEDKV_CUDA_GEMM_WGMMA_SPLIT_LONG_K_MIN_M", 17);
+  return min_m;
+}
+
 // Rows from which outputs at least 8,192 wide (the LM head) take the large-M kernel
 // (PAGEDKV_CUDA_GEMM_WIDE_LARGE_MIN_M; read once): by default 1 where the wgmma kernel
 // runs (gemm_wgmma.h), else 17. Speed only. Measured on the H200 (docs/performance.md):
@@ -593,8 +602,9 @@ int64_t wide_large_min_m() {
 // and loses for longer K, but not over its 16-column blocks (outputs ≥ 4096 wide);
 // for the LM head's width the large-M kernel wins from wide_large_min_m() rows (17:
 // the large-M kernels' tiles, gemm_large_m.cu; from one row on wgmma). The layer
-// projections take the k-split wgmma kernel from wgmma_split_min_m() rows (33) where
-// the device has it and it splits the shape; else the cluster tile kernel from
+// projections take the k-split wgmma kernel from wgmma_split_min_m() rows (33; K past
+// 16 chunks from wgmma_split_long_k_min_m(), 17) where the device has it and it splits
+// the shape; else the cluster tile kernel from
 // cluster_tile_min_m() rows (33) — those with K > 1,024 the cluster tile kernel on
 // wgmma in two 32-row bands where the device has it (wgmma_tile_long_k()) — and below
 // that, where the device has it, the cluster tile kernel on wgmma from
@@ -608,7 +618,8 @@ GemmSmallM auto_small_m(int64_t m, int64_t k, int64_t n) {
   // the shorter K (q/k/v 10.9 against 16.4, gate/up 13.2 against 17.3) and the longer
   // (down 15.0 against 16.0, two rounds there).
   const bool one_tile_round = k > 8 * kKChunk && k <= 16 * kKChunk;
-  if (m >= wgmma_split_min_m() && !(one_tile_round && wgmma_tile_long_k()) &&
+  const int64_t split_min_m = k > 16 * kKChunk ? wgmma_split_long_k_min_m() : wgmma_split_min_m();
+  if (m >= split_min_m && !(one_tile_round && wgmma_tile_long_k()) &&
       gemm_wgmma_split_pays(m, k, n))
     return GemmSmallM::kWgmmaSplit;
   if (m > 32 && k > 8 * kKChunk && wgmma_tile_long_k() && gemm_wgmma_tile_supports(m, k))
