@@ -1191,36 +1191,42 @@ StepReport Engine::Impl::step() {
   }
 
   // Sample first, every row at once: a row samples when this step reaches its
-  // last position. sample_token is a pure function of (logits row, params,
-  // position) with per-thread scratch, so the rows run on the CPU backend's
-  // threads (issue 11: 32 rows × a 152k vocabulary) and each token is the one a
-  // serial loop draws. The loop below commits them in row order as before.
+  // last position. A token the model picked (on, or from the best entries of, the
+  // device) is taken as it is; the other rows draw with sample_token, a pure function
+  // of (logits row, params, position) with per-thread scratch, so they run on the CPU
+  // backend's threads (issue 11: 32 rows × a 152k vocabulary) and each token is the
+  // one a serial loop draws — and a step whose tokens all came from the device (the
+  // CUDA decode graph) opens no thread-pool region at all. The loop below commits
+  // them in row order as before.
   std::vector<int32_t>& drawn = step_tokens_;
   std::vector<int64_t>& drawn_pos = step_token_pos_;
   drawn.assign(sched.size(), -1);
   drawn_pos.assign(sched.size(), -1);
   const auto sample_start = Clock::now();
+  bool host_draws = false;
   for (size_t r = 0; r < sched.size(); ++r) {
     const Seq* s = as_seq(sched[r].req);
-    if (s->computed + sched[r].num_tokens == static_cast<int64_t>(s->tokens.size()) &&
-        !s->prefill_only())
-      drawn_pos[r] = static_cast<int64_t>(s->tokens.size());
+    if (s->computed + sched[r].num_tokens != static_cast<int64_t>(s->tokens.size()) ||
+        s->prefill_only())
+      continue;
+    drawn_pos[r] = static_cast<int64_t>(s->tokens.size());
+    if ((batch.rows[r].greedy_only || batch.rows[r].draw != nullptr) && r < out.tokens.size() &&
+        out.tokens[r] >= 0)
+      drawn[r] = out.tokens[r];
+    else
+      host_draws = true;
   }
-  backend::cpu_backend().parallel_for(
-      static_cast<int64_t>(sched.size()), backend::grain_for_work(vocab_size_),
-      [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          const size_t i = static_cast<size_t>(r);
-          if (drawn_pos[i] < 0) continue;
-          if ((batch.rows[i].greedy_only || batch.rows[i].draw != nullptr) &&
-              i < out.tokens.size() && out.tokens[i] >= 0) {
-            drawn[i] = out.tokens[i];  // picked on (or from the best entries of) the device
-            continue;
+  if (host_draws)
+    backend::cpu_backend().parallel_for(
+        static_cast<int64_t>(sched.size()), backend::grain_for_work(vocab_size_),
+        [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const size_t i = static_cast<size_t>(r);
+            if (drawn_pos[i] < 0 || drawn[i] >= 0) continue;  // no draw, or the model's
+            drawn[i] =
+                sample_token(out.last_logits(i), as_seq(sched[i].req)->req.sampling, drawn_pos[i]);
           }
-          drawn[i] =
-              sample_token(out.last_logits(i), as_seq(sched[i].req)->req.sampling, drawn_pos[i]);
-        }
-      });
+        });
   counters_.sample_ms += ms_between(sample_start, Clock::now());
 
   // Record K/V, stream, finish.

@@ -254,30 +254,31 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
   int32_t next = 0;
   for (size_t r = 0; r < batch.rows.size(); ++r) {
     const ForwardRow& row = batch.rows[r];
-    std::string where = "forward batch row " + std::to_string(r) + ": ";
-    if (row.num_tokens < 1) return invalid_argument(where + "num_tokens must be >= 1");
+    // The error's prefix, made only for an error (the check runs every step).
+    auto where = [r] { return "forward batch row " + std::to_string(r) + ": "; };
+    if (row.num_tokens < 1) return invalid_argument(where() + "num_tokens must be >= 1");
     if (row.first_token != next)
-      return invalid_argument(where + "spans must be back to back (first_token " +
+      return invalid_argument(where() + "spans must be back to back (first_token " +
                               std::to_string(row.first_token) + ", expected " +
                               std::to_string(next) + ")");
-    if (row.context_len < 0) return invalid_argument(where + "negative context_len");
+    if (row.context_len < 0) return invalid_argument(where() + "negative context_len");
     next = row.first_token + row.num_tokens;
-    if (next > batch.num_tokens()) return invalid_argument(where + "span runs past the tokens");
+    if (next > batch.num_tokens()) return invalid_argument(where() + "span runs past the tokens");
     for (int32_t i = 0; i < row.num_tokens; ++i) {
       int32_t id = batch.token_ids[row.first_token + i];
       if (id < 0 || id >= vocab_size)
-        return invalid_argument(where + "token id " + std::to_string(id) +
+        return invalid_argument(where() + "token id " + std::to_string(id) +
                                 " is outside the vocabulary of " + std::to_string(vocab_size));
       if (batch.positions[row.first_token + i] != row.context_len + i)
-        return invalid_argument(where + "position of token " + std::to_string(i) +
+        return invalid_argument(where() + "position of token " + std::to_string(i) +
                                 " must be context_len + " + std::to_string(i));
     }
     int64_t total = static_cast<int64_t>(row.context_len) + row.num_tokens;
     if (geom.has_recurrent_state()) {
       if (row.state == nullptr)
-        return invalid_argument(where + "the model keeps recurrent state but the row has none");
+        return invalid_argument(where() + "the model keeps recurrent state but the row has none");
       if (row.state->length() != row.context_len)
-        return invalid_argument(where + "recurrent state holds " +
+        return invalid_argument(where() + "recurrent state holds " +
                                 std::to_string(row.state->length()) +
                                 " tokens but context_len is " + std::to_string(row.context_len));
     }
@@ -289,7 +290,7 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
       for (size_t g = 0; g < geom.groups.size(); ++g)
         if (geom.groups[g].kind != CacheGroupKind::kRecurrent) paged_groups = g + 1;
       if (row.block_tables.size() < paged_groups)
-        return invalid_argument(where + "needs one block table per cache group");
+        return invalid_argument(where() + "needs one block table per cache group");
       if (batch.kv_store->block_size() != geom.block_size || batch.kv_store->dtype() != geom.dtype)
         return invalid_argument("forward batch: kv_store block size/dtype differ from the model's");
       for (int32_t l = 0; l < geom.num_layers && r == 0; ++l)
@@ -300,7 +301,7 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
         // A recurrent group keeps no per-token KV: its block table is unused.
         if (geom.groups[g].kind == CacheGroupKind::kRecurrent) continue;
         if (static_cast<int64_t>(row.block_tables[g].size()) * geom.block_size < total)
-          return invalid_argument(where + "block table of group " + std::to_string(g) +
+          return invalid_argument(where() + "block table of group " + std::to_string(g) +
                                   " covers fewer than " + std::to_string(total) + " tokens");
         const int64_t used = (total + geom.block_size - 1) / geom.block_size;
         // A sliding group's blocks wholly before the window of the span's first
@@ -314,15 +315,15 @@ Status validate_batch(const ForwardBatch& batch, const KVGeometry& geom, int32_t
           int32_t id = row.block_tables[g][static_cast<size_t>(i)];
           if (i < first_live && id == 0) continue;
           if (id <= 0 || id >= batch.kv_store->num_blocks())
-            return invalid_argument(where + "block table entry " + std::to_string(i) + " = " +
+            return invalid_argument(where() + "block table entry " + std::to_string(i) + " = " +
                                     std::to_string(id) + " is not a block of the pool (1.." +
                                     std::to_string(batch.kv_store->num_blocks() - 1) + ")");
         }
       }
     } else {
-      if (row.flat == nullptr) return invalid_argument(where + "flat path without a FlatKVCache");
+      if (row.flat == nullptr) return invalid_argument(where() + "flat path without a FlatKVCache");
       if (row.flat->length() < row.context_len)
-        return invalid_argument(where + "flat cache holds " + std::to_string(row.flat->length()) +
+        return invalid_argument(where() + "flat cache holds " + std::to_string(row.flat->length()) +
                                 " tokens but context_len is " + std::to_string(row.context_len));
     }
   }
