@@ -16,7 +16,11 @@
 // PAGEDKV_BENCH_FIRST_CONFIG=i starts at configuration i (0 eager … 5 programmatic
 // launch), e.g. 4 for a short PDL off / on A/B; PAGEDKV_BENCH_REQUESTS=64 (a
 // comma list of 1, 8, 32, 64) runs only those request counts (e.g. a profiler
-// run of the 64-row step: bench/cuda/profile_decode_on_device.sh).
+// run of the 64-row step: bench/cuda/profile_decode_on_device.sh);
+// PAGEDKV_BENCH_DECODE_STEPS=n runs n decode steps a count (default 32, 64 at one
+// request; more amortize a bucket's capture over the timed window). Each count
+// also prints its step time split into the CUDA model's host spans
+// (CudaModelStats: before the upload, the launch call, launch to results, after).
 // Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with
 // PAGEDKV_CUDA_PROFILE=1 it prints where a decode step's time goes instead.
 // bench_cuda_model --seeded-moe: two before/after tables in one run instead —
@@ -83,6 +87,14 @@ double prefill(const std::shared_ptr<model::Model>& m, size_t len) {
   return static_cast<double>(len) / s;
 }
 
+// PAGEDKV_BENCH_DECODE_STEPS: how many decode steps a request count runs (else
+// `fallback`); more steps amortize one-time costs (graph capture, buffers first
+// touched) over the timed window.
+int decode_steps(int fallback) {
+  const char* e = std::getenv("PAGEDKV_BENCH_DECODE_STEPS");
+  return e != nullptr && std::atoi(e) > 0 ? std::atoi(e) : fallback;
+}
+
 double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t prefix_len, int steps) {
   const int32_t V = m->config().vocab_size;
   auto e = engine_for(m, 2048);
@@ -116,14 +128,25 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
   }
   double sec = 0, fwd_ms = 0;
   int64_t tokens = 0, steps_timed = 0;
+  // The CUDA model's host spans over the timed steps (zero for another model).
+  model::cuda::CudaModelStats spans;
+  auto add_spans = [&spans](const model::cuda::CudaModelStats& a,
+                            const model::cuda::CudaModelStats& b) {
+    spans.before_upload_ms += b.before_upload_ms - a.before_upload_ms;
+    spans.upload_to_launched_ms += b.upload_to_launched_ms - a.upload_to_launched_ms;
+    spans.launch_to_results_ms += b.launch_to_results_ms - a.launch_to_results_ms;
+    spans.after_results_ms += b.after_results_ms - a.after_results_ms;
+  };
   for (;;) {
     const bool pure = e->stats().running == n && e->stats().waiting == 0;
     const double f0 = e->stats().forward_ms;
+    const model::cuda::CudaModelStats s0 = model::cuda::cuda_model_stats(*m);
     auto t = Clock::now();
     engine::StepReport rep = e->step();
     const double dt = secs(t);
     if (rep.idle()) break;
     if (pure && rep.prefill_rows == 0 && rep.decode_rows == n) {
+      add_spans(s0, model::cuda::cuda_model_stats(*m));
       sec += dt;
       fwd_ms += e->stats().forward_ms - f0;
       tokens += rep.decode_rows;
@@ -131,10 +154,16 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
     }
   }
   for (auto& h : hs) bench::wait_ok(h);
-  if (steps_timed > 0)
-    std::printf("  (%d rows: %.2f ms per step, of which %.2f ms in Model::forward)\n", n,
-                1e3 * sec / static_cast<double>(steps_timed),
-                fwd_ms / static_cast<double>(steps_timed));
+  if (steps_timed > 0) {
+    const double k = 1e3 / static_cast<double>(steps_timed);  // ms in all → µs a step
+    std::printf(
+        "  (%d rows: %.1f us per step, of which %.1f us in Model::forward: %.1f before the "
+        "upload, %.1f from there to the launch, %.1f from the launch to the results, %.1f "
+        "after)\n",
+        n, 1e6 * sec / static_cast<double>(steps_timed), fwd_ms * k, spans.before_upload_ms * k,
+        spans.upload_to_launched_ms * k, spans.launch_to_results_ms * k,
+        spans.after_results_ms * k);
+  }
   return sec > 0 ? static_cast<double>(tokens) / sec : 0;
 }
 
@@ -317,7 +346,7 @@ int main(int argc, char** argv) {
       double one = 0;
       for (size_t i = 0; i < 4; ++i) {
         if (!requested(ns[i])) continue;
-        const double r = batched_decode(m, ns[i], 512, ns[i] == 1 ? 64 : 32);
+        const double r = batched_decode(m, ns[i], 512, decode_steps(ns[i] == 1 ? 64 : 32));
         if (i == 0) one = r;
         if (kv == model::KVDType::kBF16) tps[c][i] = r;
         std::printf("decode, %2d request%s  %9.1f tok/s   llama.cpp %6.0f  ratio %.2fx", ns[i],

@@ -938,6 +938,7 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
 }
 
 Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
+  const auto t_call = ProfClock::now();
   PKV_RETURN_IF_ERROR(validate_batch(batch, geom_, cfg_.vocab_size));
   PKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(be_->device()));  // the engine's step thread
   const bool paged = batch.path == KVPath::kPaged;
@@ -1094,6 +1095,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
                                            (n_meta + n_results) * sizeof(int32_t),
                                            cudaMemcpyHostToDevice, st));
   int32_t* d_nan = const_cast<int32_t*>(a.ids) + n_meta;
+  const auto t_uploaded = ProfClock::now();
 
   auto t_step = ProfClock::now();
   if (use_graph) {
@@ -1133,6 +1135,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     PKV_RETURN_IF_ERROR(enqueue_step(batch, a));
   }
 
+  const auto t_launched = ProfClock::now();
   if (prof_.on) {
     prof_.enqueue_ms += ms_since(t_step);
     t_step = ProfClock::now();
@@ -1255,6 +1258,7 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
     }
   }
   PKV_RETURN_IF_ERROR(be_->synchronize());
+  const auto t_results = ProfClock::now();
   for (const ForwardRow& row : batch.rows)
     if (!paged) row.flat->set_length(row.context_len + row.num_tokens);
   if (any_greedy)  // (a greedy row asks for its last logits, so P > 0)
@@ -1317,7 +1321,14 @@ Status CudaQwen3Model::forward(const ForwardBatch& batch, ForwardOutput* out) {
   };
   if (!prof_.on) {
     PKV_RETURN_IF_ERROR(nan_check());
-    return finish_draws();
+    PKV_RETURN_IF_ERROR(finish_draws());
+    using Ms = std::chrono::duration<double, std::milli>;
+    ++stats_.timed_forwards;
+    stats_.before_upload_ms += Ms(t_uploaded - t_call).count();
+    stats_.upload_to_launched_ms += Ms(t_launched - t_uploaded).count();
+    stats_.launch_to_results_ms += Ms(t_results - t_launched).count();
+    stats_.after_results_ms += ms_since(t_results);
+    return ok_status();
   }
   prof_.logits_ms += ms_since(t_step);
   t_step = ProfClock::now();

@@ -53,6 +53,15 @@ struct CudaModelStats {
   // Of device_draw_rows, the draws without top-k finished by selection over the
   // whole row on the device (backend/cuda/selection_draw.h).
   int64_t device_selection_rows = 0;
+  // Host wall time of the successful forward calls, in four spans (benchmarks: how
+  // much of a step the GPU waits on the host): from the call to the metadata's
+  // upload (issued), from there to the step's launch (the graph launch or the eager
+  // enqueue returned; the GPU starts its first kernels during it), from the launch to
+  // its results on the host (the stream synchronized), and from there to the return.
+  // Steps run with PAGEDKV_CUDA_PROFILE are not counted.
+  int64_t timed_forwards = 0;
+  double before_upload_ms = 0, upload_to_launched_ms = 0, launch_to_results_ms = 0,
+         after_results_ms = 0;
 };
 CudaModelStats cuda_model_stats(const Model& m);
 
