@@ -17,8 +17,9 @@
 // launch), e.g. 4 for a short PDL off / on A/B; PAGEDKV_BENCH_REQUESTS=64 (a
 // comma list of 1, 8, 32, 64) runs only those request counts (e.g. a profiler
 // run of the 64-row step: bench/cuda/profile_decode_on_device.sh);
-// PAGEDKV_BENCH_DECODE_STEPS=n runs n decode steps a count (default 32, 64 at one
-// request; more amortize a bucket's capture over the timed window). Each count
+// PAGEDKV_BENCH_DECODE_STEPS=n runs n decode steps a count in the main table (default
+// 32, 64 at one request; more amortize a bucket's capture over the timed window; the
+// --seeded-moe / --moe tables keep their own). Each count
 // also prints its step time split into the CUDA model's host spans
 // (CudaModelStats: before the upload, the launch call, launch to results, after).
 // Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with

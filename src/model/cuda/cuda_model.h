@@ -59,7 +59,6 @@ struct CudaModelStats {
   // enqueue returned; the GPU starts its first kernels during it), from the launch to
   // its results on the host (the stream synchronized), and from there to the return.
   // Steps run with PAGEDKV_CUDA_PROFILE are not counted.
-  int64_t timed_forwards = 0;
   double before_upload_ms = 0, upload_to_launched_ms = 0, launch_to_results_ms = 0,
          after_results_ms = 0;
 };
