@@ -35,9 +35,11 @@
 // expert's gate/up and one for the down projections, rows listed on the device).
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,6 +50,7 @@
 #include "model/cuda/cuda_model.h"
 #include "model/make_model.h"
 #include "pagedkv/engine.h"
+#include "util/knobs.h"
 
 using namespace pagedkv;
 using Clock = std::chrono::steady_clock;
@@ -90,10 +93,11 @@ double prefill(const std::shared_ptr<model::Model>& m, size_t len) {
 
 // PAGEDKV_BENCH_DECODE_STEPS: how many decode steps a request count runs (else
 // `fallback`); more steps amortize one-time costs (graph capture, buffers first
-// touched) over the timed window.
+// touched) over the timed window. An unparseable value is ignored with a warning
+// (util/knobs.h), as is one outside 1 … 1,000,000.
 int decode_steps(int fallback) {
-  const char* e = std::getenv("PAGEDKV_BENCH_DECODE_STEPS");
-  return e != nullptr && std::atoi(e) > 0 ? std::atoi(e) : fallback;
+  const std::optional<int64_t> v = env_i64("PAGEDKV_BENCH_DECODE_STEPS");
+  return v && *v > 0 && *v <= 1'000'000 ? static_cast<int>(*v) : fallback;
 }
 
 double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t prefix_len, int steps) {
