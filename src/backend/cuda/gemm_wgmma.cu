@@ -308,30 +308,19 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
 #pragma unroll
   for (int i = 0; i < T::kAcc; ++i) acc[i] = total[i] = 0.0f;
 
-  // Step s's wgmmas: A = this warp's weight rows (wg · 64 + (warp % 4) · 16 + g, + 8),
-  // k 8t … 8t + 7 — step q = 0's registers {row g .x, row g+8 .x, row g .y, row g+8 .y},
-  // q = 1's the .z and .w halves; B = plane buffer s % 3.
-  auto mma_step = [&](int s) {
-    // Step s − 1's wgmmas read their A registers asynchronously, and step s's A are the
-    // same registers (the step loop is not unrolled): PTX leaves writing a pending
-    // wgmma's A registers undefined, so they are waited for first — they ran under the
-    // split, the copies and the barrier since. (gemm_wgmma_tile.cu gave wrong sums at 64
-    // x rows without such a wait; here the tests had passed without it. Two A arrays
-    // for even and odd steps, with step s − 1 still running, measured 0.96–0.97× of
-    // this on the H200: docs/performance.md.)
-    wgmma::wait<0>();
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+  // Step s's wgmmas, committed as one group: A = this warp's weight rows (wg · 64 +
+  // (warp % 4) · 16 + g, + 8), k 8t … 8t + 7 — step q = 0's registers {row g .x, row
+  // g+8 .x, row g .y, row g+8 .y}, q = 1's the .z and .w halves — read into `a`; B = the
+  // six operands at b_base (plane buffer s % 3, or with kPre the step's slot).
+  auto issue_step = [&](int s, uint32_t(&a)[2][4], unsigned b_base) {
     const unsigned char* wr = smem + (s % kStages) * kStageBytes + T::Stage::kXBytes;
     const uint4 lo = *reinterpret_cast<const uint4*>(wr + w_row * 64 + 16 * t);
     const uint4 hi = *reinterpret_cast<const uint4*>(wr + (w_row + 8) * 64 + 16 * t);
-    const uint32_t a[2][4] = {{lo.x, hi.x, lo.y, hi.y}, {lo.z, hi.z, lo.w, hi.w}};
+    a[0][0] = lo.x, a[0][1] = hi.x, a[0][2] = lo.y, a[0][3] = hi.y;
+    a[1][0] = lo.z, a[1][1] = hi.z, a[1][2] = lo.w, a[1][3] = hi.w;
     // The step's six descriptors differ only in their start address (the low 14 bits,
     // in 16-byte units, which no offset here carries past).
-    const uint64_t desc =
-        wgmma::k_major_descriptor(kPre ? smem_base + (s % kStages) * kStageBytes
-                                       : planes_base + (s % kPlaneBuffers) * T::kPlaneBuffer,
-                                  128, 256);
+    const uint64_t desc = wgmma::k_major_descriptor(b_base, 128, 256);
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
     wgmma::fence();
@@ -343,6 +332,22 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
                               desc + static_cast<uint64_t>((pl * 2 + q) * T::kPlaneQ / 16));
       }
     wgmma::commit();
+  };
+  auto mma_step = [&](int s) {
+    // Step s − 1's wgmmas read their A registers asynchronously, and step s's A are the
+    // same registers (the step loop is not unrolled): PTX leaves writing a pending
+    // wgmma's A registers undefined, so they are waited for first — they ran under the
+    // split, the copies and the barrier since. (gemm_wgmma_tile.cu gave wrong sums at 64
+    // x rows without such a wait; here the tests had passed without it. Two A arrays
+    // for even and odd steps, with step s − 1 still running, measured 0.96–0.97× of
+    // this on the H200: docs/performance.md; kPre 2 does so on x split beforehand.)
+    wgmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+    uint32_t a[2][4];
+    issue_step(s, a,
+               kPre ? smem_base + (s % kStages) * kStageBytes
+                    : planes_base + (s % kPlaneBuffers) * T::kPlaneBuffer);
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
   };
@@ -415,23 +420,7 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
   auto pipelined_step = [&](int s, uint32_t(&a)[2][4], uint32_t(&a_prev)[2][4]) {
     wait_step(s);
     close_chunk(s);
-    const unsigned char* wr = smem + (s % kStages) * kStageBytes + T::Stage::kXBytes;
-    const uint4 lo = *reinterpret_cast<const uint4*>(wr + w_row * 64 + 16 * t);
-    const uint4 hi = *reinterpret_cast<const uint4*>(wr + (w_row + 8) * 64 + 16 * t);
-    a[0][0] = lo.x, a[0][1] = hi.x, a[0][2] = lo.y, a[0][3] = hi.y;
-    a[1][0] = lo.z, a[1][1] = hi.z, a[1][2] = lo.w, a[1][3] = hi.w;
-    const uint64_t desc =
-        wgmma::k_major_descriptor(smem_base + (s % kStages) * kStageBytes, 128, 256);
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
-    wgmma::fence();
-#pragma unroll
-    for (int q = 0; q < 2; ++q)
-#pragma unroll
-      for (int pl = kPlanes - 1; pl >= 0; --pl)  // lo, mid, hi
-        wgmma::mma_m64k16<BM>(acc, a[q],
-                              desc + static_cast<uint64_t>((pl * 2 + q) * T::kPlaneQ / 16));
-    wgmma::commit();
+    issue_step(s, a, smem_base + (s % kStages) * kStageBytes);
     wgmma::wait<1>();
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
