@@ -8,7 +8,9 @@
 // silu_mul and kv_write.cu's write_kv: the same 256-thread strided sum and
 // block tree, the same expressions), so a fused step gives the separate
 // kernels' bits; each output column of a GEMM is one dot product over k in a
-// fixed order whatever the number of columns (kernels.h).
+// fixed order whatever the number of columns (kernels.h). Given x_planes.h's planes,
+// the add + RMSNorm and the SwiGLU also write their output's bf16 planes for the
+// k-split GEMM after them (the split's bits, gemm_common.cuh's store_x_planes).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -18,9 +20,11 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/gemm_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_slot.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/x_planes.h"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -45,15 +49,19 @@ __global__ void split_qkv_kernel(const float* x, int64_t qd, int64_t kd, float* 
 // Row blockIdx.x, elements blockIdx.y·256 + threadIdx.x: a block a 256-wide piece
 // (not a block a row, whose one block walked the row 256 at a time: ~11 µs at one
 // row on the H200).
+// planes (x_planes.h): also the output's planes for the down GEMM.
 __global__ void silu_mul_halves_kernel(const float* gu, int64_t inter, float* out,
-                                       const int32_t* live_rows, bool trigger_at_entry) {
+                                       const int32_t* live_rows, bool trigger_at_entry,
+                                       uint16_t* planes, int32_t groups) {
   if (trigger_at_entry) allow_next_kernel_launch();  // launch.h's early_trigger
   enter_kernel(trigger_at_entry);
   const int64_t t = blockIdx.x, i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (i >= inter || (live_rows != nullptr && t >= *live_rows)) return;
   const float* gate = gu + t * 2 * inter;
   const float g = gate[i];
-  out[t * inter + i] = (g / (1.0f + expf(-g))) * gate[inter + i];
+  const float v = (g / (1.0f + expf(-g))) * gate[inter + i];
+  out[t * inter + i] = v;
+  if (planes != nullptr) gemm_detail::store_x_planes(planes, groups, t, i, v);
 }
 
 constexpr int kRowThreads = 256;  // rms_norm_kernel's block (elementwise.cu)
@@ -70,8 +78,10 @@ struct RopeFreqs {
 // reread x. The same operations in the same order either way: one bit pattern.
 constexpr int kRowRegs = 8;
 
+// planes (x_planes.h): also out's planes for the GEMM after it.
 __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const void* w,
-                                    WeightDType dt, float eps, float* out, bool trigger_at_entry) {
+                                    WeightDType dt, float eps, float* out, bool trigger_at_entry,
+                                    uint16_t* planes, int32_t groups) {
   __shared__ float scratch[32];
   if (trigger_at_entry) allow_next_kernel_launch();  // launch.h's early_trigger
   float* xr = x + blockIdx.x * d;
@@ -102,7 +112,11 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
 #pragma unroll
     for (int j = 0; j < kRowRegs; ++j) {
       const int64_t i = threadIdx.x + j * kRowThreads;
-      if (i < d) orow[i] = wr[j] * (xv[j] * inv);
+      if (i < d) {
+        const float o = wr[j] * (xv[j] * inv);
+        orow[i] = o;
+        if (planes != nullptr) gemm_detail::store_x_planes(planes, groups, blockIdx.x, i, o);
+      }
     }
     return;
   }
@@ -114,7 +128,9 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += kRowThreads) {
     const float wi = widen(w, dt, i);
-    orow[i] = wi * (xr[i] * inv);
+    const float o = wi * (xr[i] * inv);
+    orow[i] = o;
+    if (planes != nullptr) gemm_detail::store_x_planes(planes, groups, blockIdx.x, i, o);
   }
 }
 
@@ -174,12 +190,17 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_
 }  // namespace
 
 Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* w, WeightDType wdt,
-                    float eps, float* out, cudaStream_t stream) {
+                    float eps, float* out, cudaStream_t stream, const XPlanes& planes) {
   if (m < 0 || d <= 0) return invalid_argument("cuda add_rms_norm: need m ≥ 0, d > 0");
   if (m == 0) return ok_status();
   return launch_kernel("add_rms_norm_kernel", add_rms_norm_kernel, static_cast<unsigned>(m),
                        kRowThreads, 0, stream, x, y, d, w, wdt, eps, out,
-                       early_trigger(EarlyTrigger::kAddNorm));
+                       early_trigger(EarlyTrigger::kAddNorm), planes.data, planes.groups);
+}
+
+Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* w, WeightDType wdt,
+                    float eps, float* out, cudaStream_t stream) {
+  return add_rms_norm(x, y, m, d, w, wdt, eps, out, stream, XPlanes{});
 }
 
 Status qkv_norm_rope_write(const QkvPrepParams& p, const RopeParams& rope, cudaStream_t stream) {
@@ -227,8 +248,11 @@ Status split_qkv(const float* x, int64_t m, int64_t qd, int64_t kd, float* q, fl
                        stream, x, qd, kd, q, k, v);
 }
 
-Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cudaStream_t stream,
-                       const int32_t* live_rows) {
+namespace {
+
+Status launch_silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out,
+                              cudaStream_t stream, const int32_t* live_rows,
+                              const XPlanes& planes) {
   if (m < 0 || m > 0x7fffffff || inter <= 0)
     return invalid_argument("cuda silu_mul_halves: need 0 ≤ m < 2³¹, inter > 0");
   if (m == 0) return ok_status();
@@ -236,7 +260,20 @@ Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cu
   if (pieces > 65535) return invalid_argument("cuda silu_mul_halves: inter exceeds 65535·256");
   return launch_kernel("silu_mul_halves_kernel", silu_mul_halves_kernel,
                        dim3(static_cast<unsigned>(m), static_cast<unsigned>(pieces)), 256, 0,
-                       stream, gu, inter, out, live_rows, early_trigger(EarlyTrigger::kSwiglu));
+                       stream, gu, inter, out, live_rows, early_trigger(EarlyTrigger::kSwiglu),
+                       planes.data, planes.groups);
+}
+
+}  // namespace
+
+Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cudaStream_t stream,
+                       const int32_t* live_rows) {
+  return launch_silu_mul_halves(gu, m, inter, out, stream, live_rows, XPlanes{});
+}
+
+Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cudaStream_t stream,
+                       const XPlanes& planes) {
+  return launch_silu_mul_halves(gu, m, inter, out, stream, nullptr, planes);
 }
 
 }  // namespace pagedkv::backend::cuda

@@ -41,6 +41,7 @@
 #include "backend/cuda/gemm_wgmma_tile.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/x_planes.h"
 #include "util/knobs.h"
 
 namespace pagedkv::backend::cuda {
@@ -666,6 +667,31 @@ int gemm_planes() {
 void set_gemm_small_m(GemmSmallM path) { small_m_path().store(static_cast<int>(path)); }
 GemmSmallM gemm_small_m() { return static_cast<GemmSmallM>(small_m_path().load()); }
 
+namespace {
+
+// The small-M kernel gemm() runs for m ≤ 64 rows of bf16 weights (before fallbacks).
+GemmSmallM small_m_for(int64_t m, int64_t k, int64_t n) {
+  const GemmSmallM path = gemm_small_m();
+  return path == GemmSmallM::kAuto ? auto_small_m(m, k, n) : path;
+}
+
+}  // namespace
+
+XPlanes gemm_x_planes(int64_t m, int64_t k, int64_t n, WeightDType wdt, cudaStream_t stream) {
+  if (wdt != WeightDType::kBF16 || m < 1 || m > kSmallMMax || n <= 0 ||
+      small_m_for(m, k, n) != GemmSmallM::kWgmmaSplit || !gemm_wgmma_split_pays(m, k, n))
+    return {};
+  return gemm_wgmma_x_planes(m, k, stream);
+}
+
+Status gemm_on_planes(const float* x, const XPlanes& planes, int64_t m, int64_t k, const void* w,
+                      WeightDType wdt, int64_t n, float* y, cudaStream_t stream) {
+  if (!planes) return gemm(x, m, k, w, wdt, n, y, stream);
+  if (wdt != WeightDType::kBF16 || (reinterpret_cast<uintptr_t>(w) % 16) != 0)
+    return invalid_argument("cuda gemm_on_planes: needs 16-byte aligned bf16 weights");
+  return gemm_wgmma_split(x, m, k, static_cast<const __nv_bfloat16*>(w), n, y, stream, planes);
+}
+
 Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt, int64_t n,
             float* y, cudaStream_t stream) {
   if (k <= 0 || n <= 0 || m < 0) {
@@ -679,8 +705,7 @@ Status gemm(const float* x, int64_t m, int64_t k, const void* w, WeightDType wdt
     }
     const auto* wb = static_cast<const __nv_bfloat16*>(w);
     if (m <= kSmallMMax) {
-      GemmSmallM path = gemm_small_m();
-      if (path == GemmSmallM::kAuto) path = auto_small_m(m, k, n);
+      GemmSmallM path = small_m_for(m, k, n);
       if (path == GemmSmallM::kCluster) return gemm_cluster(x, m, k, wb, n, y, stream);
       if (path == GemmSmallM::kWgmmaSplit && gemm_wgmma_split_supports(m, k))
         return gemm_wgmma_split(x, m, k, wb, n, y, stream);

@@ -53,6 +53,26 @@ __device__ __forceinline__ void split_pair(float v0, float v1, uint32_t& hi, uin
   lo = bf16x2_rn(r0 - bf16_low(mid), r1 - bf16_high(mid));
 }
 
+// x[r][k]'s three planes in the k-split wgmma kernel's pre-split layout (gemm_wgmma.cu's
+// split_planes_kernel): bf16 element ((6s + 2pl + q) · groups + r / 8) · 128 + c · 64 +
+// (r % 8) · 8 + 2t + e of plane pl, for k = 32s + 8t + 4q + 2c + e — the B operand that
+// split_pair would write for the pair holding x[r][k]. A producer that writes its
+// output's planes (x_planes.h) stores them here, one value at a time: split_pair's
+// roundings are per value, so the bits are the pair's.
+__device__ __forceinline__ void store_x_planes(uint16_t* planes, int32_t groups, int64_t r,
+                                               int64_t k, float v) {
+  uint32_t hi, mid, lo;
+  split_pair(v, 0.0f, hi, mid, lo);
+  const int kk = static_cast<int>(k & 31), t = kk >> 3, q = (kk >> 2) & 1, c = (kk >> 1) & 1,
+            e = kk & 1;
+  const int64_t at =
+      (((k >> 5) * 6 + q) * groups + (r >> 3)) * 128 + c * 64 + (r & 7) * 8 + 2 * t + e;
+  const int64_t plane = int64_t{2} * groups * 128;  // (6s + 2pl + q) − (6s + q) = 2pl
+  planes[at] = static_cast<uint16_t>(hi);
+  planes[at + plane] = static_cast<uint16_t>(mid);
+  planes[at + 2 * plane] = static_cast<uint16_t>(lo);
+}
+
 // One MMA step's A operand of a lane in each plane (hi, mid, lo), from the lane's four
 // x values of row g (x_g) and of row g + 8 (x_g8) for the step (gemm.cu's k → slot
 // layout): registers {row g k+0..1, row g+8 k+0..1, row g k+2..3, row g+8 k+2..3}. The

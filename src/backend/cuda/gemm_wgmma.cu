@@ -62,8 +62,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/gemm_common.cuh"
@@ -73,6 +75,7 @@
 #include "backend/cuda/launch.h"
 #include "backend/cuda/tma.cuh"
 #include "backend/cuda/wgmma.cuh"
+#include "backend/cuda/x_planes.h"
 #include "util/knobs.h"
 
 namespace pagedkv::backend::cuda {
@@ -96,22 +99,26 @@ constexpr int kLargeBlocksAnSm = BM == 128  ? 1
 // Shared memory of a BM-row tile: kStages raw steps, then three buffers of a step's B
 // operands — (plane, q) at (plane · 2 + q) · kPlaneQ, and in it x row r's 16 slots at
 // (r / 8) · 256 + core · 128 + (r % 8) · 16 (core 0: slots 0–7, core 1: slots 8–15).
-template <int BM, int S>
+// kPre (the k-split kernel on x split beforehand, split_planes_kernel): a step holds
+// its six B operands in that layout in place of x's f32 rows, and there are no plane
+// buffers.
+template <int BM, int S, bool kPre = false>
 struct WgTile {
   static constexpr int kStages = S;
   static_assert(kStages >= 3, "the split reads step s + 1 while step s + kStages − 1 loads");
-  // A raw step in gemm_large_m_stage.cuh's layout: x's BM rows of 32 f32, then the
-  // weights' 128 rows of 32 bf16.
+  static constexpr int kPlaneQ = BM * 16 * 2;  // BM rows × 16 slots, bf16
+  // A raw step in gemm_large_m_stage.cuh's layout: x's BM rows of 32 f32 (kPre: the
+  // step's six B operands, 6 · kPlaneQ bytes), then the weights' 128 rows of 32 bf16.
   struct Stage {
-    static constexpr int kXBytes = BM * kLargeMBK * 4;
+    static constexpr int kXBytes = kPre ? 6 * kPlaneQ : BM * kLargeMBK * 4;
     static constexpr int kBytes = kXBytes + kLargeMBN * kLargeMBK * 2;
     static_assert(kBytes % 1024 == 0, "stages stay 1,024-byte aligned");
   };
-  static constexpr int kPlaneQ = BM * 16 * 2;  // BM rows × 16 slots, bf16
   static constexpr int kPlaneBuffer = 3 * 2 * kPlaneQ;
+  static constexpr int kPlaneBuffersHeld = kPre ? 0 : kPlaneBuffers;
   // + the stages' barriers, + 1 KiB to align the stages to 1,024 bytes (the TMA's
   // 128-byte swizzle repeats every 8 rows of 128 bytes).
-  static constexpr int kBarrierOffset = kStages * Stage::kBytes + kPlaneBuffers * kPlaneBuffer;
+  static constexpr int kBarrierOffset = kStages * Stage::kBytes + kPlaneBuffersHeld * kPlaneBuffer;
   static constexpr int kSmem = kBarrierOffset + kStages * 8 + 1024;
   static constexpr int kAcc = BM / 2;         // a thread's accumulators: 64 × BM over 128 threads
   static constexpr int kSplitUnits = 2 * BM;  // (row, q) units a step; one a thread
@@ -206,14 +213,18 @@ __device__ __forceinline__ void split_fold(unsigned char* smem, int chunks, int 
 // kPlanes: gemm_planes() (3; 2 or 1 drop lo, then mid), a template parameter so that
 // the wgmmas of a step are issued back to back without a branch between them. kSplit:
 // the CTAs of a cluster (grid.z) that share the tile's k chunks (1: one CTA takes all).
-template <int BM, int kPlanes, int kSplit>
+// kPre (k-split kernels only): x_map maps x's planes as split_planes_kernel wrote them,
+// a step's six B operands one box, and no thread splits; 2: also A in two register sets
+// (even and odd steps), so that step s's wgmmas are issued while step s − 1's run.
+template <int BM, int kPlanes, int kSplit, int kPre = 0>
 __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t M, int64_t K,
                                            float* __restrict__ y, int64_t N,
                                            const CUtensorMap& x_map, const CUtensorMap& w_map) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // never launched: gemm_wgmma_enabled() finds no sm_90a image
 #else
-  using T = WgTile<BM, kSplit == 1 ? kLargeStages : kSplitStages>;
+  static_assert(!kPre || kSplit > 1, "x split beforehand: the k-split kernel's step loop");
+  using T = WgTile<BM, kSplit == 1 ? kLargeStages : kSplitStages, (kPre > 0)>;
   constexpr int kStages = T::kStages;
   constexpr int kStageBytes = T::Stage::kBytes;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -247,8 +258,12 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
   };
   auto load_x = [&](int s) {
     if (tid != 0) return;
-    tma::load_2d(smem_base + (s % kStages) * kStageBytes, x_map, (s_begin + s) * kLargeMBK,
-                 static_cast<int>(m0), barriers + 8 * (s % kStages));
+    if constexpr (kPre)  // the step's six B operands: rows m0 … m0 + BM − 1 of each
+      tma::load_3d(smem_base + (s % kStages) * kStageBytes, x_map, 0, static_cast<int>(m0 / 8),
+                   6 * (s_begin + s), barriers + 8 * (s % kStages));
+    else
+      tma::load_2d(smem_base + (s % kStages) * kStageBytes, x_map, (s_begin + s) * kLargeMBK,
+                   static_cast<int>(m0), barriers + 8 * (s % kStages));
   };
   auto load_step = [&](int s) {
     load_w(s);
@@ -265,6 +280,7 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
   // row r = tid % BM, step q = tid / BM — pieces 2t' + q (k 8t' + 4q … + 3) for t' = 0
   // … 3, at (2t' + q) ^ (r & 7) in the raw row — written as each plane's two core rows.
   auto split_step = [&](int s) {
+    if (kPre) return;
     if (tid < T::kSplitUnits) {
       const int r = tid % BM, q = tid / BM;
       const auto* xr = reinterpret_cast<const float4*>(smem + (s % kStages) * kStageBytes);
@@ -292,28 +308,19 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
 #pragma unroll
   for (int i = 0; i < T::kAcc; ++i) acc[i] = total[i] = 0.0f;
 
-  // Step s's wgmmas: A = this warp's weight rows (wg · 64 + (warp % 4) · 16 + g, + 8),
-  // k 8t … 8t + 7 — step q = 0's registers {row g .x, row g+8 .x, row g .y, row g+8 .y},
-  // q = 1's the .z and .w halves; B = plane buffer s % 3.
-  auto mma_step = [&](int s) {
-    // Step s − 1's wgmmas read their A registers asynchronously, and step s's A are the
-    // same registers (the step loop is not unrolled): PTX leaves writing a pending
-    // wgmma's A registers undefined, so they are waited for first — they ran under the
-    // split, the copies and the barrier since. (gemm_wgmma_tile.cu gave wrong sums at 64
-    // x rows without such a wait; here the tests had passed without it. Two A arrays
-    // for even and odd steps, with step s − 1 still running, measured 0.96–0.97× of
-    // this on the H200: docs/performance.md.)
-    wgmma::wait<0>();
-#pragma unroll
-    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+  // Step s's wgmmas, committed as one group: A = this warp's weight rows (wg · 64 +
+  // (warp % 4) · 16 + g, + 8), k 8t … 8t + 7 — step q = 0's registers {row g .x, row
+  // g+8 .x, row g .y, row g+8 .y}, q = 1's the .z and .w halves — read into `a`; B = the
+  // six operands at b_base (plane buffer s % 3, or with kPre the step's slot).
+  auto issue_step = [&](int s, uint32_t(&a)[2][4], unsigned b_base) {
     const unsigned char* wr = smem + (s % kStages) * kStageBytes + T::Stage::kXBytes;
     const uint4 lo = *reinterpret_cast<const uint4*>(wr + w_row * 64 + 16 * t);
     const uint4 hi = *reinterpret_cast<const uint4*>(wr + (w_row + 8) * 64 + 16 * t);
-    const uint32_t a[2][4] = {{lo.x, hi.x, lo.y, hi.y}, {lo.z, hi.z, lo.w, hi.w}};
+    a[0][0] = lo.x, a[0][1] = hi.x, a[0][2] = lo.y, a[0][3] = hi.y;
+    a[1][0] = lo.z, a[1][1] = hi.z, a[1][2] = lo.w, a[1][3] = hi.w;
     // The step's six descriptors differ only in their start address (the low 14 bits,
     // in 16-byte units, which no offset here carries past).
-    const uint64_t desc =
-        wgmma::k_major_descriptor(planes_base + (s % kPlaneBuffers) * T::kPlaneBuffer, 128, 256);
+    const uint64_t desc = wgmma::k_major_descriptor(b_base, 128, 256);
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
     wgmma::fence();
@@ -325,6 +332,22 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
                               desc + static_cast<uint64_t>((pl * 2 + q) * T::kPlaneQ / 16));
       }
     wgmma::commit();
+  };
+  auto mma_step = [&](int s) {
+    // Step s − 1's wgmmas read their A registers asynchronously, and step s's A are the
+    // same registers (the step loop is not unrolled): PTX leaves writing a pending
+    // wgmma's A registers undefined, so they are waited for first — they ran under the
+    // split, the copies and the barrier since. (gemm_wgmma_tile.cu gave wrong sums at 64
+    // x rows without such a wait; here the tests had passed without it. Two A arrays
+    // for even and odd steps, with step s − 1 still running, measured 0.96–0.97× of
+    // this on the H200: docs/performance.md; kPre 2 does so on x split beforehand.)
+    wgmma::wait<0>();
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+    uint32_t a[2][4];
+    issue_step(s, a,
+               kPre ? smem_base + (s % kStages) * kStageBytes
+                    : planes_base + (s % kPlaneBuffers) * T::kPlaneBuffer);
 #pragma unroll
     for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
   };
@@ -361,40 +384,82 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
     enter_kernel();
     for (int s = 0; s < kStages - 1 && s < steps; ++s) load_step(s);
   }
-  wait_step(0);
-  __syncthreads();
-  split_step(0);
+  if constexpr (!kPre) {
+    wait_step(0);
+    __syncthreads();
+    split_step(0);
+  }
 
-  for (int s = 0; s < steps; ++s) {
-    if (s + 1 < steps) wait_step(s + 1);
-    __syncthreads();  // step s's planes written; step s − 1's raw slot read (weights and
-                      // split), and the wgmmas that read plane buffer (s + 1) % 3, step
-                      // s − 2's, waited for by every thread
-    // The k-split kernel refills step s − 1's slot at once (its copies get the MMAs and
-    // the split of this step as lead); the one-CTA kernel after them (below).
-    if constexpr (kSplit > 1)
-      if (s + kStages - 1 < steps) load_step(s + kStages - 1);
-    if (s > 0 && (s_begin + s) % kStepsAChunk == 0) {  // a chunk boundary: its partial is complete
-      wgmma::wait<0>();
+  // At a chunk boundary (step s starts a chunk) the partial is complete: the first
+  // CTA folds it into its total, a later one keeps it; acc restarts from zero.
+  auto close_chunk = [&](int s) {
+    if (s == 0 || (s_begin + s) % kStepsAChunk != 0) return;
+    wgmma::wait<0>();
 #pragma unroll
-      for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
-      if (z == 0) {  // the first chunks: folded as they complete
+    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+    if (z == 0) {  // the first chunks: folded as they complete
 #pragma unroll
-        for (int i = 0; i < T::kAcc; ++i) total[i] = total[i] + acc[i];
-      } else {  // a later CTA's: kept until the ones before them are folded
+      for (int i = 0; i < T::kAcc; ++i) total[i] = total[i] + acc[i];
+    } else {  // a later CTA's: kept until the ones before them are folded
 #pragma unroll
-        for (int c = 0; c < kKept; ++c)
-          if (c == chunks_done) {
-            float(&to)[T::kAcc] = kept_partial(c);
+      for (int c = 0; c < kKept; ++c)
+        if (c == chunks_done) {
+          float(&to)[T::kAcc] = kept_partial(c);
 #pragma unroll
-            for (int i = 0; i < T::kAcc; ++i) to[i] = acc[i];
-          }
-        ++chunks_done;
-      }
-#pragma unroll
-      for (int i = 0; i < T::kAcc; ++i) acc[i] = 0.0f;
+          for (int i = 0; i < T::kAcc; ++i) to[i] = acc[i];
+        }
+      ++chunks_done;
     }
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) acc[i] = 0.0f;
+  };
+
+  // kPre 2: step s's A in its own register set, its wgmmas issued while step s − 1's
+  // run; then the wait for step s − 1's, whose slot (and A set, kept unwritten by the
+  // pin till then) is free once every thread has passed it.
+  auto pipelined_step = [&](int s, uint32_t(&a)[2][4], uint32_t(&a_prev)[2][4]) {
+    wait_step(s);
+    close_chunk(s);
+    issue_step(s, a, smem_base + (s % kStages) * kStageBytes);
+    wgmma::wait<1>();
+#pragma unroll
+    for (int i = 0; i < T::kAcc; ++i) wgmma::pin(acc[i]);
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) wgmma::pin(a_prev[q][i]);
+    __syncthreads();
+    if (s + kStages - 1 < steps) load_step(s + kStages - 1);
+  };
+  if constexpr (kPre == 2) {
+    uint32_t a_even[2][4] = {}, a_odd[2][4] = {};
+    for (int s = 0; s < steps; s += 2) {
+      pipelined_step(s, a_even, a_odd);
+      if (s + 1 < steps) pipelined_step(s + 1, a_odd, a_even);
+    }
+  }
+
+  for (int s = 0; s < (kPre == 2 ? 0 : steps); ++s) {
+    if constexpr (kPre) {
+      wait_step(s);  // the step's weights and B operands have landed
+    } else {
+      if (s + 1 < steps) wait_step(s + 1);
+      __syncthreads();  // step s's planes written; step s − 1's raw slot read (weights and
+                        // split), and the wgmmas that read plane buffer (s + 1) % 3, step
+                        // s − 2's, waited for by every thread
+      // The k-split kernel refills step s − 1's slot at once (its copies get the MMAs
+      // and the split of this step as lead); the one-CTA kernel after them (below).
+      if constexpr (kSplit > 1)
+        if (s + kStages - 1 < steps) load_step(s + kStages - 1);
+    }
+    close_chunk(s);
     mma_step(s);  // waits for step s − 1's wgmmas first
+    if constexpr (kPre) {
+      // Every thread has waited for step s − 1's wgmmas, the last readers of its slot
+      // (its B operands in place): step s + kStages − 1 goes there.
+      __syncthreads();
+      if (s + kStages - 1 < steps) load_step(s + kStages - 1);
+    }
     if (s + 1 < steps) split_step(s + 1);
     // Step s + kStages − 1 into step s − 1's slot.
     if constexpr (kSplit == 1)
@@ -493,6 +558,112 @@ __global__ void __cluster_dims__(1, 1, kSplit) __launch_bounds__(kThreads, 1)
   wgmma_tile<BM, kPlanes, kSplit>(x, M, K, y, N, x_map, w_map);
 }
 
+// The same kernel on x split beforehand (split_planes_kernel): a step's copies are its
+// weights and its six B operands, and no thread splits or waits for a split.
+// kPre 2: A in two register sets (wgmma_tile).
+template <int BM, int kSplit, int kPre>
+__global__ void __cluster_dims__(1, 1, kSplit) __launch_bounds__(kThreads, 1)
+    gemm_bf16_wgmma_presplit_kernel(int64_t M, int64_t K, int64_t N, float* __restrict__ y,
+                                    const __grid_constant__ CUtensorMap planes_map,
+                                    const __grid_constant__ CUtensorMap w_map) {
+  wgmma_tile<BM, 3, kSplit, kPre>(nullptr, M, K, y, N, planes_map, w_map);
+}
+
+// x [m][k] f32 → its three bf16 planes (hi, mid, lo; split_pair) in the B-operand layout
+// of the k-split kernel's steps, so that a step's operands are one TMA box and every
+// CTA of every tile skips the split it would repeat: for k step s (32 k) and (plane pl,
+// MMA step q), buffer (6s + 2pl + q) holds `groups` row groups of 8 rows, each two core
+// matrices (slots 0–7, 8–15) of 8 rows × 8 slots, slot 2t + e of step q holding k 32s +
+// 8t + 4q + e (core 1: + 2) — split_step's layout, the same values, hence the same bits.
+// Rows past m and k past K are zeros (as the TMA's fill of x gives the in-kernel split).
+// One thread per (row, step, q); it lets the GEMM after it launch at its entry (the
+// GEMM reads only weights before its wait) and waits for the kernels before it first.
+__global__ void __launch_bounds__(256)
+    split_planes_kernel(const float* __restrict__ x, int64_t m, int64_t k, int32_t groups,
+                        int32_t steps, uint4* __restrict__ planes) {
+  allow_next_kernel_launch();
+  wait_for_prior_kernels();
+  const int64_t u = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (u >= int64_t{groups} * 8 * steps * 2) return;
+  const int q = static_cast<int>(u & 1);
+  const int64_t s = (u >> 1) % steps, r = (u >> 1) / steps;
+  uint32_t p[3][2][4];  // [plane hi, mid, lo][core][t]
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    const int64_t kk = s * kLargeMBK + 8 * t + 4 * q;
+    const float4 v = r < m && kk < k ? *reinterpret_cast<const float4*>(x + r * k + kk)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    split_pair(v.x, v.y, p[0][0][t], p[1][0][t], p[2][0][t]);
+    split_pair(v.z, v.w, p[0][1][t], p[1][1][t], p[2][1][t]);
+  }
+#pragma unroll
+  for (int pl = 0; pl < 3; ++pl)
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+      planes[((s * 6 + pl * 2 + q) * groups + r / 8) * 16 + c * 8 + (r & 7)] =
+          make_uint4(p[pl][c][0], p[pl][c][1], p[pl][c][2], p[pl][c][3]);
+}
+
+// The planes' bytes for k (all 64 rows: one size a K, whatever m).
+size_t plane_bytes(int64_t k) {
+  return static_cast<size_t>((k + kLargeMBK - 1) / kLargeMBK) * 6 * 8 * 256;
+}
+
+// The planes' device buffer of a (device, stream), grown where too small — never moved
+// or freed, since a CUDA graph may hold it: an outgrown buffer is kept. During a stream
+// capture the allocation runs with this thread's capture mode relaxed (cudaMalloc is
+// not a stream operation, so nothing is captured; the graph keeps the pointer). Null
+// where no memory can be had — the caller then splits in the kernel (the same bits). A
+// stream runs its kernels in order, so the GEMMs of one stream share its buffer: each
+// split waits for the kernels before it, the GEMM that read the last planes among them.
+void* plane_workspace(cudaStream_t stream, size_t bytes) {
+  struct Buffer {
+    int device;
+    cudaStream_t stream;
+    void* ptr;
+    size_t bytes;
+  };
+  static std::mutex mu;
+  static std::vector<Buffer> buffers;  // the newest of a (device, stream) last
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto it = buffers.rbegin(); it != buffers.rend(); ++it)
+    if (it->device == device && it->stream == stream) {
+      if (it->bytes >= bytes) return it->ptr;
+      break;
+    }
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  void* ptr = nullptr;
+  const cudaError_t allocated = cudaMalloc(&ptr, bytes);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);  // the mode this thread had
+  if (allocated != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  buffers.push_back({device, stream, ptr, bytes});
+  return ptr;
+}
+
+// PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT (read once) or set_gemm_wgmma_presplit: whether the
+// k-split kernel takes x split beforehand (split_planes_kernel).
+std::atomic<bool>& presplit_switch() {
+  static std::atomic<bool> on{env_i64("PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT").value_or(1) != 0};
+  return on;
+}
+// Its loop (PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT = 2: A in two register sets; read once).
+int presplit_mode() {
+  static const int mode = env_i64("PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT").value_or(1) == 2 ? 2 : 1;
+  return mode;
+}
+
 // cuTensorMapEncodeTiled from the driver (through the runtime: nothing links the
 // driver library), or null.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -557,9 +728,66 @@ Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w
                        w_map);
 }
 
+// The k-split kernel on x split beforehand: on `given` planes (x's producer wrote them,
+// x_planes.h), else split into the stream's plane buffer by split_planes_kernel; false
+// (and nothing launched) where that buffer cannot be had.
+template <int BM, int kSplit>
+Status launch_presplit(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                       float* y, cudaStream_t stream, const XPlanes& given, bool* launched) {
+  *launched = false;
+  const int32_t groups = static_cast<int32_t>((m + 7) / 8);
+  const int32_t steps = static_cast<int32_t>((k + kLargeMBK - 1) / kLargeMBK);
+  void* planes = given.data;
+  if (planes != nullptr && given.groups != groups)
+    return invalid_argument("cuda gemm_wgmma: x's planes were laid out for " +
+                            std::to_string(given.groups * 8) + " rows, not " + std::to_string(m));
+  if (planes == nullptr) {
+    planes = plane_workspace(stream, plane_bytes(k));
+    if (planes == nullptr) return ok_status();
+    const int64_t threads = int64_t{groups} * 8 * steps * 2;
+    PKV_RETURN_IF_ERROR(launch_kernel("split_planes_kernel", split_planes_kernel,
+                                      dim3(static_cast<unsigned>((threads + 255) / 256)), 256, 0,
+                                      stream, x, m, k, groups, steps, static_cast<uint4*>(planes)));
+  }
+  // The planes as [6 · steps][groups][128] bf16: a box of a step's six operands, BM / 8
+  // row groups (zeros past the last), lands as WgTile's kPre stage.
+  CUtensorMap planes_map{}, w_map{};
+  const cuuint64_t dims[3] = {128, static_cast<cuuint64_t>(groups),
+                              static_cast<cuuint64_t>(6) * steps};
+  const cuuint64_t strides[2] = {256, static_cast<cuuint64_t>(groups) * 256};
+  const cuuint32_t box[3] = {128, BM / 8, 6};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &planes_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, planes, dims, strides, box, elem_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return internal_error("cuda gemm_wgmma: cuTensorMapEncodeTiled failed (CUresult " +
+                          std::to_string(static_cast<int>(r)) + ") for x's planes, " +
+                          std::to_string(m) + " × " + std::to_string(k));
+  PKV_RETURN_IF_ERROR(encode_map(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, n, k, 2, kLargeMBN,
+                                 CU_TENSOR_MAP_SWIZZLE_NONE));
+  const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
+                  static_cast<unsigned>((m + BM - 1) / BM), kSplit);
+  *launched = true;
+  auto kernel = presplit_mode() == 2 ? gemm_bf16_wgmma_presplit_kernel<BM, kSplit, 2>
+                                     : gemm_bf16_wgmma_presplit_kernel<BM, kSplit, 1>;
+  return launch_cluster_kernel("gemm_bf16_wgmma_presplit_kernel", kernel, kSplit, grid, kThreads,
+                               WgTile<BM, kSplitStages, true>::kSmem, stream, m, k, n, y,
+                               planes_map, w_map);
+}
+
 template <int BM, int kPlanes, int kSplit>
 Status launch_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
-                    float* y, cudaStream_t stream) {
+                    float* y, cudaStream_t stream, const XPlanes& given) {
+  if constexpr (kPlanes == 3) {
+    if (given || presplit_switch().load(std::memory_order_relaxed)) {
+      bool launched = false;
+      const Status st = launch_presplit<BM, kSplit>(x, m, k, w, n, y, stream, given, &launched);
+      if (!st.ok()) return st;
+      if (launched) return ok_status();
+    }
+  }
   CUtensorMap x_map{}, w_map{};
   PKV_RETURN_IF_ERROR(encode_maps(&x_map, &w_map, x, m, k, w, n, BM));
   const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
@@ -647,17 +875,17 @@ int64_t split_band_rows(int64_t m, int64_t k, int64_t n) {
 
 template <int BM, int kPlanes>
 Status launch_split_rows(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
-                         float* y, cudaStream_t stream) {
+                         float* y, cudaStream_t stream, const XPlanes& given) {
   switch (split_for<BM>(m, k, n)) {
     case 16:
-      if constexpr (BM >= 32) return launch_split<BM, kPlanes, 16>(x, m, k, w, n, y, stream);
+      if constexpr (BM >= 32) return launch_split<BM, kPlanes, 16>(x, m, k, w, n, y, stream, given);
       break;
     case 8:
-      return launch_split<BM, kPlanes, 8>(x, m, k, w, n, y, stream);
+      return launch_split<BM, kPlanes, 8>(x, m, k, w, n, y, stream, given);
     case 4:
-      return launch_split<BM, kPlanes, 4>(x, m, k, w, n, y, stream);
+      return launch_split<BM, kPlanes, 4>(x, m, k, w, n, y, stream, given);
     case 2:
-      return launch_split<BM, kPlanes, 2>(x, m, k, w, n, y, stream);
+      return launch_split<BM, kPlanes, 2>(x, m, k, w, n, y, stream, given);
     default:
       break;
   }
@@ -725,8 +953,10 @@ bool gemm_wgmma_split_pays(int64_t m, int64_t k, int64_t n) {
 
 int set_gemm_wgmma_split(int split) { return forced_split().exchange(split); }
 
+bool set_gemm_wgmma_presplit(bool on) { return presplit_switch().exchange(on); }
+
 Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
-                        float* y, cudaStream_t stream) {
+                        float* y, cudaStream_t stream, const XPlanes& given) {
   if (!gemm_wgmma_split_supports(m, k))
     return invalid_argument("cuda gemm_wgmma_split: needs an sm_90 device, 1 ≤ m ≤ 64 (got " +
                             std::to_string(m) + ") and k a multiple of 8 (got " +
@@ -734,10 +964,21 @@ Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat1
   const int64_t rows = split_band_rows(m, k, n);
   return with_gemm_planes([&](auto planes) {
     constexpr int P = decltype(planes)::value;
-    if (rows <= 16) return launch_split_rows<16, P>(x, m, k, w, n, y, stream);
-    if (rows <= 32) return launch_split_rows<32, P>(x, m, k, w, n, y, stream);
-    return launch_split_rows<64, P>(x, m, k, w, n, y, stream);
+    if (rows <= 16) return launch_split_rows<16, P>(x, m, k, w, n, y, stream, given);
+    if (rows <= 32) return launch_split_rows<32, P>(x, m, k, w, n, y, stream, given);
+    return launch_split_rows<64, P>(x, m, k, w, n, y, stream, given);
   });
+}
+
+XPlanes gemm_wgmma_x_planes(int64_t m, int64_t k, cudaStream_t stream) {
+  // k a multiple of 32: no step has a tail, whose planes no producer writes (zeros there
+  // are what the split gives).
+  if (m < 1 || m > 64 || k % kLargeMBK != 0 || gemm_planes() != 3 ||
+      !presplit_switch().load(std::memory_order_relaxed))
+    return {};
+  void* buffer = plane_workspace(stream, plane_bytes(k));
+  if (buffer == nullptr) return {};
+  return XPlanes{static_cast<uint16_t*>(buffer), static_cast<int32_t>((m + 7) / 8)};
 }
 
 }  // namespace pagedkv::backend::cuda

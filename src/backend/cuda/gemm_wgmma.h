@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/x_planes.h"
 #include "pagedkv/status.h"
 
 namespace pagedkv::backend::cuda {
@@ -57,8 +58,18 @@ bool gemm_wgmma_split_supports(int64_t m, int64_t k);
 // split of at least 2 with every cluster resident at once): where it would not, it
 // runs the one-CTA kernel, one CTA a 128-column tile, and another kernel is better.
 bool gemm_wgmma_split_pays(int64_t m, int64_t k, int64_t n);
+// `given`: x's planes, written by x's producer (x_planes.h; from gemm_wgmma_x_planes).
 Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
-                        float* y, cudaStream_t stream);
+                        float* y, cudaStream_t stream, const XPlanes& given = XPlanes{});
+// The stream's plane buffer for x of m rows and k columns, where the k-split kernel
+// would take x split beforehand (x_planes.h); else none.
+XPlanes gemm_wgmma_x_planes(int64_t m, int64_t k, cudaStream_t stream);
 int set_gemm_wgmma_split(int split);
+// Whether gemm_wgmma_split() (with all three planes) first splits x into its bf16
+// planes in a kernel of its own, into a device buffer of the stream's, so that each
+// CTA's steps are copies and MMAs alone — not every tile's CTAs splitting the same x
+// again (PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT, default on, read once). Speed only: the
+// same bits. Returns the setting it replaced.
+bool set_gemm_wgmma_presplit(bool on);
 
 }  // namespace pagedkv::backend::cuda

@@ -1,5 +1,5 @@
 // Hopper's tensor memory accelerator (TMA) and the shared-memory barriers that count
-// its bytes (sm_90): a tile of a 2-D tensor copied global → shared by one thread's
+// its bytes (sm_90): a tile of a 2-D or 3-D tensor copied global → shared by one thread's
 // instruction, described by a tensor map built on the host (cuTensorMapEncodeTiled;
 // gemm_wgmma.cu), zero-filled past the tensor's edges, its completion signalled on an
 // mbarrier as transferred bytes. Used by the wgmma kernels (the barriers also by the
@@ -57,6 +57,16 @@ __device__ __forceinline__ void load_2d(unsigned dst, const CUtensorMap& map, in
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// The same for a 3-D map: coordinates (c0 innermost, c1, c2).
+__device__ __forceinline__ void load_3d(unsigned dst, const CUtensorMap& map, int c0, int c1,
+                                        int c2, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
 

@@ -24,6 +24,7 @@
 #include "backend/cuda/selection_draw.h"
 #include "backend/cuda/top_entries.h"
 #include "backend/cuda/vmm_kv_storage.h"
+#include "backend/cuda/x_planes.h"
 #include "model/checkpoint.h"
 #include "model/flat_kv_cache.h"
 #include "model/layers.h"
@@ -784,13 +785,24 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
   PKV_RETURN_IF_ERROR(
       bc::embedding(a.ids, T, wdata(*io_.embed), io_.embed->dtype(), io_.embed->rows(), H, x, st));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // h's bf16 planes for the GEMM that reads h next, where its producer wrote them
+  // (x_planes.h: the k-split GEMM's operands, written by the add + RMSNorm or SwiGLU).
+  bc::XPlanes h_planes;
+  auto planes_for = [&](const Weight* w) {
+    return fuse_norms_ && w != nullptr ? bc::gemm_x_planes(T, w->cols(), w->rows(), w->dtype(), st)
+                                       : bc::XPlanes{};
+  };
   for (int32_t l = 0; l < geom_.num_layers; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
     // Fused norms: the previous layer's residual add already normalized x into h.
     const bool prep = fuse_norms_ && L.qkv != nullptr;
-    if (l == 0 || !fuse_norms_) PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.input_norm, h));
+    if (l == 0 || !fuse_norms_) {
+      PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.input_norm, h));
+      h_planes = {};
+    }
     if (L.qkv) {
-      PKV_RETURN_IF_ERROR(gemm(h, T, *L.qkv, a.qkv));
+      PKV_RETURN_IF_ERROR(bc::gemm_on_planes(h, h_planes, T, L.qkv->cols(), wdata(*L.qkv),
+                                             L.qkv->dtype(), L.qkv->rows(), a.qkv, st));
       if (!prep) PKV_RETURN_IF_ERROR(bc::split_qkv(a.qkv, T, qd, kd, q, k, v, st));
     } else {
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.attn.q, q));
@@ -906,8 +918,9 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
     }
     PKV_RETURN_IF_ERROR(gemm(attn, T, *L.attn.o, y));
     if (fuse_norms_) {
-      PKV_RETURN_IF_ERROR(
-          bc::add_rms_norm(x, y, T, H, wdata(*L.post_norm), L.post_norm->dtype(), eps_, h, st));
+      h_planes = L.is_moe ? bc::XPlanes{} : planes_for(L.gate_up.get());
+      PKV_RETURN_IF_ERROR(bc::add_rms_norm(x, y, T, H, wdata(*L.post_norm), L.post_norm->dtype(),
+                                           eps_, h, st, h_planes));
     } else {
       PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
       PKV_RETURN_IF_ERROR(rms_norm(x, T, *L.post_norm, h));
@@ -915,9 +928,12 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
     if (L.is_moe) {
       PKV_RETURN_IF_ERROR(moe_ffn(L, h, T, y, /*grouped=*/a.graph));
     } else if (L.gate_up) {
-      PKV_RETURN_IF_ERROR(gemm(h, T, *L.gate_up, a.gu));
-      PKV_RETURN_IF_ERROR(bc::silu_mul_halves(a.gu, T, inter_, g, st));
-      PKV_RETURN_IF_ERROR(gemm(g, T, *L.mlp.down, y));
+      PKV_RETURN_IF_ERROR(bc::gemm_on_planes(h, h_planes, T, L.gate_up->cols(), wdata(*L.gate_up),
+                                             L.gate_up->dtype(), L.gate_up->rows(), a.gu, st));
+      const bc::XPlanes g_planes = planes_for(L.mlp.down.get());
+      PKV_RETURN_IF_ERROR(bc::silu_mul_halves(a.gu, T, inter_, g, st, g_planes));
+      PKV_RETURN_IF_ERROR(bc::gemm_on_planes(g, g_planes, T, L.mlp.down->cols(), wdata(*L.mlp.down),
+                                             L.mlp.down->dtype(), L.mlp.down->rows(), y, st));
     } else {
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.mlp.gate, g));
       PKV_RETURN_IF_ERROR(gemm(h, T, *L.mlp.up, u));
@@ -925,8 +941,11 @@ Status CudaQwen3Model::enqueue_step(const ForwardBatch& batch, const StepArgs& a
       PKV_RETURN_IF_ERROR(gemm(g, T, *L.mlp.down, y));
     }
     if (fuse_norms_ && l + 1 < geom_.num_layers) {
-      const Weight& next = *layers_[static_cast<size_t>(l) + 1].input_norm;
-      PKV_RETURN_IF_ERROR(bc::add_rms_norm(x, y, T, H, wdata(next), next.dtype(), eps_, h, st));
+      const Layer& N = layers_[static_cast<size_t>(l) + 1];
+      const Weight& next = *N.input_norm;
+      h_planes = planes_for(N.qkv.get());
+      PKV_RETURN_IF_ERROR(
+          bc::add_rms_norm(x, y, T, H, wdata(next), next.dtype(), eps_, h, st, h_planes));
     } else {
       PKV_RETURN_IF_ERROR(bc::add(x, y, T * H, st));
     }

@@ -1,0 +1,50 @@
+// x's bf16 planes written by the kernel that produces x, for the k-split decode GEMM.
+//
+// The k-split wgmma kernel (gemm_wgmma.cu) multiplies x's three bf16 planes (hi, mid, lo:
+// x to f32 accuracy). Split inside the GEMM, every CTA of every output tile splits the
+// same x again in its step loop; split by a kernel of its own before the GEMM, the
+// GEMM's steps are copies and MMAs alone but the extra kernel's latency costs more than
+// it saves (docs/performance.md, "x split beforehand"). So the kernel that produces x —
+// the residual add + RMSNorm before the q/k/v and gate/up projections, the SwiGLU before
+// down — writes the planes beside x (gemm_common.cuh's store_x_planes: the same bits as
+// the split), and the GEMM reads them with the TMA.
+//
+// The model asks gemm_x_planes() before launching the producer: a non-empty XPlanes
+// means gemm() would run that shape on the k-split kernel and the stream's plane buffer
+// is ready for it; it passes that to the producer and then to gemm_on_planes(). Empty
+// (other shapes, PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT=0, no sm_90a), both do what
+// add_rms_norm / silu_mul_halves / gemm do. Speed only: the bits are gemm()'s.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "pagedkv/status.h"
+
+namespace pagedkv::backend::cuda {
+
+// A stream's plane buffer laid out for x of `groups` · 8 rows (bf16, gemm_common.cuh's
+// store_x_planes layout); data null: none.
+struct XPlanes {
+  uint16_t* data = nullptr;
+  int32_t groups = 0;
+  explicit operator bool() const { return data != nullptr; }
+};
+
+// The planes gemm(x, m, k, w, wdt, n) would read if x's producer wrote them, or none.
+XPlanes gemm_x_planes(int64_t m, int64_t k, int64_t n, WeightDType wdt, cudaStream_t stream);
+
+// gemm() on x whose producer wrote `planes` (gemm_x_planes of the same shape); with none,
+// gemm() itself.
+Status gemm_on_planes(const float* x, const XPlanes& planes, int64_t m, int64_t k, const void* w,
+                      WeightDType wdt, int64_t n, float* y, cudaStream_t stream);
+
+// kernels.h's add_rms_norm and silu_mul_halves, also writing out's planes where given.
+Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* w, WeightDType wdt,
+                    float eps, float* out, cudaStream_t stream, const XPlanes& planes);
+Status silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* out, cudaStream_t stream,
+                       const XPlanes& planes);
+
+}  // namespace pagedkv::backend::cuda
