@@ -262,64 +262,71 @@ TEST_F(CudaOpsTest, GemmSmallMKernelsEqualLargeKernelBits) {
 }
 
 // x's planes written by x's producer (x_planes.h) give gemm()'s bits: the add + RMSNorm
-// before a q/k/v-shaped GEMM (K = 1024, N = 4096) and the SwiGLU before a down-shaped
+// before a q/k/v-shaped GEMM (K = 1024, N = 4096; and K = 2,080, a row past the norm's
+// registers whose last pass has one warp of values) and the SwiGLU before a down-shaped
 // one (K = 3072, N = 1024), their f32 outputs and the GEMM's against the producer
 // without planes and gemm(), at 1–64 rows, with the automatic kernel choice (planes
 // where it takes the k-split kernel: 64 rows on an sm_90 device at least) and with the
 // k-split kernel forced (planes wherever it splits the shape).
 TEST_F(CudaOpsTest, GemmOnProducerPlanesEqualsGemmBits) {
-  const int64_t d = 1024, n_qkv = 4096, inter = 3072, n_down = 1024;
-  auto w1 = randn(n_qkv * d, 94, 0.05f), w2 = randn(n_down * inter, 95, 0.05f);
-  auto W1 = make_weight(*gpu_, w1, n_qkv, d, WeightDType::kBF16);
+  const int64_t n_qkv = 4096, inter = 3072, n_down = 1024;
+  auto w2 = randn(n_down * inter, 95, 0.05f);
   auto W2 = make_weight(*gpu_, w2, n_down, inter, WeightDType::kBF16);
-  const void* wd1 = static_cast<const CudaWeight&>(*W1.gpu).data();
   const void* wd2 = static_cast<const CudaWeight&>(*W2.gpu).data();
-  auto nw = dev(randn(d, 93));
-  for (GemmSmallM path : {GemmSmallM::kAuto, GemmSmallM::kWgmmaSplit}) {
-    SmallMPath forced(path);
-    for (int64_t m : {1, 9, 17, 32, 33, 48, 49, 64}) {
-      SCOPED_TRACE("path " + std::to_string(static_cast<int>(path)) + " m=" + std::to_string(m));
-      // The add + RMSNorm, then the GEMM.
-      auto x = randn(m * d, 91), y = randn(m * d, 92);
-      auto dx1 = dev(x), dy1 = dev(y), dx2 = dev(x), dy2 = dev(y);
-      auto h1 = dev_poisoned(m * d * 4), h2 = dev_poisoned(m * d * 4);
-      auto o1 = dev_poisoned(m * n_qkv * 4), o2 = dev_poisoned(m * n_qkv * 4);
-      ASSERT_TRUE(add_rms_norm(dx1.as<float>(), dy1.as<float>(), m, d, nw.data(), WeightDType::kF32,
-                               1e-6f, h1.as<float>())
-                      .ok());
-      ASSERT_TRUE(gemm(h1.as<float>(), m, d, wd1, WeightDType::kBF16, n_qkv, o1.as<float>()).ok());
-      const XPlanes p1 = gemm_x_planes(m, d, n_qkv, WeightDType::kBF16, 0);
-      if (m == 64 && gemm_wgmma_enabled()) {
-        EXPECT_TRUE(p1) << "no planes where the k split runs";
+  for (int64_t d : {1024, 2080}) {
+    auto w1 = randn(n_qkv * d, 94, 0.05f);
+    auto W1 = make_weight(*gpu_, w1, n_qkv, d, WeightDType::kBF16);
+    const void* wd1 = static_cast<const CudaWeight&>(*W1.gpu).data();
+    auto nw = dev(randn(d, 93));
+    for (GemmSmallM path : {GemmSmallM::kAuto, GemmSmallM::kWgmmaSplit}) {
+      SmallMPath forced(path);
+      for (int64_t m : {1, 9, 17, 32, 33, 48, 49, 64}) {
+        SCOPED_TRACE("d=" + std::to_string(d) + " path " + std::to_string(static_cast<int>(path)) +
+                     " m=" + std::to_string(m));
+        // The add + RMSNorm, then the GEMM.
+        auto x = randn(m * d, 91), y = randn(m * d, 92);
+        auto dx1 = dev(x), dy1 = dev(y), dx2 = dev(x), dy2 = dev(y);
+        auto h1 = dev_poisoned(m * d * 4), h2 = dev_poisoned(m * d * 4);
+        auto o1 = dev_poisoned(m * n_qkv * 4), o2 = dev_poisoned(m * n_qkv * 4);
+        ASSERT_TRUE(add_rms_norm(dx1.as<float>(), dy1.as<float>(), m, d, nw.data(),
+                                 WeightDType::kF32, 1e-6f, h1.as<float>())
+                        .ok());
+        ASSERT_TRUE(
+            gemm(h1.as<float>(), m, d, wd1, WeightDType::kBF16, n_qkv, o1.as<float>()).ok());
+        const XPlanes p1 = gemm_x_planes(m, d, n_qkv, WeightDType::kBF16, 0);
+        if (d == 1024 && m == 64 && gemm_wgmma_enabled()) {
+          EXPECT_TRUE(p1) << "no planes where the k split runs";
+        }
+        ASSERT_TRUE(add_rms_norm(dx2.as<float>(), dy2.as<float>(), m, d, nw.data(),
+                                 WeightDType::kF32, 1e-6f, h2.as<float>(), 0, p1)
+                        .ok());
+        ASSERT_TRUE(gemm_on_planes(h2.as<float>(), p1, m, d, wd1, WeightDType::kBF16, n_qkv,
+                                   o2.as<float>(), 0)
+                        .ok());
+        EXPECT_TRUE(
+            same_bits(host<float>(h1, m * d).data(), host<float>(h2, m * d).data(), m * d * 4));
+        EXPECT_TRUE(same_bits(host<float>(o1, m * n_qkv).data(), host<float>(o2, m * n_qkv).data(),
+                              m * n_qkv * 4))
+            << "q/k/v-shaped GEMM on the norm's planes (" << (p1 ? "planes" : "none") << ")";
+        if (d != 1024) continue;  // the SwiGLU does not depend on d
+        // The SwiGLU, then the GEMM.
+        auto gu = dev(randn(m * 2 * inter, 96, 2.0f));
+        auto a1 = dev_poisoned(m * inter * 4), a2 = dev_poisoned(m * inter * 4);
+        auto y1 = dev_poisoned(m * n_down * 4), y2 = dev_poisoned(m * n_down * 4);
+        ASSERT_TRUE(silu_mul_halves(gu.as<float>(), m, inter, a1.as<float>()).ok());
+        ASSERT_TRUE(
+            gemm(a1.as<float>(), m, inter, wd2, WeightDType::kBF16, n_down, y1.as<float>()).ok());
+        const XPlanes p2 = gemm_x_planes(m, inter, n_down, WeightDType::kBF16, 0);
+        ASSERT_TRUE(silu_mul_halves(gu.as<float>(), m, inter, a2.as<float>(), 0, p2).ok());
+        ASSERT_TRUE(gemm_on_planes(a2.as<float>(), p2, m, inter, wd2, WeightDType::kBF16, n_down,
+                                   y2.as<float>(), 0)
+                        .ok());
+        EXPECT_TRUE(same_bits(host<float>(a1, m * inter).data(), host<float>(a2, m * inter).data(),
+                              m * inter * 4));
+        EXPECT_TRUE(same_bits(host<float>(y1, m * n_down).data(),
+                              host<float>(y2, m * n_down).data(), m * n_down * 4))
+            << "down-shaped GEMM on the SwiGLU's planes (" << (p2 ? "planes" : "none") << ")";
       }
-      ASSERT_TRUE(add_rms_norm(dx2.as<float>(), dy2.as<float>(), m, d, nw.data(), WeightDType::kF32,
-                               1e-6f, h2.as<float>(), 0, p1)
-                      .ok());
-      ASSERT_TRUE(gemm_on_planes(h2.as<float>(), p1, m, d, wd1, WeightDType::kBF16, n_qkv,
-                                 o2.as<float>(), 0)
-                      .ok());
-      EXPECT_TRUE(
-          same_bits(host<float>(h1, m * d).data(), host<float>(h2, m * d).data(), m * d * 4));
-      EXPECT_TRUE(same_bits(host<float>(o1, m * n_qkv).data(), host<float>(o2, m * n_qkv).data(),
-                            m * n_qkv * 4))
-          << "q/k/v-shaped GEMM on the norm's planes (" << (p1 ? "planes" : "none") << ")";
-      // The SwiGLU, then the GEMM.
-      auto gu = dev(randn(m * 2 * inter, 96, 2.0f));
-      auto a1 = dev_poisoned(m * inter * 4), a2 = dev_poisoned(m * inter * 4);
-      auto y1 = dev_poisoned(m * n_down * 4), y2 = dev_poisoned(m * n_down * 4);
-      ASSERT_TRUE(silu_mul_halves(gu.as<float>(), m, inter, a1.as<float>()).ok());
-      ASSERT_TRUE(
-          gemm(a1.as<float>(), m, inter, wd2, WeightDType::kBF16, n_down, y1.as<float>()).ok());
-      const XPlanes p2 = gemm_x_planes(m, inter, n_down, WeightDType::kBF16, 0);
-      ASSERT_TRUE(silu_mul_halves(gu.as<float>(), m, inter, a2.as<float>(), 0, p2).ok());
-      ASSERT_TRUE(gemm_on_planes(a2.as<float>(), p2, m, inter, wd2, WeightDType::kBF16, n_down,
-                                 y2.as<float>(), 0)
-                      .ok());
-      EXPECT_TRUE(same_bits(host<float>(a1, m * inter).data(), host<float>(a2, m * inter).data(),
-                            m * inter * 4));
-      EXPECT_TRUE(same_bits(host<float>(y1, m * n_down).data(), host<float>(y2, m * n_down).data(),
-                            m * n_down * 4))
-          << "down-shaped GEMM on the SwiGLU's planes (" << (p2 ? "planes" : "none") << ")";
     }
   }
 }

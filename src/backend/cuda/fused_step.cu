@@ -10,7 +10,7 @@
 // kernels' bits; each output column of a GEMM is one dot product over k in a
 // fixed order whatever the number of columns (kernels.h). Given x_planes.h's planes,
 // the add + RMSNorm and the SwiGLU also write their output's bf16 planes for the
-// k-split GEMM after them (the split's bits, gemm_common.cuh's store_x_planes).
+// k-split GEMM after them (the split's bits, gemm_common.cuh's store_x_planes_pairs).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -56,12 +56,17 @@ __global__ void silu_mul_halves_kernel(const float* gu, int64_t inter, float* ou
   if (trigger_at_entry) allow_next_kernel_launch();  // launch.h's early_trigger
   enter_kernel(trigger_at_entry);
   const int64_t t = blockIdx.x, i = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (i >= inter || (live_rows != nullptr && t >= *live_rows)) return;
-  const float* gate = gu + t * 2 * inter;
-  const float g = gate[i];
-  const float v = (g / (1.0f + expf(-g))) * gate[inter + i];
-  out[t * inter + i] = v;
-  if (planes != nullptr) gemm_detail::store_x_planes(planes, groups, t, i, v);
+  if (live_rows != nullptr && t >= *live_rows) return;  // the whole block
+  const bool in = i < inter;
+  float v = 0.0f;
+  if (in) {
+    const float* gate = gu + t * 2 * inter;
+    const float g = gate[i];
+    v = (g / (1.0f + expf(-g))) * gate[inter + i];
+    out[t * inter + i] = v;
+  }
+  // Every lane of the block's whole warps: i's parity is the lane's.
+  if (planes != nullptr) gemm_detail::store_x_planes_pairs(planes, groups, t, i, v, in);
 }
 
 constexpr int kRowThreads = 256;  // rms_norm_kernel's block (elementwise.cu)
@@ -112,11 +117,14 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
 #pragma unroll
     for (int j = 0; j < kRowRegs; ++j) {
       const int64_t i = threadIdx.x + j * kRowThreads;
-      if (i < d) {
-        const float o = wr[j] * (xv[j] * inv);
+      const bool in = i < d;
+      float o = 0.0f;
+      if (in) {
+        o = wr[j] * (xv[j] * inv);
         orow[i] = o;
-        if (planes != nullptr) gemm_detail::store_x_planes(planes, groups, blockIdx.x, i, o);
       }
+      if (planes != nullptr && j * kRowThreads < d)  // the block's warps alike
+        gemm_detail::store_x_planes_pairs(planes, groups, blockIdx.x, i, o, in);
     }
     return;
   }
@@ -126,11 +134,17 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
   for (int64_t i = threadIdx.x; i < d; i += kRowThreads) ss = ss + xr[i] * xr[i];
   ss = block_sum<kRowThreads>(ss, scratch);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
-  for (int64_t i = threadIdx.x; i < d; i += kRowThreads) {
-    const float wi = widen(w, dt, i);
-    const float o = wi * (xr[i] * inv);
-    orow[i] = o;
-    if (planes != nullptr) gemm_detail::store_x_planes(planes, groups, blockIdx.x, i, o);
+  // Whole warps every pass (the planes' pair stores shuffle): i's parity is the lane's.
+  for (int64_t base = 0; base < d; base += kRowThreads) {
+    const int64_t i = base + threadIdx.x;
+    const bool in = i < d;
+    float o = 0.0f;
+    if (in) {
+      const float wi = widen(w, dt, i);
+      o = wi * (xr[i] * inv);
+      orow[i] = o;
+    }
+    if (planes != nullptr) gemm_detail::store_x_planes_pairs(planes, groups, blockIdx.x, i, o, in);
   }
 }
 

@@ -57,20 +57,50 @@ __device__ __forceinline__ void split_pair(float v0, float v1, uint32_t& hi, uin
 // split_planes_kernel): bf16 element ((6s + 2pl + q) · groups + r / 8) · 128 + c · 64 +
 // (r % 8) · 8 + 2t + e of plane pl, for k = 32s + 8t + 4q + 2c + e — the B operand that
 // split_pair would write for the pair holding x[r][k]. A producer that writes its
-// output's planes (x_planes.h) stores them here, one value at a time: split_pair's
-// roundings are per value, so the bits are the pair's.
+// output's planes (x_planes.h) stores them here: split_pair's roundings are per value, so
+// a value stored alone or with its pair's other value has the pair's bits.
+__device__ __forceinline__ int64_t x_planes_offset(int32_t groups, int64_t r, int64_t k) {
+  const int kk = static_cast<int>(k & 31), t = kk >> 3, q = (kk >> 2) & 1, c = (kk >> 1) & 1,
+            e = kk & 1;
+  return (((k >> 5) * 6 + q) * groups + (r >> 3)) * 128 + c * 64 + (r & 7) * 8 + 2 * t + e;
+}
+// The distance from a plane to the next: (6s + 2pl + q) − (6s + q) = 2pl units of
+// groups · 128 elements.
+__device__ __forceinline__ int64_t x_planes_stride(int32_t groups) {
+  return int64_t{2} * groups * 128;
+}
+
+// One value's planes, three 2-byte stores.
 __device__ __forceinline__ void store_x_planes(uint16_t* planes, int32_t groups, int64_t r,
                                                int64_t k, float v) {
   uint32_t hi, mid, lo;
   split_pair(v, 0.0f, hi, mid, lo);
-  const int kk = static_cast<int>(k & 31), t = kk >> 3, q = (kk >> 2) & 1, c = (kk >> 1) & 1,
-            e = kk & 1;
-  const int64_t at =
-      (((k >> 5) * 6 + q) * groups + (r >> 3)) * 128 + c * 64 + (r & 7) * 8 + 2 * t + e;
-  const int64_t plane = int64_t{2} * groups * 128;  // (6s + 2pl + q) − (6s + q) = 2pl
+  const int64_t at = x_planes_offset(groups, r, k), plane = x_planes_stride(groups);
   planes[at] = static_cast<uint16_t>(hi);
   planes[at + plane] = static_cast<uint16_t>(mid);
   planes[at + 2 * plane] = static_cast<uint16_t>(lo);
+}
+
+// The planes of row r from a whole warp whose lanes hold consecutive k (k's parity is
+// the lane's; `valid` false where a lane holds no value): an even lane takes its odd
+// neighbour's value by a shuffle and writes the pair (k, k + 1) — adjacent in every
+// plane — with one 4-byte store a plane, half the stores and splits of a value at a
+// time. Every lane of the warp must call it.
+__device__ __forceinline__ void store_x_planes_pairs(uint16_t* planes, int32_t groups, int64_t r,
+                                                     int64_t k, float v, bool valid) {
+  const float v1 = __shfl_down_sync(0xffffffffu, v, 1);
+  const int valid1 = __shfl_down_sync(0xffffffffu, static_cast<int>(valid), 1);
+  if (!valid || (k & 1) != 0) return;
+  if (valid1 == 0) {
+    store_x_planes(planes, groups, r, k, v);
+    return;
+  }
+  uint32_t hi, mid, lo;
+  split_pair(v, v1, hi, mid, lo);
+  const int64_t at = x_planes_offset(groups, r, k), plane = x_planes_stride(groups);
+  *reinterpret_cast<uint32_t*>(planes + at) = hi;  // at is even: 4-byte aligned
+  *reinterpret_cast<uint32_t*>(planes + at + plane) = mid;
+  *reinterpret_cast<uint32_t*>(planes + at + 2 * plane) = lo;
 }
 
 // One MMA step's A operand of a lane in each plane (hi, mid, lo), from the lane's four
