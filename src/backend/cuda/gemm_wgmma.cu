@@ -575,7 +575,8 @@ __global__ void __cluster_dims__(1, 1, kSplit) __launch_bounds__(kThreads, 1)
 // MMA step q), buffer (6s + 2pl + q) holds `groups` row groups of 8 rows, each two core
 // matrices (slots 0–7, 8–15) of 8 rows × 8 slots, slot 2t + e of step q holding k 32s +
 // 8t + 4q + e (core 1: + 2) — split_step's layout, the same values, hence the same bits.
-// Rows past m and k past K are zeros (as the TMA's fill of x gives the in-kernel split).
+// Rows past m and k past K are zeros (as the TMA's fill of x gives the in-kernel split;
+// a producer's planes leave those rows as they were, x_planes.h).
 // One thread per (row, step, q); it lets the GEMM after it launch at its entry (the
 // GEMM reads only weights before its wait) and waits for the kernels before it first.
 __global__ void __launch_bounds__(256)
@@ -653,7 +654,8 @@ void* plane_workspace(cudaStream_t stream, size_t bytes) {
 }
 
 // PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT (read once) or set_gemm_wgmma_presplit: whether the
-// k-split kernel takes x split beforehand (split_planes_kernel).
+// k-split kernel takes x split beforehand (by x's producer, x_planes.h, or by
+// split_planes_kernel).
 std::atomic<bool>& presplit_switch() {
   static std::atomic<bool> on{env_i64("PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT").value_or(1) != 0};
   return on;

@@ -65,11 +65,12 @@ Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat1
 // would take x split beforehand (x_planes.h); else none.
 XPlanes gemm_wgmma_x_planes(int64_t m, int64_t k, cudaStream_t stream);
 int set_gemm_wgmma_split(int split);
-// Whether gemm_wgmma_split() (with all three planes) first splits x into its bf16
-// planes in a kernel of its own, into a device buffer of the stream's, so that each
-// CTA's steps are copies and MMAs alone — not every tile's CTAs splitting the same x
-// again (PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT, default on, read once). Speed only: the
-// same bits. Returns the setting it replaced.
+// Whether gemm_wgmma_split() (with all three planes) takes x's bf16 planes written
+// beforehand — by x's producer (x_planes.h) where given, else by a split kernel of its
+// own into a device buffer of the stream's — so that each CTA's steps are copies and
+// MMAs alone, not every tile's CTAs splitting the same x again; off, gemm_wgmma_x_planes
+// hands out no planes (PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT, default on, read once). Speed
+// only: the same bits. Returns the setting it replaced.
 bool set_gemm_wgmma_presplit(bool on);
 
 }  // namespace pagedkv::backend::cuda

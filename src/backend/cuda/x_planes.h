@@ -6,8 +6,11 @@
 // GEMM's steps are copies and MMAs alone but the extra kernel's latency costs more than
 // it saves (docs/performance.md, "x split beforehand"). So the kernel that produces x —
 // the residual add + RMSNorm before the q/k/v and gate/up projections, the SwiGLU before
-// down — writes the planes beside x (gemm_common.cuh's store_x_planes: the same bits as
-// the split), and the GEMM reads them with the TMA.
+// down — writes the planes beside x (gemm_common.cuh's store_x_planes_pairs: the same
+// bits as the split), and the GEMM reads them with the TMA. A producer writes rows < m
+// and k < K only (gemm_wgmma_x_planes hands out planes only for K a multiple of 32): the
+// rows past m in the last group of 8 keep what the buffer held, and feed only output
+// rows the GEMM does not store.
 //
 // The model asks gemm_x_planes() before launching the producer: a non-empty XPlanes
 // means gemm() would run that shape on the k-split kernel and the stream's plane buffer
@@ -26,7 +29,7 @@
 namespace pagedkv::backend::cuda {
 
 // A stream's plane buffer laid out for x of `groups` · 8 rows (bf16, gemm_common.cuh's
-// store_x_planes layout); data null: none.
+// x_planes_offset layout); data null: none.
 struct XPlanes {
   uint16_t* data = nullptr;
   int32_t groups = 0;
