@@ -19,7 +19,12 @@
 // run of the 64-row step: bench/cuda/profile_decode_on_device.sh);
 // PAGEDKV_BENCH_DECODE_STEPS=n runs n decode steps a count in the main table (default
 // 32, 64 at one request; more amortize a bucket's capture over the timed window; the
-// --seeded-moe / --moe tables keep their own). Each count
+// --seeded-moe / --moe tables keep their own); before each count's timed run an untimed
+// one of 4 decode steps at the same count warms what the count first uses (its bucket's
+// graph capture, kernels loaded on first launch, the GPU's clocks) —
+// PAGEDKV_BENCH_WARMUP=0 skips it (the figures before 2026-12-07's last session, when a
+// process that ran 64 requests alone read 5–15% below one that ran 1, 8 and 32 first,
+// docs/performance.md). Each count
 // also prints its step time split into the CUDA model's host spans
 // (CudaModelStats: before the upload, the launch call, launch to results, after).
 // Usage: bench_cuda_model [PRESET]   (default qwen3-0.6b-shape); with
@@ -100,7 +105,9 @@ int decode_steps(int fallback) {
   return v && *v > 0 && *v <= 1'000'000 ? static_cast<int>(*v) : fallback;
 }
 
-double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t prefix_len, int steps) {
+// quiet: no step-time line (a warm-up run).
+double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t prefix_len, int steps,
+                      bool quiet = false) {
   const int32_t V = m->config().vocab_size;
   auto e = engine_for(m, 2048);
   std::mt19937 g(42);
@@ -159,7 +166,7 @@ double batched_decode(const std::shared_ptr<model::Model>& m, int n, size_t pref
     }
   }
   for (auto& h : hs) bench::wait_ok(h);
-  if (steps_timed > 0) {
+  if (steps_timed > 0 && !quiet) {
     const double k = 1e3 / static_cast<double>(steps_timed);  // ms in all → µs a step
     std::printf(
         "  (%d rows: %.1f us per step, of which %.1f us in Model::forward: %.1f before the "
@@ -351,6 +358,8 @@ int main(int argc, char** argv) {
       double one = 0;
       for (size_t i = 0; i < 4; ++i) {
         if (!requested(ns[i])) continue;
+        if (env_i64("PAGEDKV_BENCH_WARMUP").value_or(1) != 0)
+          (void)batched_decode(m, ns[i], 512, 4, true);
         const double r = batched_decode(m, ns[i], 512, decode_steps(ns[i] == 1 ? 64 : 32));
         if (i == 0) one = r;
         if (kv == model::KVDType::kBF16) tps[c][i] = r;
