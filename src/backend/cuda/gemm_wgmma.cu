@@ -653,18 +653,20 @@ void* plane_workspace(cudaStream_t stream, size_t bytes) {
   return ptr;
 }
 
-// PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT (read once) or set_gemm_wgmma_presplit: whether the
-// k-split kernel takes x split beforehand (by x's producer, x_planes.h, or by
-// split_planes_kernel).
+// PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT, read once for both uses below (so a bad value warns
+// once): 0 off, 1 (the default) on, 2 on with A in two register sets.
+int presplit_env() {
+  static const int64_t value = env_i64("PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT").value_or(1);
+  return value == 0 ? 0 : value == 2 ? 2 : 1;
+}
+// The knob or set_gemm_wgmma_presplit: whether the k-split kernel takes x split
+// beforehand (by x's producer, x_planes.h, or by split_planes_kernel).
 std::atomic<bool>& presplit_switch() {
-  static std::atomic<bool> on{env_i64("PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT").value_or(1) != 0};
+  static std::atomic<bool> on{presplit_env() != 0};
   return on;
 }
-// Its loop (PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT = 2: A in two register sets; read once).
-int presplit_mode() {
-  static const int mode = env_i64("PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT").value_or(1) == 2 ? 2 : 1;
-  return mode;
-}
+// Its loop: 2 holds A in two register sets.
+int presplit_mode() { return presplit_env() == 2 ? 2 : 1; }
 
 // cuTensorMapEncodeTiled from the driver (through the runtime: nothing links the
 // driver library), or null.
