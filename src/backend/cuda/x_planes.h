@@ -17,6 +17,14 @@
 // is ready for it; it passes that to the producer and then to gemm_on_planes(). Empty
 // (other shapes, PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT=0, no sm_90a), both do what
 // add_rms_norm / silu_mul_halves / gemm do. Speed only: the bits are gemm()'s.
+//
+// The stream has one plane buffer, and a gemm() given no planes that runs the k-split
+// kernel splits its own x into that same buffer (split_planes_kernel). So between a
+// producer writing the planes and the gemm_on_planes() that reads them, nothing on the
+// stream may run such a gemm(): it would overwrite them. The CUDA model launches the
+// producer and its GEMM back to back; a test that computes a reference GEMM must do so
+// before the producer (a test written the other way read another x's planes: 2026-12-07,
+// docs/performance.md, "The SwiGLU and the q/k/v prep in the k-split GEMM's fold").
 #pragma once
 
 #include <cuda_runtime_api.h>
