@@ -195,6 +195,7 @@ Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* 
                     float eps, float* out, cudaStream_t stream, const XPlanes& planes) {
   if (m < 0 || d <= 0) return invalid_argument("cuda add_rms_norm: need m ≥ 0, d > 0");
   if (m == 0) return ok_status();
+  PKV_RETURN_IF_ERROR(note_x_planes_written(planes, stream, "add_rms_norm"));
   return launch_kernel("add_rms_norm_kernel", add_rms_norm_kernel, static_cast<unsigned>(m),
                        kRowThreads, 0, stream, x, y, d, w, wdt, eps, out,
                        early_trigger(EarlyTrigger::kAddNorm), planes.data, planes.groups);
@@ -248,6 +249,7 @@ Status launch_silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* 
   if (m == 0) return ok_status();
   const int64_t pieces = (inter + 255) / 256;
   if (pieces > 65535) return invalid_argument("cuda silu_mul_halves: inter exceeds 65535·256");
+  PKV_RETURN_IF_ERROR(note_x_planes_written(planes, stream, "silu_mul_halves"));
   return launch_kernel("silu_mul_halves_kernel", silu_mul_halves_kernel,
                        dim3(static_cast<unsigned>(m), static_cast<unsigned>(pieces)), 256, 0,
                        stream, gu, inter, out, live_rows, early_trigger(EarlyTrigger::kSwiglu),

@@ -745,9 +745,11 @@ Status launch_presplit(const float* x, int64_t m, int64_t k, const __nv_bfloat16
   if (planes != nullptr && given.groups != groups)
     return invalid_argument("cuda gemm_wgmma: x's planes were laid out for " +
                             std::to_string(given.groups * 8) + " rows, not " + std::to_string(m));
+  PKV_RETURN_IF_ERROR(check_x_planes_readable(given, stream));
   if (planes == nullptr) {
     planes = plane_workspace(stream, plane_bytes(k));
     if (planes == nullptr) return ok_status();
+    (void)take_x_planes_ticket(stream);  // planes handed out before are overwritten now
     const int64_t threads = int64_t{groups} * 8 * steps * 2;
     PKV_RETURN_IF_ERROR(launch_kernel("split_planes_kernel", split_planes_kernel,
                                       dim3(static_cast<unsigned>((threads + 255) / 256)), 256, 0,
@@ -982,7 +984,8 @@ XPlanes gemm_wgmma_x_planes(int64_t m, int64_t k, cudaStream_t stream) {
     return {};
   void* buffer = plane_workspace(stream, plane_bytes(k));
   if (buffer == nullptr) return {};
-  return XPlanes{static_cast<uint16_t*>(buffer), static_cast<int32_t>((m + 7) / 8)};
+  return XPlanes{static_cast<uint16_t*>(buffer), static_cast<int32_t>((m + 7) / 8),
+                 take_x_planes_ticket(stream)};
 }
 
 }  // namespace pagedkv::backend::cuda
