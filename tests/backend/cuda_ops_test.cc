@@ -410,7 +410,9 @@ class WgmmaSwitch {
 // 1032, 2056) and over several chunks (1024 … 3072, so the chunk folds run), N past a
 // 128-wide tile and odd (the epilogue's single stores), the LM head's rows at 33 and 64
 // (the small-M dispatch's large path), and 9 and 30 rows (the wgmma kernel's 16- and
-// 32-row tiles in place of a 64-row one). K = 37 is not a multiple of 8: all fall back.
+// 32-row tiles in place of a 64-row one), and the wgmma kernel on x split once
+// beforehand (set_gemm_wgmma_large_presplit; up to 64 rows, others keep the in-kernel
+// split). K = 37 is not a multiple of 8: all fall back.
 TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
   SmallMPath large(GemmSmallM::kLargeM);
   {
@@ -431,11 +433,13 @@ TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
     auto w = randn(sh.n * sh.k, 51, 0.05f);
     auto W = make_weight(*gpu_, w, sh.n, sh.k, WeightDType::kBF16);
     auto dx = dev(randn(sh.m * sh.k, 52));
-    auto run = [&](int rows, bool wgmma) {
+    auto run = [&](int rows, bool wgmma, bool presplit = false) {
       LargeMRows forced(rows);
       WgmmaSwitch use(wgmma);
+      const bool saved = set_gemm_wgmma_large_presplit(presplit);
       auto dy = dev_poisoned(sh.m * sh.n * 4);
       gpu_->matmul(dx.as<float>(), sh.m, *W.gpu, dy.as<float>());
+      set_gemm_wgmma_large_presplit(saved);
       return host<float>(dy, sh.m * sh.n);
     };
     const auto ref = run(0, false);
@@ -443,6 +447,10 @@ TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
       for (int rows : {64, 128, -1})
         EXPECT_TRUE(same_bits(run(rows, wgmma).data(), ref.data(), sh.m * sh.n * 4))
             << "rows " << rows << (wgmma ? " wgmma" : " mma.sync");
+    // The wgmma kernel on x split once beforehand (up to 64 rows: the LM head's).
+    for (int rows : {64, -1})
+      EXPECT_TRUE(same_bits(run(rows, true, true).data(), ref.data(), sh.m * sh.n * 4))
+          << "rows " << rows << " wgmma on x split beforehand";
   }
 }
 
