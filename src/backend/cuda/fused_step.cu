@@ -26,6 +26,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope_table.cuh"
 #include "backend/cuda/x_planes.h"
+#include "util/knobs.h"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -150,9 +151,15 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
 // for the q/k/v GEMM it reads what no kernel writes — its norm weight, the token's
 // position and cache row (the step's metadata) — so the chain after the wait is
 // the GEMM's output alone.
+// kThreads: 128 for heads of up to 128 (half the warps of 256, none of them idle at
+// head_dim 128), else 256. The norm's sum is block_sum<256>'s (rms_norm_kernel's) either
+// way: warps past the head add exact zeros in its tree, whose first cross-warp step pairs
+// warp w with w + 4 (warp_sum's xor 4 after xor 16 and 8 add zeros), so dropping them
+// changes no bit.
 static_assert(kMaxHeadDim <= kRowThreads, "an element a thread");
-template <typename T>
-__global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeTable f) {
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    qkv_prep_kernel(const QkvPrepParams p, const RopeTable f) {
   __shared__ float scratch[32];
   __shared__ float hv[kMaxHeadDim];
   if (p.trigger_next_at_entry) allow_next_kernel_launch();
@@ -174,7 +181,7 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeTable f) {
   const float x = i < D ? src[i] : 0.0f;
   float ss = 0.0f;
   if (i < D) ss = ss + x * x;
-  ss = block_sum<kRowThreads>(ss, scratch);
+  ss = block_sum<kThreads>(ss, scratch);
   const float inv = rms_inverse(ss, D, p.eps);
   if (i < D) hv[i] = wi * (x * inv);
   __syncthreads();
@@ -187,6 +194,13 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeTable f) {
     T* dst = static_cast<T*>(p.kv.k_cache) + slot * row + (head - NH) * D;
     dst[i] = to_kv<T>(hv[i]);
   }
+}
+
+// Whether heads of up to 128 take the 128-thread prep (PAGEDKV_CUDA_QKV_PREP_NARROW,
+// default on; read once): speed only, the same bits (qkv_prep_kernel).
+bool qkv_prep_narrow() {
+  static const bool on = env_bool("PAGEDKV_CUDA_QKV_PREP_NARROW").value_or(true);
+  return on;
 }
 
 }  // namespace
@@ -224,9 +238,14 @@ Status qkv_norm_rope_write(const QkvPrepParams& p, const RopeParams& rope, cudaS
   PKV_RETURN_IF_ERROR(make_rope_table(rope, kv.head_dim, "cuda qkv_norm_rope_write", &f));
   const dim3 grid(static_cast<unsigned>(p.num_tokens),
                   static_cast<unsigned>(p.num_heads + 2 * kv.num_kv_heads));
+  const bool f32 = kv.kv_type == KvType::kF32;
+  if (kv.head_dim <= 128 && qkv_prep_narrow())
+    return launch_kernel("qkv_prep_kernel",
+                         f32 ? qkv_prep_kernel<float, 128> : qkv_prep_kernel<__nv_bfloat16, 128>,
+                         grid, 128, 0, stream, p, f);
   return launch_kernel(
       "qkv_prep_kernel",
-      kv.kv_type == KvType::kF32 ? qkv_prep_kernel<float> : qkv_prep_kernel<__nv_bfloat16>, grid,
+      f32 ? qkv_prep_kernel<float, kRowThreads> : qkv_prep_kernel<__nv_bfloat16, kRowThreads>, grid,
       kRowThreads, 0, stream, p, f);
 }
 
