@@ -6,7 +6,8 @@
 // (add_rms_norm). Each computes every element with the exact operation sequence
 // of the separate kernels it replaces (elementwise.cu's rms_norm, rope, add,
 // silu_mul and kv_write.cu's write_kv: the same 256-thread strided sum and
-// block tree, the same expressions), so a fused step gives the separate
+// block tree — or, in the q/k/v prep's 128-thread blocks, a tree that gives its
+// bits — the same expressions), so a fused step gives the separate
 // kernels' bits; each output column of a GEMM is one dot product over k in a
 // fixed order whatever the number of columns (kernels.h). Given x_planes.h's planes,
 // the add + RMSNorm and the SwiGLU also write their output's bf16 planes for the
