@@ -411,7 +411,7 @@ class WgmmaSwitch {
 // 128-wide tile and odd (the epilogue's single stores), the LM head's rows at 33 and 64
 // (the small-M dispatch's large path), and 9 and 30 rows (the wgmma kernel's 16- and
 // 32-row tiles in place of a 64-row one), and the wgmma kernel on x split once
-// beforehand (set_gemm_wgmma_large_presplit; up to 64 rows, others keep the in-kernel
+// beforehand (set_gemm_wgmma_large_presplit; the 64-row tile, others keep the in-kernel
 // split). K = 37 is not a multiple of 8: all fall back.
 TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
   SmallMPath large(GemmSmallM::kLargeM);
@@ -447,7 +447,7 @@ TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
       for (int rows : {64, 128, -1})
         EXPECT_TRUE(same_bits(run(rows, wgmma).data(), ref.data(), sh.m * sh.n * 4))
             << "rows " << rows << (wgmma ? " wgmma" : " mma.sync");
-    // The wgmma kernel on x split once beforehand (up to 64 rows: the LM head's).
+    // The wgmma kernel on x split once beforehand (33–64 rows: the LM head's).
     for (int rows : {64, -1})
       EXPECT_TRUE(same_bits(run(rows, true, true).data(), ref.data(), sh.m * sh.n * 4))
           << "rows " << rows << " wgmma on x split beforehand";
