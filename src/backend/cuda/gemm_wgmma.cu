@@ -996,8 +996,8 @@ Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, 
       // Only the 64-row tile (33–64 rows): on the H100 of 2026-12-07 the LM head at 64 rows
       // took 0.136 ms on x split once against 0.157 ms, and at 32 rows 0.125 against 0.123
       // (docs/performance.md), so the 16- and 32-row tiles keep the in-kernel split.
-      const Status st = rows == 64 ? launch_large_presplit<64>(x, m, k, w, n, y, stream, &launched)
-                                   : ok_status();
+      const Status st =
+          rows == 64 ? launch_large_presplit<64>(x, m, k, w, n, y, stream, &launched) : ok_status();
       if (!st.ok() || launched) return st;
     }
     switch (rows) {
