@@ -331,6 +331,58 @@ TEST_F(CudaOpsTest, GemmOnProducerPlanesEqualsGemmBits) {
   }
 }
 
+// The stream's one plane buffer's contract (x_planes.h), checked on the host: planes no
+// producer wrote, planes a plane-less k-split gemm() overwrote after their producer, and
+// planes handed out before another hand-out are refused with a failed_precondition —
+// and the sequence the model runs still passes, with gemm()'s bits.
+TEST_F(CudaOpsTest, PlaneBufferContractRefusesOverwrittenPlanes) {
+  const int64_t m = 64, d = 1024, n = 4096;
+  if (!gemm_x_planes(m, d, n, WeightDType::kBF16, 0))
+    GTEST_SKIP() << "no k-split GEMM on x's planes here (needs an sm_90 device)";
+  auto w = randn(n * d, 97, 0.05f);
+  auto W = make_weight(*gpu_, w, n, d, WeightDType::kBF16);
+  const void* wd = static_cast<const CudaWeight&>(*W.gpu).data();
+  auto nw = dev(randn(d, 98));
+  auto x = randn(m * d, 99), y = randn(m * d, 100);
+  auto dx = dev(x), dy = dev(y), other = dev(randn(m * d, 101));
+  auto h = dev_poisoned(m * d * 4), o = dev_poisoned(m * n * 4), o_ref = dev_poisoned(m * n * 4),
+       scratch = dev_poisoned(m * n * 4);
+  auto norm = [&](const XPlanes& planes) {
+    return add_rms_norm(dx.as<float>(), dy.as<float>(), m, d, nw.data(), WeightDType::kF32, 1e-6f,
+                        h.as<float>(), 0, planes);
+  };
+  auto on_planes = [&](const XPlanes& planes) {
+    return gemm_on_planes(h.as<float>(), planes, m, d, wd, WeightDType::kBF16, n, o.as<float>(), 0);
+  };
+  // No producer wrote them.
+  const XPlanes unwritten = gemm_x_planes(m, d, n, WeightDType::kBF16, 0);
+  Status st = on_planes(unwritten);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.message();
+  EXPECT_NE(st.message().find("no producer"), std::string::npos) << st.message();
+  // A plane-less k-split gemm() between the producer and the GEMM splits into the buffer.
+  const XPlanes overwritten = gemm_x_planes(m, d, n, WeightDType::kBF16, 0);
+  ASSERT_TRUE(norm(overwritten).ok());
+  {
+    SmallMPath forced(GemmSmallM::kWgmmaSplit);
+    ASSERT_TRUE(gemm(other.as<float>(), m, d, wd, WeightDType::kBF16, n, scratch.as<float>()).ok());
+  }
+  st = on_planes(overwritten);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.message();
+  EXPECT_NE(st.message().find("overwritten"), std::string::npos) << st.message();
+  // A second hand-out before the first's producer.
+  const XPlanes first = gemm_x_planes(m, d, n, WeightDType::kBF16, 0);
+  const XPlanes second = gemm_x_planes(m, d, n, WeightDType::kBF16, 0);
+  st = norm(first);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.message();
+  EXPECT_NE(st.message().find("add_rms_norm"), std::string::npos) << st.message();
+  // The model's sequence: hand-out, producer, GEMM — gemm()'s bits.
+  dx = dev(x);
+  ASSERT_TRUE(norm(second).ok());
+  ASSERT_TRUE(on_planes(second).ok());
+  ASSERT_TRUE(gemm(h.as<float>(), m, d, wd, WeightDType::kBF16, n, o_ref.as<float>()).ok());
+  EXPECT_TRUE(same_bits(host<float>(o, m * n).data(), host<float>(o_ref, m * n).data(), m * n * 4));
+}
+
 // Forces the pipelined large-M kernel's tile rows for a scope (0: gemm.cu's 64×64 kernel).
 class LargeMRows {
  public:
@@ -358,7 +410,9 @@ class WgmmaSwitch {
 // 1032, 2056) and over several chunks (1024 … 3072, so the chunk folds run), N past a
 // 128-wide tile and odd (the epilogue's single stores), the LM head's rows at 33 and 64
 // (the small-M dispatch's large path), and 9 and 30 rows (the wgmma kernel's 16- and
-// 32-row tiles in place of a 64-row one). K = 37 is not a multiple of 8: all fall back.
+// 32-row tiles in place of a 64-row one), and the wgmma kernel on x split once
+// beforehand (set_gemm_wgmma_large_presplit; the 64-row tile, others keep the in-kernel
+// split). K = 37 is not a multiple of 8: all fall back.
 TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
   SmallMPath large(GemmSmallM::kLargeM);
   {
@@ -379,11 +433,13 @@ TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
     auto w = randn(sh.n * sh.k, 51, 0.05f);
     auto W = make_weight(*gpu_, w, sh.n, sh.k, WeightDType::kBF16);
     auto dx = dev(randn(sh.m * sh.k, 52));
-    auto run = [&](int rows, bool wgmma) {
+    auto run = [&](int rows, bool wgmma, bool presplit = false) {
       LargeMRows forced(rows);
       WgmmaSwitch use(wgmma);
+      const bool saved = set_gemm_wgmma_large_presplit(presplit);
       auto dy = dev_poisoned(sh.m * sh.n * 4);
       gpu_->matmul(dx.as<float>(), sh.m, *W.gpu, dy.as<float>());
+      set_gemm_wgmma_large_presplit(saved);
       return host<float>(dy, sh.m * sh.n);
     };
     const auto ref = run(0, false);
@@ -391,6 +447,10 @@ TEST_F(CudaOpsTest, GemmPipelinedLargeMEqualsTileKernelBits) {
       for (int rows : {64, 128, -1})
         EXPECT_TRUE(same_bits(run(rows, wgmma).data(), ref.data(), sh.m * sh.n * 4))
             << "rows " << rows << (wgmma ? " wgmma" : " mma.sync");
+    // The wgmma kernel on x split once beforehand (33–64 rows: the LM head's).
+    for (int rows : {64, -1})
+      EXPECT_TRUE(same_bits(run(rows, true, true).data(), ref.data(), sh.m * sh.n * 4))
+          << "rows " << rows << " wgmma on x split beforehand";
   }
 }
 

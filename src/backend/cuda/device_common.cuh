@@ -1,5 +1,5 @@
-// Device-side helpers shared by the CUDA kernels: weight widening and fixed-order
-// reductions. A reduction here is a strided per-thread sum in ascending index
+// Device-side helpers shared by the CUDA kernels: weight widening, the SwiGLU and
+// fixed-order reductions. A reduction here is a strided per-thread sum in ascending index
 // followed by a butterfly (xor-shuffle) tree inside each warp and then across the
 // warps in one fixed pattern: its order depends only on the block size (a
 // compile-time constant of each kernel) and the row length, never on the grid.
@@ -25,6 +25,17 @@ __device__ __forceinline__ float widen(const void* w, WeightDType dt, int64_t i)
       return __half2float(static_cast<const __half*>(w)[i]);
   }
   return 0.0f;
+}
+
+// SwiGLU of a gate value g and its up value u: silu(g) · u. The one expression of every
+// kernel that computes it (silu_mul, silu_mul_halves), so that they agree bit for bit.
+__device__ __forceinline__ float silu_times(float g, float u) {
+  return (g / (1.0f + expf(-g))) * u;
+}
+
+// RMSNorm's scale of a row of d values whose squares sum to ss.
+__device__ __forceinline__ float rms_inverse(float ss, int64_t d, float eps) {
+  return 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -10,6 +10,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/rope_table.cuh"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -50,7 +51,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t d, const void* w, Weight
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += kRowThreads) ss = ss + xr[i] * xr[i];
   ss = block_sum<kRowThreads>(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+  const float inv = rms_inverse(ss, d, eps);
   for (int64_t i = threadIdx.x; i < d; i += kRowThreads) {
     float wi = widen(w, dt, i);
     if (one_plus) wi = 1.0f + wi;
@@ -58,30 +59,19 @@ __global__ void rms_norm_kernel(const float* x, int64_t d, const void* w, Weight
   }
 }
 
-// Inverse frequencies computed on the host exactly as the CPU backend does
-// (1 / powf(theta, 2i/base), then / inv_freq_divisor), passed by value, so the
-// rotation angles are the CPU's bits and only cosf/sinf rounding differs. Pair i
-// is (i, i + span): span = half (default) or head_dim / 2 (proportional).
-constexpr int kMaxRopeHalf = 256;
-struct RopeFreqs {
-  float inv_freq[kMaxRopeHalf];
-};
-
-__global__ void rope_kernel(float* x, int32_t num_heads, int32_t head_dim, int32_t half,
-                            int32_t span, const int32_t* positions, const RopeFreqs f,
-                            float pos_scale) {
+// The table and the rotation: rope_table.cuh.
+__global__ void rope_kernel(float* x, int32_t num_heads, int32_t head_dim, const int32_t* positions,
+                            const RopeTable f) {
   enter_kernel();
   const int64_t t = blockIdx.x;
-  float pos = static_cast<float>(positions[t]);
-  if (pos_scale != 1.0f) pos = pos / pos_scale;
-  for (int32_t idx = threadIdx.x; idx < num_heads * half; idx += blockDim.x) {
-    const int32_t h = idx / half, i = idx % half;
-    const float ang = pos * f.inv_freq[i];
-    const float c = cosf(ang), s = sinf(ang);
+  const float pos = rope_position(positions[t], f.position_scale);
+  for (int32_t idx = threadIdx.x; idx < num_heads * f.half; idx += blockDim.x) {
+    const int32_t h = idx / f.half, i = idx % f.half;
     float* v = x + (t * num_heads + h) * head_dim;
-    const float a = v[i], b = v[i + span];
-    v[i] = a * c - b * s;
-    v[i + span] = b * c + a * s;
+    float a = v[i], b = v[i + f.span];
+    rope_rotate(pos, f.inv_freq[i], a, b);
+    v[i] = a;
+    v[i + f.span] = b;
   }
 }
 
@@ -89,8 +79,7 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, f
   enter_kernel();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = gate[i];
-    out[i] = (g / (1.0f + expf(-g))) * up[i];
+    out[i] = silu_times(gate[i], up[i]);
   }
 }
 
@@ -271,25 +260,12 @@ Status rms_norm(const float* x, int64_t m, int64_t d, const void* w, WeightDType
 
 Status rope(float* x, int64_t m, int32_t num_heads, int32_t head_dim, const int32_t* positions,
             const RopeParams& p, cudaStream_t stream) {
-  const int32_t rot = p.rotary_dim > 0 ? p.rotary_dim : head_dim;
-  if (rot > head_dim || rot % 2 != 0 || rot / 2 > kMaxRopeHalf) {
-    return invalid_argument("cuda rope: rotary_dim " + std::to_string(rot) +
-                            " must be even, ≤ head_dim " + std::to_string(head_dim) + " and ≤ " +
-                            std::to_string(2 * kMaxRopeHalf));
-  }
+  RopeTable f;
+  PKV_RETURN_IF_ERROR(make_rope_table(p, head_dim, "cuda rope", &f));
   PKV_RETURN_IF_ERROR(check_positive("cuda rope", "num_heads", num_heads));
   if (m == 0) return ok_status();
-  const bool proportional = p.kind == RopeKind::kProportional;
-  const int32_t half = rot / 2, span = proportional ? head_dim / 2 : half;
-  const int32_t base = proportional ? head_dim : rot;
-  RopeFreqs f{};
-  for (int32_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(base);
-    f.inv_freq[i] = 1.0f / std::pow(p.theta, exponent);
-    if (p.inv_freq_divisor != 1.0f) f.inv_freq[i] = f.inv_freq[i] / p.inv_freq_divisor;
-  }
   return launch_kernel("rope_kernel", rope_kernel, static_cast<unsigned>(m), 128, 0, stream, x,
-                       num_heads, head_dim, half, span, positions, f, p.position_scale);
+                       num_heads, head_dim, positions, f);
 }
 
 Status silu_mul(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {

@@ -6,7 +6,8 @@
 // (add_rms_norm). Each computes every element with the exact operation sequence
 // of the separate kernels it replaces (elementwise.cu's rms_norm, rope, add,
 // silu_mul and kv_write.cu's write_kv: the same 256-thread strided sum and
-// block tree, the same expressions), so a fused step gives the separate
+// block tree — or, in the q/k/v prep's 128-thread blocks, a tree that gives its
+// bits — the same expressions), so a fused step gives the separate
 // kernels' bits; each output column of a GEMM is one dot product over k in a
 // fixed order whatever the number of columns (kernels.h). Given x_planes.h's planes,
 // the add + RMSNorm and the SwiGLU also write their output's bf16 planes for the
@@ -24,7 +25,9 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/kv_slot.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/rope_table.cuh"
 #include "backend/cuda/x_planes.h"
+#include "util/knobs.h"
 
 namespace pagedkv::backend::cuda {
 namespace {
@@ -61,8 +64,7 @@ __global__ void silu_mul_halves_kernel(const float* gu, int64_t inter, float* ou
   float v = 0.0f;
   if (in) {
     const float* gate = gu + t * 2 * inter;
-    const float g = gate[i];
-    v = (g / (1.0f + expf(-g))) * gate[inter + i];
+    v = silu_times(gate[i], gate[inter + i]);
     out[t * inter + i] = v;
   }
   // Every lane of the block's whole warps: i's parity is the lane's.
@@ -71,10 +73,6 @@ __global__ void silu_mul_halves_kernel(const float* gu, int64_t inter, float* ou
 
 constexpr int kRowThreads = 256;  // rms_norm_kernel's block (elementwise.cu)
 constexpr int kMaxHeadDim = 256;
-constexpr int kMaxRopeHalf = 256;  // rope()'s limit (elementwise.cu)
-struct RopeFreqs {
-  float inv_freq[kMaxRopeHalf];
-};
 
 // rms_norm_kernel after add_kernel, one row per block.
 // Rows of up to kRowThreads · kRowRegs elements (hidden sizes to 2048) stay in
@@ -113,7 +111,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
     for (int j = 0; j < kRowRegs; ++j)
       if (threadIdx.x + j * kRowThreads < d) ss = ss + xv[j] * xv[j];
     ss = block_sum<kRowThreads>(ss, scratch);
-    const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+    const float inv = rms_inverse(ss, d, eps);
 #pragma unroll
     for (int j = 0; j < kRowRegs; ++j) {
       const int64_t i = threadIdx.x + j * kRowThreads;
@@ -133,7 +131,7 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < d; i += kRowThreads) ss = ss + xr[i] * xr[i];
   ss = block_sum<kRowThreads>(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+  const float inv = rms_inverse(ss, d, eps);
   // Whole warps every pass (the planes' pair stores shuffle): i's parity is the lane's.
   for (int64_t base = 0; base < d; base += kRowThreads) {
     const int64_t i = base + threadIdx.x;
@@ -154,10 +152,15 @@ __global__ void add_rms_norm_kernel(float* x, const float* y, int64_t d, const v
 // for the q/k/v GEMM it reads what no kernel writes — its norm weight, the token's
 // position and cache row (the step's metadata) — so the chain after the wait is
 // the GEMM's output alone.
+// kThreads: 128 for heads of up to 128 (half the warps of 256, none of them idle at
+// head_dim 128), else 256. The norm's sum is block_sum<256>'s (rms_norm_kernel's) either
+// way: warps past the head add exact zeros in its tree, whose first cross-warp step pairs
+// warp w with w + 4 (warp_sum's xor 4 after xor 16 and 8 add zeros), so dropping them
+// changes no bit.
 static_assert(kMaxHeadDim <= kRowThreads, "an element a thread");
-template <typename T>
-__global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_t half,
-                                int32_t span, float pos_scale) {
+template <typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    qkv_prep_kernel(const QkvPrepParams p, const RopeTable f) {
   __shared__ float scratch[32];
   __shared__ float hv[kMaxHeadDim];
   if (p.trigger_next_at_entry) allow_next_kernel_launch();
@@ -167,8 +170,7 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_
   const int64_t row = static_cast<int64_t>(KVH) * D;
   const int64_t slot = is_q ? 0 : kv_slot(p.kv, t);
   const float wi = !is_v && i < D ? widen(is_q ? p.q_norm : p.k_norm, p.norm_dtype, i) : 0.0f;
-  float pos = static_cast<float>(p.kv.positions[t]);
-  if (pos_scale != 1.0f) pos = pos / pos_scale;
+  const float pos = rope_position(p.kv.positions[t], f.position_scale);
   wait_for_prior_kernels();
   if (!p.trigger_next_at_entry) allow_next_kernel_launch();
   const float* src = p.qkv + (static_cast<int64_t>(t) * (NH + 2 * KVH) + head) * D;
@@ -180,17 +182,11 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_
   const float x = i < D ? src[i] : 0.0f;
   float ss = 0.0f;
   if (i < D) ss = ss + x * x;
-  ss = block_sum<kRowThreads>(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + p.eps);
+  ss = block_sum<kThreads>(ss, scratch);
+  const float inv = rms_inverse(ss, D, p.eps);
   if (i < D) hv[i] = wi * (x * inv);
   __syncthreads();
-  if (i < half) {
-    const float ang = pos * f.inv_freq[i];
-    const float c = cosf(ang), s = sinf(ang);
-    const float a = hv[i], b = hv[i + span];
-    hv[i] = a * c - b * s;
-    hv[i + span] = b * c + a * s;
-  }
+  if (i < f.half) rope_rotate(pos, f.inv_freq[i], hv[i], hv[i + f.span]);
   __syncthreads();
   if (i >= D) return;
   if (is_q) {
@@ -201,12 +197,20 @@ __global__ void qkv_prep_kernel(const QkvPrepParams p, const RopeFreqs f, int32_
   }
 }
 
+// Whether heads of up to 128 take the 128-thread prep (PAGEDKV_CUDA_QKV_PREP_NARROW,
+// default on; read once): speed only, the same bits (qkv_prep_kernel).
+bool qkv_prep_narrow() {
+  static const bool on = env_bool("PAGEDKV_CUDA_QKV_PREP_NARROW").value_or(true);
+  return on;
+}
+
 }  // namespace
 
 Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* w, WeightDType wdt,
                     float eps, float* out, cudaStream_t stream, const XPlanes& planes) {
   if (m < 0 || d <= 0) return invalid_argument("cuda add_rms_norm: need m ≥ 0, d > 0");
   if (m == 0) return ok_status();
+  PKV_RETURN_IF_ERROR(note_x_planes_written(planes, stream, "add_rms_norm"));
   return launch_kernel("add_rms_norm_kernel", add_rms_norm_kernel, static_cast<unsigned>(m),
                        kRowThreads, 0, stream, x, y, d, w, wdt, eps, out,
                        early_trigger(EarlyTrigger::kAddNorm), planes.data, planes.groups);
@@ -231,26 +235,19 @@ Status qkv_norm_rope_write(const QkvPrepParams& p, const RopeParams& rope, cudaS
     return bad("qkv, q, q_norm, k_norm, positions and the caches must be set");
   if (kv.layout == KvLayout::kBlockTable && (kv.block_tables == nullptr || kv.block_size < 1))
     return bad("block layout needs block_tables and block_size");
-  // rope()'s inverse frequencies (elementwise.cu), computed the same way.
-  const int32_t head_dim = kv.head_dim;
-  const int32_t rot = rope.rotary_dim > 0 ? rope.rotary_dim : head_dim;
-  if (rot > head_dim || rot % 2 != 0 || rot / 2 > kMaxRopeHalf)
-    return bad("rotary_dim " + std::to_string(rot) + " must be even and ≤ head_dim");
-  const bool proportional = rope.kind == RopeKind::kProportional;
-  const int32_t half = rot / 2, span = proportional ? head_dim / 2 : half;
-  const int32_t base = proportional ? head_dim : rot;
-  RopeFreqs f{};
-  for (int32_t i = 0; i < half; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(base);
-    f.inv_freq[i] = 1.0f / std::pow(rope.theta, exponent);
-    if (rope.inv_freq_divisor != 1.0f) f.inv_freq[i] = f.inv_freq[i] / rope.inv_freq_divisor;
-  }
+  RopeTable f;  // rope()'s table (rope_table.cuh)
+  PKV_RETURN_IF_ERROR(make_rope_table(rope, kv.head_dim, "cuda qkv_norm_rope_write", &f));
   const dim3 grid(static_cast<unsigned>(p.num_tokens),
                   static_cast<unsigned>(p.num_heads + 2 * kv.num_kv_heads));
+  const bool f32 = kv.kv_type == KvType::kF32;
+  if (kv.head_dim <= 128 && qkv_prep_narrow())
+    return launch_kernel("qkv_prep_kernel",
+                         f32 ? qkv_prep_kernel<float, 128> : qkv_prep_kernel<__nv_bfloat16, 128>,
+                         grid, 128, 0, stream, p, f);
   return launch_kernel(
       "qkv_prep_kernel",
-      kv.kv_type == KvType::kF32 ? qkv_prep_kernel<float> : qkv_prep_kernel<__nv_bfloat16>, grid,
-      kRowThreads, 0, stream, p, f, half, span, rope.position_scale);
+      f32 ? qkv_prep_kernel<float, kRowThreads> : qkv_prep_kernel<__nv_bfloat16, kRowThreads>, grid,
+      kRowThreads, 0, stream, p, f);
 }
 
 Status split_qkv(const float* x, int64_t m, int64_t qd, int64_t kd, float* q, float* k, float* v,
@@ -272,6 +269,7 @@ Status launch_silu_mul_halves(const float* gu, int64_t m, int64_t inter, float* 
   if (m == 0) return ok_status();
   const int64_t pieces = (inter + 255) / 256;
   if (pieces > 65535) return invalid_argument("cuda silu_mul_halves: inter exceeds 65535·256");
+  PKV_RETURN_IF_ERROR(note_x_planes_written(planes, stream, "silu_mul_halves"));
   return launch_kernel("silu_mul_halves_kernel", silu_mul_halves_kernel,
                        dim3(static_cast<unsigned>(m), static_cast<unsigned>(pieces)), 256, 0,
                        stream, gu, inter, out, live_rows, early_trigger(EarlyTrigger::kSwiglu),

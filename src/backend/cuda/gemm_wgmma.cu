@@ -213,7 +213,7 @@ __device__ __forceinline__ void split_fold(unsigned char* smem, int chunks, int 
 // kPlanes: gemm_planes() (3; 2 or 1 drop lo, then mid), a template parameter so that
 // the wgmmas of a step are issued back to back without a branch between them. kSplit:
 // the CTAs of a cluster (grid.z) that share the tile's k chunks (1: one CTA takes all).
-// kPre (k-split kernels only): x_map maps x's planes as split_planes_kernel wrote them,
+// kPre: x_map maps x's planes as split_planes_kernel (or x's producer) wrote them,
 // a step's six B operands one box, and no thread splits; 2: also A in two register sets
 // (even and odd steps), so that step s's wgmmas are issued while step s − 1's run.
 template <int BM, int kPlanes, int kSplit, int kPre = 0>
@@ -223,7 +223,6 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // never launched: gemm_wgmma_enabled() finds no sm_90a image
 #else
-  static_assert(!kPre || kSplit > 1, "x split beforehand: the k-split kernel's step loop");
   using T = WgTile<BM, kSplit == 1 ? kLargeStages : kSplitStages, (kPre > 0)>;
   constexpr int kStages = T::kStages;
   constexpr int kStageBytes = T::Stage::kBytes;
@@ -461,8 +460,8 @@ __device__ __forceinline__ void wgmma_tile(const float* __restrict__ x, int64_t 
       if (s + kStages - 1 < steps) load_step(s + kStages - 1);
     }
     if (s + 1 < steps) split_step(s + 1);
-    // Step s + kStages − 1 into step s − 1's slot.
-    if constexpr (kSplit == 1)
+    // Step s + kStages − 1 into step s − 1's slot (kPre: loaded above).
+    if constexpr (kSplit == 1 && !kPre)
       if (s + kStages - 1 < steps) load_step(s + kStages - 1);
   }
   wgmma::wait<0>();
@@ -567,6 +566,16 @@ __global__ void __cluster_dims__(1, 1, kSplit) __launch_bounds__(kThreads, 1)
                                     const __grid_constant__ CUtensorMap planes_map,
                                     const __grid_constant__ CUtensorMap w_map) {
   wgmma_tile<BM, 3, kSplit, kPre>(nullptr, M, K, y, N, planes_map, w_map);
+}
+
+// The one-CTA kernel on x split beforehand: the LM head at 33–64 rows, whose many
+// 128-column tiles would each split the same x again (launch_large_presplit).
+template <int BM>
+__global__ void __launch_bounds__(kThreads, kLargeBlocksAnSm<BM>)
+    gemm_bf16_wgmma_large_presplit_kernel(int64_t M, int64_t K, int64_t N, float* __restrict__ y,
+                                          const __grid_constant__ CUtensorMap planes_map,
+                                          const __grid_constant__ CUtensorMap w_map) {
+  wgmma_tile<BM, 3, 1, 1>(nullptr, M, K, y, N, planes_map, w_map);
 }
 
 // x [m][k] f32 → its three bf16 planes (hi, mid, lo; split_pair) in the B-operand layout
@@ -732,43 +741,62 @@ Status launch_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w
                        w_map);
 }
 
-// The k-split kernel on x split beforehand: on `given` planes (x's producer wrote them,
-// x_planes.h), else split into the stream's plane buffer by split_planes_kernel; false
-// (and nothing launched) where that buffer cannot be had.
-template <int BM, int kSplit>
-Status launch_presplit(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
-                       float* y, cudaStream_t stream, const XPlanes& given, bool* launched) {
-  *launched = false;
+// x's planes for a kernel on x split beforehand: `given` (x's producer wrote them,
+// x_planes.h), else split into the stream's plane buffer by split_planes_kernel (which
+// takes the buffer's ticket); null, and nothing launched, where that buffer cannot be had.
+Status presplit_planes(const float* x, int64_t m, int64_t k, cudaStream_t stream,
+                       const XPlanes& given, void** planes) {
   const int32_t groups = static_cast<int32_t>((m + 7) / 8);
   const int32_t steps = static_cast<int32_t>((k + kLargeMBK - 1) / kLargeMBK);
-  void* planes = given.data;
-  if (planes != nullptr && given.groups != groups)
-    return invalid_argument("cuda gemm_wgmma: x's planes were laid out for " +
-                            std::to_string(given.groups * 8) + " rows, not " + std::to_string(m));
-  if (planes == nullptr) {
-    planes = plane_workspace(stream, plane_bytes(k));
-    if (planes == nullptr) return ok_status();
-    const int64_t threads = int64_t{groups} * 8 * steps * 2;
-    PKV_RETURN_IF_ERROR(launch_kernel("split_planes_kernel", split_planes_kernel,
-                                      dim3(static_cast<unsigned>((threads + 255) / 256)), 256, 0,
-                                      stream, x, m, k, groups, steps, static_cast<uint4*>(planes)));
+  *planes = given.data;
+  if (*planes != nullptr) {
+    if (given.groups != groups)
+      return invalid_argument("cuda gemm_wgmma: x's planes were laid out for " +
+                              std::to_string(given.groups * 8) + " rows, not " + std::to_string(m));
+    return check_x_planes_readable(given, stream);
   }
-  // The planes as [6 · steps][groups][128] bf16: a box of a step's six operands, BM / 8
-  // row groups (zeros past the last), lands as WgTile's kPre stage.
-  CUtensorMap planes_map{}, w_map{};
+  *planes = plane_workspace(stream, plane_bytes(k));
+  if (*planes == nullptr) return ok_status();
+  (void)take_x_planes_ticket(stream);  // planes handed out before are overwritten now
+  const int64_t threads = int64_t{groups} * 8 * steps * 2;
+  return launch_kernel("split_planes_kernel", split_planes_kernel,
+                       dim3(static_cast<unsigned>((threads + 255) / 256)), 256, 0, stream, x, m, k,
+                       groups, steps, static_cast<uint4*>(*planes));
+}
+
+// The planes as [6 · steps][groups][128] bf16: a box of a step's six operands, BM / 8
+// row groups (zeros past the last), lands as WgTile's kPre stage.
+template <int BM>
+Status encode_planes_map(CUtensorMap* map, void* planes, int64_t m, int64_t k) {
+  const int32_t groups = static_cast<int32_t>((m + 7) / 8);
+  const int32_t steps = static_cast<int32_t>((k + kLargeMBK - 1) / kLargeMBK);
   const cuuint64_t dims[3] = {128, static_cast<cuuint64_t>(groups),
                               static_cast<cuuint64_t>(6) * steps};
   const cuuint64_t strides[2] = {256, static_cast<cuuint64_t>(groups) * 256};
   const cuuint32_t box[3] = {128, BM / 8, 6};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &planes_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, planes, dims, strides, box, elem_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      tensor_map_encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, planes, dims, strides, box,
+                           elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return internal_error("cuda gemm_wgmma: cuTensorMapEncodeTiled failed (CUresult " +
                           std::to_string(static_cast<int>(r)) + ") for x's planes, " +
                           std::to_string(m) + " × " + std::to_string(k));
+  return ok_status();
+}
+
+// The k-split kernel on x split beforehand (presplit_planes); false (and nothing
+// launched) where the stream's plane buffer cannot be had.
+template <int BM, int kSplit>
+Status launch_presplit(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
+                       float* y, cudaStream_t stream, const XPlanes& given, bool* launched) {
+  *launched = false;
+  void* planes = nullptr;
+  PKV_RETURN_IF_ERROR(presplit_planes(x, m, k, stream, given, &planes));
+  if (planes == nullptr) return ok_status();
+  CUtensorMap planes_map{}, w_map{};
+  PKV_RETURN_IF_ERROR(encode_planes_map<BM>(&planes_map, planes, m, k));
   PKV_RETURN_IF_ERROR(encode_map(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, n, k, 2, kLargeMBN,
                                  CU_TENSOR_MAP_SWIZZLE_NONE));
   const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
@@ -779,6 +807,40 @@ Status launch_presplit(const float* x, int64_t m, int64_t k, const __nv_bfloat16
   return launch_cluster_kernel("gemm_bf16_wgmma_presplit_kernel", kernel, kSplit, grid, kThreads,
                                WgTile<BM, kSplitStages, true>::kSmem, stream, m, k, n, y,
                                planes_map, w_map);
+}
+
+// PAGEDKV_CUDA_GEMM_WGMMA_LARGE_PRESPLIT (read once) or set_gemm_wgmma_large_presplit:
+// whether the one-CTA kernel at 33–64 rows (the LM head) takes x split beforehand.
+std::atomic<bool>& large_presplit_switch() {
+  static std::atomic<bool> on{env_bool("PAGEDKV_CUDA_GEMM_WGMMA_LARGE_PRESPLIT").value_or(true)};
+  return on;
+}
+
+// The one-CTA kernel on x split once by split_planes_kernel, where the switch is on and
+// x has at most 64 rows (the plane buffer's); false (nothing launched) otherwise.
+// gemm_wgmma() calls it for the 64-row tile only.
+template <int BM>
+Status launch_large_presplit(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w,
+                             int64_t n, float* y, cudaStream_t stream, bool* launched) {
+  *launched = false;
+  if (BM > 64 || m > 64 || !large_presplit_switch().load(std::memory_order_relaxed))
+    return ok_status();
+  void* planes = nullptr;
+  PKV_RETURN_IF_ERROR(presplit_planes(x, m, k, stream, XPlanes{}, &planes));
+  if (planes == nullptr) return ok_status();
+  CUtensorMap planes_map{}, w_map{};
+  PKV_RETURN_IF_ERROR(encode_planes_map<BM>(&planes_map, planes, m, k));
+  PKV_RETURN_IF_ERROR(encode_map(&w_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, w, n, k, 2, kLargeMBN,
+                                 CU_TENSOR_MAP_SWIZZLE_NONE));
+  auto kernel = gemm_bf16_wgmma_large_presplit_kernel<BM>;
+  constexpr int kSmem = WgTile<BM, kLargeStages, true>::kSmem;
+  PKV_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const dim3 grid(static_cast<unsigned>((n + kLargeMBN - 1) / kLargeMBN),
+                  static_cast<unsigned>((m + BM - 1) / BM));
+  *launched = true;
+  return launch_kernel("gemm_bf16_wgmma_large_presplit_kernel", kernel, grid, kThreads, kSmem,
+                       stream, m, k, n, y, planes_map, w_map);
 }
 
 template <int BM, int kPlanes, int kSplit>
@@ -929,6 +991,15 @@ Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, 
   if (rows == 64 && m <= 32) rows = m <= 16 ? 16 : 32;
   auto launch = [&](auto planes) {
     constexpr int P = decltype(planes)::value;
+    if constexpr (P == 3) {
+      bool launched = false;
+      // Only the 64-row tile (33–64 rows): on the H100 of 2026-12-07 the LM head at 64 rows
+      // took 0.136 ms on x split once against 0.157 ms, and at 32 rows 0.125 against 0.123
+      // (docs/performance.md), so the 16- and 32-row tiles keep the in-kernel split.
+      const Status st =
+          rows == 64 ? launch_large_presplit<64>(x, m, k, w, n, y, stream, &launched) : ok_status();
+      if (!st.ok() || launched) return st;
+    }
     switch (rows) {
       case 128:
         return launch_wgmma<128, P>(x, m, k, w, n, y, stream);
@@ -959,6 +1030,8 @@ int set_gemm_wgmma_split(int split) { return forced_split().exchange(split); }
 
 bool set_gemm_wgmma_presplit(bool on) { return presplit_switch().exchange(on); }
 
+bool set_gemm_wgmma_large_presplit(bool on) { return large_presplit_switch().exchange(on); }
+
 Status gemm_wgmma_split(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, int64_t n,
                         float* y, cudaStream_t stream, const XPlanes& given) {
   if (!gemm_wgmma_split_supports(m, k))
@@ -982,7 +1055,8 @@ XPlanes gemm_wgmma_x_planes(int64_t m, int64_t k, cudaStream_t stream) {
     return {};
   void* buffer = plane_workspace(stream, plane_bytes(k));
   if (buffer == nullptr) return {};
-  return XPlanes{static_cast<uint16_t*>(buffer), static_cast<int32_t>((m + 7) / 8)};
+  return XPlanes{static_cast<uint16_t*>(buffer), static_cast<int32_t>((m + 7) / 8),
+                 take_x_planes_ticket(stream)};
 }
 
 }  // namespace pagedkv::backend::cuda

@@ -72,5 +72,11 @@ int set_gemm_wgmma_split(int split);
 // hands out no planes (PAGEDKV_CUDA_GEMM_WGMMA_PRESPLIT, default on, read once). Speed
 // only: the same bits. Returns the setting it replaced.
 bool set_gemm_wgmma_presplit(bool on);
+// Whether gemm_wgmma() with all three planes, in its 64-row tile (33–64 rows: the LM head
+// of a decode step at that many requests), takes x split once beforehand into the stream's
+// plane buffer (split_planes_kernel) instead of each 128-column tile's CTA splitting the
+// same x again (PAGEDKV_CUDA_GEMM_WGMMA_LARGE_PRESPLIT, default on, read once). Speed only: the
+// same bits. Returns the setting it replaced.
+bool set_gemm_wgmma_large_presplit(bool on);
 
 }  // namespace pagedkv::backend::cuda

@@ -25,6 +25,10 @@
 // producer and its GEMM back to back; a test that computes a reference GEMM must do so
 // before the producer (a test written the other way read another x's planes: 2026-12-07,
 // docs/performance.md, "The SwiGLU and the q/k/v prep in the k-split GEMM's fold").
+// x_planes.cc enforces this on the host: each hand-out and each such split takes a new
+// ticket of the buffer, the producer fails unless its planes hold the newest, and
+// gemm_on_planes fails unless their producer wrote them and no ticket was taken since
+// (a failed_precondition that says which).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -41,6 +45,7 @@ namespace pagedkv::backend::cuda {
 struct XPlanes {
   uint16_t* data = nullptr;
   int32_t groups = 0;
+  uint64_t ticket = 0;  // the buffer's hand-out these planes are (x_planes.cc)
   explicit operator bool() const { return data != nullptr; }
 };
 
@@ -51,6 +56,16 @@ XPlanes gemm_x_planes(int64_t m, int64_t k, int64_t n, WeightDType wdt, cudaStre
 // gemm() itself.
 Status gemm_on_planes(const float* x, const XPlanes& planes, int64_t m, int64_t k, const void* w,
                       WeightDType wdt, int64_t n, float* y, cudaStream_t stream);
+
+// The stream's plane buffer changes hands (a hand-out of planes, or a plane-less
+// k-split gemm() splitting its x into it): the new ticket.
+uint64_t take_x_planes_ticket(cudaStream_t stream);
+// x's producer is about to write `planes`: ok while they hold the buffer's newest ticket
+// (and then noted as written), else a failed_precondition naming `producer`. None: ok.
+Status note_x_planes_written(const XPlanes& planes, cudaStream_t stream, const char* producer);
+// A GEMM is about to read `planes`: ok if their producer wrote them and no ticket was
+// taken since, else a failed_precondition. None: ok.
+Status check_x_planes_readable(const XPlanes& planes, cudaStream_t stream);
 
 // kernels.h's add_rms_norm and silu_mul_halves, also writing out's planes where given.
 Status add_rms_norm(float* x, const float* y, int64_t m, int64_t d, const void* w, WeightDType wdt,
