@@ -816,15 +816,14 @@ std::atomic<bool>& large_presplit_switch() {
   return on;
 }
 
-// The one-CTA kernel on x split once by split_planes_kernel, where the switch is on and
-// x has at most 64 rows (the plane buffer's); false (nothing launched) otherwise.
-// gemm_wgmma() calls it for the 64-row tile only.
-template <int BM>
+// The one-CTA kernel's 64-row tile on x split once by split_planes_kernel, where the
+// switch is on and x has at most 64 rows (the plane buffer's); false (nothing launched)
+// otherwise.
 Status launch_large_presplit(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w,
                              int64_t n, float* y, cudaStream_t stream, bool* launched) {
+  constexpr int BM = 64;
   *launched = false;
-  if (BM > 64 || m > 64 || !large_presplit_switch().load(std::memory_order_relaxed))
-    return ok_status();
+  if (m > BM || !large_presplit_switch().load(std::memory_order_relaxed)) return ok_status();
   void* planes = nullptr;
   PKV_RETURN_IF_ERROR(presplit_planes(x, m, k, stream, XPlanes{}, &planes));
   if (planes == nullptr) return ok_status();
@@ -997,7 +996,7 @@ Status gemm_wgmma(const float* x, int64_t m, int64_t k, const __nv_bfloat16* w, 
       // took 0.136 ms on x split once against 0.157 ms, and at 32 rows 0.125 against 0.123
       // (docs/performance.md), so the 16- and 32-row tiles keep the in-kernel split.
       const Status st =
-          rows == 64 ? launch_large_presplit<64>(x, m, k, w, n, y, stream, &launched) : ok_status();
+          rows == 64 ? launch_large_presplit(x, m, k, w, n, y, stream, &launched) : ok_status();
       if (!st.ok() || launched) return st;
     }
     switch (rows) {
